@@ -1,0 +1,87 @@
+// Tokenizers built from GGUF metadata (`tokenizer.ggml.*` keys).
+//
+// Supported: byte-level BPE (`tokenizer.ggml.model = "gpt2"`, GPT-2's byte to
+// unicode map and merge ranks from `tokenizer.ggml.merges`) with the
+// pre-tokenizer regexes named by `tokenizer.ggml.pre`; and SentencePiece
+// (`tokenizer.ggml.model = "llama"`: scores, U+2581 word boundary, byte
+// fallback tokens <0xXX>).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvad {
+
+namespace gguf { class File; }
+
+/// GGUF token types (`tokenizer.ggml.token_type`).
+enum class TokenType : int32_t {
+  UNDEFINED = 0, NORMAL = 1, UNKNOWN = 2, CONTROL = 3, USER_DEFINED = 4, UNUSED = 5, BYTE = 6,
+};
+
+class Tokenizer {
+ public:
+  /// Builds the tokenizer a GGUF describes. Throws kvad::Error naming the file
+  /// and key for a missing/unsupported model or pre-tokenizer.
+  static std::unique_ptr<Tokenizer> from_gguf(const gguf::File& f);
+  virtual ~Tokenizer() = default;
+
+  /// Text -> token ids. `add_special`: add BOS/EOS as the file's
+  /// `tokenizer.ggml.add_bos_token` / `add_eos_token` say. `parse_special`:
+  /// text equal to a CONTROL/USER_DEFINED token's text becomes that token;
+  /// otherwise such text is tokenized as plain text.
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special,
+                                      bool parse_special) const = 0;
+  /// The bytes one token stands for (BPE bytes decoded, SentencePiece U+2581
+  /// as space, <0xXX> as the byte). Control tokens decode to "" unless
+  /// `special` is true, in which case their text is returned.
+  virtual std::string token_to_piece(int32_t id, bool special = false) const = 0;
+  /// Concatenated pieces; SentencePiece drops the one leading space that its
+  /// encoder adds (as HF's decode does).
+  virtual std::string decode(const std::vector<int32_t>& ids, bool special = false) const;
+
+  int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
+  int32_t bos() const { return bos_; }   ///< -1 when none
+  int32_t eos() const { return eos_; }   ///< -1 when none
+  bool add_bos() const { return add_bos_; }
+  bool add_eos() const { return add_eos_; }
+  /// End-of-generation: eos, `tokenizer.ggml.eot_token_id`, `eom`, and control
+  /// tokens whose text is a known end marker (<|im_end|>, <|eot_id|>, <end_of_turn>, ...).
+  bool is_eog(int32_t id) const;
+  const std::string& token_text(int32_t id) const { return tokens_.at(id); }
+  TokenType token_type(int32_t id) const;
+  /// Exact vocabulary lookup of a token's text; nullopt when absent.
+  std::optional<int32_t> find_token(std::string_view text) const;
+  /// `tokenizer.ggml.model`, `tokenizer.ggml.pre`.
+  const std::string& model() const { return model_; }
+  const std::string& pre() const { return pre_; }
+
+ protected:
+  std::vector<std::string> tokens_;
+  std::vector<TokenType> types_;
+  std::vector<int32_t> eog_;
+  int32_t bos_ = -1, eos_ = -1;
+  bool add_bos_ = false, add_eos_ = false;
+  std::string model_, pre_;
+};
+
+/// Turns a stream of token ids into text that never ends inside a UTF-8
+/// sequence: push() returns the bytes that are complete so far, holding back
+/// a partial multi-byte character until the token that completes it.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tok, bool special = false) : tok_(tok), special_(special) {}
+  std::string push(int32_t id);
+  /// Whatever is held back (an incomplete sequence at the end of generation).
+  std::string flush();
+
+ private:
+  const Tokenizer& tok_;
+  bool special_;
+  std::string pending_;
+};
+
+}  // namespace kvad
