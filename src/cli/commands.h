@@ -1,0 +1,15 @@
+// One function per `kvad` subcommand; each file in cli/ adds one.
+#pragma once
+
+namespace CLI { class App; }
+
+namespace kvad::cli {
+
+/// Each adds its subcommand (options and callback) to the app. A callback
+/// reports failure by throwing kvad::Error; main() prints it as one line,
+/// `kvad: error: ...`, and exits with status 1.
+void add_run(CLI::App& app);
+void add_tokenize(CLI::App& app);
+void add_bench(CLI::App& app);
+
+}  // namespace kvad::cli
