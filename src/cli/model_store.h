@@ -1,0 +1,23 @@
+// kvad's model store: $KVAD_HOME/models/NAME.gguf (KVAD_HOME defaults to
+// ~/.cache/kvad). scripts/models.tsv lists the names scripts/setup fetches.
+#pragma once
+#include <string>
+
+namespace kvad::cli {
+
+/// The model used when none is named.
+inline constexpr const char* kDefaultModel = "smollm2-135m";
+
+/// Directory of the store ($KVAD_HOME/models or ~/.cache/kvad/models).
+std::string model_store_dir();
+
+/// A --model argument to a file path: an existing file is used as given;
+/// otherwise NAME resolves to <store>/NAME.gguf. Empty means kDefaultModel.
+/// Throws kvad::Error naming the argument, the store and the models in it
+/// when neither exists.
+std::string resolve_model(const std::string& arg);
+
+/// Peak resident set size of this process so far, bytes.
+size_t peak_rss_bytes();
+
+}  // namespace kvad::cli

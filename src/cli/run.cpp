@@ -1,0 +1,96 @@
+// `kvad run`: answer one prompt, streaming the text to stdout.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+#include "base/error.h"
+#include "cli/chat_format.h"
+#include "cli/commands.h"
+#include "cli/loaded_model.h"
+#include "cli/model_store.h"
+#include "engine/generate.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "io/gguf.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvad::cli {
+
+namespace {
+
+struct RunOptions {
+  std::string model;
+  std::string prompt;
+  int32_t max_tokens = 256;
+  SamplerParams sp;
+  int64_t seed = -1;
+  int threads = 0;
+  int32_t ctx_size = 0;
+  bool raw = false;
+};
+
+void run(const RunOptions& o) {
+  if (o.prompt.empty()) throw Error("--prompt is required and must not be empty");
+  LoadedModel m = load_for_cli(o.model);
+  const HParams& hp = m.model->hparams();
+  int32_t n_ctx = o.ctx_size > 0 ? o.ctx_size : static_cast<int32_t>(std::min<int64_t>(4096, hp.n_ctx_train));
+  Session session(m.model, n_ctx, 1, o.threads);
+
+  std::string text = o.prompt;
+  bool parse_special = false;
+  if (!o.raw) {
+    text = format_chat_prompt(m.file->get_string("tokenizer.chat_template", ""), o.prompt);
+    parse_special = true;  // the template's own markers are special tokens
+  }
+  const std::vector<int32_t> ids = m.tokenizer->encode(text, /*add_special=*/true, parse_special);
+  if (static_cast<int64_t>(ids.size()) >= n_ctx)
+    throw Error("prompt is " + std::to_string(ids.size()) + " tokens, longer than the context (" +
+                std::to_string(n_ctx) + " tokens; raise --ctx-size)");
+
+  SamplerParams sp = o.sp;
+  sp.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
+  Sampler sampler(sp);
+  GenerateOptions go;
+  go.max_tokens = o.max_tokens;
+  const GenerateStats st = generate(session, *m.tokenizer, sampler, ids, go, [](const std::string& piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  const double pp = st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0;
+  const double tg = st.decode_s > 0 ? st.n_decode_evals / st.decode_s : 0;
+  std::fprintf(stderr,
+               "[kvad] load %.2f s | prompt %d tokens, prefill %.1f tok/s | generated %d tokens, decode %.1f tok/s "
+               "| stop: %s | weights %.1f MiB | KV cache %zu B/token | peak RSS %.1f MiB\n",
+               m.load_s, st.n_prompt, pp, st.n_generated, tg, st.stop.c_str(),
+               m.model->weight_bytes() / 1048576.0, session.cache().bytes_per_token(),
+               peak_rss_bytes() / 1048576.0);
+}
+
+}  // namespace
+
+void add_run(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* c = app.add_subcommand("run", "Answer a prompt, streaming the reply");
+  c->add_option("-m,--model", o->model, "GGUF file or model-store name (default: " + std::string(kDefaultModel) + ")");
+  c->add_option("-p,--prompt", o->prompt, "The prompt")->required();
+  c->add_option("-n,--max-tokens", o->max_tokens, "Most tokens to generate (-1: until the model stops)")
+      ->capture_default_str();
+  c->add_option("--temp", o->sp.temp, "Temperature (0: greedy)")->capture_default_str();
+  c->add_option("--top-k", o->sp.top_k, "Top-k (0: off)")->capture_default_str();
+  c->add_option("--top-p", o->sp.top_p, "Top-p (1: off)")->capture_default_str();
+  c->add_option("--min-p", o->sp.min_p, "Min-p (0: off)")->capture_default_str();
+  c->add_option("--repeat-penalty", o->sp.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
+  c->add_option("--seed", o->seed, "Sampling seed (-1: random)")->capture_default_str();
+  c->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
+  c->add_option("-c,--ctx-size", o->ctx_size, "Context size in tokens (0: min(4096, model's))")->capture_default_str();
+  c->add_flag("--raw", o->raw, "Send the prompt as is, without the chat template");
+  c->callback([o] { run(*o); });
+}
+
+}  // namespace kvad::cli

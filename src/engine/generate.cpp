@@ -1,0 +1,80 @@
+#include "engine/generate.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "base/error.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvad {
+
+namespace {
+double now_s() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+const std::vector<float>& prefill(Session& s, const std::vector<int32_t>& tokens, int seq, int32_t n_batch) {
+  if (tokens.empty()) throw Error("prefill: no tokens");
+  Batch b;
+  const std::vector<float>* out = nullptr;
+  int32_t pos = s.cached(seq);
+  for (size_t i = 0; i < tokens.size(); i += n_batch) {
+    b.clear();
+    const size_t end = std::min(tokens.size(), i + static_cast<size_t>(n_batch));
+    for (size_t j = i; j < end; ++j) b.add(tokens[j], pos++, seq, j + 1 == tokens.size());
+    out = &s.forward(b);
+  }
+  return *out;
+}
+
+GenerateStats generate(Session& s, const Tokenizer& tok, Sampler& sampler,
+                       const std::vector<int32_t>& prompt, const GenerateOptions& opts,
+                       const std::function<bool(const std::string&)>& on_text) {
+  GenerateStats st;
+  if (prompt.empty()) throw Error("empty prompt");
+  if (static_cast<int64_t>(prompt.size()) > s.n_ctx())
+    throw Error("prompt is " + std::to_string(prompt.size()) + " tokens, longer than the context (" +
+                std::to_string(s.n_ctx()) + " tokens; raise --ctx-size)");
+  // The sequence starts empty: prefix reuse across calls is the caller's
+  // (it knows the tokens; see Session::truncate).
+  s.truncate(opts.seq, 0);
+  const std::vector<int32_t>& rest = prompt;
+
+  for (int32_t t : prompt) sampler.accept(t);
+  double t0 = now_s();
+  const std::vector<float>* logits = &prefill(s, rest, opts.seq, opts.n_batch);
+  st.prefill_s = now_s() - t0;
+  st.n_prompt = static_cast<int32_t>(rest.size());
+
+  StreamDecoder dec(tok);
+  const int nv = s.n_vocab();
+  std::vector<float> last(logits->end() - nv, logits->end());
+  t0 = now_s();
+  st.stop = "length";
+  for (int32_t i = 0; opts.max_tokens < 0 || i < opts.max_tokens; ++i) {
+    const int32_t id = sampler.sample(last.data(), nv);
+    sampler.accept(id);
+    ++st.n_generated;
+    if (tok.is_eog(id)) { st.stop = "eog"; break; }
+    const std::string piece = dec.push(id);
+    if (!piece.empty() && !on_text(piece)) { st.stop = "stopped"; break; }
+    if (opts.max_tokens >= 0 && i + 1 >= opts.max_tokens) break;
+    const int32_t pos = s.cached(opts.seq);
+    if (pos >= s.n_ctx()) { st.stop = "context"; break; }
+    Batch b;
+    b.add(id, pos, opts.seq, true);
+    const auto& l = s.forward(b);
+    ++st.n_decode_evals;
+    last.assign(l.begin(), l.begin() + nv);
+  }
+  const std::string tail = dec.flush();
+  if (!tail.empty()) on_text(tail);
+  st.decode_s = now_s() - t0;
+  return st;
+}
+
+}  // namespace kvad

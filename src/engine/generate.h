@@ -1,0 +1,41 @@
+// Prefill a prompt, then decode token by token, streaming text.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kvad {
+
+class Session;
+class Sampler;
+class Tokenizer;
+
+struct GenerateStats {
+  int32_t n_prompt = 0;      ///< prompt tokens evaluated
+  int32_t n_generated = 0;   ///< tokens sampled
+  double prefill_s = 0;      ///< seconds in prompt evaluation
+  double decode_s = 0;       ///< seconds in decode steps
+  int32_t n_decode_evals = 0;  ///< single-token forward calls in decode_s
+  std::string stop;          ///< "eog", "length", "stopped", "context"
+};
+
+struct GenerateOptions {
+  int32_t max_tokens = 256;  ///< -1: until end of generation or context full
+  int32_t n_batch = 512;     ///< prompt tokens per forward call
+  int seq = 0;
+};
+
+/// Evaluates `prompt` on sequence opts.seq (which starts empty), then samples up to
+/// max_tokens tokens, stopping at an end-of-generation token. Each complete
+/// piece of UTF-8 text goes to on_text; returning false from it stops.
+/// Throws kvad::Error when the prompt does not fit the context.
+GenerateStats generate(Session& s, const Tokenizer& tok, Sampler& sampler,
+                       const std::vector<int32_t>& prompt, const GenerateOptions& opts,
+                       const std::function<bool(const std::string&)>& on_text);
+
+/// Evaluates tokens on seq from position cached(seq) in chunks of n_batch,
+/// asking logits only for the last one; returns them ([n_vocab]).
+const std::vector<float>& prefill(Session& s, const std::vector<int32_t>& tokens, int seq, int32_t n_batch);
+
+}  // namespace kvad

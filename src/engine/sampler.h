@@ -1,0 +1,41 @@
+// Token sampling from logits.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <vector>
+
+namespace kvad {
+
+/// Parameters with llama.cpp's meanings and defaults.
+struct SamplerParams {
+  float temp = 0.8f;            ///< <= 0: greedy (argmax)
+  int32_t top_k = 40;           ///< <= 0: off
+  float top_p = 0.95f;          ///< >= 1: off
+  float min_p = 0.05f;          ///< <= 0: off
+  float repeat_penalty = 1.0f;  ///< 1: off (CTRL, Keskar et al. 2019)
+  int32_t repeat_last_n = 64;   ///< tokens the penalty looks back over
+  uint64_t seed = 0;            ///< same seed, same logits -> same tokens
+};
+
+/// Chain, in llama.cpp's order: repetition penalty, top-k, top-p, min-p,
+/// temperature, then a draw from the distribution (or argmax when temp <= 0).
+/// top-k/top-p/min-p act on probabilities at temperature 1.
+class Sampler {
+ public:
+  explicit Sampler(const SamplerParams& p);
+  /// Picks a token from logits [n_vocab]. Does not record it (see accept()).
+  int32_t sample(const float* logits, int32_t n_vocab);
+  /// Records a token (prompt or generated) for the repetition penalty.
+  void accept(int32_t token);
+  void reset();
+
+ private:
+  SamplerParams p_;
+  std::mt19937_64 rng_;
+  std::deque<int32_t> recent_;
+  std::vector<float> work_;
+  std::vector<int32_t> idx_;
+};
+
+}  // namespace kvad

@@ -1,0 +1,56 @@
+#include "engine/session.h"
+
+#include <string>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+
+namespace kvad {
+
+Session::Session(std::shared_ptr<Model> model, int32_t n_ctx, int n_seq, int n_threads)
+    : model_(std::move(model)) {
+  if (n_ctx <= 0) throw Error("context size must be positive, got " + std::to_string(n_ctx));
+  if (n_seq <= 0) throw Error("number of sequences must be positive, got " + std::to_string(n_seq));
+  cache_ = model_->new_cache(n_ctx, n_seq);
+  pool_ = std::make_unique<ThreadPool>(n_threads);
+}
+
+Session::~Session() = default;
+
+int32_t Session::cached(int seq) const { return cache_->cached(seq); }
+
+int32_t Session::truncate(int seq, int32_t n) {
+  if (seq < 0 || seq >= cache_->n_seq()) throw Error("sequence " + std::to_string(seq) + " out of range");
+  return cache_->truncate(seq, n);
+}
+
+const std::vector<float>& Session::forward(const Batch& b) {
+  const int n_seq = cache_->n_seq();
+  std::vector<int32_t> next(n_seq);
+  for (int s = 0; s < n_seq; ++s) next[s] = cache_->cached(s);
+  for (size_t i = 0; i < b.size(); ++i) {
+    const int32_t s = b.seq[i];
+    if (s < 0 || s >= n_seq) throw Error("batch entry " + std::to_string(i) + ": sequence " + std::to_string(s) + " out of range");
+    if (b.pos[i] != next[s])
+      throw Error("batch entry " + std::to_string(i) + ": position " + std::to_string(b.pos[i]) +
+                  " does not continue sequence " + std::to_string(s) + " (next is " + std::to_string(next[s]) + ")");
+    if (b.pos[i] >= cache_->n_ctx())
+      throw Error("context full: position " + std::to_string(b.pos[i]) + " does not fit ctx-size " +
+                  std::to_string(cache_->n_ctx()));
+    const int32_t tok = b.token[i];
+    if (tok < 0 || tok >= n_vocab())
+      throw Error("batch entry " + std::to_string(i) + ": token id " + std::to_string(tok) + " outside the vocabulary");
+    ++next[s];
+  }
+  for (size_t j = 0; j < b.out.size(); ++j)
+    if (b.out[j] < 0 || static_cast<size_t>(b.out[j]) >= b.size() || (j && b.out[j] <= b.out[j - 1]))
+      throw Error("batch: logits rows must be ascending indices into the batch");
+  logits_.resize(b.out.size() * static_cast<size_t>(n_vocab()));
+  if (b.size() == 0) return logits_;
+  BatchView v{b.token.data(), b.pos.data(), b.seq.data(), static_cast<int64_t>(b.size()),
+              b.out.data(), static_cast<int64_t>(b.out.size())};
+  model_->forward(*pool_, *cache_, v, logits_.data());
+  return logits_;
+}
+
+}  // namespace kvad

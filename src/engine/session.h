@@ -1,0 +1,61 @@
+// Session: a model plus the caches of its sequences (DESIGN.md seam 6).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/model.h"
+
+namespace kvad {
+
+class ThreadPool;
+
+/// Tokens for one forward call; may mix several sequences.
+struct Batch {
+  std::vector<int32_t> token, pos, seq;
+  std::vector<int32_t> out;  ///< indices of entries that want logits, ascending
+
+  void add(int32_t tok, int32_t p, int32_t s, bool logits) {
+    if (logits) out.push_back(static_cast<int32_t>(token.size()));
+    token.push_back(tok);
+    pos.push_back(p);
+    seq.push_back(s);
+  }
+  void clear() { token.clear(); pos.clear(); seq.clear(); out.clear(); }
+  size_t size() const { return token.size(); }
+};
+
+class Session {
+ public:
+  /// n_ctx: positions per sequence; n_seq: sequences; n_threads: CPU threads
+  /// (0 = all cores). Throws kvad::Error for n_ctx <= 0 or n_seq <= 0.
+  Session(std::shared_ptr<Model> model, int32_t n_ctx, int n_seq = 1, int n_threads = 0);
+  ~Session();
+
+  /// Evaluates a batch; returns logits [batch.out.size(), n_vocab], row j for
+  /// entry batch.out[j]. Valid until the next call. Every sequence's
+  /// positions must continue from cached(seq) in order; a position at or past
+  /// n_ctx throws kvad::Error ("context full ...") before any work is done.
+  const std::vector<float>& forward(const Batch& batch);
+
+  /// Positions held for sequence seq.
+  int32_t cached(int seq) const;
+  /// Rewinds seq to hold at most n positions and returns where it landed;
+  /// the caller continues from the returned position.
+  int32_t truncate(int seq, int32_t n);
+
+  const Model& model() const { return *model_; }
+  const HParams& hparams() const { return model_->hparams(); }
+  const Cache& cache() const { return *cache_; }
+  int32_t n_ctx() const { return cache_->n_ctx(); }
+  int n_vocab() const { return static_cast<int>(model_->hparams().n_vocab); }
+  ThreadPool& pool() { return *pool_; }
+
+ private:
+  std::shared_ptr<Model> model_;
+  std::unique_ptr<Cache> cache_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::vector<float> logits_;
+};
+
+}  // namespace kvad

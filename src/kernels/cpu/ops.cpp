@@ -1,0 +1,148 @@
+#include "kernels/cpu/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "base/cpu_features.h"
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/vec.h"
+#include "tensor/half.h"
+
+namespace kvad::cpu {
+
+void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_tok, float* y) {
+  const CpuKernels& k = cpu_kernels(w.type);
+  const DType vt = dtype_info(w.type).vec_dot_type;
+  const int64_t n_in = w.ne[0];
+  const int64_t n_out = w.n_rows();
+  const size_t xrb = row_bytes(vt, n_in);
+
+  // Activations in the weight format's dot partner, converted once.
+  thread_local std::vector<uint8_t> xq_buf;
+  const uint8_t* xq;
+  if (vt == DType::F32) {
+    xq = reinterpret_cast<const uint8_t*>(x);
+  } else {
+    const CpuKernels& kv = cpu_kernels(vt);
+    xq_buf.resize(xrb * static_cast<size_t>(n_tok));
+    uint8_t* dst = xq_buf.data();
+    if (n_tok == 1) {
+      kv.from_float(x, dst, n_in);
+    } else {
+      pool.parallel_for(n_tok, 4, [&](int64_t b, int64_t e, int) {
+        for (int64_t t = b; t < e; ++t) kv.from_float(x + t * n_in, dst + t * xrb, n_in);
+      });
+    }
+    xq = dst;
+  }
+
+  const VecDotFn dot = k.vec_dot;
+  const int nth = pool.size();
+  // Enough chunks per thread to balance, few enough to keep overhead low.
+  int64_t grain = std::max<int64_t>(1, n_out / (nth * 8));
+  if (n_tok > 1) grain = std::max<int64_t>(grain, 16);
+  constexpr int64_t kTokTile = 64;
+  pool.parallel_for(n_out, grain, [&](int64_t b, int64_t e, int) {
+    for (int64_t t0 = 0; t0 < n_tok; t0 += kTokTile) {
+      const int64_t t1 = std::min(n_tok, t0 + kTokTile);
+      for (int64_t o = b; o < e; ++o) {
+        const uint8_t* wr = w.row(o);
+        for (int64_t t = t0; t < t1; ++t) y[t * n_out + o] = dot(n_in, wr, xq + t * xrb);
+      }
+    }
+  });
+}
+
+void get_rows(const Tensor& w, const int32_t* ids, int64_t n_ids, float* out) {
+  const CpuKernels& k = cpu_kernels(w.type);
+  const int64_t n = w.ne[0];
+  for (int64_t i = 0; i < n_ids; ++i) {
+    if (ids[i] < 0 || ids[i] >= w.n_rows())
+      throw Error("get_rows: id " + std::to_string(ids[i]) + " outside [0, " +
+                  std::to_string(w.n_rows()) + ") of " + w.name);
+    k.to_float(w.row(ids[i]), out + i * n, n);
+  }
+}
+
+void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
+  if (w) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale;
+  }
+}
+
+void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos,
+          float freq_base, float freq_scale, bool neox) {
+  const int64_t half = n_rot / 2;
+  thread_local std::vector<float> cs;
+  cs.resize(2 * half);
+  const float p = static_cast<float>(pos) * freq_scale;
+  for (int64_t i = 0; i < half; ++i) {
+    const float theta = p * std::pow(freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot));
+    cs[2 * i] = std::cos(theta);
+    cs[2 * i + 1] = std::sin(theta);
+  }
+  for (int64_t h = 0; h < n_head; ++h) {
+    float* v = x + h * head_dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t a = neox ? i : 2 * i;
+      const int64_t b = neox ? i + half : 2 * i + 1;
+      const float x0 = v[a], x1 = v[b];
+      v[a] = x0 * cs[2 * i] - x1 * cs[2 * i + 1];
+      v[b] = x0 * cs[2 * i + 1] + x1 * cs[2 * i];
+    }
+  }
+}
+
+void swiglu(float* gate, const float* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void add(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void f32_to_f16_row(const float* x, uint16_t* y, int64_t n) { vec_ops().f32_to_f16(x, y, n); }
+
+void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_pos,
+                   int64_t kv_stride, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                   float scale, float* out, float* scratch) {
+  const VecOps& vo = vec_ops();
+  const int64_t group = n_head / n_head_kv;
+  for (int64_t h = 0; h < n_head; ++h) {
+    const int64_t kvh = h / group;
+    const float* qh = q + h * head_dim;
+    for (int64_t p = 0; p < n_pos; ++p)
+      scratch[p] = vo.dot_f16_f32(head_dim, k + p * kv_stride + kvh * head_dim, qh) * scale;
+    softmax(scratch, n_pos);
+    float* oh = out + h * head_dim;
+    std::fill(oh, oh + head_dim, 0.0f);
+    for (int64_t p = 0; p < n_pos; ++p)
+      vo.axpy_f16(head_dim, scratch[p], v + p * kv_stride + kvh * head_dim, oh);
+  }
+}
+
+}  // namespace kvad::cpu

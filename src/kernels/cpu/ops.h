@@ -1,0 +1,63 @@
+// Eager CPU ops on f32 activations and weights in any format with CPU kernels.
+//
+// Shapes use ggml order in comments: [n_tok, n_embd] means n_tok rows of
+// n_embd contiguous floats.
+#pragma once
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace kvad {
+class ThreadPool;
+}
+
+namespace kvad::cpu {
+
+/// y = x · Wᵀ. W: [n_out, n_in] (ne[0] = n_in) in any format with CPU kernels;
+/// x: [n_tok, n_in] f32; y: [n_tok, n_out] f32. Activations are converted
+/// once to W's vec_dot_type (e.g. Q8_1 for Q4_1 weights, as ggml does), then
+/// every (row, token) pair is one vec_dot. Work is split over W's rows.
+/// Throws kvad::Error when W's format has no CPU kernels.
+void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_tok, float* y);
+
+/// out[i] = row ids[i] of table W ([n_rows, n]) converted to f32; only the
+/// rows asked for are dequantized. out: [n_ids, n]. Throws kvad::Error for an
+/// id outside [0, n_rows).
+void get_rows(const Tensor& w, const int32_t* ids, int64_t n_ids, float* out);
+
+/// RMSNorm (Zhang & Sennrich 2019): y = x / sqrt(mean(x²) + eps) * w.
+/// x, y: [n]; w: [n] f32, or nullptr for no weight. y may alias x.
+void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y);
+
+/// Rotary position embedding (Su et al. 2021, RoFormer) applied in place to
+/// x: [n_head, head_dim] of one token at position `pos`; the first n_rot dims
+/// of each head rotate with theta_i = pos * freq_base^(-2i/n_rot).
+/// `neox` = false pairs (2i, 2i+1) (GGUF llama files, whose Q/K were permuted
+/// at conversion); true pairs (i, i + n_rot/2) (HF rotate_half: GPT-NeoX,
+/// Qwen2, Gemma). `freq_scale` multiplies pos (linear scaling).
+void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos,
+          float freq_base, float freq_scale, bool neox);
+
+/// gate[i] = silu(gate[i]) * up[i] (SwiGLU, Shazeer 2020), n elements.
+void swiglu(float* gate, const float* up, int64_t n);
+
+/// Numerically stable softmax in place over n elements.
+void softmax(float* x, int64_t n);
+
+/// x[i] += y[i].
+void add(float* x, const float* y, int64_t n);
+
+/// Scaled dot-product attention of one query token over a KV cache in f16.
+/// q: [n_head, head_dim] f32; k, v: [n_pos, kv_stride] f16 (row p holds all
+/// kv heads of position p, head h at offset h*head_dim); query head h reads
+/// kv head h / (n_head / n_head_kv) (grouped-query attention, Ainslie et al.
+/// 2023). out: [n_head, head_dim]. scratch: n_pos floats.
+/// out = softmax(q·kᵀ · scale) · v over positions [0, n_pos).
+void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_pos,
+                   int64_t kv_stride, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                   float scale, float* out, float* scratch);
+
+/// f32 -> f16 for n elements (cache writes).
+void f32_to_f16_row(const float* x, uint16_t* y, int64_t n);
+
+}  // namespace kvad::cpu

@@ -1,0 +1,60 @@
+// AVX2+FMA+F16C versions of vec.h; compiled with KVAD_AVX2_FLAGS and only
+// called after the run-time feature check in vec.cpp.
+#include <immintrin.h>
+
+#include "kernels/cpu/vec.h"
+#include "tensor/half.h"
+
+namespace kvad::cpu {
+
+static inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+static float dot_f16_f32(int64_t n, const uint16_t* a, const float* b) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 a0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    __m256 a1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i + 8)));
+    acc0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(a1, _mm256_loadu_ps(b + i + 8), acc1);
+  }
+  for (; i + 8 <= n; i += 8) {
+    __m256 a0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    acc0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b + i), acc0);
+  }
+  float s = hsum(_mm256_add_ps(acc0, acc1));
+  for (; i < n; ++i) s += f16_to_f32(a[i]) * b[i];
+  return s;
+}
+
+static void axpy_f16(int64_t n, float s, const uint16_t* x, float* y) {
+  const __m256 vs = _mm256_set1_ps(s);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 xv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vs, xv, _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; ++i) y[i] += s * f16_to_f32(x[i]);
+}
+
+static void f32_to_f16v(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), h);
+  }
+  for (; i < n; ++i) y[i] = f32_to_f16(x[i]);
+}
+
+const VecOps& vec_ops_avx2() {
+  static const VecOps ops{dot_f16_f32, axpy_f16, f32_to_f16v};
+  return ops;
+}
+
+}  // namespace kvad::cpu

@@ -1,0 +1,42 @@
+#include "model/hparams.h"
+
+#include <cmath>
+
+#include "base/error.h"
+#include "io/gguf.h"
+
+namespace kvad {
+
+HParams read_hparams(const gguf::File& f) {
+  HParams hp;
+  hp.arch = f.get_string("general.architecture", "");
+  hp.name = f.get_string("general.name", "");
+  const std::string a = hp.arch + ".";
+  auto need = [&](const std::string& key) {
+    const int64_t v = f.get(a + key).as_int();
+    if (v <= 0) throw Error(f.path() + ": " + a + key + " must be positive, is " + std::to_string(v));
+    return v;
+  };
+  hp.n_ctx_train = f.get_int(a + "context_length", 2048);
+  hp.n_embd = need("embedding_length");
+  hp.n_layer = need("block_count");
+  hp.n_head = need("attention.head_count");
+  hp.n_head_kv = f.find(a + "attention.head_count_kv") ? need("attention.head_count_kv") : hp.n_head;
+  hp.n_ff = need("feed_forward_length");
+  hp.head_dim = f.find(a + "attention.key_length") ? need("attention.key_length") : hp.n_embd / hp.n_head;
+  hp.n_rot = f.find(a + "rope.dimension_count") ? need("rope.dimension_count") : hp.head_dim;
+  hp.norm_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
+  hp.rope_freq_base = static_cast<float>(f.get_float(a + "rope.freq_base", 10000.0));
+  const double factor = f.get_float(a + "rope.scaling.factor", 1.0);
+  const std::string scaling = f.get_string(a + "rope.scaling.type", "none");
+  if (scaling == "linear" && factor > 0) hp.rope_freq_scale = static_cast<float>(1.0 / factor);
+  if (hp.n_head % hp.n_head_kv != 0)
+    throw Error(f.path() + ": head_count " + std::to_string(hp.n_head) +
+                " is not a multiple of head_count_kv " + std::to_string(hp.n_head_kv));
+  if (hp.n_rot > hp.head_dim || hp.n_rot % 2)
+    throw Error(f.path() + ": rope.dimension_count " + std::to_string(hp.n_rot) + " does not fit head_dim " +
+                std::to_string(hp.head_dim));
+  return hp;
+}
+
+}  // namespace kvad

@@ -1,0 +1,85 @@
+// Model: an architecture's weights and forward pass, behind one interface.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace kvad {
+
+class ThreadPool;
+namespace gguf { class File; }
+
+/// Hyper-parameters read from GGUF keys (`{arch}.embedding_length`, ...).
+struct HParams {
+  std::string arch;          ///< general.architecture
+  std::string name;          ///< general.name
+  int64_t n_vocab = 0;       ///< rows of token_embd
+  int64_t n_ctx_train = 0;   ///< {arch}.context_length
+  int64_t n_embd = 0;        ///< {arch}.embedding_length
+  int64_t n_layer = 0;       ///< {arch}.block_count
+  int64_t n_head = 0;        ///< {arch}.attention.head_count
+  int64_t n_head_kv = 0;     ///< {arch}.attention.head_count_kv (default n_head)
+  int64_t head_dim = 0;      ///< {arch}.attention.key_length (default n_embd / n_head)
+  int64_t n_ff = 0;          ///< {arch}.feed_forward_length
+  int64_t n_rot = 0;         ///< {arch}.rope.dimension_count (default head_dim)
+  float norm_eps = 1e-5f;    ///< {arch}.attention.layer_norm_rms_epsilon
+  float rope_freq_base = 10000.0f;  ///< {arch}.rope.freq_base
+  float rope_freq_scale = 1.0f;     ///< 1 / {arch}.rope.scaling.factor (linear)
+  int64_t n_params = 0;      ///< total elements over all weights
+};
+
+/// Per-sequence state an architecture keeps between forward calls (a KV
+/// cache for attention; a recurrent state for others). Owned by a Session.
+class Cache {
+ public:
+  virtual ~Cache() = default;
+  virtual int32_t n_ctx() const = 0;  ///< positions per sequence
+  virtual int n_seq() const = 0;      ///< sequences held
+  /// Positions held for sequence `seq`.
+  virtual int32_t cached(int seq) const = 0;
+  /// Forgets positions >= n of `seq`; returns the position it landed on
+  /// (min(n, cached(seq)) for a KV cache; a recurrent state may land on 0).
+  virtual int32_t truncate(int seq, int32_t n) = 0;
+  /// Bytes of cache storage actually allocated.
+  virtual size_t bytes() const = 0;
+  /// Bytes stored per cached token (all layers), as stored.
+  virtual size_t bytes_per_token() const = 0;
+};
+
+/// Tokens to evaluate: token[i] at position pos[i] of sequence seq[i].
+/// Rows listed in `out` (indices into the batch, ascending) get logits.
+struct BatchView {
+  const int32_t* token = nullptr;
+  const int32_t* pos = nullptr;
+  const int32_t* seq = nullptr;
+  int64_t n = 0;
+  const int32_t* out = nullptr;
+  int64_t n_out = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  const HParams& hparams() const { return hp_; }
+  /// A fresh, empty cache for n_seq sequences of n_ctx positions each.
+  virtual std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq) const = 0;
+  /// Evaluates a batch. The caller (Session) has checked that every
+  /// sequence's positions continue from what the cache holds and fit in it.
+  /// logits: [b.n_out, n_vocab] f32.
+  virtual void forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits) = 0;
+  /// Bytes of weights as stored (in place in the mapped file where possible).
+  size_t weight_bytes() const { return weight_bytes_; }
+  /// The file the weights live in (kept open for the model's lifetime).
+  const gguf::File& file() const { return *file_; }
+
+ protected:
+  HParams hp_;
+  size_t weight_bytes_ = 0;
+  std::shared_ptr<const gguf::File> file_;
+};
+
+}  // namespace kvad
