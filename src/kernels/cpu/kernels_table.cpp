@@ -1,0 +1,97 @@
+// The CPU kernels rows of the format table (DESIGN.md seams 1 and 2): one
+// row per format, built on first use; the dispatched entries are the AVX2
+// versions when cpu_features().has_avx2_fma() (KVAD_NO_SIMD=1 turns it off),
+// the scalar references otherwise.
+#include <array>
+#include <string>
+
+#include "base/cpu_features.h"
+#include "base/error.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/quants.h"
+
+namespace kvad::cpu {
+
+namespace {
+
+constexpr size_t kMaxId = 64;
+
+struct Row {
+  DType type;
+  CpuKernels ref;   // to_float/from_float/vec_dot hold the references
+  CpuKernels simd;  // AVX2 entries; nullptr where the reference is used
+};
+
+#define KVAD_ROW(T, fmt, dot)                                                          \
+  Row{DType::T,                                                                        \
+      {quants::ref::to_float_##fmt, quants::ref::from_float_##fmt, dot(ref), nullptr, \
+       nullptr, nullptr},                                                              \
+      {quants::avx2::to_float_##fmt, quants::avx2::from_float_##fmt, dot(avx2), nullptr, \
+       nullptr, nullptr}}
+
+#define DOT_F32(ns) quants::ns::vec_dot_f32
+#define DOT_F16(ns) quants::ns::vec_dot_f16
+#define DOT_BF16(ns) quants::ns::vec_dot_bf16
+#define DOT_Q4_0(ns) quants::ns::vec_dot_q4_0_q8_0
+#define DOT_Q4_1(ns) quants::ns::vec_dot_q4_1_q8_1
+#define DOT_Q5_0(ns) quants::ns::vec_dot_q5_0_q8_0
+#define DOT_Q5_1(ns) quants::ns::vec_dot_q5_1_q8_1
+#define DOT_Q8_0(ns) quants::ns::vec_dot_q8_0_q8_0
+#define DOT_NONE(ns) nullptr
+
+struct Table {
+  std::array<CpuKernels, kMaxId> rows{};
+  std::array<bool, kMaxId> present{};
+};
+
+Table build() {
+  const Row rows[] = {
+      KVAD_ROW(F32, f32, DOT_F32),    KVAD_ROW(F16, f16, DOT_F16),
+      KVAD_ROW(BF16, bf16, DOT_BF16), KVAD_ROW(Q4_0, q4_0, DOT_Q4_0),
+      KVAD_ROW(Q4_1, q4_1, DOT_Q4_1), KVAD_ROW(Q5_0, q5_0, DOT_Q5_0),
+      KVAD_ROW(Q5_1, q5_1, DOT_Q5_1), KVAD_ROW(Q8_0, q8_0, DOT_Q8_0),
+      KVAD_ROW(Q8_1, q8_1, DOT_NONE),  // activation format only: no weight dot
+  };
+  const bool simd = cpu_features().has_avx2_fma();
+  Table t;
+  for (const Row& r : rows) {
+    CpuKernels k;
+    k.to_float_ref = r.ref.to_float;
+    k.from_float_ref = r.ref.from_float;
+    k.vec_dot_ref = r.ref.vec_dot;
+    k.to_float = simd && r.simd.to_float ? r.simd.to_float : r.ref.to_float;
+    k.from_float = simd && r.simd.from_float ? r.simd.from_float : r.ref.from_float;
+    k.vec_dot = simd && r.simd.vec_dot ? r.simd.vec_dot : r.ref.vec_dot;
+    const auto id = static_cast<uint32_t>(r.type);
+    t.rows[id] = k;
+    t.present[id] = true;
+  }
+  return t;
+}
+
+const Table& table() {
+  static const Table t = build();
+  return t;
+}
+
+}  // namespace
+
+const CpuKernels& cpu_kernels(DType t) {
+  const auto id = static_cast<uint32_t>(t);
+  const Table& tab = table();
+  if (id >= kMaxId || !tab.present[id]) {
+    const DTypeInfo* info = find_dtype(id);
+    throw Error(std::string("kvad has no CPU kernels for format ") +
+                (info ? info->name : ("#" + std::to_string(id)).c_str()));
+  }
+  return tab.rows[id];
+}
+
+bool has_cpu_kernels(DType t) {
+  const auto id = static_cast<uint32_t>(t);
+  if (id >= kMaxId || !table().present[id]) return false;
+  const CpuKernels& k = table().rows[id];
+  return k.to_float && k.vec_dot;
+}
+
+}  // namespace kvad::cpu
