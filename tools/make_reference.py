@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Make llama.cpp reference fixtures for kvad's tests (SmolLM2-135M).
+
+Usage:
+    python3 tools/make_reference.py [--model PATH] [--out PATH]
+
+Needs the PyPI package llama-cpp-python (llama.cpp's Python binding) and the
+model file (default: the kvad store, $KVAD_HOME/models/smollm2-135m.gguf, put
+there by scripts/setup). The tests read only the JSON this writes; they never
+need Python.
+
+For each raw prompt (no chat template, no BOS: the file's add_bos_token is
+false), it records:
+  prompt_ids   llama.tokenize(prompt, add_bos=False, special=False)
+  greedy_ids   32 tokens, each the argmax of the raw logits (no temperature,
+               no repetition penalty, no sampler), computed step by step: the
+               prompt is evaluated as one batch, then one token per eval
+  steps        steps[k] = top-10 [id, logit] of the logits that chose
+               greedy_ids[k]; steps[0] is therefore the last prompt position
+  text         detokenized greedy_ids (special tokens not rendered)
+For the first prompt it also records prefill_top10: the top-10 at EVERY prompt
+position of the batched prompt evaluation (to test batched prefill).
+
+Top-10 lists are sorted by logit descending, ties by id ascending. Logits are
+llama.cpp's float32 values, written exactly. The output is deterministic:
+rerunning gives the same file on the same llama.cpp build and CPU.
+"""
+import argparse
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+STORE_NAME = "smollm2-135m"
+N_GEN = 32
+TOP_K = 10
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time",
+    "The three primary colors are",
+    "1, 2, 3, 4,",
+    ("The water cycle describes how water moves between the oceans, the air "
+     "and the land. Heat from the sun makes water evaporate from lakes and "
+     "seas; the vapour rises, cools and condenses into clouds, and later falls "
+     "back to the ground as rain or snow. Rivers then carry"),
+    "Q: What is the boiling point of water in Celsius?\nA:",
+    "Héllo wörld!  Ça va? 東京 is big.\n\tcafé 2024",
+]
+
+
+def default_model():
+    home = os.environ.get("KVAD_HOME") or os.path.join(Path.home(), ".cache", "kvad")
+    return Path(home) / "models" / f"{STORE_NAME}.gguf"
+
+
+def expected_sha256():
+    for line in (ROOT / "scripts" / "models.tsv").read_text().splitlines():
+        f = line.split("\t")
+        if not line.startswith("#") and len(f) == 5 and f[0] == STORE_NAME:
+            return f[4].strip()
+    sys.exit(f"make_reference: {STORE_NAME} is not in scripts/models.tsv")
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def top10(row):
+    """[[id, logit] x10] of one logits row, by logit descending then id."""
+    row = np.asarray(row, dtype=np.float32)
+    ids = np.lexsort((np.arange(row.size), -row))[:TOP_K]
+    return [[int(i), float(row[i])] for i in ids]
+
+
+def _flat(x):
+    return not isinstance(x, (list, dict)) or (
+        isinstance(x, list) and all(not isinstance(y, (list, dict)) for y in x))
+
+
+def dumps(obj, ind=0):
+    """JSON with a list of scalars, or of lists of scalars, on one line."""
+    pad, pad1 = " " * ind, " " * (ind + 1)
+    if isinstance(obj, dict):
+        items = [f"{pad1}{json.dumps(k)}: {dumps(v, ind + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(obj, list) and not all(_flat(y) for y in obj):
+        return "[\n" + ",\n".join(pad1 + dumps(v, ind + 1) for v in obj) + "\n" + pad + "]"
+    return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
+
+
+def run_prompt(llm, text, with_prefill):
+    prompt_ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+    llm.reset()
+    llm.eval(prompt_ids)  # one batch: n_ctx = n_batch = 512
+    out = {"text_prompt": text, "prompt_ids": list(map(int, prompt_ids))}
+    if with_prefill:
+        out["prefill_top10"] = [top10(llm.scores[i]) for i in range(len(prompt_ids))]
+    greedy, steps = [], []
+    for _ in range(N_GEN):
+        logits = llm.scores[llm.n_tokens - 1]
+        steps.append(top10(logits))
+        tok = int(np.argmax(logits))
+        assert tok == steps[-1][0][0]
+        greedy.append(tok)
+        llm.eval([tok])
+    out["greedy_ids"] = greedy
+    out["steps"] = steps
+    out["text"] = llm.detokenize(greedy).decode("utf-8", errors="replace")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path, default=default_model())
+    ap.add_argument("--out", type=Path,
+                    default=ROOT / "tests" / "fixtures" / "reference" / f"{STORE_NAME}.json")
+    args = ap.parse_args()
+
+    import llama_cpp
+    from llama_cpp import Llama
+
+    sha = sha256_file(args.model)
+    if sha != expected_sha256():
+        sys.exit(f"make_reference: {args.model}: sha256 {sha} is not the one in scripts/models.tsv")
+
+    llm = Llama(model_path=str(args.model), n_ctx=512, logits_all=True, n_threads=2,
+                seed=0, verbose=False)
+    prompts = []
+    for i, text in enumerate(PROMPTS):
+        p = run_prompt(llm, text, with_prefill=(i == 0))
+        # Put "text" (the continuation) after the prompt fields for readability.
+        prompts.append({"text": text, "prompt_ids": p["prompt_ids"],
+                        "greedy_ids": p["greedy_ids"], "continuation": p["text"],
+                        **({"prefill_top10": p["prefill_top10"]} if "prefill_top10" in p else {}),
+                        "steps": p["steps"]})
+        print(f"[{i}] {len(p['prompt_ids'])} prompt tokens: {text[:40]!r} -> {p['text']!r}",
+              file=sys.stderr)
+
+    doc = {
+        "model": STORE_NAME,
+        "model_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "model_sha256": sha,
+        "llama_cpp_python_version": llama_cpp.__version__,
+        "made_by": "tools/make_reference.py",
+        "settings": {"n_ctx": 512, "n_threads": 2, "logits_all": True, "add_bos": False,
+                     "special": False, "n_gen": N_GEN, "top_k": TOP_K,
+                     "sampling": "greedy argmax of raw logits"},
+        "n_vocab": int(llm.n_vocab()),
+        "format": ("prompts[i]: text (the raw prompt), prompt_ids, greedy_ids (n_gen), "
+                   "continuation (detokenized greedy_ids), steps[k] = top_k [id, logit] "
+                   "of the logits that chose greedy_ids[k] (steps[0] is the last prompt "
+                   "position, from the batched prompt eval; later steps are one-token "
+                   "evals); prompts[0].prefill_top10[j] = top_k [id, logit] at prompt "
+                   "position j of the batched prompt eval"),
+        "prompts": prompts,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".json.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(dumps(doc) + "\n")
+    os.replace(tmp, args.out)
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
