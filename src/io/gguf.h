@@ -74,6 +74,8 @@ class Value {
   std::vector<int64_t> iarr_;   // signed integer arrays
   std::vector<double> farr_;    // float arrays
   size_t n_ = 0;                // array length
+  std::string file_;            // file it was read from ("" when built in memory)
+  uint64_t offset_ = 0;         // byte offset of the key/value pair in that file
 };
 
 /// A tensor's description and its bytes inside the mapped file.
