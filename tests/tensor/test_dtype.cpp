@@ -1,0 +1,128 @@
+// The data rows of the format table (tensor/dtype.h) and the CPU kernels rows.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "base/cpu_features.h"
+#include "base/error.h"
+#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/kernels.h"
+#include "tensor/dtype.h"
+
+using namespace kvad;
+
+namespace {
+const DType kAll[] = {DType::F32,  DType::F16,  DType::Q4_0, DType::Q4_1, DType::Q5_0,  DType::Q5_1,
+                      DType::Q8_0, DType::Q8_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,  DType::Q5_K,
+                      DType::Q6_K, DType::Q8_K, DType::IQ4_NL, DType::I8, DType::I16,   DType::I32,
+                      DType::I64,  DType::F64,  DType::BF16, DType::TQ1_0, DType::TQ2_0};
+}  // namespace
+
+TEST(DType, EveryEnumValueHasARow) {
+  std::set<std::string> names;
+  for (DType t : kAll) {
+    const DTypeInfo* i = find_dtype(static_cast<uint32_t>(t));
+    ASSERT_NE(i, nullptr) << static_cast<uint32_t>(t);
+    EXPECT_EQ(i->type, t);
+    EXPECT_EQ(&dtype_info(t), i);
+    EXPECT_GT(i->block_elems, 0);
+    EXPECT_GT(i->block_bytes, 0u);
+    EXPECT_TRUE(names.insert(i->name).second) << "duplicate name " << i->name;
+    // The activation format has a row and pairs with itself.
+    const DTypeInfo& a = dtype_info(i->vec_dot_type);
+    EXPECT_EQ(a.vec_dot_type, a.type) << i->name;
+    EXPECT_EQ(a.block_elems, i->block_elems) << i->name;
+  }
+  EXPECT_EQ(names.size(), std::size(kAll));
+}
+
+TEST(DType, GgmlGeometry) {
+  struct G { DType t; int64_t elems; size_t bytes; DType dot; bool quantized; };
+  const G g[] = {
+      {DType::F32, 1, 4, DType::F32, false},      {DType::F16, 1, 2, DType::F16, false},
+      {DType::BF16, 1, 2, DType::BF16, false},    {DType::Q4_0, 32, 18, DType::Q8_0, true},
+      {DType::Q4_1, 32, 20, DType::Q8_1, true},   {DType::Q5_0, 32, 22, DType::Q8_0, true},
+      {DType::Q5_1, 32, 24, DType::Q8_1, true},   {DType::Q8_0, 32, 34, DType::Q8_0, true},
+      {DType::Q8_1, 32, 36, DType::Q8_1, true},   {DType::Q2_K, 256, 84, DType::Q8_K, true},
+      {DType::Q3_K, 256, 110, DType::Q8_K, true}, {DType::Q4_K, 256, 144, DType::Q8_K, true},
+      {DType::Q5_K, 256, 176, DType::Q8_K, true}, {DType::Q6_K, 256, 210, DType::Q8_K, true},
+      {DType::Q8_K, 256, 292, DType::Q8_K, true}, {DType::IQ4_NL, 32, 18, DType::Q8_0, true},
+      {DType::I8, 1, 1, DType::I8, false},        {DType::I16, 1, 2, DType::I16, false},
+      {DType::I32, 1, 4, DType::I32, false},      {DType::I64, 1, 8, DType::I64, false},
+      {DType::F64, 1, 8, DType::F64, false},      {DType::TQ1_0, 256, 54, DType::Q8_K, true},
+      {DType::TQ2_0, 256, 66, DType::Q8_K, true},
+  };
+  for (const G& x : g) {
+    const DTypeInfo& i = dtype_info(x.t);
+    EXPECT_EQ(i.block_elems, x.elems) << i.name;
+    EXPECT_EQ(i.block_bytes, x.bytes) << i.name;
+    EXPECT_EQ(i.vec_dot_type, x.dot) << i.name;
+    EXPECT_EQ(i.quantized, x.quantized) << i.name;
+  }
+  EXPECT_EQ(dtype_info(DType::Q4_0).block_bytes, sizeof(cpu::block_q4_0));
+  EXPECT_EQ(dtype_info(DType::Q4_1).block_bytes, sizeof(cpu::block_q4_1));
+  EXPECT_EQ(dtype_info(DType::Q5_0).block_bytes, sizeof(cpu::block_q5_0));
+  EXPECT_EQ(dtype_info(DType::Q5_1).block_bytes, sizeof(cpu::block_q5_1));
+  EXPECT_EQ(dtype_info(DType::Q8_0).block_bytes, sizeof(cpu::block_q8_0));
+  EXPECT_EQ(dtype_info(DType::Q8_1).block_bytes, sizeof(cpu::block_q8_1));
+  EXPECT_EQ(row_bytes(DType::Q4_1, 576), 18u * 20u);
+  EXPECT_EQ(row_bytes(DType::F16, 7), 14u);
+}
+
+TEST(DType, Supported) {
+  for (DType t : kAll) {
+    const bool expect = t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q4_0 ||
+                        t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q8_0 ||
+                        t == DType::Q8_1;
+    EXPECT_EQ(dtype_info(t).supported, expect) << dtype_name(t);
+  }
+}
+
+TEST(DType, Lookup) {
+  EXPECT_EQ(find_dtype(4), nullptr);  // removed Q4_2
+  EXPECT_EQ(find_dtype(5), nullptr);
+  EXPECT_EQ(find_dtype(1000), nullptr);
+  EXPECT_EQ(find_dtype(0xFFFFFFFFu), nullptr);
+  EXPECT_STREQ(dtype_name(DType::Q4_K), "q4_K");
+  EXPECT_STREQ(dtype_name(DType::IQ4_NL), "iq4_nl");
+  ASSERT_NE(find_dtype_by_name("Q4_K"), nullptr);
+  EXPECT_EQ(find_dtype_by_name("Q4_K")->type, DType::Q4_K);
+  EXPECT_EQ(find_dtype_by_name("q4_k")->type, DType::Q4_K);
+  EXPECT_EQ(find_dtype_by_name("BF16")->type, DType::BF16);
+  EXPECT_EQ(find_dtype_by_name("q8_0")->type, DType::Q8_0);
+  EXPECT_EQ(find_dtype_by_name("q4"), nullptr);
+  EXPECT_EQ(find_dtype_by_name(""), nullptr);
+  EXPECT_EQ(find_dtype_by_name("q4_0x"), nullptr);
+  for (DType t : kAll) EXPECT_EQ(find_dtype_by_name(dtype_name(t))->type, t);
+}
+
+TEST(CpuKernels, Rows) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                  DType::Q5_1, DType::Q8_0}) {
+    EXPECT_TRUE(cpu::has_cpu_kernels(t)) << dtype_name(t);
+    const cpu::CpuKernels& k = cpu::cpu_kernels(t);
+    EXPECT_TRUE(k.to_float && k.from_float && k.vec_dot) << dtype_name(t);
+    EXPECT_TRUE(k.to_float_ref && k.from_float_ref && k.vec_dot_ref) << dtype_name(t);
+    // The activation format has a from_float to make the dot's right operand.
+    EXPECT_NE(cpu::cpu_kernels(dtype_info(t).vec_dot_type).from_float, nullptr);
+    if (!cpu_features().has_avx2_fma()) {
+      EXPECT_EQ(k.vec_dot, k.vec_dot_ref);
+      EXPECT_EQ(k.to_float, k.to_float_ref);
+    } else {
+      EXPECT_NE(k.vec_dot, k.vec_dot_ref) << dtype_name(t);
+    }
+  }
+  // Q8_1 is an activation format: conversions but no weight dot.
+  EXPECT_FALSE(cpu::has_cpu_kernels(DType::Q8_1));
+  EXPECT_NE(cpu::cpu_kernels(DType::Q8_1).from_float, nullptr);
+  EXPECT_EQ(cpu::cpu_kernels(DType::Q8_1).vec_dot, nullptr);
+  EXPECT_FALSE(cpu::has_cpu_kernels(DType::Q4_K));
+  try {
+    cpu::cpu_kernels(DType::Q4_K);
+    FAIL() << "expected kvad::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q4_K"), std::string::npos) << e.what();
+  }
+  std::printf("dispatch: %s\n", cpu_features().has_avx2_fma() ? "AVX2+FMA+F16C" : "scalar reference");
+}
