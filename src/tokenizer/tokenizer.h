@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace kvad {
@@ -31,8 +32,11 @@ class Tokenizer {
 
   /// Text -> token ids. `add_special`: add BOS/EOS as the file's
   /// `tokenizer.ggml.add_bos_token` / `add_eos_token` say. `parse_special`:
-  /// text equal to a CONTROL/USER_DEFINED token's text becomes that token;
-  /// otherwise such text is tokenized as plain text.
+  /// text equal to a CONTROL (or UNKNOWN) token's text becomes that token;
+  /// otherwise such text is tokenized as plain text. USER_DEFINED tokens
+  /// (added, non-special tokens) are always matched, as HF tokenizers and
+  /// llama.cpp do. Matching is longest token first (llama.cpp's
+  /// tokenizer_st_partition).
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special,
                                       bool parse_special) const = 0;
   /// The bytes one token stands for (BPE bytes decoded, SentencePiece U+2581
@@ -58,8 +62,33 @@ class Tokenizer {
   /// `tokenizer.ggml.model`, `tokenizer.ggml.pre`.
   const std::string& model() const { return model_; }
   const std::string& pre() const { return pre_; }
+  int32_t unk() const { return unk_; }   ///< -1 when none
+  int32_t eot() const { return eot_; }   ///< -1 when none
+  int32_t eom() const { return eom_; }   ///< -1 when none
+  /// `tokenizer.ggml.add_space_prefix` (SentencePiece: default true).
+  bool add_space_prefix() const { return add_space_prefix_; }
+  /// All end-of-generation ids (sorted).
+  const std::vector<int32_t>& eog_ids() const { return eog_; }
 
  protected:
+  /// Pieces of the input after special-token matching: a run of plain text
+  /// (`id` = -1, `text` set) or one matched special token (`id` >= 0).
+  struct Fragment {
+    int32_t id = -1;
+    std::string_view text;
+  };
+  std::vector<Fragment> split_special(std::string_view text, bool parse_special) const;
+
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> token_to_id_;
+  /// CONTROL / USER_DEFINED / UNKNOWN ids with non-empty text, longest text first.
+  std::vector<int32_t> special_ids_;
+  int32_t unk_ = -1, eot_ = -1, eom_ = -1;
+  bool add_space_prefix_ = false;
+
   std::vector<std::string> tokens_;
   std::vector<TokenType> types_;
   std::vector<int32_t> eog_;

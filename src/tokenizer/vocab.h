@@ -1,0 +1,34 @@
+// Internal: what the BPE and SentencePiece tokenizers share (reading the
+// vocabulary, special ids and flags from GGUF metadata). Not a public header.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "tokenizer/tokenizer.h"
+
+namespace kvad::tok {
+
+/// Defaults that differ by tokenizer model when a GGUF key is absent.
+struct VocabDefaults {
+  bool add_bos = false;
+  bool add_eos = false;
+  bool add_space_prefix = false;
+  int32_t bos = -1, eos = -1, unk = -1;
+};
+
+class Vocab : public Tokenizer {
+ protected:
+  /// Reads tokens, types, special ids and flags; builds the lookup tables.
+  /// Throws kvad::Error naming the file and key.
+  void load_vocab(const gguf::File& f, const VocabDefaults& d);
+  /// "<path>: " for error messages.
+  std::string where_;
+};
+
+/// Byte value of a "<0xXX>" token text; -1 when the text is not of that form.
+int parse_byte_token(std::string_view text);
+
+std::unique_ptr<Tokenizer> make_bpe(const gguf::File& f);
+std::unique_ptr<Tokenizer> make_spm(const gguf::File& f);
+
+}  // namespace kvad::tok
