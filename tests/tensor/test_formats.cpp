@@ -158,7 +158,9 @@ TEST(Formats, QuantizeRoundTripError) {
           const double rel = t == DType::F32 ? 0.0 : t == DType::F16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
           bound = rel * amax + (t == DType::F16 ? std::ldexp(1.0, -25) : 0.0);
         } else {
-          const float d = f16_to_f32(*reinterpret_cast<const uint16_t*>(&q[static_cast<size_t>(b / 32) * info.block_bytes]));
+          uint16_t d16;
+          std::memcpy(&d16, &q[static_cast<size_t>(b / 32) * info.block_bytes], 2);
+          const float d = f16_to_f32(d16);
           const double c = (t == DType::Q4_0 || t == DType::Q5_0) ? 1.0 : 0.5;
           // f16 scales below 2^-14 are subnormal: absolute rounding 2^-25, times q <= 128.
           bound = c * std::fabs(d) * (1 + 1e-6) + std::ldexp(static_cast<double>(amax), -9) + std::ldexp(1.0, -18);

@@ -34,5 +34,7 @@ KVAD_ALL_DOTS(KVAD_DOT_DECL)
 
 #undef KVAD_FORMAT_KERNELS
 #undef KVAD_DOT_DECL
+#undef KVAD_ALL_FORMATS
+#undef KVAD_ALL_DOTS
 
 }  // namespace kvad::cpu::quants

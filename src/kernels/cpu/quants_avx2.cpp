@@ -115,6 +115,16 @@ inline float quantize_32_q8(const float* x, int8_t* q, __m256i* isum) {
   return d;
 }
 
+// [dx*dy, mx*sy, ., .] of a (d, m) weight block and a (d, s) q8_1 block, with
+// one F16C conversion of the four scales.
+inline __m128 scales_dm(const void* xdm, const void* yds) {
+  uint32_t a, b;
+  std::memcpy(&a, xdm, 4);
+  std::memcpy(&b, yds, 4);
+  const __m128 v = _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>((uint64_t{b} << 32) | a)));
+  return _mm_mul_ps(v, _mm_movehl_ps(v, v));
+}
+
 }  // namespace
 
 // ---- f32 -------------------------------------------------------------------
@@ -310,27 +320,23 @@ float vec_dot_q4_1_q8_1(int64_t n, const void* vx, const void* vy) {
   const block_q8_1* y = static_cast<const block_q8_1*>(vy);
   const int64_t nb = n / QK8_1;
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  float summs = 0.0f;
+  __m128 accm = _mm_setzero_ps();  // lane 1: sum of m * s
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2) {
-    summs += fp16(x[i].m) * fp16(y[i].s) + fp16(x[i + 1].m) * fp16(y[i + 1].s);
-    const __m256i qx0 = nibbles_32(x[i].qs);
-    const __m256i qx1 = nibbles_32(x[i + 1].qs);
+    const __m128 s0 = scales_dm(&x[i].d, &y[i].d), s1 = scales_dm(&x[i + 1].d, &y[i + 1].d);
+    accm = _mm_add_ps(accm, _mm_add_ps(s0, s1));
     const __m256i qy0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
     const __m256i qy1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i + 1].qs));
-    const __m256 d0 = _mm256_set1_ps(fp16(x[i].d) * fp16(y[i].d));
-    const __m256 d1 = _mm256_set1_ps(fp16(x[i + 1].d) * fp16(y[i + 1].d));
-    acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(dot_us8(qx0, qy0)), acc0);
-    acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(dot_us8(qx1, qy1)), acc1);
+    acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(s0), _mm256_cvtepi32_ps(dot_us8(nibbles_32(x[i].qs), qy0)), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_broadcastss_ps(s1), _mm256_cvtepi32_ps(dot_us8(nibbles_32(x[i + 1].qs), qy1)), acc1);
   }
   for (; i < nb; ++i) {
-    summs += fp16(x[i].m) * fp16(y[i].s);
-    const __m256i qx = nibbles_32(x[i].qs);
+    const __m128 s0 = scales_dm(&x[i].d, &y[i].d);
+    accm = _mm_add_ps(accm, s0);
     const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
-    const __m256 d = _mm256_set1_ps(fp16(x[i].d) * fp16(y[i].d));
-    acc0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_us8(qx, qy)), acc0);
+    acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(s0), _mm256_cvtepi32_ps(dot_us8(nibbles_32(x[i].qs), qy)), acc0);
   }
-  return hsum(_mm256_add_ps(acc0, acc1)) + summs;
+  return hsum(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(accm));
 }
 
 // ---- q5_0 ------------------------------------------------------------------
@@ -414,24 +420,23 @@ float vec_dot_q5_1_q8_1(int64_t n, const void* vx, const void* vy) {
   const block_q8_1* y = static_cast<const block_q8_1*>(vy);
   const int64_t nb = n / QK8_1;
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  float summs = 0.0f;
+  __m128 accm = _mm_setzero_ps();  // lane 1: sum of m * s
   int64_t i = 0;
   for (; i + 2 <= nb; i += 2) {
-    summs += fp16(x[i].m) * fp16(y[i].s) + fp16(x[i + 1].m) * fp16(y[i + 1].s);
+    const __m128 s0 = scales_dm(&x[i].d, &y[i].d), s1 = scales_dm(&x[i + 1].d, &y[i + 1].d);
+    accm = _mm_add_ps(accm, _mm_add_ps(s0, s1));
     const __m256i qy0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
     const __m256i qy1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i + 1].qs));
-    const __m256 d0 = _mm256_set1_ps(fp16(x[i].d) * fp16(y[i].d));
-    const __m256 d1 = _mm256_set1_ps(fp16(x[i + 1].d) * fp16(y[i + 1].d));
-    acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(dot_us8(q5_1_unsigned(x[i]), qy0)), acc0);
-    acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(dot_us8(q5_1_unsigned(x[i + 1]), qy1)), acc1);
+    acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(s0), _mm256_cvtepi32_ps(dot_us8(q5_1_unsigned(x[i]), qy0)), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_broadcastss_ps(s1), _mm256_cvtepi32_ps(dot_us8(q5_1_unsigned(x[i + 1]), qy1)), acc1);
   }
   for (; i < nb; ++i) {
-    summs += fp16(x[i].m) * fp16(y[i].s);
+    const __m128 s0 = scales_dm(&x[i].d, &y[i].d);
+    accm = _mm_add_ps(accm, s0);
     const __m256i qy = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs));
-    const __m256 d = _mm256_set1_ps(fp16(x[i].d) * fp16(y[i].d));
-    acc0 = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_us8(q5_1_unsigned(x[i]), qy)), acc0);
+    acc0 = _mm256_fmadd_ps(_mm256_broadcastss_ps(s0), _mm256_cvtepi32_ps(dot_us8(q5_1_unsigned(x[i]), qy)), acc0);
   }
-  return hsum(_mm256_add_ps(acc0, acc1)) + summs;
+  return hsum(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(accm));
 }
 
 // ---- q8_0 ------------------------------------------------------------------
