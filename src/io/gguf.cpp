@@ -12,7 +12,7 @@
 #include <bit>
 #include <cstring>
 #include <limits>
-#include <numeric>
+#include <new>
 
 #include "base/mapped_file.h"
 
@@ -28,6 +28,16 @@ constexpr int kMaxArrayDepth = 16;
 constexpr size_t kMinKvBytes = 8 + 4 + 1;              // key length, type, 1-byte value
 constexpr size_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // name length, n_dims, ne[0], type, offset
 constexpr uint32_t kMaxDims = 4;                       // GGML_MAX_DIMS
+
+// kvad's own limits, far above any real file (the largest vocabularies have
+// ~260k tokens, real files < 200 metadata pairs). They keep a corrupt count in
+// a multi-GB model file from turning into a multi-GB allocation: numeric
+// arrays are stored widened to 8 bytes per element.
+constexpr uint64_t kMaxArrayElems = uint64_t{1} << 25;
+constexpr uint64_t kMaxKv = uint64_t{1} << 20;
+// Vectors are reserved up to this many entries and grow as entries are
+// actually read, so memory follows the bytes parsed, not the counts claimed.
+constexpr size_t kMaxReserve = size_t{1} << 16;
 
 bool valid_type(uint32_t t) { return t <= static_cast<uint32_t>(ValueType::FLOAT64); }
 
@@ -171,6 +181,9 @@ std::pair<ValueType, uint64_t> read_array_header(Cursor& c, const std::string& c
     c.fail(count_at, ctx,
            "array of " + std::to_string(n) + " " + value_type_name(t) + " elements cannot fit in the " +
                std::to_string(c.remaining()) + " bytes left in the file");
+  if (n > kMaxArrayElems)
+    c.fail(count_at, ctx, "array of " + std::to_string(n) + " elements exceeds kvad's limit of " +
+                              std::to_string(kMaxArrayElems));
   return {t, n};
 }
 
@@ -223,7 +236,7 @@ void read_array(Cursor& c, Value& v, const std::string& ctx) {
       v.farr_[k] = t == ValueType::FLOAT32 ? std::bit_cast<float>(c.u32(ctx, "array element"))
                                            : std::bit_cast<double>(c.u64(ctx, "array element"));
   } else if (t == ValueType::STRING) {
-    v.strs_.reserve(count);
+    v.strs_.reserve(std::min(count, kMaxReserve));
     for (size_t k = 0; k < count; ++k) v.strs_.push_back(c.str(ctx, "string array element"));
   } else {  // ARRAY of arrays: validated and skipped
     for (size_t k = 0; k < count; ++k) skip_array(c, ctx, 2);
@@ -373,6 +386,14 @@ std::unique_ptr<File> File::open(const std::string& path) {
 }
 
 std::unique_ptr<File> File::parse(const uint8_t* data, size_t size, const std::string& name) {
+  try {
+    return parse_impl(data, size, name);
+  } catch (const std::bad_alloc&) {
+    throw GGUFError(name + ": out of memory while reading the metadata and tensor infos");
+  }
+}
+
+std::unique_ptr<File> File::parse_impl(const uint8_t* data, size_t size, const std::string& name) {
   std::unique_ptr<File> f(new File());
   f->name_ = name;
   f->data_ = data;
@@ -411,8 +432,12 @@ std::unique_ptr<File> File::parse(const uint8_t* data, size_t size, const std::s
     c.fail(tc_at, hdr, "tensor count " + std::to_string(n_tensors) + " cannot fit in the " +
                            std::to_string(c.remaining()) + " bytes left in the file");
 
-  // Metadata. n_kv is bounded by the file size (13 bytes per pair at least).
-  f->kv_.reserve(static_cast<size_t>(n_kv));
+  if (n_kv > kMaxKv)
+    c.fail(kc_at, hdr, "metadata count " + std::to_string(n_kv) + " exceeds kvad's limit of " +
+                           std::to_string(kMaxKv));
+
+  // Metadata.
+  f->kv_.reserve(std::min(static_cast<size_t>(n_kv), kMaxReserve));
   for (uint64_t i = 0; i < n_kv; ++i) {
     size_t kv_at = c.pos();
     std::string key = c.str("metadata pair #" + std::to_string(i), "key");
@@ -451,7 +476,7 @@ std::unique_ptr<File> File::parse(const uint8_t* data, size_t size, const std::s
   // tensor info (naming it), and each info consumes at least 32 bytes, so the
   // vectors never grow beyond the file's size.
   const size_t nt = static_cast<size_t>(n_tensors);
-  const size_t reserve = std::min(nt, c.remaining() / kMinTensorInfoBytes);
+  const size_t reserve = std::min({nt, c.remaining() / kMinTensorInfoBytes, kMaxReserve});
   f->tensors_.reserve(reserve);
   std::vector<size_t> info_at;
   info_at.reserve(reserve);

@@ -94,7 +94,9 @@ class File {
   /// Maps and parses a file. Throws GGUFError (message starts with the path).
   static std::unique_ptr<File> open(const std::string& path);
   /// Parses bytes held by the caller (which must outlive the File): for
-  /// fuzzing and tests. `name` is used in error messages.
+  /// fuzzing and tests. `name` is used in error messages. Throws GGUFError
+  /// ("<name>: <key or tensor>: <problem> at offset <byte>") on any malformed
+  /// input; memory use follows the bytes parsed, never the counts claimed.
   static std::unique_ptr<File> parse(const uint8_t* data, size_t size, const std::string& name);
 
   ~File();
@@ -129,6 +131,7 @@ class File {
 
  private:
   File() = default;
+  static std::unique_ptr<File> parse_impl(const uint8_t* data, size_t size, const std::string& name);
   std::string name_;
   std::unique_ptr<MappedFile> map_;
   const uint8_t* data_ = nullptr;

@@ -389,6 +389,28 @@ TEST(GGUFCorrupt, AbsurdArrayCount) {
   expect_error(c, {"key 'short'", "array of 3 UINT32 elements", "cannot fit", at(r.layout().kv[0] + 8 + 5 + 4 + 4)});
 }
 
+TEST(GGUFCorrupt, KvadLimits) {
+  // Counts that the file's bytes could hold but that no real file comes near.
+  Bytes b = {'G', 'G', 'U', 'F', 3, 0, 0, 0};
+  auto u32 = [&](uint32_t v) { for (int k = 0; k < 4; ++k) b.push_back(static_cast<uint8_t>(v >> (8 * k))); };
+  auto u64 = [&](uint64_t v) { for (int k = 0; k < 8; ++k) b.push_back(static_cast<uint8_t>(v >> (8 * k))); };
+  u64(0);
+  u64(1);
+  u64(1);
+  b.push_back('a');
+  u32(9);  // ARRAY
+  u32(0);  // of UINT8
+  const size_t count_at = b.size();
+  u64((uint64_t{1} << 25) + 1);
+  b.resize(b.size() + (size_t{1} << 25) + 1, 0);
+  expect_error(b, {"key 'a'", "exceeds kvad's limit", at(count_at)});
+  Bytes k(24 + 14 * ((size_t{1} << 20) + 1), 0);
+  std::memcpy(k.data(), "GGUF", 4);
+  put_u32(k, 4, 3);
+  put_u64(k, 16, (uint64_t{1} << 20) + 1);
+  expect_error(k, {"header", "metadata count", "exceeds kvad's limit", at(16)});
+}
+
 TEST(GGUFCorrupt, UnknownValueTypes) {
   Writer w = small_writer();
   Writer::Layout l = w.layout();
