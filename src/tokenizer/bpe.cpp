@@ -5,7 +5,8 @@
 // leftmost pair among equal ranks; a piece that is not a vocabulary token
 // falls back to its bytes' tokens).
 //
-// Text -> special-token fragments -> pre-tokenizer pieces (regexes named by
+// Text -> special-token fragments -> invalid UTF-8 replaced by U+FFFD ->
+// pre-tokenizer pieces (regexes named by
 // `tokenizer.ggml.pre`) -> each piece's bytes mapped to GPT-2's printable
 // code points, one symbol per byte -> merges -> token ids.
 #include <algorithm>
@@ -148,8 +149,37 @@ class BpeTokenizer final : public Vocab {
     return e->second;
   }
 
+  // The text as code points, written back as UTF-8: a byte that starts no
+  // valid sequence becomes U+FFFD and an overlong sequence its shortest form
+  // (llama.cpp's unicode_cpts_from_utf8 and re-encoding do the same; HF
+  // tokenizers only ever see valid text). Returns false when nothing changed.
+  static bool sanitize(std::string_view text, std::string& out) {
+    size_t i = 0;
+    while (i < text.size() && static_cast<uint8_t>(text[i]) < 0x80) ++i;  // ASCII prefix
+    bool changed = false;
+    std::string enc;
+    for (size_t k = i; k < text.size();) {
+      const size_t start = k;
+      const uint32_t cp = utf8::decode(text, k);
+      if (k - start == 1 && cp < 0x80) {
+        if (changed) out += static_cast<char>(cp);
+        continue;
+      }
+      enc.clear();
+      utf8::append(enc, cp);
+      if (!changed && enc != text.substr(start, k - start)) {
+        out.assign(text.substr(0, start));
+        changed = true;
+      }
+      if (changed) out += enc;
+    }
+    return changed;
+  }
+
   void encode_text(std::string_view text, std::vector<int32_t>& out) const {
     thread_local std::vector<std::pair<size_t, size_t>> words;
+    thread_local std::string clean;
+    if (sanitize(text, clean)) text = clean;
     splitter_.split(text, words);
     for (const auto& [b, e] : words) encode_word(text.substr(b, e - b), out);
   }

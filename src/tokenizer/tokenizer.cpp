@@ -108,7 +108,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
 
 bool Tokenizer::is_eog(int32_t id) const { return std::binary_search(eog_.begin(), eog_.end(), id); }
 
-TokenType Tokenizer::token_type(int32_t id) const { return types_.at(id); }
+TokenType Tokenizer::token_type(int32_t id) const {
+  if (id < 0 || id >= n_vocab())
+    throw Error("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(n_vocab()) + " tokens)");
+  return types_[id];
+}
 
 std::optional<int32_t> Tokenizer::find_token(std::string_view text) const {
   auto it = token_to_id_.find(text);
