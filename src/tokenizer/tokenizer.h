@@ -4,7 +4,10 @@
 // unicode map and merge ranks from `tokenizer.ggml.merges`) with the
 // pre-tokenizer regexes named by `tokenizer.ggml.pre`; and SentencePiece
 // (`tokenizer.ggml.model = "llama"`: scores, U+2581 word boundary, byte
-// fallback tokens <0xXX>).
+// fallback tokens <0xXX>). Reference: llama.cpp's llama-vocab.cpp, whose
+// results kvad matches (tests/tokenizer). Implementation: bpe.cpp, spm.cpp,
+// pretokenizer.cpp (PCRE2), tokenizer.cpp. encode() and decode() are
+// thread-safe.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -40,8 +43,10 @@ class Tokenizer {
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special,
                                       bool parse_special) const = 0;
   /// The bytes one token stands for (BPE bytes decoded, SentencePiece U+2581
-  /// as space, <0xXX> as the byte). Control tokens decode to "" unless
-  /// `special` is true, in which case their text is returned.
+  /// as space, <0xXX> as the byte). Control (and UNKNOWN) tokens decode to ""
+  /// unless `special` is true, in which case their text is returned;
+  /// USER_DEFINED tokens decode to their text; UNUSED/UNDEFINED to "".
+  /// Throws kvad::Error for an id outside [0, n_vocab).
   virtual std::string token_to_piece(int32_t id, bool special = false) const = 0;
   /// Concatenated pieces; SentencePiece drops the one leading space that its
   /// encoder adds (as HF's decode does).
@@ -100,6 +105,8 @@ class Tokenizer {
 /// Turns a stream of token ids into text that never ends inside a UTF-8
 /// sequence: push() returns the bytes that are complete so far, holding back
 /// a partial multi-byte character until the token that completes it.
+/// Pieces are token_to_piece() as they are: unlike decode(), a SentencePiece
+/// word's leading space is kept (generated text continues a prompt).
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tok, bool special = false) : tok_(tok), special_(special) {}
