@@ -51,6 +51,14 @@ PROMPTS = [
      "back to the ground as rain or snow. Rivers then carry"),
     "Q: What is the boiling point of water in Celsius?\nA:",
     "Héllo wörld!  Ça va? 東京 is big.\n\tcafé 2024",
+    "The quick brown fox jumps over the lazy dog. The quick brown fox",
+    "import numpy as np\nimport matplotlib.pyplot as plt\n\nx = np.linspace(0, 10, 100)\n",
+    "<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n",
+    "Monday, Tuesday, Wednesday,",
+    "The theory of relativity was developed by",
+    "In computer science, a linked list is",
+    "Water is made of hydrogen and",
+    "SELECT name, age FROM users WHERE",
 ]
 
 
