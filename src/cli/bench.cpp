@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "base/thread_pool.h"
 #include "cli/commands.h"
 #include "cli/loaded_model.h"
 #include "cli/model_store.h"
