@@ -24,7 +24,7 @@ std::string slurp(const std::string& p) {
 }
 
 // Runs `kvad ARGS` through the shell with stdin from `input`.
-Out kvad(const std::string& args, const std::string& input = "") {
+Out run_kvad(const std::string& args, const std::string& input = "") {
   const std::string dir = ::testing::TempDir();
   const std::string in = dir + "/kvad_in", o = dir + "/kvad_out", e = dir + "/kvad_err";
   std::ofstream(in, std::ios::binary) << input;
@@ -46,7 +46,7 @@ bool one_error_line(const std::string& err) {
 }  // namespace
 
 TEST(Cli, MissingModelFileIsOneLineError) {
-  Out r = kvad("run --model /nonexistent/model.gguf --prompt hi");
+  Out r = run_kvad("run --model /nonexistent/model.gguf --prompt hi");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(one_error_line(r.err)) << r.err;
   EXPECT_NE(r.err.find("/nonexistent/model.gguf"), std::string::npos) << r.err;
@@ -55,7 +55,7 @@ TEST(Cli, MissingModelFileIsOneLineError) {
 TEST(Cli, NotAGgufIsOneLineError) {
   const std::string p = ::testing::TempDir() + "/not_a_model.gguf";
   std::ofstream(p) << "this is not a gguf file at all";
-  Out r = kvad("run --model " + p + " --prompt hi");
+  Out r = run_kvad("run --model " + p + " --prompt hi");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(one_error_line(r.err)) << r.err;
   EXPECT_NE(r.err.find("magic"), std::string::npos) << r.err;
@@ -63,7 +63,7 @@ TEST(Cli, NotAGgufIsOneLineError) {
 
 TEST(Cli, UnsupportedArchitectureNamesSupportedOnes) {
   // A real vocab-only GGUF whose general.architecture is not a llama.
-  Out r = kvad("run --model " + kPeer + "/ggml-vocab-gpt-2.gguf --prompt hi");
+  Out r = run_kvad("run --model " + kPeer + "/ggml-vocab-gpt-2.gguf --prompt hi");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(one_error_line(r.err)) << r.err;
   EXPECT_NE(r.err.find("not supported"), std::string::npos) << r.err;
@@ -71,10 +71,10 @@ TEST(Cli, UnsupportedArchitectureNamesSupportedOnes) {
 }
 
 TEST(Cli, TokenizeVocabOnlyFile) {
-  Out r = kvad("tokenize --model " + kPeer + "/ggml-vocab-gpt-2.gguf", "Hello world");
+  Out r = run_kvad("tokenize --model " + kPeer + "/ggml-vocab-gpt-2.gguf", "Hello world");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "15496 995\n");
-  Out d = kvad("tokenize --detokenize --model " + kPeer + "/ggml-vocab-gpt-2.gguf", "15496 995");
+  Out d = run_kvad("tokenize --detokenize --model " + kPeer + "/ggml-vocab-gpt-2.gguf", "15496 995");
   EXPECT_EQ(d.status, 0) << d.err;
   EXPECT_EQ(d.out.substr(0, 11), "Hello world");
 }
@@ -89,7 +89,7 @@ class CliWithModel : public ::testing::Test {
 };
 
 TEST_F(CliWithModel, CapitalOfFranceIsParis) {
-  Out r = kvad("run --model " + model_ + " --prompt \"The capital of France is\" -n 8 --temp 0 --raw -t 2");
+  Out r = run_kvad("run --model " + model_ + " --prompt \"The capital of France is\" -n 8 --temp 0 --raw -t 2");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("Paris"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("decode"), std::string::npos) << r.err;  // the stats line
@@ -98,27 +98,27 @@ TEST_F(CliWithModel, CapitalOfFranceIsParis) {
 
 TEST_F(CliWithModel, DefaultModelFromStoreAnswersChatPrompt) {
   // No --model: the store's default; the prompt goes through the chat template.
-  Out r = kvad("run --prompt \"What is the capital of France?\" -n 24 --temp 0 -t 2");
+  Out r = run_kvad("run --prompt \"What is the capital of France?\" -n 24 --temp 0 -t 2");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("Paris"), std::string::npos) << r.out;
 }
 
 TEST_F(CliWithModel, SameSeedSameText) {
   const std::string args = "run --model " + model_ + " --prompt \"Tell me a story\" -n 16 --temp 1.0 --seed 7 -t 2";
-  Out a = kvad(args), b = kvad(args);
+  Out a = run_kvad(args), b = run_kvad(args);
   EXPECT_EQ(a.status, 0) << a.err;
   EXPECT_EQ(a.out, b.out);
 }
 
 TEST_F(CliWithModel, PromptLongerThanContextIsOneLineError) {
-  Out r = kvad("run --model " + model_ + " --raw --ctx-size 8 --prompt \"one two three four five six seven eight nine ten\"");
+  Out r = run_kvad("run --model " + model_ + " --raw --ctx-size 8 --prompt \"one two three four five six seven eight nine ten\"");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(one_error_line(r.err)) << r.err;
   EXPECT_NE(r.err.find("context"), std::string::npos) << r.err;
 }
 
 TEST_F(CliWithModel, BenchJsonHasLlamaBenchFields) {
-  Out r = kvad("bench --model " + model_ + " -p 16 -n 4 -r 2 -t 2 --json");
+  Out r = run_kvad("bench --model " + model_ + " -p 16 -n 4 -r 2 -t 2 --json");
   EXPECT_EQ(r.status, 0) << r.err;
   for (const char* f : {"\"model_filename\"", "\"n_prompt\"", "\"n_gen\"", "\"n_threads\"", "\"avg_ts\"",
                         "\"stddev_ts\""})
