@@ -112,7 +112,9 @@ TEST(Reference, GreedyContinuationsMatchLlamaCpp) {
         worst = std::max(worst, d);
         EXPECT_LE(d, kLogitTol) << "step " << k;
         const double margin = steps[k][0][1].get<double>() - steps[k][1][1].get<double>();
-        if (margin >= kMargin) EXPECT_EQ(argmax(logits.data(), nv), greedy[k]) << "step " << k;
+        if (margin >= kMargin) {
+          EXPECT_EQ(argmax(logits.data(), nv), greedy[k]) << "step " << k;
+        }
         b.clear();
         b.add(greedy[k], s.cached(0), 0, true);
         logits = s.forward(b);
@@ -156,8 +158,9 @@ TEST(Reference, BatchedPrefillLogitsMatchEveryPosition) {
   double worst = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     const float* l = logits.data() + i * nv;
-    if (per_pos[i][0][1].get<double>() - per_pos[i][1][1].get<double>() >= kMargin)
+    if (per_pos[i][0][1].get<double>() - per_pos[i][1][1].get<double>() >= kMargin) {
       EXPECT_EQ(argmax(l, nv), per_pos[i][0][0].get<int>()) << "position " << i;
+    }
     worst = std::max(worst, max_diff(l, per_pos[i]));
   }
   EXPECT_LE(worst, kLogitTol);
