@@ -66,16 +66,29 @@ TEST(DType, GgmlGeometry) {
   EXPECT_EQ(dtype_info(DType::Q5_1).block_bytes, sizeof(cpu::block_q5_1));
   EXPECT_EQ(dtype_info(DType::Q8_0).block_bytes, sizeof(cpu::block_q8_0));
   EXPECT_EQ(dtype_info(DType::Q8_1).block_bytes, sizeof(cpu::block_q8_1));
+  EXPECT_EQ(dtype_info(DType::Q2_K).block_bytes, sizeof(cpu::block_q2_K));
+  EXPECT_EQ(dtype_info(DType::Q3_K).block_bytes, sizeof(cpu::block_q3_K));
+  EXPECT_EQ(dtype_info(DType::Q4_K).block_bytes, sizeof(cpu::block_q4_K));
+  EXPECT_EQ(dtype_info(DType::Q5_K).block_bytes, sizeof(cpu::block_q5_K));
+  EXPECT_EQ(dtype_info(DType::Q6_K).block_bytes, sizeof(cpu::block_q6_K));
+  EXPECT_EQ(dtype_info(DType::Q8_K).block_bytes, sizeof(cpu::block_q8_K));
+  EXPECT_EQ(dtype_info(DType::IQ4_NL).block_bytes, sizeof(cpu::block_iq4_nl));
+  EXPECT_EQ(dtype_info(DType::TQ1_0).block_bytes, sizeof(cpu::block_tq1_0));
+  EXPECT_EQ(dtype_info(DType::TQ2_0).block_bytes, sizeof(cpu::block_tq2_0));
   EXPECT_EQ(row_bytes(DType::Q4_1, 576), 18u * 20u);
   EXPECT_EQ(row_bytes(DType::F16, 7), 14u);
 }
 
 TEST(DType, Supported) {
   for (DType t : kAll) {
-    const bool expect = t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q4_0 ||
-                        t == DType::Q4_1 || t == DType::Q5_0 || t == DType::Q5_1 || t == DType::Q8_0 ||
-                        t == DType::Q8_1;
+    // Everything but the plain integer and f64 types.
+    const bool expect = !(t == DType::I8 || t == DType::I16 || t == DType::I32 || t == DType::I64 ||
+                          t == DType::F64);
     EXPECT_EQ(dtype_info(t).supported, expect) << dtype_name(t);
+    // A supported format has a CPU kernels row.
+    if (expect) {
+      EXPECT_NO_THROW(cpu::cpu_kernels(t)) << dtype_name(t);
+    }
   }
 }
 
@@ -99,7 +112,8 @@ TEST(DType, Lookup) {
 
 TEST(CpuKernels, Rows) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                  DType::Q5_1, DType::Q8_0}) {
+                  DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
+                  DType::Q6_K, DType::IQ4_NL, DType::TQ1_0, DType::TQ2_0}) {
     EXPECT_TRUE(cpu::has_cpu_kernels(t)) << dtype_name(t);
     const cpu::CpuKernels& k = cpu::cpu_kernels(t);
     EXPECT_TRUE(k.to_float && k.from_float && k.vec_dot) << dtype_name(t);
@@ -117,12 +131,17 @@ TEST(CpuKernels, Rows) {
   EXPECT_FALSE(cpu::has_cpu_kernels(DType::Q8_1));
   EXPECT_NE(cpu::cpu_kernels(DType::Q8_1).from_float, nullptr);
   EXPECT_EQ(cpu::cpu_kernels(DType::Q8_1).vec_dot, nullptr);
-  EXPECT_FALSE(cpu::has_cpu_kernels(DType::Q4_K));
+  // So is Q8_K (the K-quants' and TQ's).
+  EXPECT_FALSE(cpu::has_cpu_kernels(DType::Q8_K));
+  EXPECT_NE(cpu::cpu_kernels(DType::Q8_K).from_float, nullptr);
+  EXPECT_NE(cpu::cpu_kernels(DType::Q8_K).to_float, nullptr);
+  EXPECT_EQ(cpu::cpu_kernels(DType::Q8_K).vec_dot, nullptr);
+  EXPECT_FALSE(cpu::has_cpu_kernels(DType::I32));
   try {
-    cpu::cpu_kernels(DType::Q4_K);
+    cpu::cpu_kernels(DType::I32);
     FAIL() << "expected kvad::Error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("q4_K"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("i32"), std::string::npos) << e.what();
   }
   std::printf("dispatch: %s\n", cpu_features().has_avx2_fma() ? "AVX2+FMA+F16C" : "scalar reference");
 }

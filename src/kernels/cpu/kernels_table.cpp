@@ -39,6 +39,18 @@ struct Row {
 #define DOT_Q8_0(ns) quants::ns::vec_dot_q8_0_q8_0
 #define DOT_NONE(ns) nullptr
 
+// Rows whose AVX2 side covers only some entries (the rest use the reference).
+CpuKernels entries(ToFloatFn to_float, FromFloatFn from_float, VecDotFn vec_dot) {
+  CpuKernels k;
+  k.to_float = to_float;
+  k.from_float = from_float;
+  k.vec_dot = vec_dot;
+  return k;
+}
+
+#define KVAD_REF(fmt, dot) \
+  entries(quants::ref::to_float_##fmt, quants::ref::from_float_##fmt, quants::ref::vec_dot_##dot)
+
 struct Table {
   std::array<CpuKernels, kMaxId> rows{};
   std::array<bool, kMaxId> present{};
@@ -51,6 +63,21 @@ Table build() {
       KVAD_ROW(Q4_1, q4_1, DOT_Q4_1), KVAD_ROW(Q5_0, q5_0, DOT_Q5_0),
       KVAD_ROW(Q5_1, q5_1, DOT_Q5_1), KVAD_ROW(Q8_0, q8_0, DOT_Q8_0),
       KVAD_ROW(Q8_1, q8_1, DOT_NONE),  // activation format only: no weight dot
+      // K-quants: AVX2 dots; AVX2 to_float for the embedding-table formats.
+      Row{DType::Q2_K, KVAD_REF(q2_K, q2_K_q8_K), entries(nullptr, nullptr, quants::avx2::vec_dot_q2_K_q8_K)},
+      Row{DType::Q3_K, KVAD_REF(q3_K, q3_K_q8_K), entries(nullptr, nullptr, quants::avx2::vec_dot_q3_K_q8_K)},
+      Row{DType::Q4_K, KVAD_REF(q4_K, q4_K_q8_K),
+          entries(quants::avx2::to_float_q4_K, nullptr, quants::avx2::vec_dot_q4_K_q8_K)},
+      Row{DType::Q5_K, KVAD_REF(q5_K, q5_K_q8_K), entries(nullptr, nullptr, quants::avx2::vec_dot_q5_K_q8_K)},
+      Row{DType::Q6_K, KVAD_REF(q6_K, q6_K_q8_K),
+          entries(quants::avx2::to_float_q6_K, nullptr, quants::avx2::vec_dot_q6_K_q8_K)},
+      // Q8_K: the K-quants' and TQ's activation format (no weight dot).
+      Row{DType::Q8_K,
+          entries(quants::ref::to_float_q8_K, quants::ref::from_float_q8_K, nullptr),
+          entries(quants::avx2::to_float_q8_K, quants::avx2::from_float_q8_K, nullptr)},
+      Row{DType::IQ4_NL, KVAD_REF(iq4_nl, iq4_nl_q8_0), entries(nullptr, nullptr, quants::avx2::vec_dot_iq4_nl_q8_0)},
+      Row{DType::TQ1_0, KVAD_REF(tq1_0, tq1_0_q8_K), entries(nullptr, nullptr, quants::avx2::vec_dot_tq1_0_q8_K)},
+      Row{DType::TQ2_0, KVAD_REF(tq2_0, tq2_0_q8_K), entries(nullptr, nullptr, quants::avx2::vec_dot_tq2_0_q8_K)},
   };
   const bool simd = cpu_features().has_avx2_fma();
   Table t;
