@@ -37,7 +37,7 @@ Out run_kvad(const std::string& args, const std::string& input = "") {
   return r;
 }
 
-const std::string kPeer = std::string(KVAD_SOURCE_DIR) + "/../shared/peer-data/tokenizer";
+const std::string kPeer = std::string(KVAD_PEER_DATA) + "/tokenizer";
 
 bool one_error_line(const std::string& err) {
   return err.rfind("kvad: error: ", 0) == 0 && err.find('\n') == err.size() - 1;

@@ -826,7 +826,7 @@ TEST(GGUFReal, SmolLM2) {
 }
 
 TEST(GGUFReal, PeerVocabFiles) {
-  fs::path dir = fs::path(KVAD_SOURCE_DIR) / ".." / "shared" / "peer-data" / "tokenizer";
+  fs::path dir = fs::path(KVAD_PEER_DATA) / "tokenizer";
   if (!fs::exists(dir)) GTEST_SKIP() << "no vocab files at " << dir;
   size_t n = 0;
   for (const auto& e : fs::directory_iterator(dir)) {

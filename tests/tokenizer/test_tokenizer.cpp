@@ -25,7 +25,7 @@ using kvad::Tokenizer;
 
 namespace {
 
-const std::string kPeerDir = std::string(KVAD_SOURCE_DIR) + "/../shared/peer-data/tokenizer";
+const std::string kPeerDir = std::string(KVAD_PEER_DATA) + "/tokenizer";
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -95,7 +95,7 @@ class VocabSuite : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(VocabSuite, MatchesReference) {
   const std::string base = kPeerDir + "/ggml-vocab-" + GetParam() + ".gguf";
-  if (!fs::exists(base)) GTEST_SKIP() << "peer data missing: " << base;
+  if (!fs::exists(base)) FAIL() << "peer data missing: " << base << " (configure with -DKVAD_PEER_DATA=...)";
   Loaded l = load_suite(GetParam());
   std::vector<std::string> inputs = split(read_file(base + ".inp"), "\n__ggml_vocab_test__\n");
   std::vector<std::string> outputs = split(read_file(base + ".out"), "\n");
@@ -122,7 +122,7 @@ TEST_P(VocabSuite, MatchesReference) {
 
 TEST_P(VocabSuite, DecodeRoundTrips) {
   const std::string base = kPeerDir + "/ggml-vocab-" + GetParam() + ".gguf";
-  if (!fs::exists(base)) GTEST_SKIP() << "peer data missing: " << base;
+  if (!fs::exists(base)) FAIL() << "peer data missing: " << base << " (configure with -DKVAD_PEER_DATA=...)";
   Loaded l = load_suite(GetParam());
   std::vector<std::string> inputs = split(read_file(base + ".inp"), "\n__ggml_vocab_test__\n");
   inputs.pop_back();
@@ -135,7 +135,7 @@ TEST_P(VocabSuite, DecodeRoundTrips) {
 
 TEST_P(VocabSuite, StreamDecoderNeverSplitsCharacters) {
   const std::string base = kPeerDir + "/ggml-vocab-" + GetParam() + ".gguf";
-  if (!fs::exists(base)) GTEST_SKIP() << "peer data missing: " << base;
+  if (!fs::exists(base)) FAIL() << "peer data missing: " << base << " (configure with -DKVAD_PEER_DATA=...)";
   Loaded l = load_suite(GetParam());
   std::vector<std::string> inputs = split(read_file(base + ".inp"), "\n__ggml_vocab_test__\n");
   inputs.pop_back();
