@@ -3,7 +3,9 @@
 //   BM_matvec/<fmt>/<simd>/<k>    rows x k weights times one activation row, the
 //                                 decode-step shape (rows = 1536 for k = 576 and
 //                                 576 for k = 1536, SmolLM2-135M's MLP); bytes/s
-//                                 counts the weight bytes read
+//                                 counts the weight bytes read. Sizes that are
+//                                 not whole blocks (576 for the 256-element
+//                                 K-quants and TQ) are skipped.
 //   BM_from_float/<fmt>/<simd>    quantize one 4096-element activation row
 //   BM_to_float/<fmt>/<simd>      dequantize one 4096-element row
 // Run: build/bench/bench_formats [--benchmark_filter=q4_1]
@@ -20,8 +22,10 @@ using namespace kvad;
 
 namespace {
 
-const DType kWeights[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,
-                          DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0};
+const DType kWeights[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,   DType::Q4_1,
+                          DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K,   DType::Q3_K,
+                          DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::TQ1_0,
+                          DType::TQ2_0};
 
 std::vector<float> randn(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -98,18 +102,21 @@ const int registered = [] {
     const std::string s = simd ? "simd" : "ref";
     for (DType t : kWeights) {
       const std::string f = dtype_name(t);
+      const int64_t be = dtype_info(t).block_elems;
       for (int64_t n : {576, 1536, 4096}) {
+        if (n % be) continue;  // 576 is not a whole number of 256-element super-blocks
         benchmark::RegisterBenchmark(("BM_vec_dot/" + f + "/" + s + "/" + std::to_string(n)).c_str(),
                                      [=](benchmark::State& st) { vec_dot(st, t, simd, n); });
       }
       for (int64_t kd : {576, 1536}) {
+        if (kd % be) continue;
         benchmark::RegisterBenchmark(("BM_matvec/" + f + "/" + s + "/" + std::to_string(kd)).c_str(),
                                      [=](benchmark::State& st) { matvec(st, t, simd, kd); });
       }
       benchmark::RegisterBenchmark(("BM_to_float/" + f + "/" + s).c_str(),
                                    [=](benchmark::State& st) { to_float(st, t, simd); });
     }
-    for (DType t : {DType::Q8_0, DType::Q8_1, DType::F16, DType::BF16}) {
+    for (DType t : {DType::Q8_0, DType::Q8_1, DType::Q8_K, DType::F16, DType::BF16}) {
       benchmark::RegisterBenchmark(("BM_from_float/" + std::string(dtype_name(t)) + "/" + s).c_str(),
                                    [=](benchmark::State& st) { from_float(st, t, simd); });
     }
