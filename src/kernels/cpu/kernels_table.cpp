@@ -68,7 +68,8 @@ Table build() {
       Row{DType::Q3_K, KVAD_REF(q3_K, q3_K_q8_K), entries(nullptr, nullptr, quants::avx2::vec_dot_q3_K_q8_K)},
       Row{DType::Q4_K, KVAD_REF(q4_K, q4_K_q8_K),
           entries(quants::avx2::to_float_q4_K, nullptr, quants::avx2::vec_dot_q4_K_q8_K)},
-      Row{DType::Q5_K, KVAD_REF(q5_K, q5_K_q8_K), entries(nullptr, nullptr, quants::avx2::vec_dot_q5_K_q8_K)},
+      Row{DType::Q5_K, KVAD_REF(q5_K, q5_K_q8_K),
+          entries(quants::avx2::to_float_q5_K, nullptr, quants::avx2::vec_dot_q5_K_q8_K)},
       Row{DType::Q6_K, KVAD_REF(q6_K, q6_K_q8_K),
           entries(quants::avx2::to_float_q6_K, nullptr, quants::avx2::vec_dot_q6_K_q8_K)},
       // Q8_K: the K-quants' and TQ's activation format (no weight dot).

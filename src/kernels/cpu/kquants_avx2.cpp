@@ -3,7 +3,7 @@
 // cpu_features().has_avx2_fma().
 //
 // Each function computes what its reference in kquants_ref.cpp computes:
-// - to_float (q4_K, q6_K, q8_K) and from_float (q8_K) are bit-identical to
+// - to_float (q4_K, q5_K, q6_K, q8_K) and from_float (q8_K) are bit-identical to
 //   the reference: the same float32 roundings in the same order (Q8_K's
 //   nearest_int is the default round-half-even of cvtps2dq);
 // - vec_dot forms the same exact integer sums as the reference (unsigned
@@ -254,6 +254,28 @@ float vec_dot_q4_K_q8_K(int64_t n, const void* vx, const void* vy) {
 }
 
 // ---- q5_K ------------------------------------------------------------------
+
+void to_float_q5_K(const void* src, float* dst, int64_t n) {
+  const block_q5_K* x = static_cast<const block_q5_K*>(src);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  for (int64_t i = 0; i < n / QK_K; ++i) {
+    const float d = fp16(x[i].d), dmin = fp16(x[i].dmin);
+    uint8_t sc[8], m[8];
+    scales_mins_k4(x[i].scales, sc, m);
+    __m256i hb = load(x[i].qh);
+    float* y = dst + i * QK_K;
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = load(x[i].qs + 32 * c);
+      const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(hb, one), 4);
+      const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4);
+      hb = _mm256_srli_epi16(hb, 2);
+      store_affine_u8(_mm256_or_si256(_mm256_and_si256(q, m4), h0), d * static_cast<float>(sc[2 * c]),
+                      dmin * static_cast<float>(m[2 * c]), y + 64 * c);
+      store_affine_u8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1),
+                      d * static_cast<float>(sc[2 * c + 1]), dmin * static_cast<float>(m[2 * c + 1]), y + 64 * c + 32);
+    }
+  }
+}
 
 float vec_dot_q5_K_q8_K(int64_t n, const void* vx, const void* vy) {
   const block_q5_K* x = static_cast<const block_q5_K*>(vx);

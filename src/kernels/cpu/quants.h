@@ -10,7 +10,7 @@
 // The K-quants (Q2_K..Q6_K, Q8_K), IQ4_NL and the ternary TQ1_0/TQ2_0 live in
 // kquants_ref.cpp / kquants_avx2.cpp. Their AVX2 side has the dots, Q8_K's
 // from_float (the activation quantizer, on the hot path) and the to_float of
-// the formats read row by row as embedding tables (Q4_K, Q6_K, Q8_K).
+// the formats read row by row as embedding tables (Q4_K, Q5_K, Q6_K; and Q8_K).
 #pragma once
 #include <cstdint>
 
@@ -45,6 +45,7 @@ KVAD_ALL_FORMATS(KVAD_FORMAT_KERNELS)
 KVAD_ALL_DOTS(KVAD_DOT_DECL)
 KVAD_K_DOTS(KVAD_DOT_DECL)
 void to_float_q4_K(const void* src, float* dst, int64_t n);
+void to_float_q5_K(const void* src, float* dst, int64_t n);
 void to_float_q6_K(const void* src, float* dst, int64_t n);
 void to_float_q8_K(const void* src, float* dst, int64_t n);
 void from_float_q8_K(const float* src, void* dst, int64_t n);
