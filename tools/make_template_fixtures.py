@@ -24,7 +24,9 @@ Writes:
       $KVAD_MODEL_SMOLLM2, then $KVAD_HOME/models/smollm2-135m.gguf, then
       ~/.cache/kvad/models/smollm2-135m.gguf; when absent, the existing copy is used).
   tests/fixtures/templates/<name>.json, one per template
-      {"template": path relative to the repository root,
+      {"template": path relative to the repository root, or
+       "peer_template": path relative to peer-data (../shared/peer-data; the
+       tests get its location from CMake's KVAD_PEER_DATA),
        "cases": [{"name", "messages", "tools", "add_generation_prompt",
                   "bos_token"?, "eos_token"?, "date_string",
                   "expected" | ("error" and "raised")}]}
@@ -48,7 +50,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "templates"
-PEER = Path("..") / "shared" / "peer-data" / "templates"  # relative to ROOT
+PEER_DATA = ROOT.parent / "shared" / "peer-data"
+if not PEER_DATA.exists():
+    PEER_DATA = Path("/work/shared/peer-data")
 DATE_STRING = "26 Jul 2024"
 
 # Template name -> special tokens as the model's tokenizer_config.json sets
@@ -228,8 +232,8 @@ def render(env, source, ctx):
         return {"error": f"{type(e).__name__}: {e}", "raised": False}
 
 
-def template_fixture(env, name, rel_path, bos, eos):
-    source = (ROOT / rel_path).read_text(encoding="utf-8")
+def template_fixture(env, name, path, bos, eos):
+    source = path.read_text(encoding="utf-8")
     cases = []
     for conv_name, messages, tools in CONVERSATIONS:
         for agp in (False, True):
@@ -250,7 +254,11 @@ def template_fixture(env, name, rel_path, bos, eos):
             cases.append(case)
     n_err = sum("error" in c for c in cases)
     print(f"{name}: {len(cases)} cases, {n_err} raise")
-    return {"template": str(rel_path), "cases": cases}
+    if path.is_relative_to(PEER_DATA):
+        where = {"peer_template": str(path.relative_to(PEER_DATA))}
+    else:
+        where = {"template": str(path.relative_to(ROOT))}
+    return {**where, "cases": cases}
 
 
 # --- single constructs --------------------------------------------------------------
@@ -475,11 +483,11 @@ def main():
         raise SystemExit(f"{model} not found and no {smol} to reuse: pass --model")
     toks = json.loads(smol_tokens.read_text(encoding="utf-8"))
 
-    fixtures = {name: (PEER / f"{name}.jinja", bos, eos) for name, (bos, eos) in TEMPLATES.items()}
-    fixtures["smollm2-135m"] = (smol.relative_to(ROOT), toks["bos_token"], toks["eos_token"])
+    fixtures = {name: (PEER_DATA / "templates" / f"{name}.jinja", bos, eos) for name, (bos, eos) in TEMPLATES.items()}
+    fixtures["smollm2-135m"] = (smol, toks["bos_token"], toks["eos_token"])
     total = 0
-    for name, (rel, bos, eos) in fixtures.items():
-        fx = template_fixture(env, name, rel, bos, eos)
+    for name, (path, bos, eos) in fixtures.items():
+        fx = template_fixture(env, name, path, bos, eos)
         total += len(fx["cases"])
         (OUT / f"{name}.json").write_text(json.dumps(fx, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 

@@ -1,7 +1,7 @@
 // Chat templates (src/tokenizer/chat_template.h) against Python's jinja2.
 //
 // - tests/fixtures/templates/<model>.json: real models' chat templates
-//   (../shared/peer-data/templates and SmolLM2's own, copied from its GGUF)
+//   (peer-data's templates/ and SmolLM2's own, copied from its GGUF)
 //   rendered by jinja2 configured as HuggingFace transformers does, over
 //   conversations with and without system prompts, tools, tool calls and tool
 //   replies, add_generation_prompt on and off (tools/make_template_fixtures.py).
@@ -40,6 +40,12 @@ std::string read_file(const fs::path& p) {
 
 ojson read_json(const fs::path& p) { return ojson::parse(read_file(p)); }
 
+// A fixture's template: in the repository ("template") or in peer-data ("peer_template").
+fs::path template_path(const ojson& fx) {
+  if (fx.contains("peer_template")) return fs::path(KVAD_PEER_DATA) / fx["peer_template"].get<std::string>();
+  return kSource / fx["template"].get<std::string>();
+}
+
 std::string render(const std::string& src, const ojson& ctx = ojson::object()) {
   return ChatTemplate::parse(src).render(ctx);
 }
@@ -61,8 +67,8 @@ class RealTemplate : public testing::TestWithParam<std::string> {};
 
 TEST_P(RealTemplate, MatchesJinja2) {
   const ojson fx = read_json(kFixtures / (GetParam() + ".json"));
-  const fs::path tpath = kSource / fx["template"].get<std::string>();
-  if (!fs::exists(tpath)) GTEST_SKIP() << "template not found: " << tpath;
+  const fs::path tpath = template_path(fx);
+  ASSERT_TRUE(fs::exists(tpath)) << "template not found: " << tpath << " (peer-data: set -DKVAD_PEER_DATA=...)";
   const ChatTemplate tmpl = ChatTemplate::parse(read_file(tpath));
   int matched = 0, total = 0;
   for (const ojson& c : fx["cases"]) {
@@ -118,7 +124,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, RealTemplate,
 TEST(ChatTemplate, SmolLM2ViaApplyChatTemplate) {
   // The convenience entry point gives what the fixture recorded.
   const ojson fx = read_json(kFixtures / "smollm2-135m.json");
-  const std::string src = read_file(kSource / fx["template"].get<std::string>());
+  const std::string src = read_file(template_path(fx));
   for (const ojson& c : fx["cases"]) {
     if (!c.contains("expected")) continue;
     SCOPED_TRACE(c["name"].get<std::string>());
@@ -187,7 +193,7 @@ TEST(ChatTemplate, ParseOnceRenderMany) {
 
 TEST(ChatTemplate, ConcurrentRenders) {
   const ojson fx = read_json(kFixtures / "smollm2-135m.json");
-  const ChatTemplate t = ChatTemplate::parse(read_file(kSource / fx["template"].get<std::string>()));
+  const ChatTemplate t = ChatTemplate::parse(read_file(template_path(fx)));
   const ojson& c = fx["cases"][2];
   ojson ctx = kvad::chat_context(c["messages"], c["add_generation_prompt"].get<bool>(), "<|im_start|>", "<|im_end|>");
   const std::string want = t.render(ctx);
