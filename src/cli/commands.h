@@ -11,5 +11,6 @@ namespace kvad::cli {
 void add_run(CLI::App& app);
 void add_tokenize(CLI::App& app);
 void add_bench(CLI::App& app);
+void add_template(CLI::App& app);
 
 }  // namespace kvad::cli

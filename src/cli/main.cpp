@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   kvad::cli::add_run(app);
   kvad::cli::add_tokenize(app);
   kvad::cli::add_bench(app);
+  kvad::cli::add_template(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
