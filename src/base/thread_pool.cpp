@@ -41,7 +41,7 @@ void ThreadPool::worker(int ith) {
   for (;;) {
     // Spin a while for the next job, then sleep.
     uint64_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < 200000; ++spin) {
+    for (int spin = 0; g == seen && spin < 20000; ++spin) {
       KVAD_PAUSE();
       g = generation_.load(std::memory_order_acquire);
     }

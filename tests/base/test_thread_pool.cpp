@@ -9,7 +9,7 @@
 TEST(ThreadPool, EveryThreadRunsOnce) {
   for (int n : {1, 2, 3, 5}) {
     kvad::ThreadPool pool(n);
-    for (int rep = 0; rep < 200; ++rep) {
+    for (int rep = 0; rep < 50; ++rep) {
       std::vector<std::atomic<int>> hits(n);
       pool.run([&](int ith, int nth) {
         EXPECT_EQ(nth, n);
