@@ -442,6 +442,15 @@ CONSTRUCTS = [
     "{{ 'x'.upper is defined }} {{ 'x'.nope is defined }} {{ d.items is defined }}",
     "{{ [1, 2, 1].count(1) }} {{ [1, 2, 3].index(2) }} {{ (1, 2).count(2) }}",
     "{{ '%s and %s' % ('a', 'b') }} {{ '%d%%' % 50 }} {{ '%.3f' % 2 }} {{ '%5s|%-5s|' % ('a', 'b') }} {{ '%s' % none }} {{ '%s' % [1] }}",
+    # corner cases found by random differential testing against jinja2
+    "{{ 0.1 is odd }} {{ 2.5 is even }} {{ 3.0 is odd }} {{ 4.0 is even }} {{ false|select|list }} {{ 0|map('string')|list }}",
+    "{{ x|center(11) }}|{{ u|center(3) }}|{{ 1|center(5) }}|{{ []|truncate(5) }} {{ u|last }}|{{ 'abc' % [1] }}|{{ '%s' % [1, 2] }}",
+    "{{ f[::-1] }}",
+    "{{ d[:1] }}",
+    "{{ [1, 2] in d }}",
+    "{{ u|float }}",
+    "{{ {}[0]|int }}",
+    "{{ n|indent(2) }}",
     # printing loop / namespace objects
     "{% for i in [1] %}{{ loop.length }}{% endfor %}{{ namespace(a=1) }}",
 ]

@@ -12,5 +12,6 @@ void add_run(CLI::App& app);
 void add_tokenize(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_template(CLI::App& app);
+void add_chat(CLI::App& app);
 
 }  // namespace kvad::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   kvad::cli::add_tokenize(app);
   kvad::cli::add_bench(app);
   kvad::cli::add_template(app);
+  kvad::cli::add_chat(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

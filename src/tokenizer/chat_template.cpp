@@ -11,8 +11,12 @@ namespace {
 std::string where(int line, int column) {
   std::string s = "chat template";
   if (line > 0) {
-    s += " line " + std::to_string(line);
-    if (column > 0) s += ":" + std::to_string(column);
+    s += " line ";
+    s += std::to_string(line);
+    if (column > 0) {
+      s += ':';
+      s += std::to_string(column);
+    }
   }
   return s;
 }
@@ -42,6 +46,8 @@ ChatTemplate ChatTemplate::parse(std::string source, const Limits& limits) {
     t.program_ = jinja::parse(source, pl);
   } catch (const jinja::TemplateFailure& f) {
     rethrow(f);
+  } catch (const std::bad_alloc&) {
+    throw ChatTemplateError("out of memory while parsing", 0, 0, false);
   }
   t.source_ = std::move(source);
   return t;
@@ -64,6 +70,8 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {
     return interp.render(*program_, globals);
   } catch (const jinja::TemplateFailure& f) {
     rethrow(f);
+  } catch (const std::bad_alloc&) {
+    throw ChatTemplateError("out of memory while rendering", 0, 0, false);
   }
 }
 

@@ -75,7 +75,8 @@ Value attr_get(Interp& in, Value item, const Value& attribute, const Value* defl
     while (true) {
       size_t e = s.find('.', b);
       std::string part = s.substr(b, e == std::string::npos ? std::string::npos : e - b);
-      bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+      bool digits = !part.empty() && part.size() <= 18 &&
+                    std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
       parts.push_back(digits ? Value::integer(std::stoll(part)) : Value::string(part));
       if (e == std::string::npos) break;
       b = e + 1;
@@ -502,7 +503,6 @@ Value f_first(Interp& in, const Value& v, Args& a) {
 
 Value f_last(Interp& in, const Value& v, Args& a) {
   bind(a, {}, "last");
-  if (v.is_undefined()) fail(v.undefined_message());
   auto items = in.iterate(v);
   if (items->items.empty()) return Value::undefined("No last item, sequence was empty.");
   return items->items.back();
@@ -511,6 +511,7 @@ Value f_last(Interp& in, const Value& v, Args& a) {
 Value f_float(Interp&, const Value& v, Args& a) {
   auto p = bind(a, {"default"}, "float");
   Value d = get(p[0], Value::number(0.0));
+  if (v.is_undefined()) fail(v.undefined_message());
   if (v.is_float()) return v;
   if (v.is_integral()) return Value::number(static_cast<double>(v.as_int()));
   if (v.is_string())
@@ -522,6 +523,7 @@ Value f_int(Interp&, const Value& v, Args& a) {
   auto p = bind(a, {"default", "base"}, "int");
   Value d = get(p[0], Value::integer(0));
   int64_t base = to_index(get(p[1], Value::integer(10)), "base");
+  if (v.is_undefined()) fail(v.undefined_message());
   if (v.is_integral()) return Value::integer(v.as_int());
   if (v.is_float()) return Value::integer(float_to_int(v.as_double()));
   if (v.is_string()) {
@@ -556,7 +558,9 @@ Value f_indent(Interp& in, const Value& v, Args& a) {
     if (n > 1024) fail("indent width too large");
     ind = std::string(n > 0 ? n : 0, ' ');
   }
-  std::string s = to_str(v) + "\n";
+  if (v.is_undefined()) fail(v.undefined_message());
+  if (!v.is_string()) fail("unsupported operand type(s) for +=: '" + type_name(v) + "' and 'str'");
+  std::string s = v.as_string() + "\n";
   std::vector<std::string> lines = split_lines(s, false);
   std::string rv;
   if (blank) {
@@ -622,6 +626,7 @@ Value f_upper(Interp&, const Value& v, Args& a) {
 }
 
 Value f_map(Interp& in, const Value& v, Args& a) {
+  if (!truthy(v)) return Value::list({});  // jinja2: `if value:` before iterating
   auto items = in.iterate(v);
   std::vector<Value> out;
   out.reserve(items->items.size());
@@ -673,6 +678,7 @@ Value f_max(Interp& in, const Value& v, Args& a) { return min_max(in, v, a, true
 Value f_min(Interp& in, const Value& v, Args& a) { return min_max(in, v, a, false, "min"); }
 
 Value select_reject(Interp& in, const Value& v, Args& a, bool select, bool lookup_attr) {
+  if (!truthy(v)) return Value::list({});  // jinja2: `if value:` before iterating
   auto items = in.iterate(v);
   size_t off = 0;
   Value attribute;
@@ -812,7 +818,11 @@ Value f_truncate(Interp&, const Value& v, Args& a) {
   std::string end = to_str(get(p[2], Value::string("...")));
   Value lw = get(p[3], Value::none());
   int64_t leeway = lw.is_none() ? 5 : to_index(lw, "leeway");
-  std::string s = to_str(v);
+  if (!v.is_string()) {  // jinja2 returns a short enough list or dict unchanged
+    if (len_of(v) <= length + leeway) return v;
+    fail("truncate: cannot slice a " + type_name(v));
+  }
+  const std::string& s = v.as_string();
   int64_t end_len = static_cast<int64_t>(cp_len(end));
   if (length < end_len) fail("expected length >= " + std::to_string(end_len) + ", got " + std::to_string(length));
   if (leeway < 0) fail("expected leeway >= 0, got " + std::to_string(leeway));
@@ -945,10 +955,10 @@ bool t_upper(Interp&, const Value& v, Args&) {
   return cased;
 }
 bool t_odd(Interp& in, const Value& v, Args&) {
-  return truthy(in.binary(BinOp::Mod, v, Value::integer(2)));
+  return equal(in.binary(BinOp::Mod, v, Value::integer(2)), Value::integer(1));
 }
 bool t_even(Interp& in, const Value& v, Args&) {
-  return !truthy(in.binary(BinOp::Mod, v, Value::integer(2)));
+  return equal(in.binary(BinOp::Mod, v, Value::integer(2)), Value::integer(0));
 }
 bool t_divisibleby(Interp& in, const Value& v, Args& a) {
   auto p = bind(a, {"num"}, "divisibleby");
@@ -1360,7 +1370,7 @@ std::string str_format(Interp& in, const std::string& fmt, const Args& a) {
       mode = 1;
       if (auto_idx >= a.pos.size()) fail("Replacement index " + std::to_string(auto_idx) + " out of range for positional args tuple");
       v = a.pos[auto_idx++];
-    } else if (std::all_of(field.begin(), field.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    } else if (field.size() <= 9 && std::all_of(field.begin(), field.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
       if (mode == 1) fail("cannot switch from automatic field numbering to manual field specification");
       mode = 2;
       size_t k = std::stoul(field);
@@ -1784,7 +1794,10 @@ std::string percent_format(Interp& in, const std::string& fmt, const Value& args
     out += body;
     in.check_size(out.size());
   }
-  if (!mapping && next < values.size()) fail("not all arguments converted during string formatting");
+  // Python checks leftovers only for tuples and single non-mapping values
+  // (a list or dict argument counts as a mapping: "abc" % [1] is "abc").
+  const bool mapping_like = args.is_dict() || (args.is_list() && !args.is_tuple());
+  if (!mapping_like && next < values.size()) fail("not all arguments converted during string formatting");
   (void)used_mapping;
   return out;
 }

@@ -666,7 +666,9 @@ bool Interp::contains(const Value& container, const Value& item) {
       for (const Value& v : container.as_list().items)
         if (equal(v, item)) return true;
       return false;
-    case Value::Kind::Dict: return container.as_dict().find(item) != nullptr;
+    case Value::Kind::Dict:
+      if ((item.is_list() && !item.is_tuple()) || item.is_dict()) fail("unhashable type: '" + type_name(item) + "'");
+      return container.as_dict().find(item) != nullptr;
     case Value::Kind::Undefined: return false;
     default: fail("argument of type '" + type_name(container) + "' is not iterable");
   }
@@ -845,6 +847,8 @@ Value Interp::slice(const Value& obj, const Value& start, const Value& stop, con
   } else if (obj.is_list()) {
     len = static_cast<int64_t>(obj.as_list().items.size());
   } else {
+    // jinja2 compiles a[b:c] to Python's own subscript (not environment.getitem).
+    if (obj.is_dict()) fail("unhashable type: 'slice'");
     fail("'" + type_name(obj) + "' object is not subscriptable");
   }
   // CPython's PySlice_AdjustIndices.
