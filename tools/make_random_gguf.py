@@ -1,0 +1,366 @@
+#!/usr/bin/env python3
+"""Make random-weight GGUF files of real model shapes, for speed benchmarks.
+
+Usage:
+    python3 tools/make_random_gguf.py [--shapes NAME,...] [--formats FMT,...]
+                                      [--out DIR] [--seed N] [--pure] [--force]
+    python3 tools/make_random_gguf.py --list
+
+The files are llama-architecture GGUFs (GQA, tied embeddings: no
+output.weight, as in all four real models) whose weights are random: the text
+they produce is noise, but the speed is real, because the time of a forward
+pass depends on the shapes and formats, not on the values. bench/compare uses
+them to compare kvad with llama.cpp on model sizes the model store does not
+have.
+
+Output: DIR/<shape>-<format>.gguf, DIR defaults to $KVAD_HOME/bench-models
+(KVAD_HOME defaults to ~/.cache/kvad). A file that already exists is kept
+unless --force. The files are never committed. Each file is written to a
+temporary name and renamed when complete.
+
+Shapes (llama arch; head_dim = n_embd / n_head = 64 in all four):
+
+  name                 n_embd layers heads kv  n_ff  vocab   like
+  smollm2-135m-rand      576    30     9    3  1536  49152   SmolLM2-135M
+  smollm2-360m-rand      960    32    15    5  2560  49152   SmolLM2-360M
+  qwen2.5-0.5b-rand      896    24    14    2  4864  50000   Qwen2.5-0.5B body, 50k vocab
+  llama3.2-1b-rand      2048    16    32    8  8192 128256   Llama-3.2-1B
+
+qwen2.5-0.5b-rand has Qwen2.5-0.5B's body in the llama architecture (no q/k/v
+biases) with a 50,000-token vocabulary instead of the real 151,936, as the
+performance issue's table states it ("Qwen2.5-0.5B (50k vocab)").
+llama3.2-1b-rand has the real 128,256-token vocabulary but no llama3 rope
+scaling (no rope_freqs tensor); the speed is the same.
+
+Tokenizer: tokens, token types, merges, model ("gpt2") and pre ("smollm") are
+copied from the SmolLM2 GGUF in the model store
+($KVAD_HOME/models/smollm2-135m.gguf, from scripts/setup); a vocabulary larger
+than its 49,152 tokens is padded with "[PAD<i>]" tokens of type UNUSED, as
+llama.cpp's convert_hf_to_gguf.py pads vocabularies.
+
+Formats and the tensor-type rule (llama.cpp's llama_tensor_get_type in
+src/llama-quant.cpp, for the llama arch without an imatrix; --pure turns it
+off, like llama-quantize --pure):
+
+  Q8_0    every 2-D weight Q8_0.
+  Q4_0    every 2-D weight Q4_0, except the tied token_embd (it is also the
+          output matrix): Q6_K.
+  Q4_1    as Q4_0 with Q4_1.
+  Q4_K_M  Q4_K, except attn_v and ffn_down of the layers where
+          use_more_bits(i, n) holds (i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2):
+          Q6_K; tied token_embd: Q6_K.
+  Then llama.cpp's fallback for rows that are not a whole number of blocks:
+  a 256-block type on a row length (ne[0]) that is not a multiple of 256
+  becomes Q4_K -> Q5_0, Q6_K -> Q8_0. So with n_embd 576, 960 or 896 the
+  tied token_embd is Q8_0, and in Q4_K_M attn_q/k/v/output and
+  ffn_gate/up are Q5_0 (only ffn_down, whose rows are n_ff long, stays
+  K-quant). This is what llama-quantize writes for these real models.
+  Norm weights are F32.
+
+Values: norm weights 1 + N(0, 0.02^2); other weights N(0, 0.02^2). Q8_0,
+Q4_0, Q4_1 and Q5_0 are quantized from those values with gguf-py
+(gguf.quants.quantize). gguf-py cannot quantize Q4_K or Q6_K, so those blocks
+are random bytes with valid scales, written directly in ggml's block layout:
+  Q4_K (144 bytes / 256 values): d = 1e-4, dmin = 8e-4 (f16); 6-bit
+      sub-block scales sc in [16, 63], mins m = round(sc * 7.5 / 8), so a
+      value d*sc*q - dmin*m is centred on 0 (std about 0.02); random 4-bit q.
+  Q6_K (210 bytes / 256 values): random 6-bit q, int8 scales in
+      +-[8, 127], d = 1.5e-5 (f16); std about 0.02.
+All values are finite (checked with gguf-py's dequantize on the first
+tensor of each type). The output is deterministic: each tensor's random
+stream is seeded from --seed and the tensor's name.
+
+Needs the PyPI packages gguf and numpy.
+"""
+import argparse
+import os
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+try:
+    import gguf
+    from gguf import GGMLQuantizationType as QT
+except ImportError:
+    sys.exit("make_random_gguf: needs the gguf package (pip install gguf)")
+
+# name: (n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, rope_base, rms_eps, n_ctx_train, size_label, like)
+SHAPES = {
+    "smollm2-135m-rand": (576, 30, 9, 3, 1536, 49152, 100000.0, 1e-5, 8192, "135M", "SmolLM2-135M"),
+    "smollm2-360m-rand": (960, 32, 15, 5, 2560, 49152, 100000.0, 1e-5, 8192, "360M", "SmolLM2-360M"),
+    "qwen2.5-0.5b-rand": (896, 24, 14, 2, 4864, 50000, 1000000.0, 1e-6, 32768, "0.5B", "Qwen2.5-0.5B (50k vocab)"),
+    "llama3.2-1b-rand": (2048, 16, 32, 8, 8192, 128256, 500000.0, 1e-5, 131072, "1B", "Llama-3.2-1B"),
+}
+FORMATS = {"Q8_0": (QT.Q8_0, 7), "Q4_0": (QT.Q4_0, 2), "Q4_1": (QT.Q4_1, 3), "Q4_K_M": (QT.Q4_K, 15)}
+
+WEIGHT_STD = 0.02
+
+
+def kvad_home():
+    return Path(os.environ.get("KVAD_HOME") or Path.home() / ".cache" / "kvad")
+
+
+def default_out():
+    return kvad_home() / "bench-models"
+
+
+def file_name(shape, fmt):
+    return f"{shape}-{fmt}.gguf"
+
+
+def use_more_bits(i, n):
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def fallback(qtype, ncols):
+    """llama.cpp's tensor_type_fallback for the types used here."""
+    bs = gguf.GGML_QUANT_SIZES[qtype][0]
+    if ncols % bs == 0:
+        return qtype
+    return {QT.Q4_K: QT.Q5_0, QT.Q6_K: QT.Q8_0}[qtype]
+
+
+def tensor_type(name, ncols, fmt, n_layer, pure):
+    """The ggml type of a 2-D weight, as llama-quantize picks it (see the module doc)."""
+    base = FORMATS[fmt][0]
+    if pure:
+        return fallback(base, ncols) if base in (QT.Q4_K, QT.Q6_K) else base
+    t = base
+    if name == "token_embd.weight":  # tied: quantized as the output tensor
+        if ncols % gguf.GGML_QUANT_SIZES[base][0] != 0:
+            t = QT.Q8_0
+        elif base != QT.Q8_0:
+            t = QT.Q6_K
+    elif fmt == "Q4_K_M" and (name.endswith("attn_v.weight") or name.endswith("ffn_down.weight")):
+        i = int(name.split(".")[1])
+        if use_more_bits(i, n_layer):
+            t = QT.Q6_K
+    return fallback(t, ncols)
+
+
+def rng_for(seed, name):
+    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+
+def f16_bytes(x):
+    return np.frombuffer(np.float16(x).tobytes(), dtype=np.uint8)
+
+
+def random_q4_k(rng, n_blocks):
+    """n_blocks Q4_K blocks: d, dmin (f16), scales[12] (packed 6-bit sc/m), qs[128]."""
+    d, dmin = 1e-4, 8e-4
+    sc = rng.integers(16, 64, size=(n_blocks, 8), dtype=np.uint8)
+    m = np.rint(sc.astype(np.float32) * (7.5 * d / dmin)).astype(np.uint8)
+    packed = np.empty((n_blocks, 12), dtype=np.uint8)
+    # inverse of ggml's get_scale_min_k4
+    packed[:, 0:4] = (sc[:, 0:4] & 63) | ((sc[:, 4:8] >> 4) << 6)
+    packed[:, 4:8] = (m[:, 0:4] & 63) | ((m[:, 4:8] >> 4) << 6)
+    packed[:, 8:12] = (sc[:, 4:8] & 0xF) | ((m[:, 4:8] & 0xF) << 4)
+    out = np.empty((n_blocks, 144), dtype=np.uint8)
+    out[:, 0:2] = f16_bytes(d)
+    out[:, 2:4] = f16_bytes(dmin)
+    out[:, 4:16] = packed
+    out[:, 16:144] = rng.integers(0, 256, size=(n_blocks, 128), dtype=np.uint8)
+    return out
+
+
+def random_q6_k(rng, n_blocks):
+    """n_blocks Q6_K blocks: ql[128], qh[64], scales[16] (int8), d (f16)."""
+    out = np.empty((n_blocks, 210), dtype=np.uint8)
+    out[:, 0:192] = rng.integers(0, 256, size=(n_blocks, 192), dtype=np.uint8)
+    mag = rng.integers(8, 128, size=(n_blocks, 16), dtype=np.int16)
+    sign = np.where(rng.integers(0, 2, size=(n_blocks, 16)) == 0, -1, 1).astype(np.int16)
+    out[:, 192:208] = (mag * sign).astype(np.int8).view(np.uint8)
+    out[:, 208:210] = f16_bytes(1.5e-5)
+    return out
+
+
+def make_tensor(rng, rows, cols, qtype):
+    """[rows, cols] weight as the bytes of qtype, shape (rows, bytes_per_row)."""
+    bs, ts = gguf.GGML_QUANT_SIZES[qtype]
+    nb = cols // bs
+    if qtype == QT.Q4_K:
+        return random_q4_k(rng, rows * nb).reshape(rows, nb * ts)
+    if qtype == QT.Q6_K:
+        return random_q6_k(rng, rows * nb).reshape(rows, nb * ts)
+    out = np.empty((rows, nb * ts), dtype=np.uint8)
+    step = max(1, (1 << 24) // cols)  # quantize ~16M values at a time
+    for r in range(0, rows, step):
+        w = rng.standard_normal((min(step, rows - r), cols), dtype=np.float32) * np.float32(WEIGHT_STD)
+        out[r:r + w.shape[0]] = gguf.quants.quantize(w, qtype)
+    return out
+
+
+def load_tokenizer(path):
+    r = gguf.GGUFReader(path)
+
+    def field(k):
+        f = r.fields.get(k)
+        if f is None:
+            sys.exit(f"make_random_gguf: {path} has no {k}")
+        return f.contents()
+
+    return {
+        "model": field("tokenizer.ggml.model"),
+        "pre": field("tokenizer.ggml.pre"),
+        "tokens": field("tokenizer.ggml.tokens"),
+        "token_type": field("tokenizer.ggml.token_type"),
+        "merges": field("tokenizer.ggml.merges"),
+        "bos": field("tokenizer.ggml.bos_token_id"),
+        "eos": field("tokenizer.ggml.eos_token_id"),
+        "unk": field("tokenizer.ggml.unknown_token_id"),
+        "pad": field("tokenizer.ggml.padding_token_id"),
+    }
+
+
+def check_finite(qtype, data, name):
+    try:
+        v = gguf.quants.dequantize(data[:64], qtype)
+    except NotImplementedError:
+        return
+    if not np.all(np.isfinite(v)):
+        sys.exit(f"make_random_gguf: {name}: non-finite values in {qtype.name}")
+    print(f"    {qtype.name:5s} check on {name}: mean {v.mean():+.4f} std {v.std():.4f}", flush=True)
+
+
+def write_model(path, shape, fmt, tok, seed, pure):
+    n_embd, n_layer, n_head, n_kv, n_ff, n_vocab, rope_base, eps, n_ctx, label, like = SHAPES[shape]
+    head_dim = n_embd // n_head
+    tokens = list(tok["tokens"])
+    types = list(tok["token_type"])
+    if n_vocab < len(tokens):
+        sys.exit(f"make_random_gguf: {shape}: vocab {n_vocab} < tokenizer's {len(tokens)}")
+    for i in range(len(tokens), n_vocab):
+        tokens.append(f"[PAD{i}]")
+        types.append(int(gguf.TokenType.UNUSED))
+
+    # (name, numpy shape [rows, cols] = ggml ne reversed, type)
+    plan = [("token_embd.weight", n_vocab, n_embd)]
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        plan += [
+            (p + "attn_norm.weight", None, n_embd),
+            (p + "attn_q.weight", n_head * head_dim, n_embd),
+            (p + "attn_k.weight", n_kv * head_dim, n_embd),
+            (p + "attn_v.weight", n_kv * head_dim, n_embd),
+            (p + "attn_output.weight", n_embd, n_head * head_dim),
+            (p + "ffn_norm.weight", None, n_embd),
+            (p + "ffn_gate.weight", n_ff, n_embd),
+            (p + "ffn_up.weight", n_ff, n_embd),
+            (p + "ffn_down.weight", n_embd, n_ff),
+        ]
+    plan.append(("output_norm.weight", None, n_embd))
+
+    tmp = path.with_name(path.name + ".tmp")
+    w = gguf.GGUFWriter(str(tmp), "llama")
+    w.add_type("model")
+    w.add_name(f"random {like} shape")
+    w.add_size_label(label)
+    w.add_description(f"random weights of {like}'s shape, {fmt}, seed {seed}; for speed benchmarks only "
+                      "(kvad tools/make_random_gguf.py)")
+    w.add_block_count(n_layer)
+    w.add_context_length(n_ctx)
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_kv)
+    w.add_rope_freq_base(rope_base)
+    w.add_layer_norm_rms_eps(eps)
+    w.add_file_type(FORMATS[fmt][1])
+    w.add_vocab_size(n_vocab)
+    w.add_rope_dimension_count(head_dim)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    w.add_tokenizer_model(tok["model"])
+    w.add_tokenizer_pre(tok["pre"])
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(list(tok["merges"]))
+    w.add_bos_token_id(tok["bos"])
+    w.add_eos_token_id(tok["eos"])
+    w.add_unk_token_id(tok["unk"])
+    w.add_pad_token_id(tok["pad"])
+    w.add_add_bos_token(False)
+    w.add_add_space_prefix(False)
+
+    types_of = {}
+    for name, rows, cols in plan:
+        if rows is None:
+            w.add_tensor_info(name, (cols,), np.dtype(np.float32), cols * 4)
+            continue
+        qt = tensor_type(name, cols, fmt, n_layer, pure)
+        types_of[name] = qt
+        bs, ts = gguf.GGML_QUANT_SIZES[qt]
+        w.add_tensor_info(name, (rows, cols // bs * ts), np.dtype(np.uint8), rows * (cols // bs) * ts, raw_dtype=qt)
+
+    w.write_header_to_file(path=tmp)
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    checked = set()
+    for name, rows, cols in plan:
+        rng = rng_for(seed, name)
+        if rows is None:
+            w.write_tensor_data(1.0 + rng.standard_normal(cols, dtype=np.float32) * np.float32(WEIGHT_STD))
+            continue
+        qt = types_of[name]
+        data = make_tensor(rng, rows, cols, qt)
+        if qt not in checked:
+            checked.add(qt)
+            check_finite(qt, data, name)
+        w.write_tensor_data(data)
+    w.close()
+    os.replace(tmp, path)
+    counts = {}
+    for qt in types_of.values():
+        counts[qt.name] = counts.get(qt.name, 0) + 1
+    print(f"  wrote {path} ({path.stat().st_size / 2**20:.1f} MiB; {counts})", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated shape names (default: all)")
+    ap.add_argument("--formats", default=",".join(FORMATS), help="comma-separated formats (default: all)")
+    ap.add_argument("--out", type=Path, default=None, help="output folder (default: $KVAD_HOME/bench-models)")
+    ap.add_argument("--tokenizer", type=Path, default=None,
+                    help="GGUF to copy the tokenizer from (default: $KVAD_HOME/models/smollm2-135m.gguf)")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--pure", action="store_true", help="one format for every 2-D weight (llama-quantize --pure)")
+    ap.add_argument("--force", action="store_true", help="rewrite files that exist")
+    ap.add_argument("--list", action="store_true", help="print the shapes and formats and exit")
+    a = ap.parse_args()
+    if a.list:
+        for s, v in SHAPES.items():
+            print(f"{s:20s} n_embd {v[0]:5d} layers {v[1]:3d} heads {v[2]:3d} kv {v[3]:2d} "
+                  f"n_ff {v[4]:5d} vocab {v[5]:6d}  ({v[10]})")
+        print("formats:", ", ".join(FORMATS))
+        return
+    shapes = [s for s in a.shapes.split(",") if s]
+    fmts = [f.upper() for f in a.formats.split(",") if f]
+    for s in shapes:
+        if s not in SHAPES:
+            sys.exit(f"make_random_gguf: unknown shape {s!r}; known: {', '.join(SHAPES)}")
+    for f in fmts:
+        if f not in FORMATS:
+            sys.exit(f"make_random_gguf: unknown format {f!r}; known: {', '.join(FORMATS)}")
+    out = a.out or default_out()
+    out.mkdir(parents=True, exist_ok=True)
+    tok_path = a.tokenizer or kvad_home() / "models" / "smollm2-135m.gguf"
+    if not tok_path.exists():
+        sys.exit(f"make_random_gguf: no tokenizer source {tok_path} (run scripts/setup --models-only)")
+    tok = None
+    for s in shapes:
+        for f in fmts:
+            name = file_name(s, f) if not a.pure else file_name(s, f + "-pure")
+            path = out / name
+            if path.exists() and not a.force:
+                print(f"  have {path}")
+                continue
+            if tok is None:
+                tok = load_tokenizer(str(tok_path))
+            print(f"  making {path} ...", flush=True)
+            write_model(path, s, f, tok, a.seed, a.pure)
+
+
+if __name__ == "__main__":
+    main()
