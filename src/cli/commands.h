@@ -13,5 +13,6 @@ void add_tokenize(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_template(CLI::App& app);
 void add_chat(CLI::App& app);
+void add_serve(CLI::App& app);
 
 }  // namespace kvad::cli

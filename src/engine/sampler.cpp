@@ -11,12 +11,18 @@ Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {}
 void Sampler::reset() {
   rng_.seed(p_.seed);
   recent_.clear();
+  generated_.clear();
 }
 
 void Sampler::accept(int32_t token) {
   if (p_.repeat_last_n <= 0) return;
   recent_.push_back(token);
   while (static_cast<int32_t>(recent_.size()) > p_.repeat_last_n) recent_.pop_front();
+}
+
+void Sampler::accept_generated(int32_t token) {
+  accept(token);
+  if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) ++generated_[token];
 }
 
 int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
@@ -28,6 +34,10 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
       float& l = work_[t];
       l = l > 0 ? l / p_.repeat_penalty : l * p_.repeat_penalty;
     }
+  }
+  for (const auto& [t, count] : generated_) {
+    if (t < 0 || t >= n_vocab) continue;
+    work_[t] -= p_.presence_penalty * (count > 0 ? 1.0f : 0.0f) + p_.frequency_penalty * static_cast<float>(count);
   }
   if (p_.temp <= 0.0f) {
     return static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <deque>
 #include <random>
+#include <unordered_map>
 #include <vector>
 
 namespace kvad {
@@ -16,9 +17,16 @@ struct SamplerParams {
   float repeat_penalty = 1.0f;  ///< 1: off (CTRL, Keskar et al. 2019)
   int32_t repeat_last_n = 64;   ///< tokens the penalty looks back over
   uint64_t seed = 0;            ///< same seed, same logits -> same tokens
+  /// OpenAI's penalties over the tokens recorded with accept_generated():
+  /// logit[t] -= presence_penalty * (count[t] > 0) + frequency_penalty * count[t].
+  /// 0: off. Source: OpenAI API reference, "Parameter details" (frequency and
+  /// presence penalties).
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
 };
 
-/// Chain, in llama.cpp's order: repetition penalty, top-k, top-p, min-p,
+/// Chain, in llama.cpp's order: repetition penalty, presence/frequency
+/// penalties, top-k, top-p, min-p,
 /// temperature, then a draw from the distribution (or argmax when temp <= 0).
 /// top-k/top-p/min-p act on probabilities at temperature 1.
 class Sampler {
@@ -28,12 +36,16 @@ class Sampler {
   int32_t sample(const float* logits, int32_t n_vocab);
   /// Records a token (prompt or generated) for the repetition penalty.
   void accept(int32_t token);
+  /// Records a generated token: what accept() does, plus the count that the
+  /// presence/frequency penalties use (prompt tokens do not count there).
+  void accept_generated(int32_t token);
   void reset();
 
  private:
   SamplerParams p_;
   std::mt19937_64 rng_;
   std::deque<int32_t> recent_;
+  std::unordered_map<int32_t, int32_t> generated_;  ///< token -> times generated
   std::vector<float> work_;
   std::vector<int32_t> idx_;
 };

@@ -1,0 +1,106 @@
+// `kvad serve`: an OpenAI-compatible HTTP server (src/server) with
+// continuous batching (src/engine/scheduler.h).
+#include <CLI/CLI.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "base/error.h"
+#include "cli/commands.h"
+#include "cli/loaded_model.h"
+#include "cli/model_store.h"
+#include "io/gguf.h"
+#include "model/model.h"
+#include "server/server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvad::cli {
+
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int parallel = 4;
+  int32_t ctx_size = 0;
+  std::string api_key;
+  int threads = 0;
+  size_t queue = 64;
+  int32_t batch = 256;
+  bool quiet = false;
+};
+
+std::atomic<int> g_signal{0};
+
+extern "C" void on_signal(int sig) { g_signal.store(sig); }
+
+void serve(const ServeOptions& o) {
+  if (o.parallel < 1) throw Error("--parallel must be at least 1, got " + std::to_string(o.parallel));
+  if (o.port < 0 || o.port > 65535) throw Error("--port must be in [0, 65535], got " + std::to_string(o.port));
+  LoadedModel m = load_for_cli(o.model);
+  const HParams& hp = m.model->hparams();
+
+  server::ServerOptions so;
+  so.host = o.host;
+  so.port = o.port;
+  so.api_key = o.api_key;
+  so.model_id = std::filesystem::path(m.path).stem().string();  // the store name, or the file's stem
+  so.chat_template = m.file->get_string("tokenizer.chat_template", "");
+  so.sched.n_slots = o.parallel;
+  so.sched.n_ctx = o.ctx_size > 0 ? o.ctx_size : static_cast<int32_t>(std::min<int64_t>(4096, hp.n_ctx_train));
+  so.sched.n_threads = o.threads;
+  so.sched.max_queue = o.queue;
+  so.sched.max_prompt_per_step = o.batch;
+  so.log_requests = !o.quiet;
+
+  server::Server srv(m.model, m.tokenizer, so);
+  const int port = srv.bind();
+  std::fprintf(stderr,
+               "kvad serve: model %s (%s), %d slots x %d tokens, %s\n"
+               "kvad serve: listening on http://%s:%d (chat page at /, OpenAI API at /v1)%s\n",
+               so.model_id.c_str(), m.path.c_str(), so.sched.n_slots, so.sched.n_ctx, srv.chat_template_info().c_str(),
+               o.host.c_str(), port, o.api_key.empty() ? "" : ", API key required");
+
+  // SIGINT/SIGTERM: a watcher thread turns the flag into stop(), which ends
+  // running generations and makes run() return.
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGPIPE, SIG_IGN);
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done.load() && g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (g_signal.load() != 0) {
+      std::fprintf(stderr, "kvad serve: signal %d, shutting down\n", g_signal.load());
+      srv.stop();
+    }
+  });
+  srv.run();
+  done.store(true);
+  watcher.join();
+}
+
+}  // namespace
+
+void add_serve(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* c = app.add_subcommand("serve", "Serve the OpenAI API (and a chat page) over HTTP");
+  c->add_option("-m,--model", o->model, "GGUF file or model-store name (default: " + std::string(kDefaultModel) + ")");
+  c->add_option("--host", o->host, "Address to listen on (loopback by default)")->capture_default_str();
+  c->add_option("--port", o->port, "Port to listen on (0: any free port)")->capture_default_str();
+  c->add_option("--parallel", o->parallel, "Requests decoded at once (slots)")->capture_default_str();
+  c->add_option("-c,--ctx-size", o->ctx_size, "Context size per slot in tokens (0: min(4096, model's))")
+      ->capture_default_str();
+  c->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+  c->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
+  c->add_option("--queue", o->queue, "Requests that may wait for a slot before new ones get 429")->capture_default_str();
+  c->add_option("-b,--batch", o->batch, "Prompt tokens evaluated per step, all slots together")->capture_default_str();
+  c->add_flag("-q,--quiet", o->quiet, "Do not log each request");
+  c->callback([o] { serve(*o); });
+}
+
+}  // namespace kvad::cli

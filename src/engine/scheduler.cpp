@@ -1,0 +1,393 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "engine/session.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvad {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- StopText
+
+StopText::StopText(std::vector<std::string> stops) {
+  for (auto& s : stops)
+    if (!s.empty()) stops_.push_back(std::move(s));
+}
+
+std::string StopText::push(const std::string& text) {
+  if (stopped_) return "";
+  text_ += text;
+  if (stops_.empty()) return std::exchange(text_, std::string());
+  // The earliest stop string wins (the text before it is what is returned).
+  size_t first = std::string::npos;
+  for (const auto& s : stops_) first = std::min(first, text_.find(s));
+  if (first != std::string::npos) {
+    stopped_ = true;
+    std::string out = text_.substr(0, first);
+    text_.clear();
+    return out;
+  }
+  // Hold back the longest tail of the text that is a proper prefix of a
+  // stop string: the next token may complete it. That tail starts where a
+  // stop string starts, so it starts on a character boundary.
+  size_t hold = 0;
+  for (const auto& s : stops_) {
+    const size_t max_len = std::min(s.size() - 1, text_.size());
+    for (size_t len = max_len; len > hold; --len)
+      if (text_.compare(text_.size() - len, len, s, 0, len) == 0) {
+        hold = len;
+        break;
+      }
+  }
+  std::string out = text_.substr(0, text_.size() - hold);
+  text_.erase(0, text_.size() - hold);
+  return out;
+}
+
+std::string StopText::flush() {
+  if (stopped_) return "";
+  return std::exchange(text_, std::string());
+}
+
+// --------------------------------------------------------------------- Job
+
+std::optional<GenEvent> Job::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!cv_.wait_for(lk, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+  GenEvent ev = std::move(events_.front());
+  events_.pop_front();
+  while (!events_.empty()) {
+    GenEvent& e = events_.front();
+    ev.text += e.text;
+    ev.done = e.done;
+    ev.finish_reason = std::move(e.finish_reason);
+    ev.error = std::move(e.error);
+    ev.usage = e.usage;
+    events_.pop_front();
+  }
+  return ev;
+}
+
+void Job::push(GenEvent ev) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    events_.push_back(std::move(ev));
+  }
+  cv_.notify_all();
+}
+
+// -------------------------------------------------------------------- Slot
+
+struct Scheduler::Slot {
+  int id = 0;
+  std::vector<int32_t> tokens;   ///< what the cache holds for sequence `id`, positions 0..size-1
+  std::shared_ptr<Job> job;      ///< null when free
+  size_t next_prompt = 0;        ///< index of the next prompt token to evaluate
+  int32_t pending = -1;          ///< sampled token to evaluate at the next step
+  std::optional<Sampler> sampler;
+  std::unique_ptr<StreamDecoder> dec;
+  std::optional<StopText> stop;
+  GenUsage usage;
+  uint64_t last_used = 0;        ///< use_clock_ at admission (least recently used goes first)
+  uint64_t admitted = 0;         ///< admission order, for prompt chunks
+};
+
+// --------------------------------------------------------------- Scheduler
+
+Scheduler::Scheduler(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tok, const SchedulerOptions& o)
+    : opts_(o), tok_(std::move(tok)) {
+  if (opts_.max_prompt_per_step <= 0)
+    throw Error("max_prompt_per_step must be positive, got " + std::to_string(opts_.max_prompt_per_step));
+  session_ = std::make_unique<Session>(std::move(model), opts_.n_ctx, opts_.n_slots, opts_.n_threads);
+  for (int i = 0; i < opts_.n_slots; ++i) {
+    slots_.push_back(std::make_unique<Slot>());
+    slots_.back()->id = i;
+  }
+  metrics_.n_slots = opts_.n_slots;
+  metrics_.n_ctx = opts_.n_ctx;
+  metrics_.kv_bytes_per_token = session_->cache().bytes_per_token();
+  metrics_.kv_bytes = session_->cache().bytes();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  shutdown();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::shutdown() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+}
+
+std::shared_ptr<Job> Scheduler::submit(std::vector<int32_t> prompt, const GenParams& params) {
+  if (prompt.empty()) throw Error("empty prompt");
+  if (static_cast<int64_t>(prompt.size()) >= opts_.n_ctx)
+    throw Error("prompt is " + std::to_string(prompt.size()) + " tokens; the context holds " +
+                std::to_string(opts_.n_ctx) + " tokens per slot, the prompt included");
+  const int32_t nv = session_->n_vocab();
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] < 0 || prompt[i] >= nv)
+      throw Error("prompt token " + std::to_string(i) + ": id " + std::to_string(prompt[i]) +
+                  " outside the vocabulary [0, " + std::to_string(nv) + ")");
+  auto job = std::make_shared<Job>();
+  job->prompt_ = std::move(prompt);
+  job->params_ = params;
+  job->submitted_ = Clock::now();
+  if (params.max_tokens == 0) {  // nothing to generate: no slot needed
+    GenEvent ev;
+    ev.done = true;
+    ev.finish_reason = "length";
+    ev.usage.prompt_tokens = static_cast<int32_t>(job->prompt_.size());
+    job->push(std::move(ev));
+    return job;
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) throw ShuttingDownError("the server is shutting down");
+    if (queue_.size() >= opts_.max_queue)
+      throw QueueFullError("too many requests: " + std::to_string(queue_.size()) + " already wait for a slot");
+    queue_.push_back(job);
+  }
+  cv_.notify_all();
+  return job;
+}
+
+SchedulerMetrics Scheduler::metrics() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  SchedulerMetrics m = metrics_;
+  m.queue_depth = queue_.size();
+  const double now = seconds_since(Clock::time_point{});
+  double p_s = 0, d_s = 0, p_n = 0, d_n = 0;
+  for (const auto& s : recent_) {
+    if (now - s.t > m.recent_window_s) continue;
+    if (s.n_prompt > 0) { p_s += s.seconds; p_n += s.n_prompt; }
+    if (s.n_decode > 0) { d_s += s.seconds; d_n += s.n_decode; }
+  }
+  m.prefill_tps_recent = p_s > 0 ? p_n / p_s : 0;
+  m.decode_tps_recent = d_s > 0 ? d_n / d_s : 0;
+  return m;
+}
+
+void Scheduler::admit(Slot& slot, std::shared_ptr<Job> job) {
+  const std::vector<int32_t>& prompt = job->prompt_;
+  // Reuse the cached prefix, but always evaluate the last prompt token: its
+  // logits give the first generated token.
+  const size_t lcp = std::min(common_prefix(slot.tokens, prompt), prompt.size() - 1);
+  const int32_t landed = session_->truncate(slot.id, static_cast<int32_t>(lcp));
+  slot.tokens.resize(static_cast<size_t>(landed));
+  slot.next_prompt = static_cast<size_t>(landed);
+  slot.pending = -1;
+  slot.sampler.emplace(job->params_.sampling);
+  for (int32_t t : prompt) slot.sampler->accept(t);
+  slot.dec = std::make_unique<StreamDecoder>(*tok_);
+  slot.stop.emplace(job->params_.stop);
+  slot.usage = GenUsage{};
+  slot.usage.prompt_tokens = static_cast<int32_t>(prompt.size());
+  slot.usage.cached_tokens = landed;
+  slot.usage.queue_s = seconds_since(job->submitted_);
+  slot.last_used = ++use_clock_;
+  slot.admitted = use_clock_;
+  slot.job = std::move(job);
+  ++metrics_.active_slots;
+  ++metrics_.requests_total;
+  metrics_.prompt_tokens_total += prompt.size();
+  metrics_.cached_tokens_total += static_cast<uint64_t>(landed);
+}
+
+void Scheduler::finish(Slot& slot, const std::string& reason, const std::string& error) {
+  GenEvent ev;
+  if (reason == "stop" || reason == "length") {
+    // Whatever the decoder and the stop matcher still hold is output.
+    ev.text = slot.stop->push(slot.dec->flush());
+    ev.text += slot.stop->flush();
+  }
+  ev.done = true;
+  ev.finish_reason = reason;
+  ev.error = error;
+  slot.usage.total_s = seconds_since(slot.job->submitted_);
+  ev.usage = slot.usage;
+  std::shared_ptr<Job> job = std::move(slot.job);
+  slot.pending = -1;
+  slot.dec.reset();
+  {
+    // Before the last event: whoever sees it finds the slot free.
+    std::lock_guard<std::mutex> lk(mu_);
+    --metrics_.active_slots;
+  }
+  job->push(std::move(ev));
+}
+
+void Scheduler::emit_token(Slot& slot, int32_t id) {
+  Job& job = *slot.job;
+  slot.sampler->accept_generated(id);
+  ++slot.usage.completion_tokens;
+  if (slot.usage.ttft_s < 0) {
+    slot.usage.ttft_s = seconds_since(job.submitted_);
+    std::lock_guard<std::mutex> lk(mu_);
+    metrics_.ttft_s_sum += slot.usage.ttft_s;
+    ++metrics_.ttft_count;
+  }
+  if (tok_->is_eog(id)) return finish(slot, "stop");
+  const std::string text = slot.stop->push(slot.dec->push(id));
+  if (!text.empty()) {
+    GenEvent ev;
+    ev.text = text;
+    ev.usage = slot.usage;
+    job.push(std::move(ev));
+  }
+  if (slot.stop->stopped()) return finish(slot, "stop");
+  const int32_t max_tokens = job.params_.max_tokens;
+  if (max_tokens >= 0 && slot.usage.completion_tokens >= max_tokens) return finish(slot, "length");
+  // The token is evaluated at position tokens.size(), which must fit.
+  if (static_cast<int64_t>(slot.tokens.size()) >= opts_.n_ctx) return finish(slot, "length");
+  slot.pending = id;
+}
+
+void Scheduler::loop() {
+  Batch batch;
+  std::vector<Slot*> rows;      // the slot of each logits row
+  std::vector<Slot*> in_batch;  // slots with entries in the batch
+  std::vector<Slot*> order;
+  const int nv = session_->n_vocab();
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || metrics_.active_slots > 0; });
+      if (stopping_) {
+        std::deque<std::shared_ptr<Job>> queued;
+        queued.swap(queue_);
+        lk.unlock();
+        for (auto& j : queued) {
+          GenEvent ev;
+          ev.done = true;
+          ev.finish_reason = "error";
+          ev.error = "the server is shutting down";
+          ev.usage.prompt_tokens = static_cast<int32_t>(j->prompt_.size());
+          j->push(std::move(ev));
+        }
+        for (auto& s : slots_)
+          if (s->job) finish(*s, "error", "the server is shutting down");
+        return;
+      }
+      // Requests cancelled while queued end here.
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if ((*it)->cancelled()) {
+          GenEvent ev;
+          ev.done = true;
+          ev.finish_reason = "cancelled";
+          ev.usage.prompt_tokens = static_cast<int32_t>((*it)->prompt_.size());
+          (*it)->push(std::move(ev));
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      // Admission: each queued request, in order, takes the free slot with
+      // the longest common prefix (ties: least recently used).
+      while (!queue_.empty()) {
+        Slot* best = nullptr;
+        size_t best_lcp = 0;
+        for (auto& s : slots_) {
+          if (s->job) continue;
+          const size_t lcp = common_prefix(s->tokens, queue_.front()->prompt_);
+          if (!best || lcp > best_lcp || (lcp == best_lcp && s->last_used < best->last_used)) {
+            best = s.get();
+            best_lcp = lcp;
+          }
+        }
+        if (!best) break;
+        std::shared_ptr<Job> job = std::move(queue_.front());
+        queue_.pop_front();
+        admit(*best, std::move(job));
+      }
+    }
+    for (auto& s : slots_)
+      if (s->job && s->job->cancelled()) finish(*s, "cancelled");
+
+    // One batch: decoders first (one token each), then prompt chunks in
+    // admission order within the per-step prompt budget.
+    batch.clear();
+    rows.clear();
+    in_batch.clear();
+    int32_t n_decode = 0, n_prompt = 0;
+    for (auto& s : slots_) {
+      if (!s->job || s->pending < 0) continue;
+      batch.add(s->pending, static_cast<int32_t>(s->tokens.size()), s->id, true);
+      s->tokens.push_back(s->pending);
+      s->pending = -1;
+      rows.push_back(s.get());
+      in_batch.push_back(s.get());
+      ++n_decode;
+    }
+    order.clear();
+    for (auto& s : slots_)
+      if (s->job && s->next_prompt < s->job->prompt_.size()) order.push_back(s.get());
+    std::sort(order.begin(), order.end(), [](const Slot* a, const Slot* b) { return a->admitted < b->admitted; });
+    int32_t budget = opts_.max_prompt_per_step;
+    for (Slot* s : order) {
+      if (budget <= 0) break;
+      const std::vector<int32_t>& prompt = s->job->prompt_;
+      const size_t end = std::min(prompt.size(), s->next_prompt + static_cast<size_t>(budget));
+      for (size_t k = s->next_prompt; k < end; ++k) {
+        batch.add(prompt[k], static_cast<int32_t>(s->tokens.size()), s->id, k + 1 == prompt.size());
+        s->tokens.push_back(prompt[k]);
+      }
+      budget -= static_cast<int32_t>(end - s->next_prompt);
+      n_prompt += static_cast<int32_t>(end - s->next_prompt);
+      s->next_prompt = end;
+      if (end == prompt.size()) rows.push_back(s);
+      in_batch.push_back(s);
+    }
+    if (batch.size() == 0) continue;
+
+    const auto t0 = Clock::now();
+    try {
+      const std::vector<float>& logits = session_->forward(batch);
+      for (size_t j = 0; j < rows.size(); ++j) {
+        Slot& s = *rows[j];
+        const int32_t id = s.sampler->sample(logits.data() + j * static_cast<size_t>(nv), nv);
+        emit_token(s, id);
+      }
+    } catch (const std::exception& e) {
+      // The cache of every slot in this batch is in an unknown state: forget it.
+      for (Slot* s : in_batch) {
+        if (s->job) finish(*s, "error", e.what());
+        s->tokens.resize(static_cast<size_t>(session_->truncate(s->id, 0)));
+      }
+    }
+    const double dt = seconds_since(t0);
+    std::lock_guard<std::mutex> lk(mu_);
+    ++metrics_.steps_total;
+    metrics_.busy_s_total += dt;
+    metrics_.prompt_eval_tokens_total += static_cast<uint64_t>(n_prompt);
+    metrics_.generated_tokens_total += rows.size();
+    const double now = seconds_since(Clock::time_point{});
+    recent_.push_back({now, dt, n_prompt, n_decode});
+    while (!recent_.empty() && now - recent_.front().t > metrics_.recent_window_s) recent_.pop_front();
+  }
+}
+
+}  // namespace kvad

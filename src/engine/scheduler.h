@@ -1,0 +1,208 @@
+// Continuous batching over one Session: many requests, one forward call per
+// step. The engine side of `kvad serve` (it knows nothing of HTTP).
+//
+// A Scheduler owns a Session with n_seq = n_slots sequences ("slots") and a
+// thread that loops:
+//   1. drops cancelled requests; admits queued requests into free slots
+//      (each takes the free slot whose cached tokens share the longest prefix
+//      with its prompt, truncates it there and reports the reused tokens);
+//   2. builds ONE Batch: the next token of every decoding slot, then prompt
+//      chunks of prefilling slots, at most max_prompt_per_step prompt tokens
+//      in all (so a long prompt cannot starve the decoders);
+//   3. calls Session::forward once, samples one token per slot that asked for
+//      logits, and streams the new text to each request's Job.
+// A request submitted between steps joins at the next step. This is the
+// design of Orca (Yu et al., OSDI 2022, "iteration-level scheduling") and of
+// llama.cpp's server (slots, n_batch chunking, prompt cache by longest common
+// prefix).
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/error.h"
+#include "engine/sampler.h"
+
+namespace kvad {
+
+class Model;
+class Session;
+class Tokenizer;
+
+/// Thrown by Scheduler::submit when max_queue requests are already waiting.
+class QueueFullError : public Error {
+ public:
+  using Error::Error;
+};
+/// Thrown by Scheduler::submit after shutdown() began.
+class ShuttingDownError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Holds back generated text that may be the start of a stop string, so that
+/// a stop string split over several tokens is never emitted (OpenAI's `stop`:
+/// the returned text does not contain it). Text is UTF-8; stop strings are
+/// matched byte for byte.
+class StopText {
+ public:
+  explicit StopText(std::vector<std::string> stops);
+  /// Appends generated text; returns the part that is now safe to emit.
+  /// After a stop string appears, returns the text before it and stopped()
+  /// becomes true; further calls return "".
+  std::string push(const std::string& text);
+  /// The text held back (at the end of generation, when no stop can follow).
+  std::string flush();
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string text_;     ///< generated text not yet emitted
+  bool stopped_ = false;
+};
+
+/// What one request asks for.
+struct GenParams {
+  SamplerParams sampling;
+  int32_t max_tokens = -1;          ///< -1: until end of generation or the context is full
+  std::vector<std::string> stop;    ///< stop strings (not emitted)
+};
+
+/// Token counts and times of one request, final in its last event.
+struct GenUsage {
+  int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;        ///< prompt tokens reused from a slot's cache (not evaluated)
+  int32_t completion_tokens = 0;    ///< tokens sampled (an end-of-generation token included)
+  double queue_s = 0;               ///< seconds from submit to admission into a slot
+  double ttft_s = -1;               ///< seconds from submit to the first sampled token (-1: none)
+  double total_s = 0;               ///< seconds from submit to the end
+};
+
+/// A piece of a request's output. Text is whole UTF-8 characters.
+struct GenEvent {
+  std::string text;
+  bool done = false;
+  /// When done: "stop" (end of generation or a stop string), "length"
+  /// (max_tokens or the context is full), "cancelled", or "error".
+  std::string finish_reason;
+  std::string error;   ///< message when finish_reason == "error"
+  GenUsage usage;      ///< counts so far; final when done
+};
+
+/// A submitted request: the caller's handle and the scheduler's record.
+/// Thread-safe.
+class Job {
+ public:
+  /// Waits up to `timeout` for output. Returns nullopt on timeout; otherwise
+  /// everything produced since the last call merged into one event (texts
+  /// concatenated, done/finish_reason/usage from the latest).
+  std::optional<GenEvent> wait(std::chrono::milliseconds timeout);
+  /// Asks the scheduler to stop this request; its slot is freed at the next
+  /// step and a last event with finish_reason "cancelled" follows.
+  void cancel() { cancel_.store(true); }
+  bool cancelled() const { return cancel_.load(); }
+
+ private:
+  friend class Scheduler;
+  void push(GenEvent ev);
+
+  std::vector<int32_t> prompt_;
+  GenParams params_;
+  std::chrono::steady_clock::time_point submitted_;
+  std::atomic<bool> cancel_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<GenEvent> events_;
+};
+
+struct SchedulerOptions {
+  int n_slots = 4;                   ///< parallel sequences (Session n_seq)
+  int32_t n_ctx = 4096;              ///< positions per slot
+  int n_threads = 0;                 ///< CPU threads for the Session (0: all cores)
+  int32_t max_prompt_per_step = 256; ///< prompt tokens evaluated per step, all slots together
+  size_t max_queue = 64;             ///< requests waiting for a slot before submit() refuses
+};
+
+/// Counters and gauges for /metrics. Totals count since start.
+struct SchedulerMetrics {
+  int n_slots = 0;
+  int active_slots = 0;
+  size_t queue_depth = 0;
+  int32_t n_ctx = 0;
+  uint64_t requests_total = 0;            ///< admitted into a slot
+  uint64_t prompt_tokens_total = 0;       ///< prompt tokens of admitted requests
+  uint64_t cached_tokens_total = 0;       ///< of those, reused from a slot's cache
+  uint64_t prompt_eval_tokens_total = 0;  ///< prompt tokens evaluated
+  uint64_t generated_tokens_total = 0;    ///< tokens sampled
+  uint64_t steps_total = 0;               ///< forward calls
+  double busy_s_total = 0;                ///< seconds in steps (forward + sampling)
+  double ttft_s_sum = 0;                  ///< sum of ttft_s over requests that got a first token
+  uint64_t ttft_count = 0;
+  /// Over the steps of the last `recent_window_s` seconds: prompt tokens per
+  /// second of steps that evaluated prompt tokens, and sampled tokens per
+  /// second of steps that decoded. A step that did both counts in both.
+  double prefill_tps_recent = 0;
+  double decode_tps_recent = 0;
+  double recent_window_s = 10;
+  size_t kv_bytes_per_token = 0;          ///< Session::cache().bytes_per_token()
+  size_t kv_bytes = 0;                    ///< Session::cache().bytes()
+};
+
+class Scheduler {
+ public:
+  /// Builds the Session (throws kvad::Error for bad sizes) and starts the
+  /// scheduler thread.
+  Scheduler(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tok, const SchedulerOptions& o);
+  /// shutdown(), then joins the thread.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  /// Queues a request. Throws kvad::Error for an empty prompt, a prompt of
+  /// n_ctx tokens or more (no room to generate), or token ids outside the
+  /// vocabulary; QueueFullError when max_queue requests wait; and
+  /// ShuttingDownError after shutdown().
+  std::shared_ptr<Job> submit(std::vector<int32_t> prompt, const GenParams& params);
+
+  /// Refuses new requests and ends queued and running ones (finish_reason
+  /// "error", "server is shutting down"). Idempotent; returns at once.
+  void shutdown();
+
+  SchedulerMetrics metrics() const;
+  int32_t n_ctx() const { return opts_.n_ctx; }
+  int n_slots() const { return opts_.n_slots; }
+  const Tokenizer& tokenizer() const { return *tok_; }
+
+ private:
+  struct Slot;
+  void loop();
+  void admit(Slot& slot, std::shared_ptr<Job> job);
+  void finish(Slot& slot, const std::string& reason, const std::string& error = "");
+  void emit_token(Slot& slot, int32_t id);
+
+  SchedulerOptions opts_;
+  std::shared_ptr<const Tokenizer> tok_;
+  std::unique_ptr<Session> session_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+
+  mutable std::mutex mu_;            ///< queue_, stopping_, metrics_
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stopping_ = false;
+  SchedulerMetrics metrics_;
+  struct StepSample { double t, seconds; int32_t n_prompt, n_decode; };
+  std::deque<StepSample> recent_;
+  uint64_t use_clock_ = 0;           ///< for least-recently-used slot choice
+
+  std::thread thread_;
+};
+
+}  // namespace kvad

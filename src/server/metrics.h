@@ -1,0 +1,33 @@
+// Counters the HTTP layer keeps, and /metrics in the Prometheus text
+// exposition format (prometheus.io/docs/instrumenting/exposition_formats,
+// version 0.0.4).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "engine/scheduler.h"
+
+namespace kvad::server {
+
+class Metrics {
+ public:
+  /// Counts one answered HTTP request. endpoint: a route ("/v1/chat/completions")
+  /// or "other"; status: the HTTP status sent.
+  void count_request(const std::string& endpoint, int status);
+  /// Counts one finished generation by finish_reason ("stop", "length",
+  /// "cancelled", "error").
+  void count_finish(const std::string& reason);
+
+  /// The whole /metrics page: these counters plus the scheduler's.
+  std::string render(const SchedulerMetrics& s) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, uint64_t> requests_;
+  std::map<std::string, uint64_t> finishes_;
+};
+
+}  // namespace kvad::server

@@ -1,0 +1,293 @@
+#include "server/openai.h"
+
+#include <random>
+
+namespace kvad::server {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+std::string type_name(const json& v) {
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
+  if (v.is_number_float()) return "a decimal";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+[[noreturn]] void bad_type(const std::string& param, const std::string& expected, const json& got) {
+  throw ApiError(400, "Invalid type for '" + param + "': expected " + expected + ", but got " + type_name(got) + " instead.",
+                 "invalid_request_error", param, "invalid_type");
+}
+
+[[noreturn]] void bad_value(const std::string& param, const std::string& message) {
+  throw ApiError(400, "Invalid value for '" + param + "': " + message, "invalid_request_error", param, "invalid_value");
+}
+
+[[noreturn]] void unsupported(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, "invalid_request_error", param, "unsupported_value");
+}
+
+/// The field, or nullptr when absent or null.
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+double number_in(const json& body, const char* name, double lo, double hi, double dflt) {
+  const json* v = field(body, name);
+  if (!v) return dflt;
+  if (!v->is_number()) bad_type(name, "a number", *v);
+  const double x = v->get<double>();
+  if (!(x >= lo && x <= hi))
+    bad_value(name, "expected a number in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " + v->dump() + ".");
+  return x;
+}
+
+bool is_int(const json& v) { return v.is_number_integer() || v.is_number_unsigned(); }
+
+int64_t integer_in(const json& body, const char* name, int64_t lo, int64_t hi, int64_t dflt) {
+  const json* v = field(body, name);
+  if (!v) return dflt;
+  if (!is_int(*v)) bad_type(name, "an integer", *v);
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    bad_value(name, "out of range.");
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi)
+    bad_value(name, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                        std::to_string(x) + ".");
+  return x;
+}
+
+bool boolean(const json& body, const char* name, bool dflt) {
+  const json* v = field(body, name);
+  if (!v) return dflt;
+  if (!v->is_boolean()) bad_type(name, "a boolean", *v);
+  return v->get<bool>();
+}
+
+std::string message_content(const json& m, const std::string& param, bool required) {
+  const json* c = field(m, "content");
+  if (!c) {
+    if (required) throw ApiError(400, "Missing required parameter: '" + param + "'.", "invalid_request_error", param,
+                                 "missing_required_parameter");
+    return "";
+  }
+  if (c->is_string()) return c->get<std::string>();
+  if (!c->is_array()) bad_type(param, "a string or an array of content parts", *c);
+  std::string text;
+  for (size_t i = 0; i < c->size(); ++i) {
+    const json& part = (*c)[i];
+    const std::string pp = param + "[" + std::to_string(i) + "]";
+    if (!part.is_object()) bad_type(pp, "an object", part);
+    const json* type = field(part, "type");
+    if (!type || !type->is_string()) bad_type(pp + ".type", "a string", type ? *type : json());
+    if (type->get<std::string>() != "text")
+      unsupported(pp + ".type", "Content parts of type '" + type->get<std::string>() +
+                                    "' are not supported; this server takes text only.");
+    const json* t = field(part, "text");
+    if (!t || !t->is_string()) bad_type(pp + ".text", "a string", t ? *t : json());
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+void parse_messages(const json& body, CompletionRequest& r) {
+  const json* msgs = field(body, "messages");
+  if (!msgs)
+    throw ApiError(400, "Missing required parameter: 'messages'.", "invalid_request_error", "messages",
+                   "missing_required_parameter");
+  if (!msgs->is_array()) bad_type("messages", "an array", *msgs);
+  if (msgs->empty()) bad_value("messages", "expected an array with minimum length 1, but got an empty array.");
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const json& m = (*msgs)[i];
+    const std::string p = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) bad_type(p, "an object", m);
+    const json* role = field(m, "role");
+    if (!role)
+      throw ApiError(400, "Missing required parameter: '" + p + ".role'.", "invalid_request_error", p + ".role",
+                     "missing_required_parameter");
+    if (!role->is_string()) bad_type(p + ".role", "a string", *role);
+    ChatMessage cm;
+    cm.role = role->get<std::string>();
+    if (cm.role == "developer") cm.role = "system";
+    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "tool")
+      bad_value(p + ".role", "expected one of 'system', 'developer', 'user', 'assistant', 'tool', got '" + cm.role +
+                                 "'.");
+    if (const json* tc = field(m, "tool_calls"); tc && !(tc->is_array() && tc->empty()))
+      unsupported(p + ".tool_calls", "Tool calls are not supported by this server.");
+    cm.content = message_content(m, p + ".content", cm.role != "assistant");
+    r.messages.push_back(std::move(cm));
+  }
+}
+
+void parse_prompt(const json& body, CompletionRequest& r) {
+  const json* p = field(body, "prompt");
+  if (!p)
+    throw ApiError(400, "Missing required parameter: 'prompt'.", "invalid_request_error", "prompt",
+                   "missing_required_parameter");
+  auto ids_of = [](const json& arr, const std::string& param) {
+    std::vector<int32_t> ids;
+    for (const json& t : arr) {
+      if (!is_int(t)) bad_type(param, "a string, an array of strings, or an array of token ids", t);
+      const int64_t v = t.is_number_unsigned() ? static_cast<int64_t>(std::min<uint64_t>(t.get<uint64_t>(), INT64_MAX))
+                                               : t.get<int64_t>();
+      if (v < 0 || v > INT32_MAX) bad_value(param, "token id " + std::to_string(v) + " is not in the vocabulary.");
+      ids.push_back(static_cast<int32_t>(v));
+    }
+    return ids;
+  };
+  if (p->is_string()) {
+    r.prompt = p->get<std::string>();
+    return;
+  }
+  if (!p->is_array()) bad_type("prompt", "a string, an array of strings, or an array of token ids", *p);
+  if (p->empty()) bad_value("prompt", "expected a non-empty prompt.");
+  if ((*p)[0].is_string() || (*p)[0].is_array()) {
+    // A list of prompts: each would be its own choice, like n > 1.
+    if (p->size() > 1) unsupported("prompt", "Only one prompt per request is supported (got " + std::to_string(p->size()) + ").");
+    const json& one = (*p)[0];
+    if (one.is_string()) {
+      r.prompt = one.get<std::string>();
+      return;
+    }
+    if (one.empty()) bad_value("prompt", "expected a non-empty prompt.");
+    r.prompt_ids = ids_of(one, "prompt");
+  } else {
+    r.prompt_ids = ids_of(*p, "prompt");
+  }
+  r.prompt_is_ids = true;
+}
+
+}  // namespace
+
+json error_body(const ApiError& e) {
+  json err = {{"message", e.what()}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param.empty()) err["param"] = e.param;
+  if (!e.code.empty()) err["code"] = e.code;
+  return json{{"error", err}};
+}
+
+CompletionRequest parse_completion_request(const std::string& body_text, bool chat) {
+  json body;
+  try {
+    body = json::parse(body_text);
+  } catch (const json::parse_error& e) {
+    throw ApiError(400,
+                   std::string("We could not parse the JSON body of your request. (HINT: This likely means you "
+                               "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload.) ") +
+                       e.what(),
+                   "invalid_request_error", "", "invalid_json");
+  }
+  if (!body.is_object())
+    throw ApiError(400, "The request body must be a JSON object, got " + type_name(body) + ".", "invalid_request_error",
+                   "", "invalid_type");
+
+  CompletionRequest r;
+  r.chat = chat;
+  const json* model = field(body, "model");
+  if (!model)
+    throw ApiError(400, "Missing required parameter: 'model'.", "invalid_request_error", "model",
+                   "missing_required_parameter");
+  if (!model->is_string()) bad_type("model", "a string", *model);
+  r.model = model->get<std::string>();
+
+  if (chat)
+    parse_messages(body, r);
+  else
+    parse_prompt(body, r);
+
+  if (integer_in(body, "n", 1, 128, 1) != 1)
+    unsupported("n", "Only n = 1 is supported: this server returns one choice per request.");
+  if (!chat && integer_in(body, "best_of", 1, 128, 1) != 1)
+    unsupported("best_of", "Only best_of = 1 is supported.");
+  if (!chat && boolean(body, "echo", false)) unsupported("echo", "echo is not supported.");
+  if (const json* s = field(body, "suffix"); !chat && s) {
+    if (!s->is_string()) bad_type("suffix", "a string", *s);
+    if (!s->get<std::string>().empty()) unsupported("suffix", "suffix is not supported.");
+  }
+  if (const json* lp = field(body, "logprobs")) {
+    const bool on = chat ? (lp->is_boolean() ? lp->get<bool>() : (bad_type("logprobs", "a boolean", *lp), false))
+                         : (is_int(*lp) ? true : (bad_type("logprobs", "an integer", *lp), false));
+    if (on) unsupported("logprobs", "logprobs are not supported.");
+  }
+  if (const json* t = field(body, "tools")) {
+    if (!t->is_array()) bad_type("tools", "an array", *t);
+    if (!t->empty()) unsupported("tools", "Tools (function calling) are not supported by this server.");
+  }
+  if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty()))
+    unsupported("functions", "Function calling is not supported by this server.");
+  if (const json* rf = field(body, "response_format")) {
+    if (!rf->is_object()) bad_type("response_format", "an object", *rf);
+    const json* t = field(*rf, "type");
+    if (!t || !t->is_string()) bad_type("response_format.type", "a string", t ? *t : json());
+    if (t->get<std::string>() != "text")
+      unsupported("response_format", "response_format '" + t->get<std::string>() + "' is not supported; only 'text'.");
+  }
+
+  GenParams& g = r.gen;
+  int64_t max_tokens = integer_in(body, "max_tokens", 0, INT32_MAX, -1);
+  if (chat) max_tokens = integer_in(body, "max_completion_tokens", 0, INT32_MAX, max_tokens);
+  if (!chat && max_tokens < 0) max_tokens = 16;  // the legacy endpoint's documented default
+  g.max_tokens = static_cast<int32_t>(max_tokens);
+
+  SamplerParams& sp = g.sampling;
+  sp.temp = static_cast<float>(number_in(body, "temperature", 0, 2, 1.0));
+  sp.top_p = static_cast<float>(number_in(body, "top_p", 0, 1, 1.0));
+  sp.presence_penalty = static_cast<float>(number_in(body, "presence_penalty", -2, 2, 0));
+  sp.frequency_penalty = static_cast<float>(number_in(body, "frequency_penalty", -2, 2, 0));
+  sp.top_k = static_cast<int32_t>(integer_in(body, "top_k", 0, INT32_MAX, 0));
+  sp.min_p = static_cast<float>(number_in(body, "min_p", 0, 1, 0));
+  sp.repeat_penalty = static_cast<float>(number_in(body, "repeat_penalty", 0.01, 100, 1.0));
+  if (const json* seed = field(body, "seed")) {
+    if (!is_int(*seed)) bad_type("seed", "an integer", *seed);
+    sp.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
+  } else {
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    sp.seed = rng();
+  }
+
+  if (const json* stop = field(body, "stop")) {
+    if (stop->is_string()) {
+      g.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      if (stop->size() > 16) bad_value("stop", "expected at most 16 stop sequences, got " + std::to_string(stop->size()) + ".");
+      for (const json& s : *stop) {
+        if (!s.is_string()) bad_type("stop", "a string or an array of strings", s);
+        g.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      bad_type("stop", "a string or an array of strings", *stop);
+    }
+  }
+
+  r.stream = boolean(body, "stream", false);
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) bad_type("stream_options", "an object", *so);
+    r.include_usage = boolean(*so, "include_usage", false);
+  }
+  return r;
+}
+
+json usage_json(const GenUsage& u) {
+  return json{{"prompt_tokens", u.prompt_tokens},
+              {"completion_tokens", u.completion_tokens},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+std::string new_response_id(const std::string& prefix) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* hex = "0123456789abcdef";
+  std::string id = prefix;
+  for (int i = 0; i < 24; ++i) id += hex[rng() & 15];
+  return id;
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace kvad::server

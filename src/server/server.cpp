@@ -1,0 +1,437 @@
+#include "server/server.h"
+
+#include <dirent.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <httplib.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+
+#include "model/model.h"
+#include "server/chat_page.h"
+#include "server/chat_prompt.h"
+#include "server/metrics.h"
+#include "server/openai.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvad::server {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr auto kPoll = std::chrono::milliseconds(50);
+
+// ------------------------------------------------------------ connections
+
+std::string numeric_host(const sockaddr_storage& a, socklen_t len, int* port) {
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  if (getnameinfo(reinterpret_cast<const sockaddr*>(&a), len, host, sizeof host, serv, sizeof serv,
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return "";
+  *port = std::atoi(serv);
+  return host;
+}
+
+// The socket of the connection a request came on, found by its addresses
+// (cpp-httplib does not hand handlers the socket). The handler runs while the
+// connection is open, so the descriptor stays valid for the request's
+// lifetime. Returns -1 when not found (then only failed writes detect a
+// disconnect).
+int find_connection_fd(const httplib::Request& req) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int found = -1;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == dirfd(d)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t ll = sizeof local, pl = sizeof peer;
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
+    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
+    int lport = -1, pport = -1;
+    numeric_host(local, ll, &lport);
+    const std::string paddr = numeric_host(peer, pl, &pport);
+    if (lport == req.local_port && pport == req.remote_port && paddr == req.remote_addr) {
+      found = static_cast<int>(fd);
+      break;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+// True when the client has closed (or reset) the connection. Unread bytes
+// (a pipelined request) do not count.
+bool peer_closed(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLRDHUP, 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+std::string endpoint_label(const std::string& path) {
+  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/"})
+    if (path == known) return known;
+  if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  return "other";
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(dump(error_body(e)), "application/json");
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ Impl
+
+struct Server::Impl {
+  Impl(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> t, ServerOptions opts)
+      : o(std::move(opts)),
+        tok(std::move(t)),
+        chat(o.chat_template, tok->bos() >= 0 ? tok->token_text(tok->bos()) : "",
+             tok->eos() >= 0 ? tok->token_text(tok->eos()) : ""),
+        sched(std::move(model), tok, o.sched),
+        created(static_cast<int64_t>(std::time(nullptr))) {}
+
+  void routes();
+  void completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  std::vector<int32_t> tokenize(const CompletionRequest& r) const;
+  json model_object() const {
+    return json{{"id", o.model_id}, {"object", "model"}, {"created", created}, {"owned_by", "kvad"}};
+  }
+
+  ServerOptions o;
+  std::shared_ptr<const Tokenizer> tok;
+  ChatPrompt chat;
+  Scheduler sched;
+  Metrics metrics;
+  httplib::Server http;
+  std::atomic<bool> stopping{false};
+  int64_t created;
+};
+
+std::vector<int32_t> Server::Impl::tokenize(const CompletionRequest& r) const {
+  if (r.prompt_is_ids) {
+    for (int32_t id : r.prompt_ids)
+      if (id < 0 || id >= tok->n_vocab())
+        throw ApiError(400, "Invalid value for 'prompt': token id " + std::to_string(id) + " is not in the vocabulary (" +
+                                std::to_string(tok->n_vocab()) + " tokens).",
+                       "invalid_request_error", "prompt", "invalid_value");
+    return r.prompt_ids;
+  }
+  // The template's own markers (<|im_start|>, ...) are special tokens, so
+  // special-token text is parsed, as llama.cpp's server does. A template that
+  // writes the BOS token itself gets no second one.
+  std::string text = r.chat ? chat.render(r.messages) : r.prompt;
+  bool add_special = true;
+  if (tok->bos() >= 0) {
+    const std::string& bos = tok->token_text(tok->bos());
+    if (!bos.empty() && text.rfind(bos, 0) == 0) add_special = false;
+  }
+  return tok->encode(text, add_special, /*parse_special=*/true);
+}
+
+void Server::Impl::completion(const httplib::Request& req, httplib::Response& res, bool is_chat) {
+  CompletionRequest r = parse_completion_request(req.body, is_chat);
+  if (r.model != o.model_id)
+    throw ApiError(404, "The model '" + r.model + "' does not exist; this server has '" + o.model_id + "'.",
+                   "invalid_request_error", "model", "model_not_found");
+  std::vector<int32_t> prompt = tokenize(r);
+  const char* pparam = is_chat ? "messages" : "prompt";
+  if (prompt.empty())
+    throw ApiError(400, "The prompt is empty (0 tokens).", "invalid_request_error", pparam, "invalid_value");
+  if (static_cast<int64_t>(prompt.size()) >= sched.n_ctx())
+    throw ApiError(400,
+                   "This model's maximum context length is " + std::to_string(sched.n_ctx()) +
+                       " tokens. However, your " + (is_chat ? "messages" : "prompt") + " resulted in " +
+                       std::to_string(prompt.size()) + " tokens, which leaves no room for the completion. " +
+                       "Shorten the prompt or raise --ctx-size.",
+                   "invalid_request_error", pparam, "context_length_exceeded");
+  std::shared_ptr<Job> job;
+  try {
+    job = sched.submit(std::move(prompt), r.gen);
+  } catch (const QueueFullError& e) {
+    throw ApiError(429, std::string(e.what()) + "; retry later.", "rate_limit_error", "", "rate_limit_exceeded");
+  } catch (const ShuttingDownError& e) {
+    throw ApiError(503, e.what(), "server_error", "", "server_shutting_down");
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), "invalid_request_error", pparam, "invalid_value");
+  }
+
+  const std::string id = new_response_id(is_chat ? "chatcmpl-" : "cmpl-");
+  const int64_t created_at = static_cast<int64_t>(std::time(nullptr));
+  const int fd = find_connection_fd(req);
+  auto base = [id, created_at, model = o.model_id, is_chat](bool chunk) {
+    return json{{"id", id},
+                {"object", is_chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+                {"created", created_at},
+                {"model", model}};
+  };
+
+  if (!r.stream) {
+    std::string text;
+    GenEvent last;
+    for (;;) {
+      std::optional<GenEvent> ev = job->wait(kPoll);
+      if (!ev) {
+        if (peer_closed(fd)) {
+          job->cancel();
+          metrics.count_finish("cancelled");
+          res.status = 499;  // nginx's "client closed request"; nobody reads it
+          return;
+        }
+        continue;
+      }
+      text += ev->text;
+      if (ev->done) {
+        last = std::move(*ev);
+        break;
+      }
+    }
+    metrics.count_finish(last.finish_reason);
+    if (last.finish_reason == "error")
+      throw ApiError(last.error.find("shutting down") != std::string::npos ? 503 : 500,
+                     "The generation failed: " + last.error, "server_error", "",
+                     last.error.find("shutting down") != std::string::npos ? "server_shutting_down" : "internal_error");
+    json out = base(false);
+    json choice = {{"index", 0}};
+    if (is_chat)
+      choice["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
+    else
+      choice["text"] = text;
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = last.finish_reason;
+    out["choices"] = json::array({choice});
+    out["usage"] = usage_json(last.usage);
+    res.set_content(dump(out), "application/json");
+    return;
+  }
+
+  // Streaming: one provider call per event; the provider returns false to
+  // drop the connection (client gone), and the releaser cancels whatever is
+  // still running.
+  struct State {
+    std::shared_ptr<Job> job;
+    bool started = false, finished = false;
+  };
+  auto st = std::make_shared<State>();
+  st->job = job;
+  const bool include_usage = r.include_usage;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, st, fd, base, is_chat, include_usage](size_t, httplib::DataSink& sink) -> bool {
+        auto send = [&](const json& j) {
+          const std::string s = "data: " + dump(j) + "\n\n";
+          return sink.write(s.data(), s.size());
+        };
+        auto chunk = [&](const std::string& text, const json& finish) {
+          json c = base(true);
+          json choice = {{"index", 0}};
+          if (is_chat) {
+            choice["delta"] = finish.is_null() ? json{{"content", text}} : json::object();
+          } else {
+            choice["text"] = text;
+          }
+          choice["logprobs"] = nullptr;
+          choice["finish_reason"] = finish;
+          c["choices"] = json::array({choice});
+          if (include_usage) c["usage"] = nullptr;
+          return c;
+        };
+        auto drop = [&] {
+          st->job->cancel();
+          return false;
+        };
+        if (!st->started) {
+          st->started = true;
+          if (is_chat) {
+            json c = base(true);
+            c["choices"] = json::array({{{"index", 0},
+                                         {"delta", {{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}}},
+                                         {"logprobs", nullptr},
+                                         {"finish_reason", nullptr}}});
+            if (include_usage) c["usage"] = nullptr;
+            if (!send(c)) return drop();
+          }
+          return true;
+        }
+        std::optional<GenEvent> ev = st->job->wait(kPoll);
+        if (!ev) return peer_closed(fd) ? drop() : true;
+        if (!ev->text.empty() && !send(chunk(ev->text, nullptr))) return drop();
+        if (!ev->done) return true;
+        st->finished = true;
+        metrics.count_finish(ev->finish_reason);
+        if (ev->finish_reason == "cancelled") return false;
+        if (ev->finish_reason == "error") {
+          const bool down = ev->error.find("shutting down") != std::string::npos;
+          send(error_body(ApiError(down ? 503 : 500, "The generation failed: " + ev->error, "server_error", "",
+                                   down ? "server_shutting_down" : "internal_error")));
+          sink.done();
+          return true;
+        }
+        if (!send(chunk("", ev->finish_reason))) return false;
+        if (include_usage) {
+          json u = base(true);
+          u["choices"] = json::array();
+          u["usage"] = usage_json(ev->usage);
+          if (!send(u)) return false;
+        }
+        const std::string done = "data: [DONE]\n\n";
+        if (!sink.write(done.data(), done.size())) return false;
+        sink.done();
+        return true;
+      },
+      [this, st](bool) {
+        if (!st->finished) {
+          st->job->cancel();
+          metrics.count_finish("cancelled");
+        }
+      });
+}
+
+void Server::Impl::routes() {
+  const size_t n_threads =
+      o.http_threads > 0 ? static_cast<size_t>(o.http_threads) : static_cast<size_t>(o.sched.n_slots) + o.sched.max_queue + 8;
+  http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
+  http.set_payload_max_length(o.max_body_bytes);
+  http.set_keep_alive_timeout(30);
+  http.set_keep_alive_max_count(1000);
+
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (o.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string want = "Bearer " + o.api_key;
+    if (auth == want) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, ApiError(401,
+                             auth.empty() ? "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'."
+                                          : "Incorrect API key provided.",
+                             "invalid_request_error", "", "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+
+  http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // our own JSON error
+    if (res.status == 404) {
+      send_error(res, ApiError(404, "Unknown request URL: " + req.method + " " + req.path + ".",
+                               "invalid_request_error", "", "unknown_url"));
+    } else if (res.status == 413) {
+      send_error(res, ApiError(413, "The request body is too large.", "invalid_request_error", "", "payload_too_large"));
+    } else if (res.status == 499) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    } else {
+      send_error(res, ApiError(res.status, "HTTP error " + std::to_string(res.status) + ".",
+                               res.status >= 500 ? "server_error" : "invalid_request_error"));
+    }
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(500, std::string("Internal error: ") + e.what(), "server_error", "", "internal_error"));
+    } catch (...) {
+      send_error(res, ApiError(500, "Internal error.", "server_error", "", "internal_error"));
+    }
+  });
+
+  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics.count_request(endpoint_label(req.path), res.status);
+    if (o.log_requests)
+      std::fprintf(stderr, "kvad serve: %s %s %d (%s:%d)\n", req.method.c_str(), req.path.c_str(), res.status,
+                   req.remote_addr.c_str(), req.remote_port);
+  });
+
+  // Handlers catch their own errors: cpp-httplib's exception handler only
+  // runs when it was built with exceptions enabled for handlers.
+  auto guarded = [](auto fn) {
+    return [fn](const httplib::Request& req, httplib::Response& res) {
+      try {
+        fn(req, res);
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      } catch (const std::exception& e) {
+        send_error(res, ApiError(500, std::string("Internal error: ") + e.what(), "server_error", "", "internal_error"));
+      }
+    };
+  };
+
+  http.Post("/v1/chat/completions", guarded([this](const auto& req, auto& res) { completion(req, res, true); }));
+  http.Post("/v1/completions", guarded([this](const auto& req, auto& res) { completion(req, res, false); }));
+  for (const char* p : {"/v1/chat/completions", "/v1/completions"})
+    http.Get(p, [](const httplib::Request& req, httplib::Response& res) {
+      send_error(res, ApiError(405, "Method not allowed: use POST " + req.path + ".", "invalid_request_error", "",
+                               "method_not_allowed"));
+    });
+  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump(json{{"object", "list"}, {"data", json::array({model_object()})}}), "application/json");
+  });
+  http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    if (req.matches[1] == o.model_id)
+      res.set_content(dump(model_object()), "application/json");
+    else
+      send_error(res, ApiError(404, "The model '" + std::string(req.matches[1]) + "' does not exist.",
+                               "invalid_request_error", "model", "model_not_found"));
+  });
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (stopping) {
+      res.status = 503;
+      res.set_content(R"({"status":"shutting down"})", "application/json");
+    } else {
+      res.set_content(R"({"status":"ok"})", "application/json");
+    }
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics.render(sched.metrics()), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(kChatPageHtml, "text/html; charset=utf-8");
+  });
+}
+
+// ---------------------------------------------------------------- Server
+
+Server::Server(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tok, ServerOptions o)
+    : impl_(std::make_unique<Impl>(std::move(model), std::move(tok), std::move(o))) {
+  impl_->routes();
+}
+
+Server::~Server() {
+  stop();
+}
+
+int Server::bind() {
+  const ServerOptions& o = impl_->o;
+  int port = o.port;
+  if (port == 0) {
+    port = impl_->http.bind_to_any_port(o.host);
+    if (port < 0) throw Error("cannot listen on " + o.host + " (any port)");
+  } else if (!impl_->http.bind_to_port(o.host, port)) {
+    throw Error("cannot listen on " + o.host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");
+  }
+  return port;
+}
+
+void Server::run() { impl_->http.listen_after_bind(); }
+
+void Server::stop() {
+  impl_->stopping = true;
+  impl_->sched.shutdown();
+  impl_->http.stop();
+}
+
+std::string Server::chat_template_info() const { return impl_->chat.describe(); }
+
+}  // namespace kvad::server

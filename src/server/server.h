@@ -1,0 +1,78 @@
+// `kvad serve`'s HTTP server: the OpenAI API over a Scheduler (continuous
+// batching), on cpp-httplib.
+//
+// Endpoints:
+//   POST /v1/chat/completions, POST /v1/completions   (stream: server-sent events)
+//   GET  /v1/models, GET /v1/models/{id}
+//   GET  /health     {"status": "ok"} (503 while shutting down)
+//   GET  /metrics    Prometheus text format (server/metrics.h)
+//   GET  /           the chat page (server/chat_page.html)
+// With an API key, every /v1/* request needs `Authorization: Bearer KEY`.
+//
+// Errors are OpenAI's JSON {"error": {"message", "type", "param", "code"}}:
+//   400 invalid_request_error: bad JSON, wrong field types or values, n > 1
+//       and other unsupported options (code unsupported_value), and a prompt
+//       that does not fit the context (code context_length_exceeded, as
+//       OpenAI answers it);
+//   401 invalid_api_key; 404 model_not_found / unknown_url;
+//   405 method_not_allowed; 413 body over the size limit;
+//   429 rate_limit_exceeded: --queue requests already wait for a slot;
+//   503 server_shutting_down: the server is stopping;
+//   500 server_error: the engine failed (the server keeps serving).
+// A stream that fails after it started sends one `data: {"error": ...}`
+// event and ends without [DONE].
+//
+// A client that disconnects cancels its generation: the handler polls its
+// socket while it waits for tokens (and a failed write does the same), and
+// the slot is freed at the next scheduler step.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "engine/scheduler.h"
+
+namespace kvad {
+class Model;
+class Tokenizer;
+}
+
+namespace kvad::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                 ///< 0: any free port (bind() returns it)
+  std::string api_key;             ///< "": no authentication
+  std::string model_id;            ///< what /v1/models lists and requests must name
+  std::string chat_template;       ///< tokenizer.chat_template ("" when none)
+  SchedulerOptions sched;          ///< slots, context per slot, threads, queue bound
+  int http_threads = 0;            ///< 0: n_slots + max_queue + 8 (a waiting request holds one)
+  size_t max_body_bytes = 16u << 20;
+  bool log_requests = true;        ///< one line per request on stderr
+};
+
+class Server {
+ public:
+  /// Builds the scheduler (Session) and the routes. Throws kvad::Error.
+  Server(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tok, ServerOptions o);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  /// Binds host:port; returns the port bound. Throws kvad::Error when it cannot.
+  int bind();
+  /// Serves until stop(); returns once the listening socket is closed and
+  /// in-flight requests have ended.
+  void run();
+  /// Thread-safe, callable from any thread: ends running generations, answers
+  /// 503 to new ones, and stops listening.
+  void stop();
+  /// One line about the chat template in use (for the start-up log).
+  std::string chat_template_info() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvad::server
