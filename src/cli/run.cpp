@@ -6,7 +6,6 @@
 #include <random>
 
 #include "base/error.h"
-#include "cli/chat_format.h"
 #include "cli/commands.h"
 #include "cli/loaded_model.h"
 #include "cli/model_store.h"
@@ -15,6 +14,7 @@
 #include "engine/session.h"
 #include "io/gguf.h"
 #include "model/model.h"
+#include "tokenizer/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvad::cli {
@@ -39,13 +39,16 @@ void run(const RunOptions& o) {
   int32_t n_ctx = o.ctx_size > 0 ? o.ctx_size : static_cast<int32_t>(std::min<int64_t>(4096, hp.n_ctx_train));
   Session session(m.model, n_ctx, 1, o.threads);
 
-  std::string text = o.prompt;
-  bool parse_special = false;
-  if (!o.raw) {
-    text = format_chat_prompt(m.file->get_string("tokenizer.chat_template", ""), o.prompt);
-    parse_special = true;  // the template's own markers are special tokens
+  // Without --raw the prompt is one user turn in the model's own chat format.
+  std::vector<int32_t> ids;
+  if (o.raw) {
+    ids = m.tokenizer->encode(o.prompt, /*add_special=*/true, /*parse_special=*/false);
+  } else {
+    if (m.file->get_string("tokenizer.chat_template", "").empty())
+      throw Error(m.path + ": the model has no chat template; use --raw to send the prompt as is");
+    const ChatPrompt chat = ChatPrompt::from_gguf(*m.file, *m.tokenizer);
+    ids = chat.tokenize(nlohmann::ordered_json::array({{{"role", "user"}, {"content", o.prompt}}}), true);
   }
-  const std::vector<int32_t> ids = m.tokenizer->encode(text, /*add_special=*/true, parse_special);
   if (static_cast<int64_t>(ids.size()) >= n_ctx)
     throw Error("prompt is " + std::to_string(ids.size()) + " tokens, longer than the context (" +
                 std::to_string(n_ctx) + " tokens; raise --ctx-size)");

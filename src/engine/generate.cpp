@@ -17,6 +17,12 @@ double now_s() {
 }
 }  // namespace
 
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
 const std::vector<float>& prefill(Session& s, const std::vector<int32_t>& tokens, int seq, int32_t n_batch) {
   if (tokens.empty()) throw Error("prefill: no tokens");
   Batch b;
@@ -39,16 +45,21 @@ GenerateStats generate(Session& s, const Tokenizer& tok, Sampler& sampler,
   if (static_cast<int64_t>(prompt.size()) > s.n_ctx())
     throw Error("prompt is " + std::to_string(prompt.size()) + " tokens, longer than the context (" +
                 std::to_string(s.n_ctx()) + " tokens; raise --ctx-size)");
-  // The sequence starts empty: prefix reuse across calls is the caller's
-  // (it knows the tokens; see Session::truncate).
-  s.truncate(opts.seq, 0);
-  const std::vector<int32_t>& rest = prompt;
+  // Reuse the longest common prefix with what the sequence holds, but always
+  // evaluate at least the last prompt token so there are logits to sample.
+  size_t keep = 0;
+  if (opts.held) keep = std::min(common_prefix(*opts.held, prompt), prompt.size() - 1);
+  const int32_t landed = s.truncate(opts.seq, static_cast<int32_t>(keep));
+  if (opts.held) opts.held->resize(landed);
+  st.n_cached = landed;
+  const std::vector<int32_t> rest(prompt.begin() + landed, prompt.end());
 
   for (int32_t t : prompt) sampler.accept(t);
   double t0 = now_s();
   const std::vector<float>* logits = &prefill(s, rest, opts.seq, opts.n_batch);
   st.prefill_s = now_s() - t0;
   st.n_prompt = static_cast<int32_t>(rest.size());
+  if (opts.held) opts.held->insert(opts.held->end(), rest.begin(), rest.end());
 
   StreamDecoder dec(tok);
   const int nv = s.n_vocab();
@@ -69,6 +80,7 @@ GenerateStats generate(Session& s, const Tokenizer& tok, Sampler& sampler,
     b.add(id, pos, opts.seq, true);
     const auto& l = s.forward(b);
     ++st.n_decode_evals;
+    if (opts.held) opts.held->push_back(id);
     last.assign(l.begin(), l.begin() + nv);
   }
   const std::string tail = dec.flush();

@@ -12,7 +12,8 @@ class Sampler;
 class Tokenizer;
 
 struct GenerateStats {
-  int32_t n_prompt = 0;      ///< prompt tokens evaluated
+  int32_t n_prompt = 0;      ///< prompt tokens evaluated (past the reused prefix)
+  int32_t n_cached = 0;      ///< prompt tokens reused from the cache
   int32_t n_generated = 0;   ///< tokens sampled
   double prefill_s = 0;      ///< seconds in prompt evaluation
   double decode_s = 0;       ///< seconds in decode steps
@@ -24,9 +25,19 @@ struct GenerateOptions {
   int32_t max_tokens = 256;  ///< -1: until end of generation or context full
   int32_t n_batch = 512;     ///< prompt tokens per forward call
   int seq = 0;
+  /// Prefix reuse (DESIGN.md seam 6): the token ids sequence `seq` holds.
+  /// When set, only the prompt tokens past the longest common prefix with
+  /// these are evaluated (via Session::truncate, continuing from the position
+  /// it returns); on return it holds exactly what the cache holds. When
+  /// null, the sequence starts empty.
+  std::vector<int32_t>* held = nullptr;
 };
 
-/// Evaluates `prompt` on sequence opts.seq (which starts empty), then samples up to
+/// Length of the longest common prefix of a and b.
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b);
+
+/// Evaluates `prompt` on sequence opts.seq (reusing a cached prefix when
+/// opts.held is set), then samples up to
 /// max_tokens tokens, stopping at an end-of-generation token. Each complete
 /// piece of UTF-8 text goes to on_text; returning false from it stops.
 /// Throws kvad::Error when the prompt does not fit the context.

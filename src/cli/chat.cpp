@@ -1,0 +1,215 @@
+// `kvad chat`: a multi-turn conversation in the terminal.
+//
+// Each turn renders the whole conversation with the model's chat template
+// and evaluates only the tokens past the longest common prefix with what the
+// session already holds (prefix reuse, DESIGN.md seam 6). When the
+// conversation outgrows the context, the oldest turns are dropped (the
+// system prompt is kept) and the user is told.
+#include <CLI/CLI.hpp>
+#include <editline/readline.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <random>
+
+#include "base/error.h"
+#include "cli/commands.h"
+#include "cli/loaded_model.h"
+#include "cli/model_store.h"
+#include "engine/generate.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+#include "io/gguf.h"
+#include "model/model.h"
+#include "tokenizer/chat_prompt.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvad::cli {
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+void on_sigint(int) { g_interrupted.store(true); }
+
+struct ChatOptions {
+  std::string model;
+  std::string system;
+  int32_t max_tokens = 512;
+  SamplerParams sp;
+  int64_t seed = -1;
+  int threads = 0;
+  int32_t ctx_size = 0;
+};
+
+using json = nlohmann::ordered_json;
+
+class Chat {
+ public:
+  Chat(const ChatOptions& o, LoadedModel m)
+      : o_(o), m_(std::move(m)), prompt_(ChatPrompt::from_gguf(*m_.file, *m_.tokenizer)) {
+    const HParams& hp = m_.model->hparams();
+    n_ctx_ = o.ctx_size > 0 ? o.ctx_size : static_cast<int32_t>(std::min<int64_t>(4096, hp.n_ctx_train));
+    session_ = std::make_unique<Session>(m_.model, n_ctx_, 1, o.threads);
+    SamplerParams sp = o.sp;
+    sp.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
+    sampler_ = std::make_unique<Sampler>(sp);
+    set_system(o.system);
+  }
+
+  void set_system(const std::string& text) {
+    system_ = text;
+    turns_ = json::array();
+  }
+
+  void reset() {
+    turns_ = json::array();
+    held_.clear();
+    session_->truncate(0, 0);
+  }
+
+  // One user turn: prints the streamed reply. Returns false if the turn
+  // cannot fit the context at all.
+  void turn(const std::string& user) {
+    turns_.push_back({{"role", "user"}, {"content", user}});
+    // Room for the reply: at least a quarter of the context or max_tokens.
+    const int32_t reserve = std::min<int32_t>(n_ctx_ / 4, o_.max_tokens > 0 ? o_.max_tokens : n_ctx_ / 4);
+    std::vector<int32_t> ids = prompt_.tokenize(messages(), true);
+    int dropped = 0;
+    while (static_cast<int32_t>(ids.size()) + reserve > n_ctx_ && turns_.size() > 1) {
+      // Drop the oldest exchange (a user turn and the reply after it).
+      turns_.erase(turns_.begin());
+      if (!turns_.empty() && turns_[0]["role"] == "assistant") turns_.erase(turns_.begin());
+      ++dropped;
+      ids = prompt_.tokenize(messages(), true);
+    }
+    if (dropped)
+      std::fprintf(stderr, "[kvad] the conversation outgrew the context (%d tokens): dropped the %d oldest turn(s), "
+                   "kept the system prompt\n", n_ctx_, dropped);
+    if (static_cast<int32_t>(ids.size()) + 1 > n_ctx_) {
+      turns_.erase(turns_.end() - 1);
+      throw Error("this message alone (" + std::to_string(ids.size()) + " tokens) does not fit the context (" +
+                  std::to_string(n_ctx_) + " tokens; raise --ctx-size)");
+    }
+    GenerateOptions go;
+    go.max_tokens = std::min<int32_t>(o_.max_tokens < 0 ? n_ctx_ : o_.max_tokens,
+                                      n_ctx_ - static_cast<int32_t>(ids.size()));
+    go.held = &held_;
+    std::string reply;
+    g_interrupted.store(false);
+    last_ = generate(*session_, *m_.tokenizer, *sampler_, ids, go, [&](const std::string& piece) {
+      if (g_interrupted.load()) return false;
+      reply += piece;
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    });
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    if (last_.stop == "stopped") std::fprintf(stderr, "[kvad] reply interrupted\n");
+    turns_.push_back({{"role", "assistant"}, {"content", reply}});
+    stats_line();
+  }
+
+  void stats_line() const {
+    const double pp = last_.prefill_s > 0 ? last_.n_prompt / last_.prefill_s : 0;
+    const double tg = last_.decode_s > 0 ? last_.n_decode_evals / last_.decode_s : 0;
+    std::fprintf(stderr,
+                 "[kvad] cached_tokens %d | prompt %d new tokens, prefill %.1f tok/s (%.3f s) | reply %d tokens, "
+                 "decode %.1f tok/s | context %d/%d\n",
+                 last_.n_cached, last_.n_prompt, pp, last_.prefill_s, last_.n_generated, tg,
+                 session_->cached(0), n_ctx_);
+  }
+
+ private:
+  json messages() const {
+    json msgs = json::array();
+    if (!system_.empty()) msgs.push_back({{"role", "system"}, {"content", system_}});
+    for (const auto& t : turns_) msgs.push_back(t);
+    return msgs;
+  }
+
+  ChatOptions o_;
+  LoadedModel m_;
+  ChatPrompt prompt_;
+  int32_t n_ctx_ = 0;
+  std::unique_ptr<Session> session_;
+  std::unique_ptr<Sampler> sampler_;
+  std::string system_;
+  json turns_ = json::array();
+  std::vector<int32_t> held_;
+  GenerateStats last_;
+};
+
+// Reads one line: with line editing and history on a terminal, plain
+// getline otherwise. Returns false at end of input (Ctrl-D).
+bool read_line(bool tty, std::string& line) {
+  if (tty) {
+    char* s = readline(">>> ");
+    if (!s) return false;
+    line = s;
+    if (!line.empty()) add_history(s);
+    std::free(s);
+    return true;
+  }
+  return static_cast<bool>(std::getline(std::cin, line));
+}
+
+void chat(const ChatOptions& o) {
+  Chat c(o, load_for_cli(o.model));
+  const bool tty = isatty(STDIN_FILENO);
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  if (tty) std::fprintf(stderr, "kvad chat: /reset, /stats, /system TEXT, /exit; Ctrl-C stops a reply, Ctrl-D exits\n");
+  std::string line;
+  while (read_line(tty, line)) {
+    if (line.empty()) continue;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      c.reset();
+      std::fprintf(stderr, "[kvad] conversation cleared\n");
+      continue;
+    }
+    if (line == "/stats") {
+      c.stats_line();
+      continue;
+    }
+    if (line.rfind("/system", 0) == 0) {
+      const std::string text = line.size() > 8 ? line.substr(8) : "";
+      c.set_system(text);
+      std::fprintf(stderr, "[kvad] system prompt set; conversation cleared\n");
+      continue;
+    }
+    try {
+      c.turn(line);
+    } catch (const ChatTemplateError& e) {
+      std::fprintf(stderr, "kvad: error: %s\n", e.what());
+    }
+  }
+}
+
+}  // namespace
+
+void add_chat(CLI::App& app) {
+  auto o = std::make_shared<ChatOptions>();
+  CLI::App* c = app.add_subcommand("chat", "Chat with a model in the terminal (or over stdin, a line per turn)");
+  c->add_option("-m,--model", o->model, "GGUF file or model-store name (default: " + std::string(kDefaultModel) + ")");
+  c->add_option("-s,--system", o->system, "System prompt");
+  c->add_option("-n,--max-tokens", o->max_tokens, "Most tokens per reply (-1: until the model stops)")
+      ->capture_default_str();
+  c->add_option("--temp", o->sp.temp, "Temperature (0: greedy)")->capture_default_str();
+  c->add_option("--top-k", o->sp.top_k, "Top-k (0: off)")->capture_default_str();
+  c->add_option("--top-p", o->sp.top_p, "Top-p (1: off)")->capture_default_str();
+  c->add_option("--min-p", o->sp.min_p, "Min-p (0: off)")->capture_default_str();
+  c->add_option("--repeat-penalty", o->sp.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
+  c->add_option("--seed", o->seed, "Sampling seed (-1: random)")->capture_default_str();
+  c->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
+  c->add_option("-c,--ctx-size", o->ctx_size, "Context size in tokens (0: min(4096, model's))")->capture_default_str();
+  c->callback([o] { chat(*o); });
+}
+
+}  // namespace kvad::cli

@@ -1,0 +1,47 @@
+// A model's chat format: its Jinja chat template plus the tokenizer that
+// turns the rendered text into ids. Used by `kvad run`, `kvad chat` and the
+// server, so every front end formats conversations the same way.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/chat_template.h"
+
+namespace kvad {
+
+class Tokenizer;
+namespace gguf { class File; }
+
+class ChatPrompt {
+ public:
+  /// The template in `tokenizer.chat_template`, with bos/eos text taken from
+  /// the vocabulary. Throws kvad::Error when the file has no template (the
+  /// caller may then offer raw prompts) or ChatTemplateError when it does not parse.
+  static ChatPrompt from_gguf(const gguf::File& f, const Tokenizer& tok);
+
+  /// Renders OpenAI-style messages ([{"role", "content", ...}]) as
+  /// transformers' apply_chat_template does. Throws ChatTemplateError.
+  std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                     const nlohmann::ordered_json& tools = nullptr) const;
+
+  /// render() then tokenize: special-token text in the rendered prompt is
+  /// parsed as special tokens, and BOS/EOS are not added again (the template
+  /// writes them itself, as HF's tokenize=True path does).
+  std::vector<int32_t> tokenize(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                const nlohmann::ordered_json& tools = nullptr) const;
+
+  const ChatTemplate& chat_template() const { return tmpl_; }
+
+ private:
+  ChatPrompt(ChatTemplate t, const Tokenizer& tok, std::string bos, std::string eos)
+      : tmpl_(std::move(t)), tok_(&tok), bos_(std::move(bos)), eos_(std::move(eos)) {}
+  ChatTemplate tmpl_;
+  const Tokenizer* tok_;
+  std::string bos_, eos_;
+};
+
+}  // namespace kvad
