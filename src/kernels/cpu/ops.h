@@ -41,6 +41,15 @@ void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos
 /// gate[i] = silu(gate[i]) * up[i] (SwiGLU, Shazeer 2020), n elements.
 void swiglu(float* gate, const float* up, int64_t n);
 
+/// GELU with the tanh approximation (Hendrycks & Gimpel 2016; as GPT-2, Gemma's
+/// gelu_pytorch_tanh and ggml's ggml_gelu define it), in place over n elements:
+/// gelu(x) = 0.5·x·(1 + tanh(sqrt(2/π)·(x + 0.044715·x³))).
+void gelu(float* x, int64_t n);
+
+/// gate[i] = gelu(gate[i]) * up[i] (GeGLU, Shazeer 2020; tanh GELU as gelu()),
+/// n elements.
+void geglu(float* gate, const float* up, int64_t n);
+
 /// Numerically stable softmax in place over n elements.
 void softmax(float* x, int64_t n);
 
