@@ -124,3 +124,24 @@ TEST_F(CliWithModel, BenchJsonHasLlamaBenchFields) {
                         "\"stddev_ts\""})
     EXPECT_NE(r.out.find(f), std::string::npos) << f;
 }
+
+// Three turns over stdin: each turn after the first reuses the cached prefix,
+// so cached_tokens grows turn by turn and only the new tokens are prefilled.
+TEST_F(CliWithModel, ChatThreeTurnsReuseTheCachedPrefix) {
+  Out r = run_kvad("chat --model " + model_ + " --temp 0 -n 24 -t 2",
+                   "What is the capital of France?\nAnd of Germany?\n/stats\nThank you!\n");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("Paris"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Berlin"), std::string::npos) << r.out;
+  std::vector<int> cached;
+  size_t at = 0;
+  while ((at = r.err.find("cached_tokens ", at)) != std::string::npos) {
+    at += 14;
+    cached.push_back(std::stoi(r.err.substr(at)));
+  }
+  ASSERT_EQ(cached.size(), 4u) << r.err;  // three turns + /stats
+  EXPECT_EQ(cached[0], 0);
+  EXPECT_GT(cached[1], 30);          // the whole first exchange
+  EXPECT_EQ(cached[2], cached[1]);   // /stats repeats the last turn
+  EXPECT_GT(cached[3], cached[1]);   // and the third turn reuses more still
+}
