@@ -14,5 +14,6 @@ void add_bench(CLI::App& app);
 void add_template(CLI::App& app);
 void add_chat(CLI::App& app);
 void add_serve(CLI::App& app);
+void add_quantize(CLI::App& app);
 
 }  // namespace kvad::cli

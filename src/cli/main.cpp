@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   kvad::cli::add_template(app);
   kvad::cli::add_chat(app);
   kvad::cli::add_serve(app);
+  kvad::cli::add_quantize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -260,8 +261,7 @@ void Writer::add_raw(const Value& v) {
   kv_.push_back(std::move(c));
 }
 
-void Writer::add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne,
-                        const void* data, size_t n_bytes) {
+size_t Writer::check_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne) const {
   auto bad = [&](const std::string& msg) { throw GGUFError("gguf writer: tensor '" + name + "': " + msg); };
   for (const Tensor& t : tensors_)
     if (t.name == name) bad("duplicate tensor name");
@@ -277,20 +277,63 @@ void Writer::add_tensor(const std::string& name, DType type, const std::vector<i
   for (size_t d = 1; d < ne.size() && !ovf; ++d)
     ovf = __builtin_mul_overflow(expect, static_cast<size_t>(ne[d]), &expect);
   if (ovf) bad("size overflows");
-  if (n_bytes != expect)
-    bad("has " + std::to_string(n_bytes) + " bytes, its shape and type need " + std::to_string(expect));
-  data_.resize(align_up(data_.size(), alignment_), 0);
+  return expect;
+}
+
+void Writer::append_bytes(const void* data, size_t n) {
+  if (n == 0) return;
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  if (!segments_.empty() && segments_.back().kind == Segment::kBytes &&
+      segments_.back().pos + segments_.back().n == data_.size()) {
+    segments_.back().n += n;
+  } else {
+    segments_.push_back(Segment{Segment::kBytes, data_.size(), n, 0});
+  }
+  data_.insert(data_.end(), p, p + n);
+  data_size_ += n;
+}
+
+void Writer::pad_data() {
+  const size_t n = align_up(data_size_, alignment_) - data_size_;
+  if (n == 0) return;
+  if (!segments_.empty() && segments_.back().kind == Segment::kZeros)
+    segments_.back().n += n;
+  else
+    segments_.push_back(Segment{Segment::kZeros, 0, n, 0});
+  data_size_ += n;
+}
+
+void Writer::push_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne, size_t n_bytes) {
+  pad_data();
   Tensor t;
   t.name = name;
   t.type_id = static_cast<uint32_t>(type);
   t.ne.assign(ne.begin(), ne.end());
-  t.offset = data_.size();
+  t.offset = data_size_;
+  t.n_bytes = n_bytes;
   tensors_.push_back(std::move(t));
+}
+
+void Writer::add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne,
+                        const void* data, size_t n_bytes) {
+  const size_t expect = check_tensor(name, type, ne);
+  if (n_bytes != expect)
+    throw GGUFError("gguf writer: tensor '" + name + "': has " + std::to_string(n_bytes) +
+                    " bytes, its shape and type need " + std::to_string(expect));
+  push_tensor(name, type, ne, n_bytes);
+  append_bytes(data, n_bytes);
+  pad_data();
+}
+
+void Writer::add_tensor_deferred(const std::string& name, DType type, const std::vector<int64_t>& ne) {
+  const size_t n_bytes = check_tensor(name, type, ne);
+  push_tensor(name, type, ne, n_bytes);
   if (n_bytes) {
-    const uint8_t* p = static_cast<const uint8_t*>(data);
-    data_.insert(data_.end(), p, p + n_bytes);
+    segments_.push_back(Segment{Segment::kDeferred, 0, n_bytes, tensors_.size() - 1});
+    data_size_ += n_bytes;
+    ++n_deferred_;
   }
-  data_.resize(align_up(data_.size(), alignment_), 0);
+  pad_data();
 }
 
 void Writer::add_tensor_info_raw(const std::string& name, uint32_t type_id, const std::vector<uint64_t>& ne,
@@ -303,10 +346,7 @@ void Writer::add_tensor_info_raw(const std::string& name, uint32_t type_id, cons
   tensors_.push_back(std::move(t));
 }
 
-void Writer::append_data_raw(const void* data, size_t n) {
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  data_.insert(data_.end(), p, p + n);
-}
+void Writer::append_data_raw(const void* data, size_t n) { append_bytes(data, n); }
 
 namespace {
 void put_tensor_info(Out& o, const std::string& name, const std::vector<uint64_t>& ne, uint32_t type_id,
@@ -338,7 +378,7 @@ Writer::Layout Writer::layout() const {
   return l;
 }
 
-size_t Writer::size() const { return layout().data + data_.size(); }
+size_t Writer::size() const { return layout().data + data_size_; }
 
 std::vector<uint8_t> Writer::head_bytes() const {
   Out o;
@@ -353,23 +393,69 @@ std::vector<uint8_t> Writer::head_bytes() const {
 }
 
 std::vector<uint8_t> Writer::to_bytes() const {
+  if (n_deferred_) throw GGUFError("gguf writer: to_bytes with deferred tensors (use write_file with a source)");
   std::vector<uint8_t> b = head_bytes();
-  b.insert(b.end(), data_.begin(), data_.end());
+  b.reserve(b.size() + data_size_);
+  for (const Segment& s : segments_) {
+    if (s.kind == Segment::kBytes)
+      b.insert(b.end(), data_.begin() + static_cast<ptrdiff_t>(s.pos),
+               data_.begin() + static_cast<ptrdiff_t>(s.pos + s.n));
+    else
+      b.resize(b.size() + s.n, 0);
+  }
   return b;
 }
 
 void Writer::write_file(const std::string& path) const {
+  if (n_deferred_)
+    throw GGUFError(path + ": gguf writer: write_file without a source for its deferred tensors");
+  write_file(path, TensorSource{});
+}
+
+void Writer::write_file(const std::string& path, const TensorSource& source) const {
+  if (n_deferred_ && !source) throw GGUFError(path + ": gguf writer: no source for the deferred tensors");
   const std::vector<uint8_t> head = head_bytes();
   std::FILE* fp = std::fopen(path.c_str(), "wb");
   if (!fp) throw GGUFError(path + ": cannot create: " + std::strerror(errno));
-  bool ok = std::fwrite(head.data(), 1, head.size(), fp) == head.size();
-  if (ok && !data_.empty()) ok = std::fwrite(data_.data(), 1, data_.size(), fp) == data_.size();
-  int e = errno;
-  if (std::fclose(fp) != 0 && ok) {
-    ok = false;
-    e = errno;
+  // Closes the file when an error unwinds past it.
+  struct Closer {
+    std::FILE*& f;
+    ~Closer() {
+      if (f) std::fclose(f);
+    }
+  } closer{fp};
+  auto put = [&](const void* p, size_t n) {
+    if (n && std::fwrite(p, 1, n, fp) != n) throw GGUFError(path + ": write failed: " + std::strerror(errno));
+  };
+  put(head.data(), head.size());
+  static const uint8_t zeros[4096] = {};
+  for (const Segment& s : segments_) {
+    if (s.kind == Segment::kBytes) {
+      put(data_.data() + s.pos, s.n);
+    } else if (s.kind == Segment::kZeros) {
+      for (size_t left = s.n; left;) {
+        const size_t k = std::min(left, sizeof zeros);
+        put(zeros, k);
+        left -= k;
+      }
+    } else {
+      const Tensor& t = tensors_[s.tensor];
+      size_t got = 0;
+      source(s.tensor, s.n, [&](const void* p, size_t n) {
+        if (n > s.n - got)
+          throw GGUFError(path + ": tensor '" + t.name + "': source gave more than its " + std::to_string(s.n) +
+                          " bytes");
+        put(p, n);
+        got += n;
+      });
+      if (got != s.n)
+        throw GGUFError(path + ": tensor '" + t.name + "': source gave " + std::to_string(got) + " of its " +
+                        std::to_string(s.n) + " bytes");
+    }
   }
-  if (!ok) throw GGUFError(path + ": write failed: " + std::strerror(e));
+  std::FILE* f = fp;
+  fp = nullptr;
+  if (std::fclose(f) != 0) throw GGUFError(path + ": write failed: " + std::strerror(errno));
 }
 
 }  // namespace kvad::gguf

@@ -14,11 +14,15 @@
 //   w.add_tensor("token_embd.weight", DType::Q8_0, {576, 49152}, bytes, n_bytes);
 //   w.write_file("out.gguf");
 //
+// A tensor too large to hold in memory (a quantizer's output) is added with
+// add_tensor_deferred and its bytes are streamed by write_file(path, source).
+//
 // Tests also use the raw entry points (add_raw, add_tensor_info_raw,
 // append_data_raw) to build deliberately corrupt files.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -75,6 +79,19 @@ class Writer {
   void add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne,
                   const void* data, size_t n_bytes);
 
+  /// Appends a tensor whose bytes the Writer does not hold: the same checks
+  /// as add_tensor (without n_bytes), and its place in the data section is
+  /// reserved. Its bytes are supplied by write_file(path, source);
+  /// to_bytes() and write_file(path) throw GGUFError while the Writer has one.
+  void add_tensor_deferred(const std::string& name, DType type, const std::vector<int64_t>& ne);
+
+  /// Receives part of a deferred tensor's bytes.
+  using Sink = std::function<void(const void* data, size_t n)>;
+  /// Supplies a deferred tensor's bytes: called once per deferred tensor, in
+  /// insertion order, with its index among all tensors and its size in bytes;
+  /// it calls `write` any number of times with exactly n_bytes in total.
+  using TensorSource = std::function<void(size_t tensor_index, size_t n_bytes, const Sink& write)>;
+
   /// Total bytes the file will have.
   size_t size() const;
   /// The file's bytes.
@@ -82,6 +99,13 @@ class Writer {
   /// Writes the file (streams the tensor data). Throws GGUFError naming the
   /// path on an I/O error.
   void write_file(const std::string& path) const;
+  /// Writes the file, streaming the deferred tensors' bytes from `source`
+  /// (which may be empty when there are none). Throws GGUFError naming the
+  /// path on an I/O error, or naming the tensor when a source gives the wrong
+  /// number of bytes. An exception from `source` propagates. On any error the
+  /// file is closed and left as far as it was written: write to a temporary
+  /// name and rename it when this returns.
+  void write_file(const std::string& path, const TensorSource& source) const;
 
   // ---- Raw entry points for tests that build corrupt files. Nothing is
   // checked: the bytes are written exactly as given. ----
@@ -109,14 +133,30 @@ class Writer {
     uint32_t type_id = 0;
     std::vector<uint64_t> ne;
     uint64_t offset = 0;
+    size_t n_bytes = 0;
+  };
+  // The data section as a list of pieces: bytes held in data_, zero padding,
+  // or a deferred tensor's bytes.
+  struct Segment {
+    enum Kind { kBytes, kZeros, kDeferred } kind = kBytes;
+    size_t pos = 0;     // kBytes: start in data_
+    size_t n = 0;       // bytes
+    size_t tensor = 0;  // kDeferred: index in tensors_
   };
   std::vector<uint8_t> head_bytes() const;  // header, metadata, infos, padding
+  size_t check_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne) const;
+  void push_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne, size_t n_bytes);
+  void append_bytes(const void* data, size_t n);
+  void pad_data();
 
   uint32_t version_;
   size_t alignment_ = 32;
   std::vector<Value> kv_;
   std::vector<Tensor> tensors_;
-  std::vector<uint8_t> data_;  // the data section, padded as tensors are added
+  std::vector<uint8_t> data_;      // bytes of the kBytes segments
+  std::vector<Segment> segments_;  // the data section, in order
+  size_t data_size_ = 0;           // bytes in the data section
+  size_t n_deferred_ = 0;
 };
 
 }  // namespace kvad::gguf

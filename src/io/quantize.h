@@ -1,0 +1,163 @@
+// Model quantization: F32/F16/BF16 GGUF -> quantized GGUF (`kvad quantize`).
+//
+// Source: llama.cpp's llama_model_quantize (src/llama-quant.cpp): which
+// tensors are quantized, the per-tensor rules of the K-quant mixtures
+// (llama_tensor_get_type), the fallback for rows that are not a whole number
+// of blocks, and the file_type ids (enum llama_ftype in llama.h). The row
+// quantizers are kvad's cpu_kernels(t).from_float, which reproduce ggml's
+// quantize_row_*_ref (what llama.cpp uses without an importance matrix) bit
+// for bit. The rules, restated (README.md "kvad quantize" says the same):
+//
+// Which tensors are quantized. A tensor is quantized when it has at least two
+// dimensions larger than one, its name ends in "weight", and it is not one
+// llama.cpp keeps as it is: norms ("_norm.weight"), MoE routers
+// ("ffn_gate_inp.weight"), position embeddings and token types, Mamba/RWKV/T5
+// small tensors, multimodal patch/position tensors (kNotQuantized in
+// quantize.cpp lists them). Every other tensor (1-D norms and biases among
+// them) is copied byte for byte, in its own type.
+//
+// Single types (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q6_k, iq4_nl, tq2_0):
+// every quantized tensor gets the type, token embedding and output included
+// (llama-quantize --pure). When some tensor's rows (ne[0]) are not a multiple
+// of the type's block (256 for q2_k/q6_k/tq2_0, 32 for the others), kvad
+// refuses before any work, naming the tensor and the types that fit.
+//
+// Mixtures (q3_k_m, q4_k_s, q4_k_m, q5_k_m): base type Q3_K/Q4_K/Q4_K/Q5_K,
+// with more bits where llama.cpp measured that quantization error hurts most:
+//  - output.weight, and token_embd.weight when there is no output.weight
+//    (tied embeddings: the same matrix computes the logits): Q6_K, or Q8_0
+//    when ne[0] is not a multiple of 256.
+//  - attn_v (also attn_qkv, attn_kv_b; i = its rank among them in layer
+//    order, n = their count): the V projection is small (n_head_kv heads) and
+//    its error goes straight into the attention output.
+//      q3_k_m: Q5_K for i < 2, else Q4_K.
+//      q4_k_s: Q5_K for i < 4.
+//      q4_k_m, q5_k_m: Q6_K where use_more_bits(i, n).
+//  - ffn_down (i = layer from "blk.N.", n = block count): the largest
+//    activations pass through it.
+//      q3_k_m: Q5_K for i < n/16, else Q4_K.
+//      q4_k_s: Q5_K for i < n/8.
+//      q4_k_m, q5_k_m: Q6_K where use_more_bits(i, n).
+//  - attn_output: q3_k_m: Q4_K.
+//  use_more_bits(i, n) = i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2 (integer
+//  division): the first and last eighth of the layers and every third one
+//  between them.
+//  Then the fallback: a type whose block does not divide ne[0] becomes
+//  Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 (block 32;
+//  F16 when even 32 does not divide ne[0]). The progress line shows it.
+//  Not reproduced: llama.cpp's special cases for Falcon, for 70B llama
+//  models (attn_v Q5_K) and for 8-expert MoE models (attn_k/attn_v Q8_0,
+//  attn_output Q5_K).
+//
+// The output keeps every metadata key of the input, in order, with
+// general.file_type set to the mixture's llama_ftype and
+// general.quantization_version set to 2; the tensors keep their order and the
+// file keeps its GGUF version and alignment.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/error.h"
+#include "tensor/dtype.h"
+
+namespace kvad {
+class ThreadPool;
+namespace gguf {
+class File;
+}
+}  // namespace kvad
+
+namespace kvad::quant {
+
+/// One `--type` choice.
+struct QuantType {
+  const char* name;    ///< "q4_k_m"
+  uint32_t file_type;  ///< llama_ftype written to general.file_type (15)
+  DType base;          ///< the type most tensors get (Q4_K)
+  bool mixture;        ///< per-tensor rule (above) instead of one type
+};
+
+/// Every type `kvad quantize` makes, in the order help lists them.
+const std::vector<QuantType>& quant_types();
+/// "q8_0, q4_0, ..., tq2_0".
+std::string quant_type_names();
+/// Looks a type up by name, case-insensitive ("Q4_K_M" works). Throws
+/// kvad::Error naming the valid ones when it is unknown.
+const QuantType& find_quant_type(std::string_view name);
+
+/// What the rule needs of a tensor.
+struct TensorDesc {
+  std::string name;
+  std::vector<int64_t> ne;  ///< ggml order: ne[0] is the row length
+  DType type = DType::F32;  ///< its type in the input
+};
+
+/// The rule's answer for one tensor.
+struct TensorChoice {
+  bool quantize = false;  ///< false: copied byte for byte
+  DType type = DType::F32;  ///< type written (the input type when copied)
+  DType wanted = DType::F32;  ///< type the rule chose before the fallback
+  bool fallback = false;  ///< type != wanted because ne[0] % block(wanted) != 0
+};
+
+/// True when llama.cpp's rule quantizes a tensor of this name and shape.
+bool is_quantized_tensor(const std::string& name, const std::vector<int64_t>& ne);
+
+/// The per-tensor types for a model, one entry per tensor, in order.
+/// n_layer: the model's block count (`<arch>.block_count`), the n of the
+/// ffn_down rule; 0: the number of ffn_down tensors. Throws kvad::Error,
+/// before any work, when a single type's block does not divide some
+/// quantized tensor's ne[0] (naming it and the types that fit), or when a
+/// tensor to quantize is not F32, F16 or BF16 (naming it and its type).
+std::vector<TensorChoice> plan(const std::vector<TensorDesc>& tensors, const QuantType& type, int64_t n_layer = 0);
+
+/// One line of progress, given after each tensor is written.
+struct Progress {
+  size_t index = 0;  ///< 0-based
+  size_t count = 0;
+  const gguf::File* input = nullptr;
+  const TensorChoice* choice = nullptr;
+  double ms = 0;     ///< time spent on this tensor (convert, quantize, write)
+};
+
+struct Options {
+  int threads = 0;  ///< 0: all hardware threads
+  /// Called after each tensor; empty: silent.
+  std::function<void(const Progress&)> progress;
+};
+
+struct Result {
+  size_t n_tensors = 0;
+  size_t n_quantized = 0;
+  size_t n_fallback = 0;
+  size_t in_bytes = 0;   ///< tensor data read, bytes
+  size_t out_bytes = 0;  ///< tensor data written, bytes
+  double seconds = 0;
+};
+
+/// Quantizes `in_path` into `out_path` with a --type. Plans first (errors
+/// above, before any output exists), then writes `out_path`.tmp and renames
+/// it to `out_path` only when complete; on any error the .tmp is removed and
+/// `out_path` is untouched. Throws kvad::Error (GGUFError for an unreadable
+/// input; "cannot write" naming the path for an output that cannot be made).
+Result quantize_file(const std::string& in_path, const std::string& out_path, const QuantType& type,
+                     const Options& options = {});
+
+/// The same with an explicit plan (one TensorChoice per tensor of `in`, as
+/// plan() makes them) and the general.file_type to write; for tests that
+/// quantize part of a model by the whole model's plan.
+Result quantize_gguf(const gguf::File& in, const std::vector<TensorChoice>& choices, uint32_t file_type,
+                     const std::string& out_path, const Options& options = {});
+
+/// Quantizes `n_rows` rows of `n_per_row` f32 values ([n_rows, n_per_row],
+/// row-major) into `type` (n_per_row % block_elems == 0), rows split over the
+/// pool's threads (nullptr: this thread). dst holds n_rows * row_bytes(type,
+/// n_per_row) bytes.
+void quantize_rows(const float* src, int64_t n_rows, int64_t n_per_row, DType type, void* dst,
+                   ThreadPool* pool = nullptr);
+
+}  // namespace kvad::quant
