@@ -17,7 +17,9 @@
 #include "base/thread_pool.h"
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
+#include "kernels/cpu/blocks.h"
 #include "kernels/cpu/kernels.h"
+#include "tensor/half.h"
 
 namespace kvad::quant {
 
@@ -141,6 +143,84 @@ std::string shape_str(const std::vector<int64_t>& ne) {
 
 bool is_float_input(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
+// IQ4_NL as llama.cpp quantizes a model (ggml quantize_iq4_nl:
+// quantize_row_iq4_nl_impl with ntry = 7 and no importance matrix), which is
+// not ggml's quantize_row_iq4_nl_ref (ntry = -1, kvad's
+// cpu_kernels(IQ4_NL).from_float): per block of 32, weights w = x^2; the
+// scale is the best weighted least-squares fit sum(w*q*x) / sum(w*q*q) over
+// the start d = max/127 and the 15 trial scales (itry + kvalues[0]) / max,
+// itry in [-7, 7] (max: the x of largest |x|); then every x is given the
+// level nearest x / d. Same float operations in the same order as ggml.
+int best_index_iq4nl(float v) {
+  const float v2 = v + v;
+  int idx = 0;
+  for (int step = 8; step > 0; step >>= 1) {
+    const int j = idx + step;
+    if (v2 >= static_cast<float>(cpu::kvalues_iq4nl[j - 1] + cpu::kvalues_iq4nl[j])) idx = j;
+  }
+  return idx;
+}
+
+void from_float_iq4_nl_search(const float* src, void* dst, int64_t n) {
+  using cpu::kvalues_iq4nl;
+  constexpr int kBlock = cpu::QK4_NL, kTry = 7;
+  cpu::block_iq4_nl* y = static_cast<cpu::block_iq4_nl*>(dst);
+  for (int64_t ib = 0; ib < n / kBlock; ++ib) {
+    const float* x = src + ib * kBlock;
+    float w[kBlock];
+    uint8_t L[kBlock];
+    float amax = 0, max = 0;
+    for (int j = 0; j < kBlock; ++j) {
+      w[j] = x[j] * x[j];
+      const float ax = std::fabs(x[j]);
+      if (ax > amax) {
+        amax = ax;
+        max = x[j];
+      }
+    }
+    float d = 0;
+    if (amax >= 1e-15f) {
+      d = -max / static_cast<float>(kvalues_iq4nl[0]);
+      float id = 1 / d;
+      float sumqx = 0, sumq2 = 0;
+      for (int j = 0; j < kBlock; ++j) {
+        const float q = kvalues_iq4nl[best_index_iq4nl(id * x[j])];
+        sumqx += w[j] * q * x[j];
+        sumq2 += w[j] * q * q;
+      }
+      d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+      float best = d * sumqx;
+      for (int itry = -kTry; itry <= kTry; ++itry) {
+        id = static_cast<float>(itry + kvalues_iq4nl[0]) / max;
+        sumqx = sumq2 = 0;
+        for (int j = 0; j < kBlock; ++j) {
+          const float q = kvalues_iq4nl[best_index_iq4nl(id * x[j])];
+          sumqx += w[j] * q * x[j];
+          sumq2 += w[j] * q * q;
+        }
+        if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+          d = sumqx / sumq2;
+          best = d * sumqx;
+        }
+      }
+    }
+    // ggml sets every index from the final scale, also when it is 0 (then
+    // all are the level nearest 0).
+    const float idd = d ? 1 / d : 0;
+    for (int j = 0; j < kBlock; ++j) L[j] = static_cast<uint8_t>(best_index_iq4nl(idd * x[j]));
+    y[ib].d = f32_to_f16(d);
+    for (int j = 0; j < kBlock / 2; ++j) y[ib].qs[j] = static_cast<uint8_t>(L[j] | (L[j + kBlock / 2] << 4));
+  }
+}
+
+// The row quantizer llama.cpp's quantizer uses for a type (ggml_quantize_chunk
+// without an importance matrix): the _ref quantizers, kvad's from_float,
+// except for IQ4_NL.
+cpu::FromFloatFn model_quantizer(DType t) {
+  if (t == DType::IQ4_NL) return from_float_iq4_nl_search;
+  return cpu::cpu_kernels(t).from_float;
+}
+
 // Rows [r0, r0 + n) of `src` (rows of ne0 elements in src_type) to `dst`
 // (rows in dst_type), split over the pool. Non-finite input is reported
 // through *bad_row (the smallest such row, else -1).
@@ -148,7 +228,7 @@ void convert_rows(const uint8_t* src, DType src_type, int64_t n, int64_t ne0, DT
                   ThreadPool* pool, std::vector<std::vector<float>>& bufs, int64_t* bad_row) {
   const size_t in_row = row_bytes(src_type, ne0), out_row = row_bytes(dst_type, ne0);
   const cpu::ToFloatFn to_float = src_type == DType::F32 ? nullptr : cpu::cpu_kernels(src_type).to_float;
-  const cpu::FromFloatFn from_float = cpu::cpu_kernels(dst_type).from_float;
+  const cpu::FromFloatFn from_float = model_quantizer(dst_type);
   if (!from_float) throw Error(std::string("quantize: no CPU quantizer for ") + dtype_name(dst_type));
   if (src_type != DType::F32 && !to_float) throw Error(std::string("quantize: cannot read ") + dtype_name(src_type));
   std::atomic<int64_t> bad{-1};
