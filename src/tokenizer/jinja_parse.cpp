@@ -1040,6 +1040,8 @@ class Parser {
     if (args.size() == 1) {
       arg = std::move(args[0]);
     } else {
+      for (const auto& a : args)
+        if (a->kind == ExprKind::Slice) fail_tok(t, "multi-dimensional slicing is not supported");
       arg = node(ExprKind::Tuple, t);
       arg->items = std::move(args);
     }
