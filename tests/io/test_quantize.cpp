@@ -309,6 +309,47 @@ TEST(QuantizeRows, ThreadsGiveTheSameBytes) {
   }
 }
 
+// F16 and BF16 inputs quantize to the same bytes as F32 inputs holding the
+// same values; 1-D tensors are copied in their own type.
+TEST(QuantizeInput, F16AndBf16AsF32) {
+  const int64_t n = 512, rows = 6;
+  std::vector<float> x(static_cast<size_t>(n * rows));
+  uint32_t s = 7;
+  for (float& v : x) {
+    s = s * 1664525u + 1013904223u;
+    v = (static_cast<float>(s >> 8) / 16777216.0f - 0.5f) * 0.2f;
+  }
+  const fs::path dir = fs::path(::testing::TempDir());
+  for (DType in_type : {DType::F16, DType::BF16}) {
+    // The values the input type can hold, as F32 and in the input type.
+    std::vector<uint8_t> packed(row_bytes(in_type, n) * rows);
+    cpu::cpu_kernels(in_type).from_float(x.data(), packed.data(), n * rows);
+    std::vector<float> exact(x.size());
+    cpu::cpu_kernels(in_type).to_float(packed.data(), exact.data(), n * rows);
+    std::vector<float> norm(n, 1.0f);
+    std::vector<std::vector<uint8_t>> got;
+    for (bool as_f32 : {true, false}) {
+      gguf::Writer w;
+      w.add(gguf::make_string("general.architecture", "llama"));
+      w.add_tensor("blk.0.attn_norm.weight", DType::F32, {n}, norm.data(), norm.size() * 4);
+      if (as_f32)
+        w.add_tensor("blk.0.ffn_down.weight", DType::F32, {n, rows}, exact.data(), exact.size() * 4);
+      else
+        w.add_tensor("blk.0.ffn_down.weight", in_type, {n, rows}, packed.data(), packed.size());
+      const std::string in = (dir / "in.gguf").string(), out = (dir / "out.gguf").string();
+      w.write_file(in);
+      quantize_file(in, out, find_quant_type("q4_k_m"));
+      std::unique_ptr<gguf::File> f = gguf::File::open(out);
+      ASSERT_EQ(f->tensors().size(), 2u);
+      EXPECT_EQ(f->tensors()[0].type, DType::F32);
+      EXPECT_EQ(f->tensors()[1].type, DType::Q6_K);  // ffn_down of layer 0 of 1: use_more_bits
+      const uint8_t* p = f->tensors()[1].data;
+      got.emplace_back(p, p + f->tensors()[1].n_bytes);
+    }
+    EXPECT_EQ(got[0], got[1]) << dtype_name(in_type);
+  }
+}
+
 // ---------------------------------------------------------------------------
 // SmolLM2 against llama.cpp.
 
