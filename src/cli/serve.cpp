@@ -16,6 +16,7 @@
 #include "io/gguf.h"
 #include "model/model.h"
 #include "server/server.h"
+#include "tokenizer/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvad::cli {
@@ -50,7 +51,11 @@ void serve(const ServeOptions& o) {
   so.port = o.port;
   so.api_key = o.api_key;
   so.model_id = std::filesystem::path(m.path).stem().string();  // the store name, or the file's stem
-  so.chat_template = m.file->get_string("tokenizer.chat_template", "");
+  try {
+    so.chat = std::make_shared<const ChatPrompt>(ChatPrompt::from_gguf(*m.file, *m.tokenizer));
+  } catch (const std::exception& e) {
+    so.chat_error = e.what();
+  }
   so.sched.n_slots = o.parallel;
   so.sched.n_ctx = o.ctx_size > 0 ? o.ctx_size : static_cast<int32_t>(std::min<int64_t>(4096, hp.n_ctx_train));
   so.sched.n_threads = o.threads;
@@ -61,9 +66,10 @@ void serve(const ServeOptions& o) {
   server::Server srv(m.model, m.tokenizer, so);
   const int port = srv.bind();
   std::fprintf(stderr,
-               "kvad serve: model %s (%s), %d slots x %d tokens, %s\n"
+               "kvad serve: model %s (%s), %d slots x %d tokens, chat template: %s\n"
                "kvad serve: listening on http://%s:%d (chat page at /, OpenAI API at /v1)%s\n",
-               so.model_id.c_str(), m.path.c_str(), so.sched.n_slots, so.sched.n_ctx, srv.chat_template_info().c_str(),
+               so.model_id.c_str(), m.path.c_str(), so.sched.n_slots, so.sched.n_ctx,
+               so.chat ? "the model's" : ("none (" + so.chat_error + ")").c_str(),
                o.host.c_str(), port, o.api_key.empty() ? "" : ", API key required");
 
   // SIGINT/SIGTERM: a watcher thread turns the flag into stop(), which ends

@@ -8,15 +8,18 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 
 #include "model/model.h"
 #include "server/chat_page.h"
-#include "server/chat_prompt.h"
 #include "server/metrics.h"
 #include "server/openai.h"
+#include "tokenizer/chat_prompt.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvad::server {
@@ -96,29 +99,44 @@ struct Server::Impl {
   Impl(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> t, ServerOptions opts)
       : o(std::move(opts)),
         tok(std::move(t)),
-        chat(o.chat_template, tok->bos() >= 0 ? tok->token_text(tok->bos()) : "",
-             tok->eos() >= 0 ? tok->token_text(tok->eos()) : ""),
         sched(std::move(model), tok, o.sched),
         created(static_cast<int64_t>(std::time(nullptr))) {}
 
   void routes();
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
   std::vector<int32_t> tokenize(const CompletionRequest& r) const;
+  std::vector<int32_t> tokenize_chat(const std::vector<ChatMessage>& messages) const;
   json model_object() const {
     return json{{"id", o.model_id}, {"object", "model"}, {"created", created}, {"owned_by", "kvad"}};
   }
 
   ServerOptions o;
   std::shared_ptr<const Tokenizer> tok;
-  ChatPrompt chat;
   Scheduler sched;
   Metrics metrics;
   httplib::Server http;
   std::atomic<bool> stopping{false};
+  std::atomic<int> open_streams{0};  ///< streamed responses not yet finished
   int64_t created;
 };
 
+std::vector<int32_t> Server::Impl::tokenize_chat(const std::vector<ChatMessage>& messages) const {
+  if (!o.chat)
+    throw ApiError(500, "This model's chat template cannot be used (" + o.chat_error + "); use /v1/completions.",
+                   "server_error", "", "chat_template_error");
+  nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+  for (const auto& m : messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
+  try {
+    return o.chat->tokenize(msgs, /*add_generation_prompt=*/true);
+  } catch (const ChatTemplateError& e) {
+    // raise_exception(): the conversation is at fault (e.g. roles that do not alternate).
+    if (e.raised()) throw ApiError(400, e.message(), "invalid_request_error", "messages", "invalid_value");
+    throw ApiError(500, std::string("The chat template failed: ") + e.what(), "server_error", "", "chat_template_error");
+  }
+}
+
 std::vector<int32_t> Server::Impl::tokenize(const CompletionRequest& r) const {
+  if (r.chat) return tokenize_chat(r.messages);
   if (r.prompt_is_ids) {
     for (int32_t id : r.prompt_ids)
       if (id < 0 || id >= tok->n_vocab())
@@ -127,16 +145,8 @@ std::vector<int32_t> Server::Impl::tokenize(const CompletionRequest& r) const {
                        "invalid_request_error", "prompt", "invalid_value");
     return r.prompt_ids;
   }
-  // The template's own markers (<|im_start|>, ...) are special tokens, so
-  // special-token text is parsed, as llama.cpp's server does. A template that
-  // writes the BOS token itself gets no second one.
-  std::string text = r.chat ? chat.render(r.messages) : r.prompt;
-  bool add_special = true;
-  if (tok->bos() >= 0) {
-    const std::string& bos = tok->token_text(tok->bos());
-    if (!bos.empty() && text.rfind(bos, 0) == 0) add_special = false;
-  }
-  return tok->encode(text, add_special, /*parse_special=*/true);
+  // As llama.cpp's server: BOS as the model asks, special-token text parsed.
+  return tok->encode(r.prompt, /*add_special=*/true, /*parse_special=*/true);
 }
 
 void Server::Impl::completion(const httplib::Request& req, httplib::Response& res, bool is_chat) {
@@ -224,6 +234,7 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
   };
   auto st = std::make_shared<State>();
   st->job = job;
+  ++open_streams;
   const bool include_usage = r.include_usage;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
@@ -296,6 +307,7 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
           st->job->cancel();
           metrics.count_finish("cancelled");
         }
+        --open_streams;
       });
 }
 
@@ -304,7 +316,9 @@ void Server::Impl::routes() {
       o.http_threads > 0 ? static_cast<size_t>(o.http_threads) : static_cast<size_t>(o.sched.n_slots) + o.sched.max_queue + 8;
   http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
   http.set_payload_max_length(o.max_body_bytes);
-  http.set_keep_alive_timeout(30);
+  // An idle keep-alive connection holds a thread, and stop() waits for it
+  // up to this long.
+  http.set_keep_alive_timeout(5);
   http.set_keep_alive_max_count(1000);
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -429,9 +443,12 @@ void Server::run() { impl_->http.listen_after_bind(); }
 void Server::stop() {
   impl_->stopping = true;
   impl_->sched.shutdown();
+  // Streams end with an error event, which they can only send before the
+  // HTTP server stops (it ends chunked responses once it is not running).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (impl_->open_streams.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   impl_->http.stop();
 }
-
-std::string Server::chat_template_info() const { return impl_->chat.describe(); }
 
 }  // namespace kvad::server

@@ -33,6 +33,7 @@
 #include "engine/scheduler.h"
 
 namespace kvad {
+class ChatPrompt;
 class Model;
 class Tokenizer;
 }
@@ -44,7 +45,11 @@ struct ServerOptions {
   int port = 8080;                 ///< 0: any free port (bind() returns it)
   std::string api_key;             ///< "": no authentication
   std::string model_id;            ///< what /v1/models lists and requests must name
-  std::string chat_template;       ///< tokenizer.chat_template ("" when none)
+  /// The model's chat format (tokenizer/chat_prompt.h); null when it has
+  /// none or it does not parse: /v1/chat/completions then answers 500 with
+  /// chat_error.
+  std::shared_ptr<const ChatPrompt> chat;
+  std::string chat_error;
   SchedulerOptions sched;          ///< slots, context per slot, threads, queue bound
   int http_threads = 0;            ///< 0: n_slots + max_queue + 8 (a waiting request holds one)
   size_t max_body_bytes = 16u << 20;
@@ -67,8 +72,6 @@ class Server {
   /// Thread-safe, callable from any thread: ends running generations, answers
   /// 503 to new ones, and stops listening.
   void stop();
-  /// One line about the chat template in use (for the start-up log).
-  std::string chat_template_info() const;
 
  private:
   struct Impl;
