@@ -145,3 +145,17 @@ TEST_F(CliWithModel, ChatThreeTurnsReuseTheCachedPrefix) {
   EXPECT_EQ(cached[2], cached[1]);   // /stats repeats the last turn
   EXPECT_GT(cached[3], cached[1]);   // and the third turn reuses more still
 }
+
+// `kvad template` prints the rendered prompt exactly (no newline added). The
+// engine itself is checked against Python's jinja2 in test_chat_template;
+// this checks the command's plumbing and its errors.
+TEST(Cli, TemplateRendersPeerTemplateLikeJinja2) {
+  const std::string tmpl = std::string(KVAD_PEER_DATA) + "/templates/google-gemma-2-2b-it.jinja";
+  Out r = run_kvad("template --template " + tmpl + " --bos '<bos>' --add-generation-prompt",
+                   R"([{"role": "user", "content": "Hi there"}])");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "<bos><start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n");
+  Out bad = run_kvad("template --template " + tmpl, "{not json");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_TRUE(one_error_line(bad.err)) << bad.err;
+}
