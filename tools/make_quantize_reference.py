@@ -35,7 +35,8 @@ writes (tests/fixtures/quantize/smollm2-rmse.json); they never need Python.
    dequantized with gguf-py and compared with llama.cpp's per tensor (RMSE,
    and whether the bytes are identical); the F16 output is loaded in
    llama.cpp (llama_cpp.Llama) and asked for 8 greedy tokens after "The
-   capital of France is". Results go under "kvad" in each type's entry. A
+   capital of France is" (so is the F32 output: greedy_8_tokens_from_f32,
+   to set beside llama.cpp's own). Results go under "kvad" in each type's entry. A
    type kvad refuses for this model (a single K-quant on rows of 576) is
    recorded as refused with kvad's message; its RMSE is then measured on a
    file holding only the tensors whose rows fit (the ffn_down ones).
@@ -324,6 +325,9 @@ def main():
             print(f"kvad      {typ:7s} FAILED on F32: {err32.strip()}", flush=True)
             continue
         res, r = per_tensor(out32, source)
+        if rc == 0:
+            # The same source as llama.cpp's file: the same text is expected.
+            kv["greedy_8_tokens_from_f32"] = greedy(out32, a.threads)
         out32.unlink()
         if src32 != f32:
             src32.unlink()
