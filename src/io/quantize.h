@@ -6,7 +6,11 @@
 // of blocks, and the file_type ids (enum llama_ftype in llama.h). The row
 // quantizers are kvad's cpu_kernels(t).from_float, which reproduce ggml's
 // quantize_row_*_ref (what llama.cpp uses without an importance matrix) bit
-// for bit. The rules, restated (README.md "kvad quantize" says the same):
+// for bit, except IQ4_NL, for which llama.cpp searches 15 more scales per
+// block than the _ref quantizer (ggml quantize_iq4_nl; done in quantize.cpp).
+// On SmolLM2 every tensor kvad writes is byte-identical to llama.cpp's
+// (tests/fixtures/quantize/smollm2-rmse.json). The rules, restated
+// (README.md "Quantizing" says the same):
 //
 // Which tensors are quantized. A tensor is quantized when it has at least two
 // dimensions larger than one, its name ends in "weight", and it is not one
