@@ -13,10 +13,10 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
-#include <random>
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "cli/generation_options.h"
 #include "cli/loaded_model.h"
 #include "cli/model_store.h"
 #include "engine/generate.h"
@@ -34,14 +34,9 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 void on_sigint(int) { g_interrupted.store(true); }
 
-struct ChatOptions {
-  std::string model;
+struct ChatOptions : GenerationOptions {
+  ChatOptions() { max_tokens = 512; }
   std::string system;
-  int32_t max_tokens = 512;
-  SamplerParams sp;
-  int64_t seed = -1;
-  int threads = 0;
-  int32_t ctx_size = 0;
 };
 
 using json = nlohmann::ordered_json;
@@ -51,11 +46,9 @@ class Chat {
   Chat(const ChatOptions& o, LoadedModel m)
       : o_(o), m_(std::move(m)), prompt_(ChatPrompt::from_gguf(*m_.file, *m_.tokenizer)) {
     const HParams& hp = m_.model->hparams();
-    n_ctx_ = o.ctx_size > 0 ? o.ctx_size : static_cast<int32_t>(std::min<int64_t>(4096, hp.n_ctx_train));
+    n_ctx_ = o.context_size(hp);
     session_ = std::make_unique<Session>(m_.model, n_ctx_, 1, o.threads);
-    SamplerParams sp = o.sp;
-    sp.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
-    sampler_ = std::make_unique<Sampler>(sp);
+    sampler_ = std::make_unique<Sampler>(o.sampler_params());
     set_system(o.system);
   }
 
@@ -197,18 +190,8 @@ void chat(const ChatOptions& o) {
 void add_chat(CLI::App& app) {
   auto o = std::make_shared<ChatOptions>();
   CLI::App* c = app.add_subcommand("chat", "Chat with a model in the terminal (or over stdin, a line per turn)");
-  c->add_option("-m,--model", o->model, "GGUF file or model-store name (default: " + std::string(kDefaultModel) + ")");
   c->add_option("-s,--system", o->system, "System prompt");
-  c->add_option("-n,--max-tokens", o->max_tokens, "Most tokens per reply (-1: until the model stops)")
-      ->capture_default_str();
-  c->add_option("--temp", o->sp.temp, "Temperature (0: greedy)")->capture_default_str();
-  c->add_option("--top-k", o->sp.top_k, "Top-k (0: off)")->capture_default_str();
-  c->add_option("--top-p", o->sp.top_p, "Top-p (1: off)")->capture_default_str();
-  c->add_option("--min-p", o->sp.min_p, "Min-p (0: off)")->capture_default_str();
-  c->add_option("--repeat-penalty", o->sp.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
-  c->add_option("--seed", o->seed, "Sampling seed (-1: random)")->capture_default_str();
-  c->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
-  c->add_option("-c,--ctx-size", o->ctx_size, "Context size in tokens (0: min(4096, model's))")->capture_default_str();
+  o->add_to(c, "Most tokens per reply (-1: until the model stops)");
   c->callback([o] { chat(*o); });
 }
 

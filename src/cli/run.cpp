@@ -3,10 +3,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <random>
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "cli/generation_options.h"
 #include "cli/loaded_model.h"
 #include "cli/model_store.h"
 #include "engine/generate.h"
@@ -21,14 +21,8 @@ namespace kvad::cli {
 
 namespace {
 
-struct RunOptions {
-  std::string model;
+struct RunOptions : GenerationOptions {
   std::string prompt;
-  int32_t max_tokens = 256;
-  SamplerParams sp;
-  int64_t seed = -1;
-  int threads = 0;
-  int32_t ctx_size = 0;
   bool raw = false;
 };
 
@@ -36,7 +30,7 @@ void run(const RunOptions& o) {
   if (o.prompt.empty()) throw Error("--prompt is required and must not be empty");
   LoadedModel m = load_for_cli(o.model);
   const HParams& hp = m.model->hparams();
-  int32_t n_ctx = o.ctx_size > 0 ? o.ctx_size : static_cast<int32_t>(std::min<int64_t>(4096, hp.n_ctx_train));
+  const int32_t n_ctx = o.context_size(hp);
   Session session(m.model, n_ctx, 1, o.threads);
 
   // Without --raw the prompt is one user turn in the model's own chat format.
@@ -44,18 +38,23 @@ void run(const RunOptions& o) {
   if (o.raw) {
     ids = m.tokenizer->encode(o.prompt, /*add_special=*/true, /*parse_special=*/false);
   } else {
-    if (m.file->get_string("tokenizer.chat_template", "").empty())
-      throw Error(m.path + ": the model has no chat template; use --raw to send the prompt as is");
-    const ChatPrompt chat = ChatPrompt::from_gguf(*m.file, *m.tokenizer);
-    ids = chat.tokenize(nlohmann::ordered_json::array({{{"role", "user"}, {"content", o.prompt}}}), true);
+    if (!m.file->get_string("tokenizer.chat_template", "").empty()) {
+      const ChatPrompt chat = ChatPrompt::from_gguf(*m.file, *m.tokenizer);
+      ids = chat.tokenize(nlohmann::ordered_json::array({{{"role", "user"}, {"content", o.prompt}}}), true);
+    } else {
+      // A file without a template is a completion model (e.g. a GGUF of a
+      // base checkpoint such as gemma-3-270m, which answers a plain question
+      // but not a chat turn it was never trained on): complete the prompt as is.
+      std::fprintf(stderr, "[kvad] %s has no chat template; completing the prompt as is (as --raw)\n",
+                   m.path.c_str());
+      ids = m.tokenizer->encode(o.prompt, /*add_special=*/true, /*parse_special=*/false);
+    }
   }
   if (static_cast<int64_t>(ids.size()) >= n_ctx)
     throw Error("prompt is " + std::to_string(ids.size()) + " tokens, longer than the context (" +
                 std::to_string(n_ctx) + " tokens; raise --ctx-size)");
 
-  SamplerParams sp = o.sp;
-  sp.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
-  Sampler sampler(sp);
+  Sampler sampler(o.sampler_params());
   GenerateOptions go;
   go.max_tokens = o.max_tokens;
   const GenerateStats st = generate(session, *m.tokenizer, sampler, ids, go, [](const std::string& piece) {
@@ -80,18 +79,8 @@ void run(const RunOptions& o) {
 void add_run(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* c = app.add_subcommand("run", "Answer a prompt, streaming the reply");
-  c->add_option("-m,--model", o->model, "GGUF file or model-store name (default: " + std::string(kDefaultModel) + ")");
   c->add_option("-p,--prompt", o->prompt, "The prompt")->required();
-  c->add_option("-n,--max-tokens", o->max_tokens, "Most tokens to generate (-1: until the model stops)")
-      ->capture_default_str();
-  c->add_option("--temp", o->sp.temp, "Temperature (0: greedy)")->capture_default_str();
-  c->add_option("--top-k", o->sp.top_k, "Top-k (0: off)")->capture_default_str();
-  c->add_option("--top-p", o->sp.top_p, "Top-p (1: off)")->capture_default_str();
-  c->add_option("--min-p", o->sp.min_p, "Min-p (0: off)")->capture_default_str();
-  c->add_option("--repeat-penalty", o->sp.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
-  c->add_option("--seed", o->seed, "Sampling seed (-1: random)")->capture_default_str();
-  c->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
-  c->add_option("-c,--ctx-size", o->ctx_size, "Context size in tokens (0: min(4096, model's))")->capture_default_str();
+  o->add_to(c, "Most tokens to generate (-1: until the model stops)");
   c->add_flag("--raw", o->raw, "Send the prompt as is, without the chat template");
   c->callback([o] { run(*o); });
 }

@@ -1,0 +1,34 @@
+// Options shared by the subcommands that generate text (run, chat): the
+// model, sampling, threads and context size, with the same flags and defaults.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "engine/sampler.h"
+
+namespace CLI { class App; }
+
+namespace kvad {
+struct HParams;
+}
+
+namespace kvad::cli {
+
+struct GenerationOptions {
+  std::string model;
+  int32_t max_tokens = 256;
+  SamplerParams sp;
+  int64_t seed = -1;   ///< -1: random
+  int threads = 0;     ///< 0: all cores
+  int32_t ctx_size = 0;  ///< 0: min(4096, the model's context_length)
+
+  /// Adds -m/--model, -n/--max-tokens, --temp, --top-k, --top-p, --min-p,
+  /// --repeat-penalty, --seed, -t/--threads and -c/--ctx-size to `c`.
+  void add_to(CLI::App* c, const std::string& max_tokens_help);
+  /// Sampler parameters with the seed resolved (a random one for -1).
+  SamplerParams sampler_params() const;
+  /// The context size to use for a model.
+  int32_t context_size(const HParams& hp) const;
+};
+
+}  // namespace kvad::cli
