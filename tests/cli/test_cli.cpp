@@ -8,40 +8,16 @@
 #include <string>
 
 #include "model_path.h"
+#include "run_kvad.h"
 
 namespace {
 
-struct Out {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs `kvad ARGS` through the shell with stdin from `input`.
-Out run_kvad(const std::string& args, const std::string& input = "") {
-  const std::string dir = ::testing::TempDir();
-  const std::string in = dir + "/kvad_in", o = dir + "/kvad_out", e = dir + "/kvad_err";
-  std::ofstream(in, std::ios::binary) << input;
-  const std::string cmd = std::string(KVAD_BINARY) + " " + args + " <" + in + " >" + o + " 2>" + e;
-  const int rc = std::system(cmd.c_str());
-  Out r;
-  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  r.out = slurp(o);
-  r.err = slurp(e);
-  return r;
-}
+using kvad::test::Out;
+using kvad::test::run_kvad;
+using kvad::test::one_error_line;
 
 const std::string kPeer = std::string(KVAD_PEER_DATA) + "/tokenizer";
 
-bool one_error_line(const std::string& err) {
-  return err.rfind("kvad: error: ", 0) == 0 && err.find('\n') == err.size() - 1;
-}
 
 }  // namespace
 

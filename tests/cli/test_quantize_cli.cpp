@@ -13,38 +13,17 @@
 #include "../io/quantize_source.h"
 #include "io/gguf.h"
 #include "model_path.h"
+#include "run_kvad.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Out {
-  int status = -1;
-  std::string out, err;
-};
+using kvad::test::Out;
+using kvad::test::one_error_line;
 
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+Out run_kvad(const std::string& args) { return kvad::test::run_kvad(args); }
 
-Out run_kvad(const std::string& args) {
-  const std::string dir = ::testing::TempDir();
-  const std::string o = dir + "/kvad_q_out", e = dir + "/kvad_q_err";
-  const std::string cmd = std::string(KVAD_BINARY) + " " + args + " </dev/null >" + o + " 2>" + e;
-  const int rc = std::system(cmd.c_str());
-  Out r;
-  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  r.out = slurp(o);
-  r.err = slurp(e);
-  return r;
-}
-
-bool one_error_line(const std::string& err) {
-  return err.rfind("kvad: error: ", 0) == 0 && err.find('\n') == err.size() - 1;
-}
 
 class QuantizeCli : public ::testing::Test {
  protected:
