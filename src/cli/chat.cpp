@@ -37,6 +37,7 @@ void on_sigint(int) { g_interrupted.store(true); }
 struct ChatOptions : GenerationOptions {
   ChatOptions() { max_tokens = 512; }
   std::string system;
+  bool no_prefix_reuse = false;
 };
 
 using json = nlohmann::ordered_json;
@@ -89,7 +90,7 @@ class Chat {
     GenerateOptions go;
     go.max_tokens = std::min<int32_t>(o_.max_tokens < 0 ? n_ctx_ : o_.max_tokens,
                                       n_ctx_ - static_cast<int32_t>(ids.size()));
-    go.held = &held_;
+    if (!o_.no_prefix_reuse) go.held = &held_;
     std::string reply;
     g_interrupted.store(false);
     last_ = generate(*session_, *m_.tokenizer, *sampler_, ids, go, [&](const std::string& piece) {
@@ -192,6 +193,8 @@ void add_chat(CLI::App& app) {
   CLI::App* c = app.add_subcommand("chat", "Chat with a model in the terminal (or over stdin, a line per turn)");
   c->add_option("-s,--system", o->system, "System prompt");
   o->add_to(c, "Most tokens per reply (-1: until the model stops)");
+  c->add_flag("--no-prefix-reuse", o->no_prefix_reuse,
+              "Prefill the whole conversation every turn (for measuring what prefix reuse saves)");
   c->callback([o] { chat(*o); });
 }
 
