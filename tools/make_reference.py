@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""Make llama.cpp reference fixtures for kvad's tests (SmolLM2-135M).
+"""Make llama.cpp reference fixtures for kvad's tests (SmolLM2-135M, Gemma 3 270M).
 
 Usage:
-    python3 tools/make_reference.py [--model PATH] [--out PATH]
+    python3 tools/make_reference.py [--model NAME] [--file PATH] [--out PATH]
 
-Needs the PyPI package llama-cpp-python (llama.cpp's Python binding) and the
-model file (default: the kvad store, $KVAD_HOME/models/smollm2-135m.gguf, put
-there by scripts/setup). The tests read only the JSON this writes; they never
-need Python.
+NAME is a model of scripts/models.tsv that this script knows (MODELS below;
+default smollm2-135m). Needs the PyPI package llama-cpp-python (llama.cpp's
+Python binding) and the model file (default: the kvad store,
+$KVAD_HOME/models/NAME.gguf, put there by scripts/setup or
+scripts/fetch_model NAME). Writes tests/fixtures/reference/NAME.json. The
+tests read only the JSON; they never need Python.
 
-For each raw prompt (no chat template, no BOS: the file's add_bos_token is
-false), it records:
-  prompt_ids   llama.tokenize(prompt, add_bos=False, special=False)
+For each raw prompt (no chat template; a BOS token exactly when the file's
+tokenizer.ggml.add_bos_token says so: false for SmolLM2, true for Gemma;
+settings.add_bos records which), it records:
+  prompt_ids   llama.tokenize(prompt, add_bos=ADD_BOS, special=False)
   greedy_ids   32 tokens, each the argmax of the raw logits (no temperature,
                no repetition penalty, no sampler), computed step by step: the
                prompt is evaluated as one batch, then one token per eval
@@ -35,7 +38,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-STORE_NAME = "smollm2-135m"
 N_GEN = 32
 TOP_K = 10
 
@@ -61,18 +63,40 @@ PROMPTS = [
     "SELECT name, age FROM users WHERE",
 ]
 
+# Gemma 3 has no ChatML: prompt 10 uses its own turn markers (as plain text,
+# like the ChatML prompt above, since special=False). The last prompt is
+# longer than Gemma's 512-token sliding window, so its continuation checks
+# the local (windowed) layers; it needs n_ctx 1024.
+LONG_TEXT = " ".join(
+    f"Item {i}: the {['red', 'green', 'blue', 'yellow'][i % 4]} box holds {i * 7 % 13} "
+    f"{['apples', 'stones', 'keys', 'coins', 'books'][i % 5]}." for i in range(60))
+GEMMA_PROMPTS = [
+    p if not p.startswith("<|im_start|>") else
+    "<start_of_turn>user\nWhat is 2 + 2?<end_of_turn>\n<start_of_turn>model\n"
+    for p in PROMPTS
+] + [LONG_TEXT + " Item 60: the red box holds"]
 
-def default_model():
+# name -> how to make its fixture. add_bos must agree with the file's
+# tokenizer.ggml.add_bos_token (checked).
+MODELS = {
+    "smollm2-135m": {"model_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "prompts": PROMPTS,
+                     "add_bos": False, "n_ctx": 512},
+    "gemma3-270m": {"model_file": "gemma-3-270m-q4_k_m.gguf", "prompts": GEMMA_PROMPTS,
+                    "add_bos": True, "n_ctx": 1024},
+}
+
+
+def default_model(name):
     home = os.environ.get("KVAD_HOME") or os.path.join(Path.home(), ".cache", "kvad")
-    return Path(home) / "models" / f"{STORE_NAME}.gguf"
+    return Path(home) / "models" / f"{name}.gguf"
 
 
-def expected_sha256():
+def expected_sha256(name):
     for line in (ROOT / "scripts" / "models.tsv").read_text().splitlines():
         f = line.split("\t")
-        if not line.startswith("#") and len(f) == 5 and f[0] == STORE_NAME:
+        if not line.startswith("#") and len(f) == 5 and f[0] == name:
             return f[4].strip()
-    sys.exit(f"make_reference: {STORE_NAME} is not in scripts/models.tsv")
+    sys.exit(f"make_reference: {name} is not in scripts/models.tsv")
 
 
 def sha256_file(path):
@@ -106,10 +130,12 @@ def dumps(obj, ind=0):
     return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
 
 
-def run_prompt(llm, text, with_prefill):
-    prompt_ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+def run_prompt(llm, text, with_prefill, add_bos):
+    prompt_ids = llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=False)
+    if add_bos and prompt_ids[:1] != [llm.token_bos()]:
+        sys.exit(f"make_reference: add_bos=True but the prompt does not start with BOS: {prompt_ids[:4]}")
     llm.reset()
-    llm.eval(prompt_ids)  # one batch: n_ctx = n_batch = 512
+    llm.eval(prompt_ids)  # one batch when it fits n_batch (512); longer prompts in 512-token chunks
     out = {"text_prompt": text, "prompt_ids": list(map(int, prompt_ids))}
     if with_prefill:
         out["prefill_top10"] = [top10(llm.scores[i]) for i in range(len(prompt_ids))]
@@ -129,23 +155,31 @@ def run_prompt(llm, text, with_prefill):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", type=Path, default=default_model())
-    ap.add_argument("--out", type=Path,
-                    default=ROOT / "tests" / "fixtures" / "reference" / f"{STORE_NAME}.json")
+    ap.add_argument("--model", default="smollm2-135m", choices=sorted(MODELS),
+                    help="store name of the model (default: smollm2-135m)")
+    ap.add_argument("--file", type=Path, help="the .gguf (default: $KVAD_HOME/models/NAME.gguf)")
+    ap.add_argument("--out", type=Path, help="default: tests/fixtures/reference/NAME.json")
     args = ap.parse_args()
+    name, cfg = args.model, MODELS[args.model]
+    args.file = args.file or default_model(name)
+    args.out = args.out or ROOT / "tests" / "fixtures" / "reference" / f"{name}.json"
 
     import llama_cpp
     from llama_cpp import Llama
 
-    sha = sha256_file(args.model)
-    if sha != expected_sha256():
-        sys.exit(f"make_reference: {args.model}: sha256 {sha} is not the one in scripts/models.tsv")
+    sha = sha256_file(args.file)
+    if sha != expected_sha256(name):
+        sys.exit(f"make_reference: {args.file}: sha256 {sha} is not the one in scripts/models.tsv")
 
-    llm = Llama(model_path=str(args.model), n_ctx=512, logits_all=True, n_threads=2,
+    llm = Llama(model_path=str(args.file), n_ctx=cfg["n_ctx"], logits_all=True, n_threads=2,
                 seed=0, verbose=False)
+    file_add_bos = llm.metadata.get("tokenizer.ggml.add_bos_token", "false") == "true"
+    if file_add_bos != cfg["add_bos"]:
+        sys.exit(f"make_reference: {name}: add_bos_token is {file_add_bos} in the file, "
+                 f"{cfg['add_bos']} in MODELS")
     prompts = []
-    for i, text in enumerate(PROMPTS):
-        p = run_prompt(llm, text, with_prefill=(i == 0))
+    for i, text in enumerate(cfg["prompts"]):
+        p = run_prompt(llm, text, with_prefill=(i == 0), add_bos=cfg["add_bos"])
         # Put "text" (the continuation) after the prompt fields for readability.
         prompts.append({"text": text, "prompt_ids": p["prompt_ids"],
                         "greedy_ids": p["greedy_ids"], "continuation": p["text"],
@@ -155,12 +189,13 @@ def main():
               file=sys.stderr)
 
     doc = {
-        "model": STORE_NAME,
-        "model_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "model": name,
+        "model_file": cfg["model_file"],
         "model_sha256": sha,
         "llama_cpp_python_version": llama_cpp.__version__,
         "made_by": "tools/make_reference.py",
-        "settings": {"n_ctx": 512, "n_threads": 2, "logits_all": True, "add_bos": False,
+        "settings": {"n_ctx": cfg["n_ctx"], "n_threads": 2, "logits_all": True,
+                     "add_bos": cfg["add_bos"],
                      "special": False, "n_gen": N_GEN, "top_k": TOP_K,
                      "sampling": "greedy argmax of raw logits"},
         "n_vocab": int(llm.n_vocab()),

@@ -7,10 +7,12 @@ namespace kvad {
 
 // One loader per architecture file.
 std::unique_ptr<Model> load_llama(std::shared_ptr<const gguf::File> f);
+std::unique_ptr<Model> load_gemma3(std::shared_ptr<const gguf::File> f);
 
 const std::vector<ArchEntry>& architectures() {
   static const std::vector<ArchEntry> archs = {
       {"llama", {"cpu"}, &load_llama},
+      {"gemma3", {"cpu"}, &load_gemma3},
   };
   return archs;
 }

@@ -1,0 +1,170 @@
+// Gemma 3, text decoder (Gemma Team 2025, "Gemma 3 Technical Report"; HF
+// transformers modeling_gemma3.py; GGUF architecture "gemma3"). Decoder
+// blocks with a norm before and after each sub-block:
+//   x = x · sqrt(n_embd)                                  (embedding scale)
+//   x = x + RMSNorm(Wo · Attn(q, k, v)) ⊙ post_attention_norm
+//         q = RoPE(RMSNorm_h(Wq · n) ⊙ attn_q_norm), k = RoPE(RMSNorm_h(Wk · n) ⊙ attn_k_norm),
+//         v = Wv · n,  n = RMSNorm(x) ⊙ attn_norm
+//   x = x + RMSNorm(Wdown · (GELU_tanh(Wgate · n) ⊙ Wup · n)) ⊙ post_ffw_norm,  n = RMSNorm(x) ⊙ ffn_norm
+// then RMSNorm ⊙ output_norm and the output head tied to token_embd (used
+// in its stored format; no dense copy). RMSNorm_h normalizes each head's
+// head_dim values (QK-norm, which replaces Gemma 2's attention soft-capping);
+// Gemma 3 has no final logit soft-capping either.
+//
+// Local and global layers: five sliding-window layers (window
+// `gemma3.attention.sliding_window`, RoPE base 10 000, no RoPE scaling) then
+// one global layer (RoPE base `gemma3.rope.freq_base`, 1e6, and the file's
+// linear `rope.scaling.factor` when it has one): layer il is global when
+// il % 6 == 5, as llama.cpp decides for gemma3 GGUFs (set_swa_pattern(6),
+// rope_freq_base_train_swa = 10000). A file without a sliding window runs
+// every layer as global.
+//
+// Conventions of the GGUF files (llama.cpp's convert_hf_to_gguf.py):
+//  - Gemma's RMSNorm computes x̂ · (1 + w); the converter stores w + 1, so
+//    the stored norm weights multiply x̂ as they are (checked against
+//    llama.cpp by tests/engine/test_reference_gemma3.cpp).
+//  - Q and K are not permuted: RoPE rotates the halves (NeoX / HF rotate_half).
+//  - Attention scale: query_pre_attn_scalar^-1/2, which is head_dim
+//    (`gemma3.attention.key_length`) for every size but 27B, where HF's config
+//    has n_embd / n_head (llama.cpp's rule; GGUF has no key for it).
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "base/error.h"
+#include "io/gguf.h"
+#include "kernels/cpu/ops.h"
+#include "model/blocks.h"
+#include "model/hparams.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "model/weights.h"
+
+namespace kvad {
+namespace {
+
+constexpr int64_t kSlidingWindowPattern = 6;  // 5 local layers, then 1 global
+constexpr float kLocalRopeBase = 10000.0f;
+
+struct Layer {
+  AttentionWeights attn;     // attn_norm, attn_q/k/v, attn_q_norm, attn_k_norm, attn_output
+  Tensor post_attention_norm;
+  MlpWeights ffn;            // ffn_norm, ffn_gate/up/down
+  Tensor post_ffw_norm;
+  bool global = true;        // full causal attention; else sliding window
+};
+
+class Gemma3 final : public Model {
+ public:
+  explicit Gemma3(std::shared_ptr<const gguf::File> f) {
+    file_ = f;
+    hp_ = read_hparams(*f);
+    const std::string a = hp_.arch + ".";
+    const int64_t E = hp_.n_embd, D = hp_.head_dim, F = hp_.n_ff;
+    const int64_t q_dim = hp_.n_head * D, kv_dim = hp_.n_head_kv * D;
+    if (f->get_int(a + "attention.value_length", D) != D)
+      throw Error(f->path() + ": " + a + "attention.value_length differs from key_length; not supported");
+    const int64_t window = f->get_int(a + "attention.sliding_window", 0);
+    if (window < 0 || window > INT32_MAX)
+      throw Error(f->path() + ": " + a + "attention.sliding_window " + std::to_string(window) + " is invalid");
+
+    WeightLoader wl(f);
+    const gguf::TensorInfo* te = f->find_tensor("token_embd.weight");
+    if (!te || te->ne.size() < 2) throw Error(f->path() + ": missing tensor token_embd.weight");
+    hp_.n_vocab = te->ne[1];
+    tok_embd_ = wl.get("token_embd.weight", {E, hp_.n_vocab});
+    output_norm_ = wl.get("output_norm.weight", {E});
+    layers_.resize(hp_.n_layer);
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+      const std::string p = "blk." + std::to_string(il) + ".";
+      Layer& L = layers_[il];
+      L.attn.norm = wl.get(p + "attn_norm.weight", {E});
+      L.attn.wq = wl.get(p + "attn_q.weight", {E, q_dim});
+      L.attn.wk = wl.get(p + "attn_k.weight", {E, kv_dim});
+      L.attn.wv = wl.get(p + "attn_v.weight", {E, kv_dim});
+      L.attn.q_norm = wl.get(p + "attn_q_norm.weight", {D});
+      L.attn.k_norm = wl.get(p + "attn_k_norm.weight", {D});
+      L.attn.wo = wl.get(p + "attn_output.weight", {q_dim, E});
+      L.post_attention_norm = wl.get(p + "post_attention_norm.weight", {E});
+      L.ffn.norm = wl.get(p + "ffn_norm.weight", {E});
+      L.ffn.gate = wl.get(p + "ffn_gate.weight", {E, F});
+      L.ffn.up = wl.get(p + "ffn_up.weight", {E, F});
+      L.ffn.down = wl.get(p + "ffn_down.weight", {F, E});
+      L.post_ffw_norm = wl.get(p + "post_ffw_norm.weight", {E});
+      L.global = window == 0 || il % kSlidingWindowPattern == kSlidingWindowPattern - 1;
+      require_f32(f->path(), {&L.attn.norm, &L.attn.q_norm, &L.attn.k_norm, &L.post_attention_norm,
+                              &L.ffn.norm, &L.post_ffw_norm});
+    }
+    require_f32(f->path(), {&output_norm_});
+    wl.finish();  // a file with output.weight (an untied head) is refused here, naming it
+    weight_bytes_ = wl.bytes();
+    hp_.n_params = wl.n_params();
+
+    AttentionParams& g = global_;
+    g.n_head = hp_.n_head;
+    g.n_head_kv = hp_.n_head_kv;
+    g.head_dim = D;
+    g.n_rot = hp_.n_rot;
+    g.rope_freq_base = hp_.rope_freq_base;
+    g.rope_freq_scale = hp_.rope_freq_scale;
+    g.rope_neox = true;
+    const bool is_27b = hp_.n_layer == 62;
+    g.scale = 1.0f / std::sqrt(static_cast<float>(is_27b ? E / hp_.n_head : D));
+    g.norm_eps = hp_.norm_eps;
+    local_ = g;
+    local_.rope_freq_base = kLocalRopeBase;
+    local_.rope_freq_scale = 1.0f;
+    local_.sliding_window = static_cast<int32_t>(window);
+  }
+
+  // One K/V row per position in every layer. A sliding-window layer only ever
+  // reads its last `sliding_window` positions, but still stores all of them
+  // for now (a ring buffer would cut those 5 of 6 layers to the window).
+  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq) const override {
+    return std::make_unique<KVCache>(hp_.n_layer, hp_.n_head_kv * hp_.head_dim, n_ctx, n_seq);
+  }
+
+  void forward(ThreadPool& pool, Cache& cache_base, const BatchView& b, float* logits) override {
+    auto& cache = static_cast<KVCache&>(cache_base);
+    const int64_t n = b.n, E = hp_.n_embd;
+    x_.resize(n * E);
+    h_.resize(n * E);
+
+    cpu::get_rows(tok_embd_, b.token, n, x_.data());
+    const float embd_scale = std::sqrt(static_cast<float>(E));
+    for (float& v : x_) v *= embd_scale;
+
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+      const Layer& L = layers_[il];
+      attention_.forward(pool, L.attn, L.global ? global_ : local_, cache, il, b, x_.data(), h_.data());
+      rms_norm_rows(h_.data(), L.post_attention_norm.f32(), n, E, hp_.norm_eps, h_.data());
+      cpu::add(x_.data(), h_.data(), n * E);
+      mlp_.forward(pool, L.ffn, Activation::GELU_tanh, hp_.norm_eps, x_.data(), n, h_.data());
+      rms_norm_rows(h_.data(), L.post_ffw_norm.f32(), n, E, hp_.norm_eps, h_.data());
+      cpu::add(x_.data(), h_.data(), n * E);
+    }
+    for (int64_t t = 0; t < n; ++t) cache.mark(b.seq[t], b.pos[t]);
+
+    // Only the rows asked for go through the final norm and the head.
+    h_.resize(b.n_out * E);
+    for (int64_t j = 0; j < b.n_out; ++j)
+      cpu::rms_norm(&x_[b.out[j] * E], output_norm_.f32(), E, hp_.norm_eps, &h_[j * E]);
+    cpu::matmul(pool, tok_embd_, h_.data(), b.n_out, logits);
+  }
+
+ private:
+  Tensor tok_embd_, output_norm_;
+  std::vector<Layer> layers_;
+  AttentionParams global_, local_;
+  Attention attention_;
+  GatedMlp mlp_;
+  std::vector<float> x_, h_;  // residual stream and block outputs, reused across calls
+};
+
+}  // namespace
+
+std::unique_ptr<Model> load_gemma3(std::shared_ptr<const gguf::File> f) {
+  return std::make_unique<Gemma3>(std::move(f));
+}
+
+}  // namespace kvad

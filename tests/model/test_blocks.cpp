@@ -1,0 +1,238 @@
+// The shared blocks (model/blocks.h) against a plain re-statement of their
+// math on small random f32 weights: the attention block with QK-norm, NeoX
+// RoPE, grouped-query heads and a sliding window, batched and one token at a
+// time; the gated MLP with SiLU and GELU-tanh.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kernels/cpu/ops.h"
+#include "model/blocks.h"
+#include "model/kv_cache.h"
+#include "tensor/half.h"
+
+namespace {
+
+using kvad::Tensor;
+
+struct Owned {
+  std::vector<std::vector<float>> bufs;
+  Tensor make(std::mt19937& rng, int64_t ne0, int64_t ne1, float scale, float offset = 0) {
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    bufs.emplace_back(ne0 * ne1);
+    for (float& v : bufs.back()) v = offset + scale * d(rng);
+    Tensor t;
+    t.type = kvad::DType::F32;
+    t.ne = {ne0, ne1, 1, 1};
+    t.data = bufs.back().data();
+    return t;
+  }
+};
+
+// y[o] = sum_i w[o][i] x[i] for a dense f32 Tensor.
+std::vector<float> matvec(const Tensor& w, const float* x) {
+  std::vector<float> y(w.ne[1]);
+  for (int64_t o = 0; o < w.ne[1]; ++o) {
+    double s = 0;
+    for (int64_t i = 0; i < w.ne[0]; ++i) s += static_cast<double>(w.f32()[o * w.ne[0] + i]) * x[i];
+    y[o] = static_cast<float>(s);
+  }
+  return y;
+}
+
+std::vector<float> rms(const float* x, const float* w, int64_t n, float eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const double s = 1.0 / std::sqrt(ss / n + eps);
+  std::vector<float> y(n);
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i] * s * (w ? w[i] : 1.0f));
+  return y;
+}
+
+float round_f16(float v) { return kvad::f16_to_f32(kvad::f32_to_f16(v)); }
+
+// Attention output of every token of one sequence at positions 0..n-1, stated
+// directly: full softmax over the allowed positions, K/V rounded to f16 as the cache stores them.
+std::vector<float> attention_reference(const kvad::AttentionWeights& w, const kvad::AttentionParams& p,
+                                       const std::vector<float>& x, int64_t n, int64_t E) {
+  const int64_t H = p.n_head, Hkv = p.n_head_kv, D = p.head_dim;
+  std::vector<std::vector<float>> qs(n), ks(n), vs(n);
+  for (int64_t t = 0; t < n; ++t) {
+    const auto h = rms(&x[t * E], w.norm.f32(), E, p.norm_eps);
+    qs[t] = matvec(w.wq, h.data());
+    ks[t] = matvec(w.wk, h.data());
+    vs[t] = matvec(w.wv, h.data());
+    for (int64_t i = 0; i < H; ++i) {
+      const auto r = rms(&qs[t][i * D], w.q_norm.f32(), D, p.norm_eps);
+      std::copy(r.begin(), r.end(), &qs[t][i * D]);
+    }
+    for (int64_t i = 0; i < Hkv; ++i) {
+      const auto r = rms(&ks[t][i * D], w.k_norm.f32(), D, p.norm_eps);
+      std::copy(r.begin(), r.end(), &ks[t][i * D]);
+    }
+    kvad::cpu::rope(qs[t].data(), H, D, p.n_rot, t, p.rope_freq_base, p.rope_freq_scale, p.rope_neox);
+    kvad::cpu::rope(ks[t].data(), Hkv, D, p.n_rot, t, p.rope_freq_base, p.rope_freq_scale, p.rope_neox);
+    for (float& v : ks[t]) v = round_f16(v);
+    for (float& v : vs[t]) v = round_f16(v);
+  }
+  std::vector<float> out(n * E);
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<float> att(H * D, 0.0f);
+    const int64_t first = p.sliding_window > 0 ? std::max<int64_t>(0, t - p.sliding_window + 1) : 0;
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t kvh = h / (H / Hkv);
+      std::vector<double> s;
+      double mx = -1e300;
+      for (int64_t q = first; q <= t; ++q) {
+        double d = 0;
+        for (int64_t i = 0; i < D; ++i) d += static_cast<double>(qs[t][h * D + i]) * ks[q][kvh * D + i];
+        s.push_back(d * p.scale);
+        mx = std::max(mx, s.back());
+      }
+      double sum = 0;
+      for (double& v : s) sum += (v = std::exp(v - mx));
+      for (int64_t q = first; q <= t; ++q)
+        for (int64_t i = 0; i < D; ++i)
+          att[h * D + i] += static_cast<float>(s[q - first] / sum * vs[q][kvh * D + i]);
+    }
+    const auto o = matvec(w.wo, att.data());
+    std::copy(o.begin(), o.end(), &out[t * E]);
+  }
+  return out;
+}
+
+struct AttnCase {
+  int64_t E = 48, H = 4, Hkv = 2, D = 16, n = 11;
+  Owned own;
+  kvad::AttentionWeights w;
+  kvad::AttentionParams p;
+  std::vector<float> x;
+
+  explicit AttnCase(int32_t window) {
+    std::mt19937 rng(7);
+    w.norm = own.make(rng, E, 1, 0.1f, 1.0f);
+    w.wq = own.make(rng, E, H * D, 0.2f);
+    w.wk = own.make(rng, E, Hkv * D, 0.2f);
+    w.wv = own.make(rng, E, Hkv * D, 0.2f);
+    w.wo = own.make(rng, H * D, E, 0.2f);
+    w.q_norm = own.make(rng, D, 1, 0.3f, 1.0f);
+    w.k_norm = own.make(rng, D, 1, 0.3f, 1.0f);
+    p.n_head = H;
+    p.n_head_kv = Hkv;
+    p.head_dim = D;
+    p.n_rot = D;
+    p.rope_freq_base = 10000.0f;
+    p.rope_neox = true;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    p.norm_eps = 1e-6f;
+    p.sliding_window = window;
+    own.make(rng, E, n, 1.0f);
+    x = own.bufs.back();
+  }
+};
+
+std::vector<float> run_batched(AttnCase& c) {
+  kvad::ThreadPool pool(2);
+  kvad::KVCache cache(1, c.Hkv * c.D, 32, 1);
+  std::vector<int32_t> tok(c.n, 0), pos(c.n), seq(c.n, 0), out_rows;
+  for (int64_t t = 0; t < c.n; ++t) pos[t] = static_cast<int32_t>(t);
+  kvad::BatchView b{tok.data(), pos.data(), seq.data(), c.n, nullptr, 0};
+  std::vector<float> out(c.n * c.E);
+  kvad::Attention a;
+  a.forward(pool, c.w, c.p, cache, 0, b, c.x.data(), out.data());
+  return out;
+}
+
+std::vector<float> run_one_by_one(AttnCase& c) {
+  kvad::ThreadPool pool(2);
+  kvad::KVCache cache(1, c.Hkv * c.D, 32, 1);
+  std::vector<float> out(c.n * c.E);
+  kvad::Attention a;
+  for (int64_t t = 0; t < c.n; ++t) {
+    int32_t tok = 0, pos = static_cast<int32_t>(t), seq = 0;
+    kvad::BatchView b{&tok, &pos, &seq, 1, nullptr, 0};
+    a.forward(pool, c.w, c.p, cache, 0, b, &c.x[t * c.E], &out[t * c.E]);
+    cache.mark(0, pos);
+  }
+  return out;
+}
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, double tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol) << "element " << i;
+}
+
+}  // namespace
+
+TEST(Blocks, AttentionMatchesReferenceFullCausal) {
+  AttnCase c(0);
+  const auto want = attention_reference(c.w, c.p, c.x, c.n, c.E);
+  expect_close(run_batched(c), want, 2e-3);
+  expect_close(run_one_by_one(c), want, 2e-3);
+}
+
+TEST(Blocks, AttentionMatchesReferenceSlidingWindow) {
+  for (int32_t window : {1, 3, 10}) {
+    SCOPED_TRACE(window);
+    AttnCase c(window);
+    const auto want = attention_reference(c.w, c.p, c.x, c.n, c.E);
+    const auto batched = run_batched(c);
+    expect_close(batched, want, 2e-3);
+    expect_close(run_one_by_one(c), want, 2e-3);
+    // The window matters: the last token's output differs from full attention's.
+    AttnCase full(0);
+    const auto f = run_batched(full);
+    double d = 0;
+    for (int64_t i = (c.n - 1) * c.E; i < c.n * c.E; ++i) d = std::max(d, std::fabs(double(f[i]) - batched[i]));
+    EXPECT_GT(d, 1e-3);
+  }
+}
+
+TEST(Blocks, WindowAtLeastContextEqualsFullAttention) {
+  AttnCase w(11), full(0);
+  EXPECT_EQ(run_batched(w), run_batched(full));
+}
+
+TEST(Blocks, GatedMlpSiluAndGeluTanh) {
+  std::mt19937 rng(3);
+  Owned own;
+  const int64_t E = 32, F = 48, n = 3;
+  kvad::MlpWeights w;
+  w.norm = own.make(rng, E, 1, 0.1f, 1.0f);
+  w.gate = own.make(rng, E, F, 0.3f);
+  w.up = own.make(rng, E, F, 0.3f);
+  w.down = own.make(rng, F, E, 0.3f);
+  own.make(rng, E, n, 1.0f);
+  const std::vector<float> x = own.bufs.back();
+  kvad::ThreadPool pool(1);
+  kvad::GatedMlp mlp;
+  for (auto act : {kvad::Activation::SiLU, kvad::Activation::GELU_tanh}) {
+    std::vector<float> out(n * E);
+    mlp.forward(pool, w, act, 1e-6f, x.data(), n, out.data());
+    for (int64_t t = 0; t < n; ++t) {
+      const auto h = rms(&x[t * E], w.norm.f32(), E, 1e-6f);
+      auto g = matvec(w.gate, h.data());
+      const auto u = matvec(w.up, h.data());
+      for (int64_t i = 0; i < F; ++i) {
+        const double v = g[i];
+        const double a = act == kvad::Activation::SiLU
+                             ? v / (1 + std::exp(-v))
+                             : 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+        g[i] = static_cast<float>(a * u[i]);
+      }
+      const auto want = matvec(w.down, g.data());
+      for (int64_t i = 0; i < E; ++i) ASSERT_NEAR(out[t * E + i], want[i], 1e-4) << t << "," << i;
+    }
+  }
+}
+
+TEST(Blocks, GeluTanhValues) {
+  // gelu_pytorch_tanh at a few points (torch.nn.functional.gelu(x, approximate="tanh")).
+  float x[] = {-3.0f, -1.0f, 0.0f, 0.5f, 2.0f};
+  const float want[] = {-0.0036373f, -0.1588080f, 0.0f, 0.3457140f, 1.9545977f};
+  kvad::cpu::gelu(x, 5);
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(x[i], want[i], 1e-6) << i;
+}
