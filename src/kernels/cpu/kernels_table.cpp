@@ -7,6 +7,7 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/quants.h"
 
@@ -51,6 +52,27 @@ CpuKernels entries(ToFloatFn to_float, FromFloatFn from_float, VecDotFn vec_dot)
 #define KVAD_REF(fmt, dot) \
   entries(quants::ref::to_float_##fmt, quants::ref::from_float_##fmt, quants::ref::vec_dot_##dot)
 
+// Formats with a tiled gemm: the AVX2 kernel, its activation packer and the
+// reference (a loop of reference vec_dots, gemm.h).
+struct GemmRow {
+  DType type;
+  GemmFn simd;
+  GemmPackFn pack;
+  size_t (*packed_bytes)(int64_t n);
+  GemmFn ref;
+};
+
+const GemmRow kGemms[] = {
+    {DType::Q4_0, gemm::avx2::gemm_q4_0, gemm::avx2::pack_q8_0x4, gemm::packed_bytes_q8_0x4,
+     gemm::gemm_ref<quants::ref::vec_dot_q4_0_q8_0>},
+    {DType::Q4_1, gemm::avx2::gemm_q4_1, gemm::avx2::pack_q8_1x4, gemm::packed_bytes_q8_1x4,
+     gemm::gemm_ref<quants::ref::vec_dot_q4_1_q8_1>},
+    {DType::Q5_0, gemm::avx2::gemm_q5_0, gemm::avx2::pack_q8_0x4, gemm::packed_bytes_q8_0x4,
+     gemm::gemm_ref<quants::ref::vec_dot_q5_0_q8_0>},
+    {DType::Q8_0, gemm::avx2::gemm_q8_0, gemm::avx2::pack_q8_0x4, gemm::packed_bytes_q8_0x4,
+     gemm::gemm_ref<quants::ref::vec_dot_q8_0_q8_0>},
+};
+
 struct Table {
   std::array<CpuKernels, kMaxId> rows{};
   std::array<bool, kMaxId> present{};
@@ -93,6 +115,17 @@ Table build() {
     const auto id = static_cast<uint32_t>(r.type);
     t.rows[id] = k;
     t.present[id] = true;
+  }
+  // Without SIMD the gemm entry stays empty: matmul's vec_dot loop is then
+  // the reference loop itself.
+  for (const GemmRow& g : kGemms) {
+    CpuKernels& k = t.rows[static_cast<uint32_t>(g.type)];
+    k.gemm_ref = g.ref;
+    if (simd) {
+      k.gemm = g.simd;
+      k.gemm_pack = g.pack;
+      k.gemm_packed_bytes = g.packed_bytes;
+    }
   }
   return t;
 }

@@ -14,48 +14,7 @@
 
 namespace kvad::cpu {
 
-void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_tok, float* y) {
-  const CpuKernels& k = cpu_kernels(w.type);
-  const DType vt = dtype_info(w.type).vec_dot_type;
-  const int64_t n_in = w.ne[0];
-  const int64_t n_out = w.n_rows();
-  const size_t xrb = row_bytes(vt, n_in);
-
-  // Activations in the weight format's dot partner, converted once.
-  thread_local std::vector<uint8_t> xq_buf;
-  const uint8_t* xq;
-  if (vt == DType::F32) {
-    xq = reinterpret_cast<const uint8_t*>(x);
-  } else {
-    const CpuKernels& kv = cpu_kernels(vt);
-    xq_buf.resize(xrb * static_cast<size_t>(n_tok));
-    uint8_t* dst = xq_buf.data();
-    if (n_tok == 1) {
-      kv.from_float(x, dst, n_in);
-    } else {
-      pool.parallel_for(n_tok, 4, [&](int64_t b, int64_t e, int) {
-        for (int64_t t = b; t < e; ++t) kv.from_float(x + t * n_in, dst + t * xrb, n_in);
-      });
-    }
-    xq = dst;
-  }
-
-  const VecDotFn dot = k.vec_dot;
-  const int nth = pool.size();
-  // Enough chunks per thread to balance, few enough to keep overhead low.
-  int64_t grain = std::max<int64_t>(1, n_out / (nth * 8));
-  if (n_tok > 1) grain = std::max<int64_t>(grain, 16);
-  constexpr int64_t kTokTile = 64;
-  pool.parallel_for(n_out, grain, [&](int64_t b, int64_t e, int) {
-    for (int64_t t0 = 0; t0 < n_tok; t0 += kTokTile) {
-      const int64_t t1 = std::min(n_tok, t0 + kTokTile);
-      for (int64_t o = b; o < e; ++o) {
-        const uint8_t* wr = w.row(o);
-        for (int64_t t = t0; t < t1; ++t) y[t * n_out + o] = dot(n_in, wr, xq + t * xrb);
-      }
-    }
-  });
-}
+// matmul: matmul.cpp.
 
 void get_rows(const Tensor& w, const int32_t* ids, int64_t n_ids, float* out) {
   const CpuKernels& k = cpu_kernels(w.type);

@@ -1,0 +1,229 @@
+// The tiled matrix products (CpuKernels::gemm, kernels/cpu/gemm.h) against
+// their definition, the loop of reference vec_dots (gemm_ref), on random
+// data with odd shapes: block counts that are not a multiple of the kernels'
+// four-block groups, row counts and token counts (1..9, 17) that are not a
+// multiple of the tiles; and cpu::matmul end to end (threads 1..3) against
+// the same loop.
+//
+// Tolerance: the gemm forms the reference's exact integer block sums (split
+// in two halves per block) and adds the scaled terms in another order, so
+// for each output, by Higham ("Accuracy and Stability of Numerical
+// Algorithms", 4.2), |gemm - ref| <= 2 * (2 nb + 16) * eps * S with
+// S = sum over elements of (|x| + 2|min|) * |y| (min: Q4_1's block min),
+// as test_formats' VecDot.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/kernels.h"
+#include "kernels/cpu/ops.h"
+#include "tensor/dtype.h"
+#include "tensor/half.h"
+#include "tensor/tensor.h"
+
+using namespace kvad;
+using cpu::CpuKernels;
+
+namespace {
+
+const DType kGemmFormats[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0};
+
+// Random floats with a different scale per 32-element run and a few edge
+// runs (zero, constant, one outlier).
+std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> N(0.0f, 1.0f);
+  std::uniform_real_distribution<float> U(-3.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t b = 0; b < n; b += 32) {
+    const int kind = static_cast<int>(rng() % 16);
+    const float scale = std::pow(10.0f, U(rng));
+    for (int64_t j = b; j < std::min(n, b + 32); ++j) {
+      float x = N(rng) * scale;
+      if (kind == 0) x = 0.0f;
+      if (kind == 1) x = 0.25f * scale;
+      v[static_cast<size_t>(j)] = x;
+    }
+    if (kind == 2) v[static_cast<size_t>(b)] = -30.0f * scale;
+  }
+  return v;
+}
+
+// Bytes before a 32-element block's quants (its f16 scales).
+size_t header_bytes(DType t) {
+  switch (t) {
+    case DType::Q4_0: case DType::Q8_0: return 2;
+    case DType::Q5_0: return 2;  // qh (the 5th bits) is randomized with the quants
+    case DType::Q4_1: return 4;
+    default: return 0;
+  }
+}
+
+struct Mat {
+  DType type;
+  int64_t n, rows;
+  std::vector<uint8_t> q;  // rows of row_bytes(type, n)
+  std::vector<float> f;    // dequantized (reference)
+  std::vector<float> mins; // per block |min| (Q4_1), else 0
+};
+
+// rows x n in format t; random_quants: every quant byte random (all values,
+// Q8_0's -128 included), scales kept.
+Mat make(DType t, int64_t n, int64_t rows, bool random_quants, std::mt19937& rng) {
+  const CpuKernels& k = cpu::cpu_kernels(t);
+  const size_t rb = row_bytes(t, n);
+  Mat m{t, n, rows, std::vector<uint8_t>(rb * rows), std::vector<float>(n * rows),
+        std::vector<float>(n / 32 * rows, 0.0f)};
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<float> x = random_floats(n, rng);
+    uint8_t* row = m.q.data() + r * rb;
+    k.from_float_ref(x.data(), row, n);
+    const size_t bb = dtype_info(t).block_bytes, hb = header_bytes(t);
+    if (random_quants && hb)
+      for (size_t b = 0; b < rb; b += bb)
+        for (size_t j = hb; j < bb; ++j) row[b + j] = static_cast<uint8_t>(rng());
+    k.to_float_ref(row, m.f.data() + r * n, n);
+    if (t == DType::Q4_1)
+      for (int64_t b = 0; b < n / 32; ++b)
+        m.mins[r * (n / 32) + b] = std::fabs(f16_to_f32(reinterpret_cast<const cpu::block_q4_1*>(row)[b].m));
+  }
+  return m;
+}
+
+// S of (weight row r, activation row c), see the header.
+double S(const Mat& w, int64_t r, const Mat& a, int64_t c) {
+  double s = 0;
+  for (int64_t i = 0; i < w.n; ++i)
+    s += (std::fabs(w.f[r * w.n + i]) + 2.0 * w.mins[r * (w.n / 32) + i / 32]) * std::fabs(a.f[c * a.n + i]);
+  return s * 1.001;
+}
+
+}  // namespace
+
+TEST(Gemm, SimdMatchesReference) {
+  std::mt19937 rng(11);
+  int checked = 0;
+  for (DType t : kGemmFormats) {
+    const CpuKernels& k = cpu::cpu_kernels(t);
+    ASSERT_NE(k.gemm_ref, nullptr) << dtype_name(t);
+    if (!k.gemm) continue;  // no SIMD here (KVAD_NO_SIMD=1 or an old CPU)
+    const DType vt = dtype_info(t).vec_dot_type;
+    double worst = 0;
+    for (int64_t nb : {1, 2, 3, 4, 5, 7, 8, 9, 18, 48}) {
+      const int64_t n = nb * 32;
+      for (int64_t nr : {1, 3, 7, 16}) {
+        for (int64_t nc : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17}) {
+          const bool rq = (nr + nc) % 2 == 1;
+          const Mat w = make(t, n, nr, rq, rng);
+          const Mat a = make(vt, n, nc, false, rng);
+          const size_t ldy = row_bytes(vt, n);
+          std::vector<float> ref(nc * nr), got(nc * (nr + 1), -7.0f);
+          k.gemm_ref(n, w.q.data(), row_bytes(t, n), nr, a.q.data(), ldy, nc, ref.data(), nr);
+          std::vector<uint8_t> packed;
+          const void* y = a.q.data();
+          size_t ld = ldy;
+          if (k.gemm_pack) {
+            ld = k.gemm_packed_bytes(n);
+            packed.assign(ld * nc, 0xAB);
+            k.gemm_pack(n, a.q.data(), ldy, nc, packed.data(), ld);
+            y = packed.data();
+          }
+          // Output stride nr + 1: the gemm must leave the gaps alone.
+          k.gemm(n, w.q.data(), row_bytes(t, n), nr, y, ld, nc, got.data(), nr + 1);
+          for (int64_t c = 0; c < nc; ++c) {
+            ASSERT_EQ(got[c * (nr + 1) + nr], -7.0f) << dtype_name(t) << " wrote outside the tile";
+            for (int64_t r = 0; r < nr; ++r) {
+              const double s = S(w, r, a, c);
+              const double tol = 2.0 * (2.0 * nb + 16.0) * FLT_EPSILON * s + 1e-35;
+              const double e = std::fabs(static_cast<double>(got[c * (nr + 1) + r]) - ref[c * nr + r]);
+              ASSERT_LE(e, tol) << dtype_name(t) << " nb=" << nb << " nr=" << nr << " nc=" << nc << " r=" << r
+                                << " c=" << c << " ref=" << ref[c * nr + r] << " got=" << got[c * (nr + 1) + r];
+              if (s > 0) worst = std::max(worst, e / (FLT_EPSILON * s));
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+    std::printf("%-5s gemm: |simd-ref| <= %.2f eps*S\n", dtype_name(t), worst);
+  }
+  std::printf("%d outputs checked\n", checked);
+}
+
+// Block sums at the int16 limits: all quants at their extremes.
+TEST(Gemm, ExtremeQuants) {
+  for (DType t : kGemmFormats) {
+    const CpuKernels& k = cpu::cpu_kernels(t);
+    if (!k.gemm) continue;
+    const DType vt = dtype_info(t).vec_dot_type;
+    const int64_t n = 7 * 32, nr = 2, nc = 3;
+    std::vector<float> xw(n * nr), xa(n * nc);
+    for (int64_t i = 0; i < n * nr; ++i) xw[i] = (i / 32) % 2 ? 1.0f : -1.0f;  // saturates every block
+    for (int64_t i = 0; i < n * nc; ++i) xa[i] = (i / 32) % 3 ? -1.0f : 1.0f;
+    const size_t wb = row_bytes(t, n), yb = row_bytes(vt, n);
+    std::vector<uint8_t> qw(wb * nr), qa(yb * nc);
+    for (int64_t r = 0; r < nr; ++r) k.from_float_ref(&xw[r * n], &qw[r * wb], n);
+    // Row 0: every quant at its largest magnitude (Q8_0: -128; 4/5-bit: all ones).
+    const size_t bb = dtype_info(t).block_bytes, hb = header_bytes(t);
+    for (int64_t b = 0; b < n / 32; ++b) std::memset(&qw[b * bb + hb], t == DType::Q8_0 ? 0x80 : 0xFF, bb - hb);
+    for (int64_t c = 0; c < nc; ++c) cpu::cpu_kernels(vt).from_float_ref(&xa[c * n], &qa[c * yb], n);
+    std::vector<float> ref(nr * nc), got(nr * nc);
+    k.gemm_ref(n, qw.data(), wb, nr, qa.data(), yb, nc, ref.data(), nr);
+    std::vector<uint8_t> packed(k.gemm_packed_bytes(n) * nc);
+    k.gemm_pack(n, qa.data(), yb, nc, packed.data(), k.gemm_packed_bytes(n));
+    k.gemm(n, qw.data(), wb, nr, packed.data(), k.gemm_packed_bytes(n), nc, got.data(), nr);
+    for (int64_t i = 0; i < nr * nc; ++i)
+      EXPECT_NEAR(got[i], ref[i], 1e-5 * std::fabs(ref[i]) + 1e-6) << dtype_name(t) << " i=" << i;
+  }
+}
+
+// cpu::matmul end to end: formats with a gemm and without, tokens 1..67,
+// 1..3 threads, against reference vec_dots of the same quantized activations.
+TEST(Matmul, MatchesReferenceDots) {
+  std::mt19937 rng(12);
+  const DType formats[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q5_1, DType::F16, DType::F32};
+  for (int nth : {1, 2, 3}) {
+    ThreadPool pool(nth);
+    for (DType t : formats) {
+      const CpuKernels& k = cpu::cpu_kernels(t);
+      const DType vt = dtype_info(t).vec_dot_type;
+      for (int64_t n_tok : {1, 2, 5, 9, 64, 67}) {
+        const int64_t n = 18 * 32, n_out = 45;
+        const Mat w = make(t, n, n_out, false, rng);
+        const std::vector<float> x = random_floats(n * n_tok, rng);
+        Tensor wt;
+        wt.name = "w";
+        wt.type = t;
+        wt.ne = {n, n_out, 1, 1};
+        wt.data = w.q.data();
+        std::vector<float> y(n_tok * n_out);
+        cpu::matmul(pool, wt, x.data(), n_tok, y.data());
+
+        // The reference: activations quantized by the reference quantizer
+        // (the dispatched one is bit-identical, test_formats), reference dots.
+        Mat a{vt, n, n_tok, std::vector<uint8_t>(row_bytes(vt, n) * n_tok), std::vector<float>(n * n_tok), {}};
+        for (int64_t c = 0; c < n_tok; ++c) {
+          uint8_t* row = a.q.data() + c * row_bytes(vt, n);
+          if (vt == DType::F32) std::memcpy(row, &x[c * n], n * 4);
+          else cpu::cpu_kernels(vt).from_float_ref(&x[c * n], row, n);
+          cpu::cpu_kernels(vt).to_float_ref(row, &a.f[c * n], n);
+        }
+        for (int64_t c = 0; c < n_tok; ++c) {
+          for (int64_t r = 0; r < n_out; ++r) {
+            const float ref = k.vec_dot_ref(n, w.q.data() + r * row_bytes(t, n), a.q.data() + c * row_bytes(vt, n));
+            const double nterms = dtype_info(t).quantized ? 2.0 * (n / 32) : n / 8.0;
+            const double tol = 2.0 * (nterms + 16.0) * FLT_EPSILON * S(w, r, a, c) + 1e-35;
+            ASSERT_LE(std::fabs(static_cast<double>(y[c * n_out + r]) - ref), tol)
+                << dtype_name(t) << " threads=" << nth << " n_tok=" << n_tok << " r=" << r << " c=" << c;
+          }
+        }
+      }
+    }
+  }
+}
