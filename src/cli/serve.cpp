@@ -72,6 +72,10 @@ void serve(const ServeOptions& o) {
                so.chat ? "the model's" : ("none (" + so.chat_error + ")").c_str(),
                o.host.c_str(), port, o.api_key.empty() ? "" : ", API key required");
 
+  if (o.api_key.empty() && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1")
+    std::fprintf(stderr, "kvad serve: warning: listening on %s without --api-key: anyone who can reach it can use it\n",
+                 o.host.c_str());
+
   // SIGINT/SIGTERM: a watcher thread turns the flag into stop(), which ends
   // running generations and makes run() return.
   std::signal(SIGINT, on_signal);

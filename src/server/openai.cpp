@@ -176,7 +176,7 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   json body;
   try {
     body = json::parse(body_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers such as 1e400
     throw ApiError(400,
                    std::string("We could not parse the JSON body of your request. (HINT: This likely means you "
                                "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload.) ") +
@@ -268,7 +268,10 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   r.stream = boolean(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {
     if (!so->is_object()) bad_type("stream_options", "an object", *so);
-    r.include_usage = boolean(*so, "include_usage", false);
+    if (const json* iu = field(*so, "include_usage")) {
+      if (!iu->is_boolean()) bad_type("stream_options.include_usage", "a boolean", *iu);
+      r.include_usage = iu->get<bool>();
+    }
   }
   return r;
 }

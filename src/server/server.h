@@ -13,7 +13,9 @@
 //   400 invalid_request_error: bad JSON, wrong field types or values, n > 1
 //       and other unsupported options (code unsupported_value), and a prompt
 //       that does not fit the context (code context_length_exceeded, as
-//       OpenAI answers it);
+//       OpenAI answers it; a prompt that fits but leaves less room than
+//       max_tokens is served, and generation stops at the end of the
+//       context with finish_reason "length");
 //   401 invalid_api_key; 404 model_not_found / unknown_url;
 //   405 method_not_allowed; 413 body over the size limit;
 //   429 rate_limit_exceeded: --queue requests already wait for a slot;

@@ -1,0 +1,26 @@
+// libFuzzer: request bodies for /v1/chat/completions and /v1/completions.
+// Parsing must succeed or throw server::ApiError (an HTTP 4xx answer);
+// any other exception, a crash or a sanitizer report is a bug.
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <string>
+
+#include "server/openai.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string body(reinterpret_cast<const char*>(data), size);
+  for (bool chat : {true, false}) {
+    try {
+      kvad::server::CompletionRequest r = kvad::server::parse_completion_request(body, chat);
+      (void)kvad::server::dump(kvad::server::usage_json(kvad::GenUsage{}));
+      (void)r;
+    } catch (const kvad::server::ApiError& e) {
+      if (e.status < 400 || e.status >= 500) std::abort();
+      (void)kvad::server::dump(kvad::server::error_body(e));
+    } catch (const std::exception&) {
+      std::abort();
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,176 @@
+// server::parse_completion_request on its own: defaults, each field's checks,
+// and a corpus of broken bodies (tests/fixtures/server/requests) that must
+// parse or throw ApiError, never anything else.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "server/openai.h"
+
+using kvad::server::ApiError;
+using kvad::server::CompletionRequest;
+using kvad::server::parse_completion_request;
+
+namespace {
+
+struct Expect {
+  int status;
+  std::string code, param;
+};
+
+Expect error_of(const std::string& body, bool chat) {
+  try {
+    parse_completion_request(body, chat);
+  } catch (const ApiError& e) {
+    return {e.status, e.code, e.param};
+  }
+  return {0, "", ""};
+}
+
+const std::string kMsgs = R"("messages": [{"role": "user", "content": "Hi"}])";
+
+std::string chat(const std::string& extra) { return "{\"model\": \"m\", " + kMsgs + (extra.empty() ? "" : ", " + extra) + "}"; }
+
+}  // namespace
+
+TEST(OpenAIRequest, ChatDefaultsFollowOpenAI) {
+  CompletionRequest r = parse_completion_request(chat(""), true);
+  EXPECT_TRUE(r.chat);
+  EXPECT_EQ(r.model, "m");
+  ASSERT_EQ(r.messages.size(), 1u);
+  EXPECT_EQ(r.messages[0].role, "user");
+  EXPECT_EQ(r.messages[0].content, "Hi");
+  EXPECT_EQ(r.gen.max_tokens, -1);  // until the model stops or the context is full
+  EXPECT_EQ(r.gen.sampling.temp, 1.0f);
+  EXPECT_EQ(r.gen.sampling.top_p, 1.0f);
+  EXPECT_EQ(r.gen.sampling.top_k, 0);
+  EXPECT_EQ(r.gen.sampling.min_p, 0.0f);
+  EXPECT_EQ(r.gen.sampling.repeat_penalty, 1.0f);
+  EXPECT_EQ(r.gen.sampling.presence_penalty, 0.0f);
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.include_usage);
+  EXPECT_TRUE(r.gen.stop.empty());
+}
+
+TEST(OpenAIRequest, ChatFields) {
+  CompletionRequest r = parse_completion_request(
+      chat(R"("max_tokens": 5, "max_completion_tokens": 7, "temperature": 0, "top_p": 0.5, "seed": 42,
+             "presence_penalty": -1.5, "frequency_penalty": 2, "stop": "END", "stream": true,
+             "stream_options": {"include_usage": true}, "n": 1, "user": "ignored", "top_k": 3)"),
+      true);
+  EXPECT_EQ(r.gen.max_tokens, 7);  // max_completion_tokens wins
+  EXPECT_EQ(r.gen.sampling.temp, 0.0f);
+  EXPECT_EQ(r.gen.sampling.top_p, 0.5f);
+  EXPECT_EQ(r.gen.sampling.seed, 42u);
+  EXPECT_EQ(r.gen.sampling.presence_penalty, -1.5f);
+  EXPECT_EQ(r.gen.sampling.frequency_penalty, 2.0f);
+  EXPECT_EQ(r.gen.sampling.top_k, 3);
+  EXPECT_EQ(r.gen.stop, std::vector<std::string>{"END"});
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+}
+
+TEST(OpenAIRequest, MessagesContentPartsAndRoles) {
+  CompletionRequest r = parse_completion_request(
+      R"({"model": "m", "messages": [
+           {"role": "developer", "content": "Be brief."},
+           {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+           {"role": "assistant", "content": null}]})",
+      true);
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[1].content, "ab");
+  EXPECT_EQ(r.messages[2].content, "");
+}
+
+TEST(OpenAIRequest, CompletionPrompts) {
+  CompletionRequest a = parse_completion_request(R"({"model": "m", "prompt": "Hello"})", false);
+  EXPECT_FALSE(a.prompt_is_ids);
+  EXPECT_EQ(a.prompt, "Hello");
+  EXPECT_EQ(a.gen.max_tokens, 16);  // the legacy endpoint's documented default
+  CompletionRequest b = parse_completion_request(R"({"model": "m", "prompt": ["Hello"]})", false);
+  EXPECT_EQ(b.prompt, "Hello");
+  CompletionRequest c = parse_completion_request(R"({"model": "m", "prompt": [1, 2, 3]})", false);
+  EXPECT_TRUE(c.prompt_is_ids);
+  EXPECT_EQ(c.prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+  CompletionRequest d = parse_completion_request(R"({"model": "m", "prompt": [[4, 5]]})", false);
+  EXPECT_EQ(d.prompt_ids, (std::vector<int32_t>{4, 5}));
+}
+
+TEST(OpenAIRequest, Errors) {
+  const struct {
+    std::string body;
+    bool chat;
+    Expect want;
+  } cases[] = {
+      {"{bad", true, {400, "invalid_json", ""}},
+      {"", true, {400, "invalid_json", ""}},
+      {"[1]", true, {400, "invalid_type", ""}},
+      {R"({"messages": [{"role": "user", "content": "x"}]})", true, {400, "missing_required_parameter", "model"}},
+      {R"({"model": "m"})", true, {400, "missing_required_parameter", "messages"}},
+      {R"({"model": "m", "messages": {}})", true, {400, "invalid_type", "messages"}},
+      {R"({"model": "m", "messages": [{"content": "x"}]})", true,
+       {400, "missing_required_parameter", "messages[0].role"}},
+      {R"({"model": "m", "messages": [{"role": "user", "content": [{"type": "text"}]}]})", true,
+       {400, "invalid_type", "messages[0].content[0].text"}},
+      {chat(R"("temperature": true)"), true, {400, "invalid_type", "temperature"}},
+      {chat(R"("temperature": -0.1)"), true, {400, "invalid_value", "temperature"}},
+      {chat(R"("max_tokens": 3000000000)"), true, {400, "invalid_value", "max_tokens"}},
+      {chat(R"("max_tokens": 18446744073709551615)"), true, {400, "invalid_value", "max_tokens"}},
+      {chat(R"("n": 3)"), true, {400, "unsupported_value", "n"}},
+      {chat(R"("stop": [1])"), true, {400, "invalid_type", "stop"}},
+      {chat(R"("stream_options": 1)"), true, {400, "invalid_type", "stream_options"}},
+      {chat(R"("stream_options": {"include_usage": "yes"})"), true, {400, "invalid_type", "stream_options.include_usage"}},
+      {chat(R"("response_format": {"type": "json_schema"})"), true, {400, "unsupported_value", "response_format"}},
+      {chat(R"("logprobs": 1)"), true, {400, "invalid_type", "logprobs"}},
+      {R"({"model": "m", "prompt": 5})", false, {400, "invalid_type", "prompt"}},
+      {R"({"model": "m", "prompt": []})", false, {400, "invalid_value", "prompt"}},
+      {R"({"model": "m", "prompt": [1, "a"]})", false, {400, "invalid_type", "prompt"}},
+      {R"({"model": "m", "prompt": "x", "logprobs": 2})", false, {400, "unsupported_value", "logprobs"}},
+      {R"({"model": "m", "prompt": "x", "suffix": "y"})", false, {400, "unsupported_value", "suffix"}},
+  };
+  for (const auto& c : cases) {
+    const Expect got = error_of(c.body, c.chat);
+    EXPECT_EQ(got.status, c.want.status) << c.body;
+    EXPECT_EQ(got.code, c.want.code) << c.body;
+    EXPECT_EQ(got.param, c.want.param) << c.body;
+  }
+}
+
+TEST(OpenAIRequest, ErrorBodyIsOpenAIShaped) {
+  const auto b = kvad::server::error_body(ApiError(404, "no such model", "invalid_request_error", "model", "model_not_found"));
+  EXPECT_EQ(kvad::server::dump(b),
+            R"({"error":{"message":"no such model","type":"invalid_request_error","param":"model","code":"model_not_found"}})");
+  const auto n = kvad::server::error_body(ApiError(500, "x", "server_error"));
+  EXPECT_TRUE(n["error"]["param"].is_null());
+  EXPECT_TRUE(n["error"]["code"].is_null());
+}
+
+TEST(OpenAIRequest, DumpReplacesInvalidUtf8) {
+  nlohmann::ordered_json j = {{"text", std::string("a\xff" "b")}};
+  EXPECT_EQ(kvad::server::dump(j), "{\"text\":\"a\xEF\xBF\xBD" "b\"}");
+}
+
+TEST(OpenAIRequest, BrokenBodiesCorpus) {
+  const std::filesystem::path dir = std::filesystem::path(KVAD_SOURCE_DIR) / "tests/fixtures/server/requests";
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".json") continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    for (bool is_chat : {true, false}) {
+      try {
+        parse_completion_request(ss.str(), is_chat);
+      } catch (const ApiError& err) {
+        EXPECT_EQ(err.status, 400) << e.path() << ": " << err.what();
+      } catch (const std::exception& other) {
+        ADD_FAILURE() << e.path() << ": not an ApiError: " << other.what();
+      }
+    }
+    ++n;
+  }
+  EXPECT_GE(n, 15);
+}
