@@ -1,5 +1,5 @@
-// Matrix products, the prefill and decode shapes of SmolLM2-135M
-// (n_embd 576, n_ff 1536, 3 kv heads of 64):
+// Matrix products, prefill and decode shapes of SmolLM2-135M (n_embd 576,
+// n_ff 1536, 3 kv heads of 64) and Gemma 3 270M (n_embd 640, n_ff 2048):
 //   BM_kernel/<fmt>/<how>/<n_out>x<n_in>/<n_tok>   one thread, activations
 //       already quantized (and packed): how = gemm (the tiled kernel,
 //       kernels.h), vecdot (one dispatched vec_dot per row and token, tokens
@@ -33,7 +33,8 @@ const DType kFormats[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DT
 struct Shape {
   int64_t n_out, n_in;
 };
-const Shape kShapes[] = {{576, 576}, {192, 576}, {1536, 576}, {576, 1536}};
+// SmolLM2-135M (n_embd 576, n_ff 1536), Gemma 3 270M (n_embd 640, n_ff 2048).
+const Shape kShapes[] = {{576, 576}, {192, 576}, {1536, 576}, {576, 1536}, {2048, 640}, {640, 2048}};
 
 std::vector<float> randn(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -10,7 +10,8 @@
 // for each output, by Higham ("Accuracy and Stability of Numerical
 // Algorithms", 4.2), |gemm - ref| <= 2 * (2 nb + 16) * eps * S with
 // S = sum over elements of (|x| + 2|min|) * |y| (min: Q4_1's block min),
-// as test_formats' VecDot.
+// as test_formats' VecDot. The K-quant gemms (Q4_K, Q6_K) must equal the
+// reference bit for bit (same integer sums, same float arithmetic).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,7 +34,11 @@ using cpu::CpuKernels;
 
 namespace {
 
-const DType kGemmFormats[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0};
+const DType kGemmFormats[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q6_K};
+
+// The K-quant gemms do the reference's float arithmetic on the same exact
+// integer sums: their outputs equal the reference bit for bit.
+bool exact_gemm(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
 
 // Random floats with a different scale per 32-element run and a few edge
 // runs (zero, constant, one outlier).
@@ -55,14 +60,23 @@ std::vector<float> random_floats(int64_t n, std::mt19937& rng) {
   return v;
 }
 
-// Bytes before a 32-element block's quants (its f16 scales).
-size_t header_bytes(DType t) {
+// The byte range of a block that random_quants randomizes: everything but
+// the f16 super-scales (any bytes there are valid quants, 5th bits, sub-block
+// scales and mins).
+void random_range(DType t, size_t* begin, size_t* end) {
+  *begin = 0;
+  *end = dtype_info(t).block_bytes;
   switch (t) {
-    case DType::Q4_0: case DType::Q8_0: return 2;
-    case DType::Q5_0: return 2;  // qh (the 5th bits) is randomized with the quants
-    case DType::Q4_1: return 4;
-    default: return 0;
+    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: *begin = 2; break;
+    case DType::Q4_1: case DType::Q4_K: *begin = 4; break;
+    case DType::Q6_K: *end = 208; break;  // ql, qh, scales; d last
+    default: *end = 0; break;
   }
+}
+size_t header_bytes(DType t) {
+  size_t b, e;
+  random_range(t, &b, &e);
+  return b;
 }
 
 struct Mat {
@@ -70,7 +84,7 @@ struct Mat {
   int64_t n, rows;
   std::vector<uint8_t> q;  // rows of row_bytes(type, n)
   std::vector<float> f;    // dequantized (reference)
-  std::vector<float> mins; // per block |min| (Q4_1), else 0
+  std::vector<float> mins; // per 32 elements |min| (Q4_1), else 0
 };
 
 // rows x n in format t; random_quants: every quant byte random (all values,
@@ -84,10 +98,12 @@ Mat make(DType t, int64_t n, int64_t rows, bool random_quants, std::mt19937& rng
     const std::vector<float> x = random_floats(n, rng);
     uint8_t* row = m.q.data() + r * rb;
     k.from_float_ref(x.data(), row, n);
-    const size_t bb = dtype_info(t).block_bytes, hb = header_bytes(t);
-    if (random_quants && hb)
+    const size_t bb = dtype_info(t).block_bytes;
+    size_t rb0, rb1;
+    random_range(t, &rb0, &rb1);
+    if (random_quants)
       for (size_t b = 0; b < rb; b += bb)
-        for (size_t j = hb; j < bb; ++j) row[b + j] = static_cast<uint8_t>(rng());
+        for (size_t j = rb0; j < rb1; ++j) row[b + j] = static_cast<uint8_t>(rng());
     k.to_float_ref(row, m.f.data() + r * n, n);
     if (t == DType::Q4_1)
       for (int64_t b = 0; b < n / 32; ++b)
@@ -115,8 +131,11 @@ TEST(Gemm, SimdMatchesReference) {
     if (!k.gemm) continue;  // no SIMD here (KVAD_NO_SIMD=1 or an old CPU)
     const DType vt = dtype_info(t).vec_dot_type;
     double worst = 0;
-    for (int64_t nb : {1, 2, 3, 4, 5, 7, 8, 9, 18, 48}) {
-      const int64_t n = nb * 32;
+    const int64_t be = dtype_info(t).block_elems;
+    const std::vector<int64_t> nbs = be == 32 ? std::vector<int64_t>{1, 2, 3, 4, 5, 7, 8, 9, 18, 48}
+                                              : std::vector<int64_t>{1, 2, 3, 6};
+    for (int64_t nb : nbs) {
+      const int64_t n = nb * be;
       for (int64_t nr : {1, 3, 7, 16}) {
         for (int64_t nc : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17}) {
           const bool rq = (nr + nc) % 2 == 1;
@@ -139,6 +158,12 @@ TEST(Gemm, SimdMatchesReference) {
           for (int64_t c = 0; c < nc; ++c) {
             ASSERT_EQ(got[c * (nr + 1) + nr], -7.0f) << dtype_name(t) << " wrote outside the tile";
             for (int64_t r = 0; r < nr; ++r) {
+              if (exact_gemm(t)) {
+                ASSERT_EQ(got[c * (nr + 1) + r], ref[c * nr + r])
+                    << dtype_name(t) << " nb=" << nb << " nr=" << nr << " nc=" << nc << " r=" << r << " c=" << c;
+                ++checked;
+                continue;
+              }
               const double s = S(w, r, a, c);
               const double tol = 2.0 * (2.0 * nb + 16.0) * FLT_EPSILON * s + 1e-35;
               const double e = std::fabs(static_cast<double>(got[c * (nr + 1) + r]) - ref[c * nr + r]);
@@ -160,7 +185,7 @@ TEST(Gemm, SimdMatchesReference) {
 TEST(Gemm, ExtremeQuants) {
   for (DType t : kGemmFormats) {
     const CpuKernels& k = cpu::cpu_kernels(t);
-    if (!k.gemm) continue;
+    if (!k.gemm || exact_gemm(t)) continue;
     const DType vt = dtype_info(t).vec_dot_type;
     const int64_t n = 7 * 32, nr = 2, nc = 3;
     std::vector<float> xw(n * nr), xa(n * nc);
@@ -187,14 +212,15 @@ TEST(Gemm, ExtremeQuants) {
 // 1..3 threads, against reference vec_dots of the same quantized activations.
 TEST(Matmul, MatchesReferenceDots) {
   std::mt19937 rng(12);
-  const DType formats[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q5_1, DType::F16, DType::F32};
+  const DType formats[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q4_K,
+                           DType::Q6_K, DType::Q5_1, DType::F16,  DType::F32};
   for (int nth : {1, 2, 3}) {
     ThreadPool pool(nth);
     for (DType t : formats) {
       const CpuKernels& k = cpu::cpu_kernels(t);
       const DType vt = dtype_info(t).vec_dot_type;
       for (int64_t n_tok : {1, 2, 5, 9, 64, 67}) {
-        const int64_t n = 18 * 32, n_out = 45;
+        const int64_t n = dtype_info(t).block_elems == 256 ? 3 * 256 : 18 * 32, n_out = 45;
         const Mat w = make(t, n, n_out, false, rng);
         const std::vector<float> x = random_floats(n * n_tok, rng);
         Tensor wt;
@@ -217,6 +243,10 @@ TEST(Matmul, MatchesReferenceDots) {
         for (int64_t c = 0; c < n_tok; ++c) {
           for (int64_t r = 0; r < n_out; ++r) {
             const float ref = k.vec_dot_ref(n, w.q.data() + r * row_bytes(t, n), a.q.data() + c * row_bytes(vt, n));
+            if (exact_gemm(t)) {
+              ASSERT_EQ(y[c * n_out + r], ref) << dtype_name(t) << " threads=" << nth << " n_tok=" << n_tok;
+              continue;
+            }
             const double nterms = dtype_info(t).quantized ? 2.0 * (n / 32) : n / 8.0;
             const double tol = 2.0 * (nterms + 16.0) * FLT_EPSILON * S(w, r, a, c) + 1e-35;
             ASSERT_LE(std::fabs(static_cast<double>(y[c * n_out + r]) - ref), tol)

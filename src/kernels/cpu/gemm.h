@@ -78,6 +78,12 @@ void gemm_q5_0(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, 
                float* out, int64_t ldo);
 void gemm_q8_0(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
                float* out, int64_t ldo);
+// K-quants (gemm_kquants_avx2.cpp): y is Q8_K rows as they are (no packing);
+// each output equals the reference vec_dot bit for bit.
+void gemm_q4_K(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
+               float* out, int64_t ldo);
+void gemm_q6_K(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
+               float* out, int64_t ldo);
 }  // namespace avx2
 
 }  // namespace kvad::cpu::gemm

@@ -1,0 +1,205 @@
+// AVX2 tiled matrix products of the K-quants Q4_K and Q6_K with Q8_K
+// activations (gemm.h). Compiled with ${KVAD_AVX2_FLAGS} and
+// -ffp-contract=off; called only when cpu_features().has_avx2_fma().
+//
+// One weight row times C tokens at a time. Per 256-element super-block the
+// row's quants are unpacked and its sub-block scales expanded once, then
+// every token's exact integer sums are formed as in the AVX2 vec_dots
+// (kquants_avx2.cpp: maddubs, then madd with the sub-block scales; mins and
+// offsets through Q8_K's bsums) and the float arithmetic per super-block is
+// the reference's, in the reference's order. So each output equals the
+// reference vec_dot bit for bit. The activations are Q8_K rows as they are
+// (no packing).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/gemm.h"
+
+namespace kvad::cpu::gemm::avx2 {
+
+namespace {
+
+inline float fp16(uint16_t h) { return _cvtsh_ss(h); }
+
+inline __m256i load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+inline int hsum_i32(__m128i r) {
+  r = _mm_add_epi32(r, _mm_unpackhi_epi64(r, r));
+  r = _mm_add_epi32(r, _mm_shuffle_epi32(r, 1));
+  return _mm_cvtsi128_si32(r);
+}
+inline int hsum_i32(__m256i v) {
+  return hsum_i32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+// u8 x s8 products in pairs (int16, exact), times int16 scales, summed in pairs: 8 x int32.
+inline __m256i dot_scaled(__m256i q, const int8_t* y, __m256i scale16) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(q, load(y)), scale16);
+}
+
+// Q4_K/Q5_K 6-bit scales and mins (blocks.h), 8 bytes each.
+inline void scales_mins_k4(const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  uint32_t a[3];
+  std::memcpy(a, q, 12);
+  const uint32_t s_lo = a[0] & 0x3f3f3f3fu, m_lo = a[1] & 0x3f3f3f3fu;
+  const uint32_t s_hi = (a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4);
+  std::memcpy(sc, &s_lo, 4);
+  std::memcpy(sc + 4, &s_hi, 4);
+  std::memcpy(m, &m_lo, 4);
+  std::memcpy(m + 4, &m_hi, 4);
+}
+
+// Int8 scales of 16-element sub-blocks 2k and 2k+1 as 16 x int16 (eight
+// copies each), the layout of a maddubs result over 32 elements.
+inline __m256i scale_pair(__m128i sc, int k) {
+  const long long lo = 0x0101010101010101LL * (2 * k), hi = 0x0101010101010101LL * (2 * k + 1);
+  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_set_epi64x(hi, lo)));
+}
+
+// Q6_K quants (0..63) of elements 128*h + 32*s + l (blocks.h).
+inline void q6_quants(const uint8_t* ql, const uint8_t* qh, __m256i q[4]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
+  const __m256i l0 = load(ql), l1 = load(ql + 32), h = load(qh);
+  q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m2));
+  q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m2));
+  q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(h, m2));
+  q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                         _mm256_and_si256(_mm256_srli_epi16(h, 2), m2));
+}
+
+inline const block_q8_K* yrow(const uint8_t* y, size_t ldy, int c) {
+  return reinterpret_cast<const block_q8_K*>(y + static_cast<size_t>(c) * ldy);
+}
+
+// ---- Q4_K ------------------------------------------------------------------------
+
+template <int C>
+void row_q4_K(int64_t nb, const block_q4_K* x, const uint8_t* y, size_t ldy, float* out, int64_t ldo) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  float sumf[C];
+  for (int c = 0; c < C; ++c) sumf[c] = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    uint8_t sc[8], m[8];
+    scales_mins_k4(x[i].scales, sc, m);
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
+    __m256i sumi[C];
+    for (int c = 0; c < C; ++c) sumi[c] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {  // sub-blocks 4h..4h+3: elements 128h..128h+127
+      const __m256i a = load(x[i].qs + 64 * h), b = load(x[i].qs + 64 * h + 32);
+      const __m256i q0 = _mm256_and_si256(a, m4), q1 = _mm256_and_si256(_mm256_srli_epi16(a, 4), m4);
+      const __m256i q2 = _mm256_and_si256(b, m4), q3 = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
+      const __m256i s0 = _mm256_set1_epi16(sc[4 * h]), s1 = _mm256_set1_epi16(sc[4 * h + 1]);
+      const __m256i s2 = _mm256_set1_epi16(sc[4 * h + 2]), s3 = _mm256_set1_epi16(sc[4 * h + 3]);
+      for (int c = 0; c < C; ++c) {
+        const int8_t* q8 = yrow(y, ldy, c)[i].qs + 128 * h;
+        const __m256i p01 = _mm256_add_epi32(dot_scaled(q0, q8, s0), dot_scaled(q1, q8 + 32, s1));
+        const __m256i p23 = _mm256_add_epi32(dot_scaled(q2, q8 + 64, s2), dot_scaled(q3, q8 + 96, s3));
+        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p01, p23));
+      }
+    }
+    const float dx = fp16(x[i].d), dmx = fp16(x[i].dmin);
+    for (int c = 0; c < C; ++c) {
+      const block_q8_K& yb = yrow(y, ldy, c)[i];
+      // Mins: sum over sub-blocks j of m[j] * (bsums[2j] + bsums[2j+1]).
+      const __m256i bs = load(yb.bsums);
+      const __m128i bs_pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+      const int summ = hsum_i32(_mm_madd_epi16(mins, bs_pairs));
+      const float d = dx * yb.d;
+      const float dmin = dmx * yb.d;
+      sumf[c] += d * static_cast<float>(hsum_i32(sumi[c])) - dmin * static_cast<float>(summ);
+    }
+  }
+  for (int c = 0; c < C; ++c) out[c * ldo] = sumf[c];
+}
+
+// ---- Q6_K ------------------------------------------------------------------------
+
+template <int C>
+void row_q6_K(int64_t nb, const block_q6_K* x, const uint8_t* y, size_t ldy, float* out, int64_t ldo) {
+  float sumf[C];
+  for (int c = 0; c < C; ++c) sumf[c] = 0.0f;
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m128i sc = load128(x[i].scales);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
+    __m256i sumi[C];
+    // q - 32: the -32 through bsums.
+    for (int c = 0; c < C; ++c)
+      sumi[c] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                 _mm256_slli_epi32(_mm256_madd_epi16(sc16, load(yrow(y, ldy, c)[i].bsums)), 5));
+    for (int h = 0; h < 2; ++h) {
+      __m256i q[4];
+      q6_quants(x[i].ql + 64 * h, x[i].qh + 32 * h, q);
+      const __m256i s0 = scale_pair(sc, 4 * h), s1 = scale_pair(sc, 4 * h + 1);
+      const __m256i s2 = scale_pair(sc, 4 * h + 2), s3 = scale_pair(sc, 4 * h + 3);
+      for (int c = 0; c < C; ++c) {
+        const int8_t* q8 = yrow(y, ldy, c)[i].qs + 128 * h;
+        const __m256i p01 = _mm256_add_epi32(dot_scaled(q[0], q8, s0), dot_scaled(q[1], q8 + 32, s1));
+        const __m256i p23 = _mm256_add_epi32(dot_scaled(q[2], q8 + 64, s2), dot_scaled(q[3], q8 + 96, s3));
+        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p01, p23));
+      }
+    }
+    const float dx = fp16(x[i].d);
+    for (int c = 0; c < C; ++c)
+      sumf[c] += (dx * yrow(y, ldy, c)[i].d) * static_cast<float>(hsum_i32(sumi[c]));
+  }
+  for (int c = 0; c < C; ++c) out[c * ldo] = sumf[c];
+}
+
+// Every weight row against tokens [c0, c0 + C), tokens in tiles of kC.
+template <typename Block, template <int> class Row, int kC>
+void gemm_rows(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
+               float* out, int64_t ldo) {
+  const int64_t nb = n / QK_K;
+  const uint8_t* wb = static_cast<const uint8_t*>(w);
+  const uint8_t* yb = static_cast<const uint8_t*>(y);
+  for (int64_t c0 = 0; c0 < nc; c0 += kC) {
+    const uint8_t* yc = yb + static_cast<size_t>(c0) * ldy;
+    float* oc = out + c0 * ldo;
+    const int cc = static_cast<int>(std::min<int64_t>(kC, nc - c0));
+    for (int64_t r = 0; r < nr; ++r) {
+      const Block* x = reinterpret_cast<const Block*>(wb + static_cast<size_t>(r) * ldw);
+      switch (cc) {
+#define KVAD_ROW_CASE(k) \
+  case k:                \
+    if constexpr (k <= kC) Row<k>::run(nb, x, yc, ldy, oc + r, ldo); \
+    break;
+        KVAD_ROW_CASE(1) KVAD_ROW_CASE(2) KVAD_ROW_CASE(3) KVAD_ROW_CASE(4)
+        KVAD_ROW_CASE(5) KVAD_ROW_CASE(6) KVAD_ROW_CASE(7) KVAD_ROW_CASE(8)
+#undef KVAD_ROW_CASE
+        default: break;
+      }
+    }
+  }
+}
+
+template <int C>
+struct RowQ4_K {
+  static void run(int64_t nb, const block_q4_K* x, const uint8_t* y, size_t ldy, float* out, int64_t ldo) {
+    row_q4_K<C>(nb, x, y, ldy, out, ldo);
+  }
+};
+template <int C>
+struct RowQ6_K {
+  static void run(int64_t nb, const block_q6_K* x, const uint8_t* y, size_t ldy, float* out, int64_t ldo) {
+    row_q6_K<C>(nb, x, y, ldy, out, ldo);
+  }
+};
+
+}  // namespace
+
+void gemm_q4_K(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
+               float* out, int64_t ldo) {
+  gemm_rows<block_q4_K, RowQ4_K, 8>(n, w, ldw, nr, y, ldy, nc, out, ldo);
+}
+
+void gemm_q6_K(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
+               float* out, int64_t ldo) {
+  gemm_rows<block_q6_K, RowQ6_K, 8>(n, w, ldw, nr, y, ldy, nc, out, ldo);
+}
+
+}  // namespace kvad::cpu::gemm::avx2
