@@ -316,6 +316,13 @@ void Server::Impl::routes() {
       o.http_threads > 0 ? static_cast<size_t>(o.http_threads) : static_cast<size_t>(o.sched.n_slots) + o.sched.max_queue + 8;
   http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
   http.set_payload_max_length(o.max_body_bytes);
+  // cpp-httplib's default also sets SO_REUSEPORT, which lets a second server
+  // bind the same port and silently share its connections; a port in use
+  // must be an error instead.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   // An idle keep-alive connection holds a thread, and stop() waits for it
   // up to this long.
   http.set_keep_alive_timeout(5);

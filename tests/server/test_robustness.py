@@ -269,3 +269,15 @@ def test_metrics_page(server):
     assert m["kvad_decode_tokens_per_second"] > 0 and m["kvad_prefill_tokens_per_second"] > 0
     assert m["kvad_slots"] == 8 and m["kvad_active_slots"] == 0 and m["kvad_queue_depth"] == 0
     assert server.request("GET", "/health") == (200, '{"status":"ok"}')
+
+
+def test_port_in_use_is_a_one_line_error(start_server):
+    import os
+    import subprocess
+    from conftest import model_path
+    server = start_server("--parallel", "1", "--ctx-size", "64")
+    r = subprocess.run([os.environ["KVAD_BINARY"], "serve", "--model", model_path(), "--port", str(server.port)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.startswith("kvad: error: cannot listen on 127.0.0.1:%d" % server.port), r.stderr
+    assert server.request("GET", "/health")[0] == 200
