@@ -11,6 +11,10 @@
 
 namespace kvad {
 
+namespace {
+constexpr uint64_t kCountMask = 0xFFFF;
+}
+
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = std::max(1u, std::thread::hardware_concurrency());
   n_threads_ = n_threads;
@@ -21,7 +25,8 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_.store(true);
-    generation_.fetch_add(1);
+    const uint64_t g = (state_.load() >> kGenShift) + 1;
+    state_.store((g << kGenShift) | kClosed, std::memory_order_release);
   }
   cv_.notify_all();
   for (auto& t : threads_) t.join();
@@ -37,41 +42,57 @@ void ThreadPool::run_job(int ith) {
 }
 
 void ThreadPool::worker(int ith) {
-  uint64_t seen = 0;
+  uint64_t seen = 0;  // the last generation this worker took part in or skipped
   for (;;) {
     // Spin a while for the next job, then sleep.
-    uint64_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < 20000; ++spin) {
+    uint64_t st = state_.load(std::memory_order_acquire);
+    for (int spin = 0; (st >> kGenShift) == seen && spin < 20000; ++spin) {
       KVAD_PAUSE();
-      g = generation_.load(std::memory_order_acquire);
+      st = state_.load(std::memory_order_acquire);
     }
-    if (g == seen) {
+    if ((st >> kGenShift) == seen) {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-      g = generation_.load(std::memory_order_acquire);
+      cv_.wait(lk, [&] { return (state_.load(std::memory_order_acquire) >> kGenShift) != seen; });
+      st = state_.load(std::memory_order_acquire);
+    }
+    if (stop_.load()) return;
+    const uint64_t g = st >> kGenShift;
+    // Enter job g, unless it has been closed (a skippable job whose caller
+    // finished it without us) or superseded; at most once either way.
+    while ((st >> kGenShift) == g && !(st & kClosed)) {
+      if (state_.compare_exchange_weak(st, st + kInside, std::memory_order_acquire, std::memory_order_acquire)) {
+        run_job(ith);
+        state_.fetch_add(kFinished - kInside, std::memory_order_release);
+        break;
+      }
     }
     seen = g;
-    if (stop_.load()) return;
-    run_job(ith);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
-void ThreadPool::run(const std::function<void(int, int)>& fn) {
-  if (n_threads_ == 1) {
-    fn(0, 1);
-    return;
-  }
+void ThreadPool::dispatch(const std::function<void(int, int)>& fn, bool skippable) {
   job_ = &fn;
   error_ = nullptr;
-  pending_.store(n_threads_ - 1, std::memory_order_release);
   {
+    // Published under the mutex so that a worker about to sleep sees it.
     std::lock_guard<std::mutex> lk(mu_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+    const uint64_t g = (state_.load(std::memory_order_relaxed) >> kGenShift) + 1;
+    state_.store((g << kGenShift) | (skippable ? kSkippable : 0), std::memory_order_release);
   }
   cv_.notify_all();
   run_job(0);
-  while (pending_.load(std::memory_order_acquire) != 0) KVAD_PAUSE();
+  if (skippable) {
+    // No new entries; wait for the workers inside.
+    uint64_t st = state_.fetch_or(kClosed, std::memory_order_acq_rel) | kClosed;
+    while ((st & kCountMask) != 0) {
+      KVAD_PAUSE();
+      st = state_.load(std::memory_order_acquire);
+    }
+  } else {
+    const uint64_t all = static_cast<uint64_t>(n_threads_ - 1);
+    while (((state_.load(std::memory_order_acquire) / kFinished) & kCountMask) != all) KVAD_PAUSE();
+    state_.fetch_or(kClosed, std::memory_order_acq_rel);
+  }
   job_ = nullptr;
   if (error_) {
     auto e = error_;
@@ -80,18 +101,31 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
 }
 
+void ThreadPool::run(const std::function<void(int, int)>& fn) {
+  if (n_threads_ == 1) {
+    fn(0, 1);
+    return;
+  }
+  dispatch(fn, false);
+}
+
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t, int)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
+  if (n_threads_ == 1 || n <= grain) {
+    fn(0, n, 0);
+    return;
+  }
   std::atomic<int64_t> next{0};
-  run([&](int ith, int) {
+  const std::function<void(int, int)> job = [&](int ith, int) {
     for (;;) {
       int64_t b = next.fetch_add(grain, std::memory_order_relaxed);
       if (b >= n) break;
       fn(b, std::min(n, b + grain), ith);
     }
-  });
+  };
+  dispatch(job, true);
 }
 
 }  // namespace kvad

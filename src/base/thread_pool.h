@@ -30,19 +30,31 @@ class ThreadPool {
   void run(const std::function<void(int ith, int nth)>& fn);
 
   /// Splits [0, n) into chunks of `grain` and hands them out dynamically;
-  /// fn(begin, end, ith) is called for each chunk.
+  /// fn(begin, end, ith) is called for each chunk. The calling thread works
+  /// too and does not wait for workers that have not started by the time it
+  /// runs out of chunks (on a busy machine a descheduled worker would
+  /// otherwise stall every call): such a worker skips the job.
   void parallel_for(int64_t n, int64_t grain,
                     const std::function<void(int64_t begin, int64_t end, int ith)>& fn);
 
  private:
+  // The job's state, one atomic word: generation (bits 34..63), `skippable`
+  // (bit 33: workers that come late may skip it), `closed` (bit 32: no worker
+  // may enter any more), workers finished (bits 16..31) and workers inside
+  // (bits 0..15). Workers enter with a compare-and-swap on the whole word, so
+  // they can only enter the current job while it is open.
+  static constexpr uint64_t kInside = 1, kFinished = uint64_t{1} << 16;
+  static constexpr uint64_t kClosed = uint64_t{1} << 32, kSkippable = uint64_t{1} << 33;
+  static constexpr int kGenShift = 34;
+
   void worker(int ith);
   void run_job(int ith);
+  void dispatch(const std::function<void(int, int)>& fn, bool skippable);
 
   int n_threads_;
   std::vector<std::thread> threads_;
   const std::function<void(int, int)>* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> state_{0};
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable cv_;
