@@ -15,8 +15,10 @@ namespace kvad::cpu {
 
 /// y = x · Wᵀ. W: [n_out, n_in] (ne[0] = n_in) in any format with CPU kernels;
 /// x: [n_tok, n_in] f32; y: [n_tok, n_out] f32. Activations are converted
-/// once to W's vec_dot_type (e.g. Q8_1 for Q4_1 weights, as ggml does), then
-/// every (row, token) pair is one vec_dot. Work is split over W's rows.
+/// once to W's vec_dot_type (e.g. Q8_1 for Q4_1 weights, as ggml does); each
+/// y[t, o] is then vec_dot(W row o, x row t) up to float summation order,
+/// computed by the format's tiled gemm where it has one (kernels.h), by one
+/// vec_dot per pair otherwise. Work is split over W's rows (matmul.cpp).
 /// Throws kvad::Error when W's format has no CPU kernels.
 void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_tok, float* y);
 
