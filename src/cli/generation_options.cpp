@@ -13,14 +13,16 @@ namespace kvad::cli {
 void GenerationOptions::add_to(CLI::App* c, const std::string& max_tokens_help) {
   c->add_option("-m,--model", model, "GGUF file or model-store name (default: " + std::string(kDefaultModel) + ")");
   c->add_option("-n,--max-tokens", max_tokens, max_tokens_help)->capture_default_str();
-  c->add_option("--temp", sp.temp, "Temperature (0: greedy)")->capture_default_str();
+  c->add_option("--temp", sp.temp, "Temperature (0: greedy)")->check(CLI::Range(0.0, 1000.0))->capture_default_str();
   c->add_option("--top-k", sp.top_k, "Top-k (0: off)")->capture_default_str();
   c->add_option("--top-p", sp.top_p, "Top-p (1: off)")->capture_default_str();
   c->add_option("--min-p", sp.min_p, "Min-p (0: off)")->capture_default_str();
   c->add_option("--repeat-penalty", sp.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
   c->add_option("--seed", seed, "Sampling seed (-1: random)")->capture_default_str();
-  c->add_option("-t,--threads", threads, "CPU threads (0: all cores)")->capture_default_str();
-  c->add_option("-c,--ctx-size", ctx_size, "Context size in tokens (0: min(4096, model's))")->capture_default_str();
+  c->add_option("-t,--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
+  c->add_option("-c,--ctx-size", ctx_size, "Context size in tokens (0: min(4096, model's))")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
 }
 
 SamplerParams GenerationOptions::sampler_params() const {

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "base/error.h"
 #include "cli/commands.h"
@@ -19,8 +20,26 @@ int main(int argc, char** argv) {
   kvad::cli::add_quantize(app);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // Usage errors read like every other error: one line, non-zero status.
+    std::string msg = e.what();
+    if (argc > 1 && argv[1][0] != '-') {
+      bool known = false;
+      std::string names;
+      for (const CLI::App* sub : app.get_subcommands({})) {
+        known = known || sub->get_name() == argv[1];
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+      }
+      if (!known) msg = std::string("unknown subcommand '") + argv[1] + "' (have: " + names + ")";
+    }
+    std::fprintf(stderr, "kvad: error: %s (see kvad --help)\n", msg.c_str());
+    return 2;
   } catch (const kvad::Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "kvad: error: %s\n", e.what());
