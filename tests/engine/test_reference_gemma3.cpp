@@ -12,14 +12,19 @@
 // keep K/V in f16; summation order, exp/tanh code and f16 rounding differ
 // (llama.cpp also evaluates GELU through an f16 lookup table; kvad computes
 // it in f32). Gemma amplifies that noise more than SmolLM2 (18 layers, each
-// with two extra RMSNorms and a 262k-row head). Measured on this fixture:
-// kvad's own AVX2 and scalar-reference kernels differ from each other by up
-// to 1.39 in these logits; kvad (AVX2) differs from llama.cpp by up to 1.42,
-// 9 of 17 continuations equal. Emulating llama.cpp's f16 GELU table moves
-// the differences by no more than that noise. Real errors are far larger:
-// RoPE base 1e6 on the local layers gives 2.8-16.5, the attention scale
-// 1/sqrt(n_embd/n_head) instead of 1/sqrt(head_dim) gives 2.1-6.5. So:
-//  - kLogitTol = 2.0 over the reference's top-10 at every step;
+// with two extra RMSNorms and a 262k-row head). Measured on this fixture
+// (max over the reference's top-10 at all teacher-forced steps):
+//  - kvad, scalar reference kernels everywhere, vs llama.cpp: 2.04 (prompt
+//    "The theory of relativity..."; most prompts 0.5-1.2);
+//  - kvad AVX2 vs llama.cpp: 1.42 with per-row dots for prefill (9 of 17
+//    continuations equal), 1.98 with the tiled GEMM for prefill (6 of 17);
+//  - kvad AVX2 vs kvad scalar: 1.39 (per-row prefill), 1.24 (GEMM prefill);
+//  - emulating llama.cpp's f16 GELU table moves the differences by no more
+//    than that noise.
+// Real errors are larger: RoPE base 1e6 on the local layers gives 2.8-16.5
+// (per prompt), the attention scale 1/sqrt(n_embd/n_head) instead of
+// 1/sqrt(head_dim) gives 2.1-6.5. So:
+//  - kLogitTol = 3.0 over the reference's top-10 at every step;
 //  - kMargin = 0.5 and the near-tie rule as for SmolLM2;
 //  - kMinExact = 5 prompts equal on all 32 tokens free-running.
 #include <gtest/gtest.h>
@@ -28,7 +33,7 @@
 
 namespace {
 
-constexpr kvad::test::Tolerances kTol{/*logit_tol=*/2.0, /*margin=*/0.5, /*min_exact=*/5};
+constexpr kvad::test::Tolerances kTol{/*logit_tol=*/3.0, /*margin=*/0.5, /*min_exact=*/5};
 
 kvad::test::ReferenceModel* load() { return kvad::test::load_reference("gemma3-270m"); }
 
