@@ -67,6 +67,20 @@ PROMPTS = [
 # like the ChatML prompt above, since special=False). The last prompt is
 # longer than Gemma's 512-token sliding window, so its continuation checks
 # the local (windowed) layers; it needs n_ctx 1024.
+# More SmolLM2 prompts: a small model meets near-ties early in many
+# continuations, so more prompts keep the "equal over 32 tokens" count
+# well above the test's bar.
+SMOLLM_EXTRA = [
+    "The largest planet in our solar system is",
+    "To make a cup of tea, first",
+    "Python is a programming language that",
+    "The first president of the United States was",
+    "A, B, C, D, E,",
+    "Photosynthesis is the process by which",
+    "for i in range(10):\n    print(",
+    "The sun rises in the",
+]
+
 LONG_TEXT = " ".join(
     f"Item {i}: the {['red', 'green', 'blue', 'yellow'][i % 4]} box holds {i * 7 % 13} "
     f"{['apples', 'stones', 'keys', 'coins', 'books'][i % 5]}." for i in range(60))
@@ -79,7 +93,7 @@ GEMMA_PROMPTS = [
 # name -> how to make its fixture. add_bos must agree with the file's
 # tokenizer.ggml.add_bos_token (checked).
 MODELS = {
-    "smollm2-135m": {"model_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "prompts": PROMPTS,
+    "smollm2-135m": {"model_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "prompts": PROMPTS + SMOLLM_EXTRA,
                      "add_bos": False, "n_ctx": 512},
     "gemma3-270m": {"model_file": "gemma-3-270m-q4_k_m.gguf", "prompts": GEMMA_PROMPTS,
                     "add_bos": True, "n_ctx": 1024},
