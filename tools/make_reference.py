@@ -67,7 +67,7 @@ PROMPTS = [
 # like the ChatML prompt above, since special=False). The last prompt is
 # longer than Gemma's 512-token sliding window, so its continuation checks
 # the local (windowed) layers; it needs n_ctx 1024.
-# More SmolLM2 prompts: a small model meets near-ties early in many
+# More prompts (both models): a small model meets near-ties early in many
 # continuations, so more prompts keep the "equal over 32 tokens" count
 # well above the test's bar.
 SMOLLM_EXTRA = [
@@ -95,7 +95,7 @@ GEMMA_PROMPTS = [
 MODELS = {
     "smollm2-135m": {"model_file": "SmolLM2-135M-Instruct.Q4_1.gguf", "prompts": PROMPTS + SMOLLM_EXTRA,
                      "add_bos": False, "n_ctx": 512},
-    "gemma3-270m": {"model_file": "gemma-3-270m-q4_k_m.gguf", "prompts": GEMMA_PROMPTS,
+    "gemma3-270m": {"model_file": "gemma-3-270m-q4_k_m.gguf", "prompts": GEMMA_PROMPTS + SMOLLM_EXTRA,
                     "add_bos": True, "n_ctx": 1024},
 }
 
