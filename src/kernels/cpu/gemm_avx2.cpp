@@ -37,13 +37,6 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(r);
 }
 
-inline float hsum128(__m128 r) {
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
-}
-
-
 inline uint32_t load_u32(const void* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
@@ -95,10 +88,9 @@ inline void quants5_4(const block_q5_0* xb, int cnt, __m256i q[4]) {
 }
 
 // Products of unsigned quants q (at most 31) and the packed int8 activations
-// y of a group (|y| <= 127, as every Q8 quantizer makes them), reduced to
-// int32 lanes of blocks (0, 2, 0, 2 | 1, 3, 1, 3). A maddubs lane is at most
-// 2 * 31 * 127 = 7874 in magnitude; the int16 sums of two and then four of
-// them stay below 31496 < 2^15: exact. (4-bit quants: 15360, any int8 y.)
+// y of a group, reduced to int32 lanes of blocks (0, 2, 0, 2 | 1, 3, 1, 3).
+// A maddubs lane is at most 2 * 31 * 128 = 7936 in magnitude; the int16 sums
+// of two and then four of them stay within 31744 < 2^15: exact.
 // cnt <= 2: blocks 2 and 3 are absent (zero).
 template <int cnt = 4>
 inline __m256i sum4_u4(const __m256i q[4], const int8_t* y) {
@@ -136,7 +128,7 @@ inline void scales_q4_1(const block_q4_1* xb, int cnt, __m256& d, __m256& m) {
   m = _mm256_cvtph_ps(_mm_shuffle_epi8(v, _mm_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1)));
 }
 
-// Row d of a group of blocks that start with an f16 d (Q4_0, Q8_0), in lane order.
+// Row d of a group of blocks that start with an f16 d (Q4_0, Q5_0, Q8_0), in lane order.
 template <typename Block>
 inline __m256 scales_d(const Block* xb, int cnt) {
   uint16_t a[4] = {0, 0, 0, 0};
