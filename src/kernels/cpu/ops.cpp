@@ -118,4 +118,28 @@ void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t
   }
 }
 
+void attention_rows_f16_ref(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
+                            int64_t kv_stride, int64_t head_dim, float scale) {
+  std::vector<float> scores;
+  for (int r = 0; r < rows.n; ++r) {
+    const int64_t n_pos = rows.last[r] + 1 - rows.first[r];
+    scores.resize(n_pos);
+    const int64_t off = rows.first[r] * kv_stride;
+    attention_f16(rows.q[r], k + off, v + off, n_pos, kv_stride, 1, 1, head_dim, scale, rows.out[r],
+                  scores.data());
+  }
+}
+
+void attention_rows_f16_avx2(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
+                             int64_t kv_stride, int64_t head_dim, float scale);  // attention_avx2.cpp
+
+void attention_rows_f16(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
+                        int64_t kv_stride, int64_t head_dim, float scale) {
+  static const bool avx2 = cpu_features().has_avx2_fma();
+  if (avx2 && head_dim % 8 == 0 && head_dim <= 256)
+    attention_rows_f16_avx2(rows, k, v, kv_stride, head_dim, scale);
+  else
+    attention_rows_f16_ref(rows, k, v, kv_stride, head_dim, scale);
+}
+
 }  // namespace kvad::cpu

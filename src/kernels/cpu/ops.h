@@ -68,6 +68,33 @@ void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t
                    int64_t kv_stride, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                    float scale, float* out, float* scratch);
 
+/// Query rows of one attention tile: every row reads the same KV head.
+/// Row r is one (token, query head) pair; it sees key positions
+/// [first[r], last[r]] (inclusive, indices into the k/v arrays passed to
+/// attention_rows_f16), which expresses causal masks and sliding windows.
+struct AttentionRows {
+  static constexpr int kMax = 16;
+  int n = 0;                  ///< rows in use, 1..kMax
+  const float* q[kMax];       ///< [head_dim] f32 query of row r
+  float* out[kMax];           ///< [head_dim] f32 output of row r
+  int64_t first[kMax];        ///< first visible key position of row r
+  int64_t last[kMax];         ///< last visible key position of row r (>= first)
+};
+
+/// Attention of a tile of query rows over one KV head, in f16:
+/// out_r = softmax(q_r · k_pᵀ · scale, p in [first_r, last_r]) · v_p.
+/// k, v: [*, kv_stride] f16 with the head's head_dim values at offset 0 of
+/// each row (the caller offsets them to its KV head). head_dim % 8 == 0 and
+/// head_dim <= 256 for the AVX2 path (else the reference runs).
+/// The AVX2 kernel streams over keys in blocks of 32 with an online softmax
+/// (Milakov & Gimelshein 2018; the FlashAttention tiling, Dao et al. 2022),
+/// converting each K/V block to f32 once for all rows of the tile. The
+/// reference (`attention_rows_f16_ref`) runs attention_f16's per-row math.
+void attention_rows_f16(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
+                        int64_t kv_stride, int64_t head_dim, float scale);
+void attention_rows_f16_ref(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
+                            int64_t kv_stride, int64_t head_dim, float scale);
+
 /// f32 -> f16 for n elements (cache writes).
 void f32_to_f16_row(const float* x, uint16_t* y, int64_t n);
 
