@@ -61,12 +61,7 @@ void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos
   }
 }
 
-void swiglu(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
-}
+void swiglu(float* gate, const float* up, int64_t n) { vec_ops().swiglu(gate, up, n); }
 
 static inline float gelu_tanh(float x) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
@@ -78,9 +73,7 @@ void gelu(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = gelu_tanh(x[i]);
 }
 
-void geglu(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) gate[i] = gelu_tanh(gate[i]) * up[i];
-}
+void geglu(float* gate, const float* up, int64_t n) { vec_ops().geglu(gate, up, n); }
 
 void softmax(float* x, int64_t n) {
   float mx = -INFINITY;
