@@ -36,9 +36,7 @@ void Attention::forward(ThreadPool& pool, const AttentionWeights& w, const Atten
   att_.resize(n * q_dim);
 
   rms_norm_rows(pool, x, w.norm.f32(), n, E, p.norm_eps, n_.data());
-  cpu::matmul(pool, w.wq, n_.data(), n, q_.data());
-  cpu::matmul(pool, w.wk, n_.data(), n, k_.data());
-  cpu::matmul(pool, w.wv, n_.data(), n, v_.data());
+  cpu::matmul_multi(pool, {{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, n_.data(), n);
   // Per token: QK-norm, RoPE, then K and V into the cache (f16).
   pool.parallel_for(n, 8, [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) {
@@ -97,8 +95,7 @@ void GatedMlp::forward(ThreadPool& pool, const MlpWeights& w, Activation act, fl
   g_.resize(n_tok * F);
   u_.resize(n_tok * F);
   rms_norm_rows(pool, x, w.norm.f32(), n_tok, E, norm_eps, n_.data());
-  cpu::matmul(pool, w.gate, n_.data(), n_tok, g_.data());
-  cpu::matmul(pool, w.up, n_.data(), n_tok, u_.data());
+  cpu::matmul_multi(pool, {{&w.gate, g_.data()}, {&w.up, u_.data()}}, n_.data(), n_tok);
   pool.parallel_for(n_tok, 4, [&](int64_t t0, int64_t t1, int) {
     float* g = g_.data() + t0 * F;
     const float* u = u_.data() + t0 * F;

@@ -258,6 +258,44 @@ TEST(Matmul, MatchesReferenceDots) {
   }
 }
 
+// cpu::matmul_multi equals one cpu::matmul per weight bit for bit: weights
+// that share the activation rows (Q4_0 + Q8_0 + Q5_0 on Q8_0 rows; Q4_K +
+// Q6_K on Q8_K rows), weights that do not (Q4_1 on Q8_1 + Q8_0), and row
+// counts that leave partial chunks, over 1 and 2 threads.
+TEST(Matmul, MultiEqualsSeparateMatmuls) {
+  std::mt19937 rng(21);
+  const std::vector<std::vector<DType>> groups = {
+      {DType::Q4_0, DType::Q8_0, DType::Q5_0}, {DType::Q4_K, DType::Q6_K}, {DType::Q4_1, DType::Q8_0}};
+  for (int nth : {1, 2}) {
+    ThreadPool pool(nth);
+    for (const auto& g : groups)
+      for (int64_t n_tok : {1, 7, 33}) {
+        const int64_t n = 3 * 256;
+        std::vector<Mat> ws;
+        std::vector<Tensor> ts(g.size());
+        std::vector<std::vector<float>> y1(g.size()), y2(g.size());
+        for (size_t i = 0; i < g.size(); ++i) ws.push_back(make(g[i], n, 37 + 29 * static_cast<int64_t>(i), false, rng));
+        for (size_t i = 0; i < g.size(); ++i) {
+          ts[i].name = "w";
+          ts[i].type = g[i];
+          ts[i].ne = {n, ws[i].rows, 1, 1};
+          ts[i].data = ws[i].q.data();
+          y1[i].assign(n_tok * ws[i].rows, 0.0f);
+          y2[i].assign(n_tok * ws[i].rows, 1.0f);
+        }
+        const std::vector<float> x = random_floats(n * n_tok, rng);
+        for (size_t i = 0; i < g.size(); ++i) cpu::matmul(pool, ts[i], x.data(), n_tok, y1[i].data());
+        if (g.size() == 2)
+          cpu::matmul_multi(pool, {{&ts[0], y2[0].data()}, {&ts[1], y2[1].data()}}, x.data(), n_tok);
+        else
+          cpu::matmul_multi(pool, {{&ts[0], y2[0].data()}, {&ts[1], y2[1].data()}, {&ts[2], y2[2].data()}},
+                            x.data(), n_tok);
+        for (size_t i = 0; i < g.size(); ++i)
+          EXPECT_EQ(y1[i], y2[i]) << dtype_name(g[i]) << " threads=" << nth << " n_tok=" << n_tok;
+      }
+  }
+}
+
 // cpu::attention_rows_f16 (the tiled online-softmax kernel on AVX2, the
 // per-row reference without it) against the definition computed here in
 // double: out_r = Σ_p softmax_p(scale · q_r·k_p) v_p over p in [first_r, last_r].

@@ -4,6 +4,7 @@
 // n_embd contiguous floats.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 
 #include "tensor/tensor.h"
 
@@ -21,6 +22,19 @@ namespace kvad::cpu {
 /// vec_dot per pair otherwise. Work is split over W's rows (matmul.cpp).
 /// Throws kvad::Error when W's format has no CPU kernels.
 void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_tok, float* y);
+
+/// One product of a matmul_multi: y = x · wᵀ, y: [n_tok, w.n_rows()] f32.
+struct MatmulTarget {
+  const Tensor* w;
+  float* y;
+};
+
+/// Several matmuls of the same input x [n_tok, n_in] (q/k/v projections,
+/// gate/up): the activations are converted once when every weight takes the
+/// same dot partner and layout, and all rows of all weights are split over
+/// the threads in one parallel loop (one barrier instead of one per weight).
+/// Results equal separate matmul calls bit for bit. Throws as matmul.
+void matmul_multi(ThreadPool& pool, std::initializer_list<MatmulTarget> targets, const float* x, int64_t n_tok);
 
 /// out[i] = row ids[i] of table W ([n_rows, n]) converted to f32; only the
 /// rows asked for are dequantized. out: [n_ids, n]. Throws kvad::Error for an
