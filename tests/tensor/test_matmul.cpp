@@ -276,7 +276,6 @@ TEST(Matmul, MultiEqualsSeparateMatmuls) {
         std::vector<std::vector<float>> y1(g.size()), y2(g.size());
         for (size_t i = 0; i < g.size(); ++i) ws.push_back(make(g[i], n, 37 + 29 * static_cast<int64_t>(i), false, rng));
         for (size_t i = 0; i < g.size(); ++i) {
-          ts[i].name = "w";
           ts[i].type = g[i];
           ts[i].ne = {n, ws[i].rows, 1, 1};
           ts[i].data = ws[i].q.data();
