@@ -6,10 +6,16 @@
 // row's quants are unpacked and its sub-block scales expanded once, then
 // every token's exact integer sums are formed as in the AVX2 vec_dots
 // (kquants_avx2.cpp: maddubs, then madd with the sub-block scales; mins and
-// offsets through Q8_K's bsums) and the float arithmetic per super-block is
-// the reference's, in the reference's order. So each output equals the
-// reference vec_dot bit for bit. The activations are Q8_K rows as they are
-// (no packing).
+// offsets through Q8_K's bsums). The float work stays in vector lanes: per
+// super-block and token, the eight int32 lane sums are converted (exactly
+// for Q4_K, whose lanes stay below 8 * 2 * 2 * 15 * 127 * 63 < 2^22; a Q6_K
+// lane can pass 2^24 only with extreme scales, then it rounds once) and
+// added with one FMA by d_w * d_y, the min terms
+// likewise in four lanes, and the lanes are summed once per output. The
+// reference instead sums the lanes to one integer per super-block and adds
+// d * float(sum) in scalar code, so the results differ by float rounding
+// (test_matmul bounds it); a token's arithmetic does not depend on C. The
+// activations are Q8_K rows as they are (no packing).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -27,14 +33,12 @@ inline float fp16(uint16_t h) { return _cvtsh_ss(h); }
 inline __m256i load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
-inline int hsum_i32(__m128i r) {
-  r = _mm_add_epi32(r, _mm_unpackhi_epi64(r, r));
-  r = _mm_add_epi32(r, _mm_shuffle_epi32(r, 1));
-  return _mm_cvtsi128_si32(r);
+inline float hsum(__m128 r) {
+  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  r = _mm_add_ss(r, _mm_movehdup_ps(r));
+  return _mm_cvtss_f32(r);
 }
-inline int hsum_i32(__m256i v) {
-  return hsum_i32(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
-}
+inline float hsum(__m256 v) { return hsum(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1))); }
 
 // u8 x s8 products in pairs (int16, exact), times int16 scales, summed in pairs: 8 x int32.
 inline __m256i dot_scaled(__m256i q, const int8_t* y, __m256i scale16) {
@@ -81,8 +85,12 @@ inline const block_q8_K* yrow(const uint8_t* y, size_t ldy, int c) {
 template <int C>
 void row_q4_K(int64_t nb, const block_q4_K* x, const uint8_t* y, size_t ldy, float* out, int64_t ldo) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  float sumf[C];
-  for (int c = 0; c < C; ++c) sumf[c] = 0.0f;
+  __m256 acc[C];   // d_w d_y * (scaled quant sums), 8 lanes
+  __m128 accm[C];  // dmin_w d_y * (min sums), 4 lanes
+  for (int c = 0; c < C; ++c) {
+    acc[c] = _mm256_setzero_ps();
+    accm[c] = _mm_setzero_ps();
+  }
   for (int64_t i = 0; i < nb; ++i) {
     uint8_t sc[8], m[8];
     scales_mins_k4(x[i].scales, sc, m);
@@ -108,21 +116,20 @@ void row_q4_K(int64_t nb, const block_q4_K* x, const uint8_t* y, size_t ldy, flo
       // Mins: sum over sub-blocks j of m[j] * (bsums[2j] + bsums[2j+1]).
       const __m256i bs = load(yb.bsums);
       const __m128i bs_pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-      const int summ = hsum_i32(_mm_madd_epi16(mins, bs_pairs));
-      const float d = dx * yb.d;
-      const float dmin = dmx * yb.d;
-      sumf[c] += d * static_cast<float>(hsum_i32(sumi[c])) - dmin * static_cast<float>(summ);
+      const __m128i summ = _mm_madd_epi16(mins, bs_pairs);
+      acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * yb.d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+      accm[c] = _mm_fmadd_ps(_mm_set1_ps(dmx * yb.d), _mm_cvtepi32_ps(summ), accm[c]);
     }
   }
-  for (int c = 0; c < C; ++c) out[c * ldo] = sumf[c];
+  for (int c = 0; c < C; ++c) out[c * ldo] = hsum(acc[c]) - hsum(accm[c]);
 }
 
 // ---- Q6_K ------------------------------------------------------------------------
 
 template <int C>
 void row_q6_K(int64_t nb, const block_q6_K* x, const uint8_t* y, size_t ldy, float* out, int64_t ldo) {
-  float sumf[C];
-  for (int c = 0; c < C; ++c) sumf[c] = 0.0f;
+  __m256 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const __m128i sc = load128(x[i].scales);
     const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
@@ -145,9 +152,9 @@ void row_q6_K(int64_t nb, const block_q6_K* x, const uint8_t* y, size_t ldy, flo
     }
     const float dx = fp16(x[i].d);
     for (int c = 0; c < C; ++c)
-      sumf[c] += (dx * yrow(y, ldy, c)[i].d) * static_cast<float>(hsum_i32(sumi[c]));
+      acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * yrow(y, ldy, c)[i].d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
   }
-  for (int c = 0; c < C; ++c) out[c * ldo] = sumf[c];
+  for (int c = 0; c < C; ++c) out[c * ldo] = hsum(acc[c]);
 }
 
 // Every weight row against tokens [c0, c0 + C), tokens in tiles of kC.
