@@ -62,8 +62,9 @@ static void glu(float* g, const float* u, int64_t n) {
       z = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(2.0f * 0.7978845608028654f), x),
                         _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x2, one));
     }
-    const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, avx2::exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), z))));
-    _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_mul_ps(x, sig), _mm256_loadu_ps(u + i)));
+    // x / (1 + e^-z) * u, rounded in the scalar reference's order.
+    const __m256 act = _mm256_div_ps(x, _mm256_add_ps(one, avx2::exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), z))));
+    _mm256_storeu_ps(g + i, _mm256_mul_ps(act, _mm256_loadu_ps(u + i)));
   }
   if (i < n) (kGelu ? vec_ops_ref().geglu : vec_ops_ref().swiglu)(g + i, u + i, n - i);
 }
