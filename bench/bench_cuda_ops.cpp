@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
 #include "base/thread_pool.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/ops.h"
@@ -46,6 +48,24 @@ int main(int argc, char** argv) {
   kvad::cuda::Offload off(4);
   std::printf("device: %s; CPU threads %d; %d reps (median)\n\n", kvad::cuda::Context::get().device_name().c_str(),
               pool.size(), reps);
+  {
+    // Device copy bandwidth (bytes read + written per second), the yardstick
+    // for decode: a decode step reads every weight byte once.
+    const size_t bytes = size_t{1} << 30;
+    kvad::cuda::DeviceBuffer a(bytes, "bandwidth a"), b(bytes, "bandwidth b");
+    kvad::cuda::Stream st = kvad::cuda::Context::get().compute();
+    kvad::cuda::check_status(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, st), "copy");
+    kvad::cuda::Context::get().sync("bandwidth warm-up");
+    std::vector<double> t;
+    for (int r = 0; r < 5; ++r) {
+      const auto t0 = clk::now();
+      kvad::cuda::check_status(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, st), "copy");
+      kvad::cuda::Context::get().sync("bandwidth");
+      t.push_back(us_since(t0));
+    }
+    std::printf("copy bandwidth: %.1f GB/s (1 GiB device-to-device, read + write, median of 5)\n\n",
+                2.0 * bytes / (median(t) * 1e3));
+  }
   std::printf("| shape (n_tok x n_in -> n_out) | format | CPU us | GPU sync us | GPU async us | submit us | GFLOP/s 4q | max abs err |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   struct Case { int64_t n_tok, n_in, n_out; };
