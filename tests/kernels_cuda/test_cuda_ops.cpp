@@ -16,6 +16,7 @@
 #include "kernels/cpu/ops.h"
 #include "base/error.h"
 #include "kernels/cuda/context.h"
+#include "kernels/cuda/cpu_offload.h"
 #include "kernels/cuda/offload.h"
 #include "kernels/cuda/ops.h"
 #include "tensor/half.h"
@@ -301,6 +302,39 @@ TEST(CudaOffload, FenceAndSlotExhaustion) {
   // A format without CUDA kernels is not offloaded.
   HostWeight w41 = make_weight(rng, DType::Q4_1, n_in, n_out);
   EXPECT_FALSE(off.try_matmul(w41.t, x0.data(), n_tok, y3.data()).has_value());
+}
+
+// The offload work gate is host logic: tested everywhere, device or not.
+TEST(CudaOffloadGate, ByWorkFormatAndResidency) {
+  std::mt19937 rng(10);
+  HostWeight q8 = make_weight(rng, DType::Q8_0, 256, 64), q41 = make_weight(rng, DType::Q4_1, 256, 64);
+  kvad::cuda::OffloadGate g;
+  g.min_work = 256 * 64 * 100;          // 100 tokens when not resident
+  g.min_work_resident = 256 * 64 * 10;  // 10 tokens when resident
+  EXPECT_FALSE(g.admits(q8.t, 99, false, 0));
+  EXPECT_TRUE(g.admits(q8.t, 100, false, 0));
+  EXPECT_FALSE(g.admits(q8.t, 9, true, 0));
+  EXPECT_TRUE(g.admits(q8.t, 10, true, 0));
+  EXPECT_FALSE(g.admits(q41.t, 1000, false, 0)) << "q4_1 has no CUDA kernels";
+  g.formats = {DType::Q4_K};
+  EXPECT_FALSE(g.admits(q8.t, 1000, false, 0)) << "format not in KVAD_GPU_FORMATS";
+  g.formats.clear();
+  g.max_resident_bytes = q8.bytes.size() - 1;
+  EXPECT_FALSE(g.admits(q8.t, 1000, false, 0)) << "would pass KVAD_GPU_MAX_RESIDENT_MB";
+  EXPECT_TRUE(g.admits(q8.t, 1000, true, q8.bytes.size())) << "already resident: no new bytes";
+
+  setenv("KVAD_GPU_MIN_WORK", "12345", 1);
+  setenv("KVAD_GPU_FORMATS", "q8_0,Q4_K", 1);
+  const kvad::cuda::OffloadGate e = kvad::cuda::OffloadGate::from_env();
+  EXPECT_EQ(e.min_work, 12345);
+  ASSERT_EQ(e.formats.size(), 2u);
+  EXPECT_EQ(e.formats[1], DType::Q4_K);
+  setenv("KVAD_GPU_FORMATS", "q4_1", 1);
+  EXPECT_THROW(kvad::cuda::OffloadGate::from_env(), kvad::Error);
+  setenv("KVAD_GPU_MIN_WORK", "lots", 1);
+  unsetenv("KVAD_GPU_FORMATS");
+  EXPECT_THROW(kvad::cuda::OffloadGate::from_env(), kvad::Error);
+  unsetenv("KVAD_GPU_MIN_WORK");
 }
 
 // Without a device the provider says so, as kvad::Error, with the reason.

@@ -23,7 +23,14 @@ size_t packed_bytes_q8_1x4(int64_t n) { return static_cast<size_t>((n / 32 + 3) 
 size_t packed_bytes_q8_0x4(int64_t n) { return static_cast<size_t>((n / 32 + 3) / 4) * sizeof(q8_0x4); }
 }  // namespace gemm
 
+namespace {
+MatmulOffloadFn g_offload = nullptr;
+}  // namespace
+
+void set_matmul_offload(MatmulOffloadFn fn) { g_offload = fn; }
+
 void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_tok, float* y) {
+  if (g_offload && g_offload(w, x, n_tok, y)) return;
   const CpuKernels& k = cpu_kernels(w.type);
   const DType vt = dtype_info(w.type).vec_dot_type;
   const int64_t n_in = w.ne[0];

@@ -22,6 +22,13 @@ namespace kvad::cpu {
 /// Throws kvad::Error when W's format has no CPU kernels.
 void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_tok, float* y);
 
+/// Eager offload hook (DESIGN.md seam 3): when set, matmul first offers the
+/// op to it; a hook that returns true has written y (e.g. on a GPU, see
+/// kernels/cuda/cpu_offload.h), false leaves the op to the CPU. nullptr
+/// (the default) removes it. Set it before any session runs.
+using MatmulOffloadFn = bool (*)(const Tensor& w, const float* x, int64_t n_tok, float* y);
+void set_matmul_offload(MatmulOffloadFn fn);
+
 /// out[i] = row ids[i] of table W ([n_rows, n]) converted to f32; only the
 /// rows asked for are dequantized. out: [n_ids, n]. Throws kvad::Error for an
 /// id outside [0, n_rows).
