@@ -2,11 +2,8 @@
 // keep nvcc's share of the build small (one architecture, few templates:
 // 7 formats × {gemv, get_rows, dequantize} and 3 attention head sizes).
 //
-// Formats are read in "units" of 32 consecutive elements of a row: a whole
-// block of Q8_0/Q4_0, a sub-block of 32 of a Q4_K/Q6_K super-block, or 32
-// plain values. Fmt<T>::unit() is the device port of the format's to_float
-// reference (kernels/cpu/quants_ref.cpp, kquants_ref.cpp), with the same
-// roundings (explicit __fmul_rn/__fsub_rn where the reference does two).
+// Formats are read in "units" of 32 consecutive elements of a row
+// (units.h, which a host test checks against the CPU references).
 //
 // Status: compiles for sm_90 (nvcc 13.0); UNVERIFIED ON A GPU in this build.
 #include <cublas_v2.h>
@@ -20,122 +17,14 @@
 #include "kernels/cpu/blocks.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/units.h"
 
 namespace kvad::cuda {
 
 namespace {
 
-using cpu::block_q4_0;
-using cpu::block_q4_K;
-using cpu::block_q6_K;
-using cpu::block_q8_0;
-
-__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-
-template <DType T> struct Fmt;
-
-template <> struct Fmt<DType::F32> {
-  static __device__ __forceinline__ void unit(const uint8_t* row, int64_t u, float* w) {
-    const float4* p = reinterpret_cast<const float4*>(row) + u * 8;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const float4 v = p[k];
-      w[4 * k] = v.x; w[4 * k + 1] = v.y; w[4 * k + 2] = v.z; w[4 * k + 3] = v.w;
-    }
-  }
-};
-
-template <> struct Fmt<DType::F16> {
-  static __device__ __forceinline__ void unit(const uint8_t* row, int64_t u, float* w) {
-    const __half2* p = reinterpret_cast<const __half2*>(row) + u * 16;
-#pragma unroll
-    for (int k = 0; k < 16; ++k) {
-      const float2 v = __half22float2(p[k]);
-      w[2 * k] = v.x; w[2 * k + 1] = v.y;
-    }
-  }
-};
-
-template <> struct Fmt<DType::BF16> {
-  static __device__ __forceinline__ void unit(const uint8_t* row, int64_t u, float* w) {
-    const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(row) + u * 16;
-#pragma unroll
-    for (int k = 0; k < 16; ++k) {
-      const float2 v = __bfloat1622float2(p[k]);
-      w[2 * k] = v.x; w[2 * k + 1] = v.y;
-    }
-  }
-};
-
-// x[j] = d * q[j]
-template <> struct Fmt<DType::Q8_0> {
-  static __device__ __forceinline__ void unit(const uint8_t* row, int64_t u, float* w) {
-    const block_q8_0& b = reinterpret_cast<const block_q8_0*>(row)[u];
-    const float d = h2f(b.d);
-#pragma unroll
-    for (int j = 0; j < 32; ++j) w[j] = __fmul_rn(static_cast<float>(b.qs[j]), d);
-  }
-};
-
-// x[j] = d * (q[j] - 8); qs[j] & 0xF is element j, qs[j] >> 4 element j + 16.
-template <> struct Fmt<DType::Q4_0> {
-  static __device__ __forceinline__ void unit(const uint8_t* row, int64_t u, float* w) {
-    const block_q4_0& b = reinterpret_cast<const block_q4_0*>(row)[u];
-    const float d = h2f(b.d);
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const uint8_t q = b.qs[j];
-      w[j] = __fmul_rn(static_cast<float>((q & 0xF) - 8), d);
-      w[j + 16] = __fmul_rn(static_cast<float>((q >> 4) - 8), d);
-    }
-  }
-};
-
-// Sub-block j (< 8) of a super-block: x = (d·sc)·q - dmin·m, q the nibble of
-// qs[32·(j/2) + l] (low for even j, high for odd j); 6-bit sc, m as
-// kquants_ref.cpp's scale_min_k4.
-template <> struct Fmt<DType::Q4_K> {
-  static __device__ __forceinline__ void unit(const uint8_t* row, int64_t u, float* w) {
-    const block_q4_K& b = reinterpret_cast<const block_q4_K*>(row)[u >> 3];
-    const int j = static_cast<int>(u & 7);
-    int sc, m;
-    if (j < 4) {
-      sc = b.scales[j] & 63;
-      m = b.scales[j + 4] & 63;
-    } else {
-      sc = (b.scales[j + 4] & 0xF) | ((b.scales[j - 4] >> 6) << 4);
-      m = (b.scales[j + 4] >> 4) | ((b.scales[j] >> 6) << 4);
-    }
-    const float d1 = __fmul_rn(h2f(b.d), static_cast<float>(sc));
-    const float m1 = __fmul_rn(h2f(b.dmin), static_cast<float>(m));
-    const uint8_t* qs = b.qs + 32 * (j >> 1);
-    const int shift = (j & 1) * 4;
-#pragma unroll
-    for (int l = 0; l < 32; ++l)
-      w[l] = __fsub_rn(__fmul_rn(d1, static_cast<float>((qs[l] >> shift) & 0xF)), m1);
-  }
-};
-
-// Unit s32 (< 8) of a super-block covers e = 32·s32 + l = 128h + 32s + l:
-// low 4 bits in nibble s>>1 of ql[64h + 32(s&1) + l], high 2 bits at bits
-// 2s..2s+1 of qh[32h + l]; x = (d·scales[e/16])·(q - 32).
-template <> struct Fmt<DType::Q6_K> {
-  static __device__ __forceinline__ void unit(const uint8_t* row, int64_t u, float* w) {
-    const block_q6_K& b = reinterpret_cast<const block_q6_K*>(row)[u >> 3];
-    const int s32 = static_cast<int>(u & 7), h = s32 >> 2, s = s32 & 3;
-    const float d = h2f(b.d);
-    const float ds0 = __fmul_rn(d, static_cast<float>(b.scales[2 * s32]));
-    const float ds1 = __fmul_rn(d, static_cast<float>(b.scales[2 * s32 + 1]));
-    const uint8_t* ql = b.ql + 64 * h + 32 * (s & 1);
-    const uint8_t* qh = b.qh + 32 * h;
-    const int lshift = (s >> 1) * 4;
-#pragma unroll
-    for (int l = 0; l < 32; ++l) {
-      const int q = ((ql[l] >> lshift) & 0xF) | (((qh[l] >> (2 * s)) & 3) << 4);
-      w[l] = __fmul_rn(l < 16 ? ds0 : ds1, static_cast<float>(q - 32));
-    }
-  }
-};
+using fmt::h2f;
+using fmt::Fmt;
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
