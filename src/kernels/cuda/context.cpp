@@ -187,6 +187,10 @@ void EventHandle::synchronize(const char* op) const {
 
 void copy_to_device(void* dst, const void* src, size_t bytes, const char* what) {
   check_status(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), what);
+  // From pageable memory cudaMemcpy may return once the bytes are staged,
+  // before the DMA lands; the streams here are non-blocking (they do not
+  // wait for the legacy stream), so wait for it before any kernel reads dst.
+  check_status(cudaStreamSynchronize(nullptr), what);
 }
 
 void copy_to_host(void* dst, const void* src, size_t bytes, const char* what) {

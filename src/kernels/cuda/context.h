@@ -156,7 +156,8 @@ class EventHandle {
   Event e_ = nullptr;
 };
 
-/// Copies host → device (sync: for weights at load time). Throws kvad::Error naming `what`.
+/// Copies host → device and waits until the bytes are on the device (for
+/// weights at load time). Throws kvad::Error naming `what`.
 void copy_to_device(void* dst, const void* src, size_t bytes, const char* what);
 /// Copies device → host on the compute stream and waits. Throws kvad::Error
 /// naming `what` (and the last op) on a fault.

@@ -11,6 +11,10 @@
 // Status: compiles for sm_90; UNVERIFIED ON A GPU in this build.
 //
 // Shapes in ggml order: [n_tok, n] is n_tok rows of n contiguous values.
+// Alignment: activation pointers (x, y, out) must be 16-byte aligned and
+// weight matrices 128-byte aligned (the kernels use vector loads); buffers
+// from cudaMalloc / DeviceBuffer are (256 bytes), and so is every row of a
+// matrix with n_in % 32 == 0.
 #pragma once
 #include <cstdint>
 
