@@ -67,7 +67,6 @@ HostWeight make_weight(std::mt19937& rng, DType type, int64_t n_in, int64_t n_ou
   for (int64_t r = 0; r < n_out; ++r) k.from_float(&f[r * n_in], w.bytes.data() + r * rb, n_in);
   w.deq.resize(n_in * n_out);
   for (int64_t r = 0; r < n_out; ++r) k.to_float_ref(w.bytes.data() + r * rb, &w.deq[r * n_in], n_in);
-  w.t.name = "w";
   w.t.type = type;
   w.t.ne = {n_in, n_out, 1, 1};
   w.t.data = w.bytes.data();

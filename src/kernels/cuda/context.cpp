@@ -143,8 +143,14 @@ PinnedBuffer::~PinnedBuffer() { release(); }
 
 void PinnedBuffer::release() {
   if (!p_) return;
-  cudaHostUnregister(p_);
-  std::free(p_);
+  if (mode_ == Mode::Registered) {
+    cudaHostUnregister(p_);
+    std::free(p_);
+  } else if (mode_ == Mode::Allocated) {
+    cudaFreeHost(p_);
+  } else {
+    std::free(p_);
+  }
   p_ = nullptr;
   n_ = 0;
 }
@@ -155,13 +161,25 @@ void PinnedBuffer::reserve(size_t bytes) {
   const size_t want = (bytes + 4095) / 4096 * 4096;
   p_ = std::aligned_alloc(4096, want);
   if (!p_) throw Error("PinnedBuffer: out of host memory (" + std::to_string(want) + " bytes)");
-  const cudaError_t e = cudaHostRegister(p_, want, cudaHostRegisterDefault);
-  if (e != cudaSuccess) {
-    std::free(p_);
-    p_ = nullptr;
-    throw Error("CUDA: cudaHostRegister of " + std::to_string(want) + " bytes: " + err_str(e));
-  }
   n_ = want;
+  if (cudaHostRegister(p_, want, cudaHostRegisterDefault) == cudaSuccess) {
+    mode_ = Mode::Registered;
+    return;
+  }
+  // Some sandboxes (gVisor) refuse to register ordinary memory: ask the
+  // driver for page-locked memory instead, and as a last resort keep the
+  // pageable buffer (copies from it are correct, only not asynchronous).
+  // Clear the error so check() does not report it as a fault later.
+  cudaGetLastError();
+  void* q = nullptr;
+  if (cudaMallocHost(&q, want) == cudaSuccess) {
+    std::free(p_);
+    p_ = q;
+    mode_ = Mode::Allocated;
+    return;
+  }
+  cudaGetLastError();
+  mode_ = Mode::Pageable;
 }
 
 // ---- EventHandle -----------------------------------------------------------

@@ -118,7 +118,9 @@ class DeviceBuffer {
 
 /// Page-locked host memory: an ordinary allocation registered with CUDA once
 /// (cudaHostRegister) and unregistered when released, so async copies from
-/// and to it overlap with compute. Grow-only.
+/// and to it overlap with compute. Grow-only. Where registering is refused
+/// (some sandboxes), it is cudaMallocHost memory, or at worst pageable
+/// memory (copies still correct, no longer overlapped); `pinned()` says.
 class PinnedBuffer {
  public:
   PinnedBuffer() = default;
@@ -128,11 +130,14 @@ class PinnedBuffer {
   void reserve(size_t bytes);
   void* get() const { return p_; }
   size_t bytes() const { return n_; }
+  bool pinned() const { return p_ && mode_ != Mode::Pageable; }
 
  private:
+  enum class Mode { Registered, Allocated, Pageable };
   void release();
   void* p_ = nullptr;
   size_t n_ = 0;
+  Mode mode_ = Mode::Pageable;
 };
 
 /// A reusable event (created once, with timing disabled).
