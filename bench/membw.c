@@ -5,7 +5,10 @@
 // Fills a buffer of MiB mebibytes (far larger than the caches) with the same
 // threads that later read it (first touch puts the pages where those threads
 // run), then sums it as uint64 words with `threads` OpenMP threads, each
-// reading one contiguous slice, `passes` times. Prints one JSON line:
+// reading one contiguous slice with eight independent accumulators (one
+// dependent chain of adds per thread would cap the rate below what the
+// memory delivers: a single-sum loop measured 19.9 GB/s with 2 threads on
+// the development machine, this one 31 GB/s), `passes` times. Prints one JSON line:
 // bytes per pass, threads, and the best and median rate in GB/s (10^9 bytes
 // per second). "Best" is STREAM's convention (the fastest pass is the least
 // disturbed one); the sum is printed so the compiler cannot drop the reads.
@@ -46,8 +49,15 @@ int main(int argc, char** argv) {
   for (int p = 0; p < passes; ++p) {
     uint64_t s = 0;
     const double t0 = now_s();
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : s)
-    for (size_t i = 0; i < n; ++i) s += a[i];
+#pragma omp parallel num_threads(threads) reduction(+ : s)
+    {
+      const size_t nt = (size_t)omp_get_num_threads(), it = (size_t)omp_get_thread_num();
+      const size_t b = n / 8 * it / nt * 8, e = it + 1 == nt ? n : n / 8 * (it + 1) / nt * 8;
+      uint64_t acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (size_t i = b; i < e; i += 8)
+        for (int j = 0; j < 8; ++j) acc[j] += a[i + j];
+      for (int j = 0; j < 8; ++j) s += acc[j];
+    }
     const double t = now_s() - t0;
     total += s;
     gbs[p] = n * sizeof(uint64_t) / t / 1e9;

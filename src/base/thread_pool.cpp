@@ -13,7 +13,18 @@ namespace kvad {
 
 namespace {
 constexpr uint64_t kCountMask = 0xFFFF;
+
+// One step of a spin-wait: a pause, and after the first kPolite steps a
+// yield every 16 steps, so that on a machine with more runnable threads than
+// cores a waiting thread hands its core to the one it is waiting for (a
+// descheduled worker or caller) instead of burning the time slice. On an
+// idle core the yield returns at once.
+constexpr int kPolite = 2000;
+inline void spin_step(int i) {
+  if (i >= kPolite && (i & 15) == 0) std::this_thread::yield();
+  else KVAD_PAUSE();
 }
+}  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = std::max(1u, std::thread::hardware_concurrency());
@@ -47,7 +58,7 @@ void ThreadPool::worker(int ith) {
     // Spin a while for the next job, then sleep.
     uint64_t st = state_.load(std::memory_order_acquire);
     for (int spin = 0; (st >> kGenShift) == seen && spin < 20000; ++spin) {
-      KVAD_PAUSE();
+      spin_step(spin);
       st = state_.load(std::memory_order_acquire);
     }
     if ((st >> kGenShift) == seen) {
@@ -84,13 +95,13 @@ void ThreadPool::dispatch(const std::function<void(int, int)>& fn, bool skippabl
   if (skippable) {
     // No new entries; wait for the workers inside.
     uint64_t st = state_.fetch_or(kClosed, std::memory_order_acq_rel) | kClosed;
-    while ((st & kCountMask) != 0) {
-      KVAD_PAUSE();
+    for (int i = 0; (st & kCountMask) != 0; ++i) {
+      spin_step(i);
       st = state_.load(std::memory_order_acquire);
     }
   } else {
     const uint64_t all = static_cast<uint64_t>(n_threads_ - 1);
-    while (((state_.load(std::memory_order_acquire) / kFinished) & kCountMask) != all) KVAD_PAUSE();
+    for (int i = 0; ((state_.load(std::memory_order_acquire) / kFinished) & kCountMask) != all; ++i) spin_step(i);
     state_.fetch_or(kClosed, std::memory_order_acq_rel);
   }
   job_ = nullptr;

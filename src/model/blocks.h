@@ -20,6 +20,9 @@ class ThreadPool;
 /// RMSNorm of each of n_rows rows: y[r] = x[r] / sqrt(mean(x[r]²) + eps) ⊙ w.
 /// x, y: [n_rows, n]; w: [n] f32 (nullptr: no weight). y may alias x.
 void rms_norm_rows(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y);
+/// The same, rows split over the pool's threads.
+void rms_norm_rows(ThreadPool& pool, const float* x, const float* w, int64_t n_rows, int64_t n, float eps,
+                   float* y);
 
 /// Throws kvad::Error naming `file` and the tensor when a non-empty tensor of
 /// `ts` is not f32 (norm weights, which the blocks read as floats).
@@ -69,6 +72,10 @@ class Attention {
 
  private:
   std::vector<float> n_, q_, k_, v_, att_;
+  struct Tile {
+    int64_t t0, t1, h0, h1;  // batch tokens [t0, t1) x query heads [h0, h1)
+  };
+  std::vector<Tile> tiles_;
 };
 
 /// Activation of a gated MLP.

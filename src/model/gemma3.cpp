@@ -138,10 +138,10 @@ class Gemma3 final : public Model {
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const Layer& L = layers_[il];
       attention_.forward(pool, L.attn, L.global ? global_ : local_, cache, il, b, x_.data(), h_.data());
-      rms_norm_rows(h_.data(), L.post_attention_norm.f32(), n, E, hp_.norm_eps, h_.data());
+      rms_norm_rows(pool, h_.data(), L.post_attention_norm.f32(), n, E, hp_.norm_eps, h_.data());
       cpu::add(x_.data(), h_.data(), n * E);
       mlp_.forward(pool, L.ffn, Activation::GELU_tanh, hp_.norm_eps, x_.data(), n, h_.data());
-      rms_norm_rows(h_.data(), L.post_ffw_norm.f32(), n, E, hp_.norm_eps, h_.data());
+      rms_norm_rows(pool, h_.data(), L.post_ffw_norm.f32(), n, E, hp_.norm_eps, h_.data());
       cpu::add(x_.data(), h_.data(), n * E);
     }
     for (int64_t t = 0; t < n; ++t) cache.mark(b.seq[t], b.pos[t]);

@@ -236,3 +236,31 @@ TEST(Blocks, GeluTanhValues) {
   kvad::cpu::gelu(x, 5);
   for (int i = 0; i < 5; ++i) EXPECT_NEAR(x[i], want[i], 1e-6) << i;
 }
+
+// swiglu/geglu as dispatched (AVX2: sigmoid through a polynomial e^x, with
+// 0.5 (1 + tanh z) = sigmoid(2z) for GELU; scalar tail for n % 8) against
+// their definitions in double, over x in [-30, 30] (both saturated ends) and
+// n = 1003. Tolerance: 3e-6 relative to max(1, |x u|) (a few f32 roundings
+// of a relative error ~2e-7 in e^x).
+TEST(Blocks, GluKernelsMatchTheDefinition) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> ux(-30.0f, 30.0f), uu(-2.0f, 2.0f);
+  const int64_t n = 1003;
+  std::vector<float> x(n), u(n);
+  for (auto& v : x) v = ux(rng);
+  for (int i = 0; i < 40; ++i) x[i] = -1.0f + 0.05f * i;  // the curved part near 0
+  for (auto& v : u) v = uu(rng);
+  for (bool gelu : {false, true}) {
+    std::vector<float> g = x;
+    (gelu ? kvad::cpu::geglu : kvad::cpu::swiglu)(g.data(), u.data(), n);
+    double max_err = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i];
+      const double a = gelu ? 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)))
+                            : v / (1 + std::exp(-v));
+      const double err = std::fabs(g[i] - a * u[i]) / std::max(1.0, std::fabs(v * u[i]));
+      max_err = std::max(max_err, err);
+    }
+    EXPECT_LT(max_err, 3e-6) << (gelu ? "geglu" : "swiglu");
+  }
+}

@@ -257,3 +257,100 @@ TEST(Matmul, MatchesReferenceDots) {
     }
   }
 }
+
+// cpu::matmul_multi equals one cpu::matmul per weight bit for bit: weights
+// that share the activation rows (Q4_0 + Q8_0 + Q5_0 on Q8_0 rows; Q4_K +
+// Q6_K on Q8_K rows), weights that do not (Q4_1 on Q8_1 + Q8_0), and row
+// counts that leave partial chunks, over 1 and 2 threads.
+TEST(Matmul, MultiEqualsSeparateMatmuls) {
+  std::mt19937 rng(21);
+  const std::vector<std::vector<DType>> groups = {
+      {DType::Q4_0, DType::Q8_0, DType::Q5_0}, {DType::Q4_K, DType::Q6_K}, {DType::Q4_1, DType::Q8_0}};
+  for (int nth : {1, 2}) {
+    ThreadPool pool(nth);
+    for (const auto& g : groups)
+      for (int64_t n_tok : {1, 7, 33}) {
+        const int64_t n = 3 * 256;
+        std::vector<Mat> ws;
+        std::vector<Tensor> ts(g.size());
+        std::vector<std::vector<float>> y1(g.size()), y2(g.size());
+        for (size_t i = 0; i < g.size(); ++i) ws.push_back(make(g[i], n, 37 + 29 * static_cast<int64_t>(i), false, rng));
+        for (size_t i = 0; i < g.size(); ++i) {
+          ts[i].type = g[i];
+          ts[i].ne = {n, ws[i].rows, 1, 1};
+          ts[i].data = ws[i].q.data();
+          y1[i].assign(n_tok * ws[i].rows, 0.0f);
+          y2[i].assign(n_tok * ws[i].rows, 1.0f);
+        }
+        const std::vector<float> x = random_floats(n * n_tok, rng);
+        for (size_t i = 0; i < g.size(); ++i) cpu::matmul(pool, ts[i], x.data(), n_tok, y1[i].data());
+        if (g.size() == 2)
+          cpu::matmul_multi(pool, {{&ts[0], y2[0].data()}, {&ts[1], y2[1].data()}}, x.data(), n_tok);
+        else
+          cpu::matmul_multi(pool, {{&ts[0], y2[0].data()}, {&ts[1], y2[1].data()}, {&ts[2], y2[2].data()}},
+                            x.data(), n_tok);
+        for (size_t i = 0; i < g.size(); ++i)
+          EXPECT_EQ(y1[i], y2[i]) << dtype_name(g[i]) << " threads=" << nth << " n_tok=" << n_tok;
+      }
+  }
+}
+
+// cpu::attention_rows_f16 (the tiled online-softmax kernel on AVX2, the
+// per-row reference without it) against the definition computed here in
+// double: out_r = Σ_p softmax_p(scale · q_r·k_p) v_p over p in [first_r, last_r].
+// Head dims 64/128/256 take the AVX2 path, 40 the tiled path with a
+// 5-register tail, 36 the reference; rows have different causal ranges and
+// sliding windows that start inside a key block, and ranges that cross
+// several 32-key blocks. Tolerance 2e-5 absolute: outputs are convex
+// combinations of |v| <= 1; the exponential is a 6-term polynomial
+// (relative error ~2e-7) and sums run over at most 300 terms in f32.
+TEST(Attention, RowsMatchTheDefinition) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t D : {64, 128, 256, 40, 36}) {
+    const int64_t n_pos = 300, stride = D * 3;  // three KV heads per row, use head 1
+    std::vector<uint16_t> k(n_pos * stride), v(n_pos * stride);
+    for (auto& x : k) x = f32_to_f16(u(rng));
+    for (auto& x : v) x = f32_to_f16(u(rng));
+    const uint16_t* kh = k.data() + D;
+    const uint16_t* vh = v.data() + D;
+    for (int n_rows : {1, 7, 16}) {
+      std::vector<float> q(n_rows * D), out(n_rows * D), out_ref(n_rows * D);
+      for (auto& x : q) x = 3.0f * u(rng);
+      cpu::AttentionRows rows, rows_ref;
+      rows.n = rows_ref.n = n_rows;
+      for (int r = 0; r < n_rows; ++r) {
+        const int64_t last = n_pos - 1 - 13 * r;
+        const int64_t first = r % 3 == 1 ? std::max<int64_t>(0, last - 45 - r) : 0;  // some windows
+        rows.q[r] = rows_ref.q[r] = &q[r * D];
+        rows.out[r] = &out[r * D];
+        rows_ref.out[r] = &out_ref[r * D];
+        rows.first[r] = rows_ref.first[r] = first;
+        rows.last[r] = rows_ref.last[r] = last;
+      }
+      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+      cpu::attention_rows_f16(rows, kh, vh, stride, D, scale);
+      cpu::attention_rows_f16_ref(rows_ref, kh, vh, stride, D, scale);
+      double max_err = 0, max_err_ref = 0;
+      for (int r = 0; r < n_rows; ++r) {
+        std::vector<double> s;
+        double mx = -1e300, sum = 0;
+        for (int64_t p = rows.first[r]; p <= rows.last[r]; ++p) {
+          double d = 0;
+          for (int64_t c = 0; c < D; ++c) d += static_cast<double>(q[r * D + c]) * f16_to_f32(kh[p * stride + c]);
+          s.push_back(d * scale);
+          mx = std::max(mx, d * scale);
+        }
+        for (double& x : s) sum += (x = std::exp(x - mx));
+        for (int64_t c = 0; c < D; ++c) {
+          double o = 0;
+          for (size_t i = 0; i < s.size(); ++i) o += s[i] / sum * f16_to_f32(vh[(rows.first[r] + i) * stride + c]);
+          max_err = std::max(max_err, std::fabs(o - out[r * D + c]));
+          max_err_ref = std::max(max_err_ref, std::fabs(o - out_ref[r * D + c]));
+        }
+      }
+      EXPECT_LT(max_err, 2e-5) << "D=" << D << " rows=" << n_rows;
+      EXPECT_LT(max_err_ref, 2e-5) << "D=" << D << " rows=" << n_rows;
+    }
+  }
+}

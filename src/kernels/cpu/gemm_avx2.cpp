@@ -64,26 +64,32 @@ inline void nibbles_4(const Block* xb, int cnt, __m256i q[4]) {
 }
 
 // Q5_0 quants (0..31) of a group in the packed order: the nibbles, plus 16
-// where the block's qh has element's bit set (blocks.h). Vector 0 takes bits
-// 0..15 of blocks 0 and 1, vector 1 bits 16..31, vectors 2 and 3 likewise
-// for blocks 2 and 3.
-inline __m256i bits_to_16(uint32_t bits) {
-  // Byte i <- byte i/8 of `bits`, then 0x10 where bit i%8 of it is set.
-  const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+// where the block's qh has the element's bit set (blocks.h). Vector 0 takes
+// bits 0..15 of blocks 0 and 1 (one block per 128-bit lane), vector 1 bits
+// 16..31, vectors 2 and 3 likewise for blocks 2 and 3. Each lane holds its
+// block's 32-bit qh broadcast; a byte shuffle sends byte i/8 of the wanted
+// half to byte i, and a compare with bit i%8 turns the bit into 0 or 16.
+inline void high_bits_pair(const block_q5_0* a, const block_q5_0* b, __m256i& lo, __m256i& hi) {
+  const __m256i qh = _mm256_setr_m128i(_mm_set1_epi32(static_cast<int>(load_u32(a->qh))),
+                                       _mm_set1_epi32(b ? static_cast<int>(load_u32(b->qh)) : 0));
   const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
-  const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf), mask);
-  return _mm256_and_si256(_mm256_cmpeq_epi8(b, mask), _mm256_set1_epi8(0x10));
+  const __m256i sixteen = _mm256_set1_epi8(0x10);
+  const __m256i shuf_lo = _mm256_set_epi64x(0x0101010101010101, 0, 0x0101010101010101, 0);
+  const __m256i shuf_hi = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0303030303030303,
+                                            0x0202020202020202);
+  const __m256i bl = _mm256_and_si256(_mm256_shuffle_epi8(qh, shuf_lo), mask);
+  const __m256i bh = _mm256_and_si256(_mm256_shuffle_epi8(qh, shuf_hi), mask);
+  lo = _mm256_and_si256(_mm256_cmpeq_epi8(bl, mask), sixteen);
+  hi = _mm256_and_si256(_mm256_cmpeq_epi8(bh, mask), sixteen);
 }
 
 inline void quants5_4(const block_q5_0* xb, int cnt, __m256i q[4]) {
   nibbles_4(xb, cnt, q);
-  uint32_t h[4] = {0, 0, 0, 0};
-  for (int j = 0; j < cnt; ++j) h[j] = load_u32(xb[j].qh);
-  for (int p = 0; p < 2; ++p) {
-    if (2 * p >= cnt) break;
-    const uint32_t lo = h[2 * p], hi = h[2 * p + 1];
-    q[2 * p] = _mm256_or_si256(q[2 * p], bits_to_16((lo & 0xFFFFu) | (hi << 16)));
-    q[2 * p + 1] = _mm256_or_si256(q[2 * p + 1], bits_to_16((lo >> 16) | (hi & 0xFFFF0000u)));
+  for (int p = 0; p < 2 && 2 * p < cnt; ++p) {
+    __m256i lo, hi;
+    high_bits_pair(&xb[2 * p], 2 * p + 1 < cnt ? &xb[2 * p + 1] : nullptr, lo, hi);
+    q[2 * p] = _mm256_or_si256(q[2 * p], lo);
+    q[2 * p + 1] = _mm256_or_si256(q[2 * p + 1], hi);
   }
 }
 

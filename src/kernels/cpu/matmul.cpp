@@ -24,6 +24,72 @@ size_t packed_bytes_q8_0x4(int64_t n) { return static_cast<size_t>((n / 32 + 3) 
 }  // namespace gemm
 
 namespace {
+
+// Activations in the weight format's dot partner, converted once (and packed
+// for the gemm when it reads its own layout). Returns the rows and sets ldq
+// to their stride in bytes.
+const uint8_t* quantize_activations(ThreadPool& pool, const CpuKernels& k, DType vt, const float* x, int64_t n_in,
+                                    int64_t n_tok, size_t& ldq) {
+  const size_t xrb = row_bytes(vt, n_in);
+  ldq = xrb;
+  if (vt == DType::F32) return reinterpret_cast<const uint8_t*>(x);
+  thread_local std::vector<uint8_t> xq_buf;
+  const CpuKernels& kv = cpu_kernels(vt);
+  const bool pack = k.gemm && k.gemm_pack;
+  if (pack) ldq = k.gemm_packed_bytes(n_in);
+  xq_buf.resize(ldq * static_cast<size_t>(n_tok));
+  uint8_t* dst = xq_buf.data();
+  auto convert = [&](int64_t b, int64_t e) {
+    if (!pack) {
+      for (int64_t t = b; t < e; ++t) kv.from_float(x + t * n_in, dst + t * xrb, n_in);
+      return;
+    }
+    thread_local std::vector<uint8_t> row;
+    row.resize(xrb);
+    for (int64_t t = b; t < e; ++t) {
+      kv.from_float(x + t * n_in, row.data(), n_in);
+      k.gemm_pack(n_in, row.data(), xrb, 1, dst + t * ldq, ldq);
+    }
+  };
+  if (n_tok == 1 || pool.size() == 1) {
+    convert(0, n_tok);
+  } else {
+    pool.parallel_for(n_tok, 4, [&](int64_t b, int64_t e, int) { convert(b, e); });
+  }
+  return dst;
+}
+
+// Output rows [r0, r1) of y = x · Wᵀ from the converted activations xq.
+void rows_product(const Tensor& w, const CpuKernels& k, const uint8_t* xq, size_t ldq, int64_t n_tok, float* y,
+                  int64_t r0, int64_t r1) {
+  const int64_t n_in = w.ne[0], n_out = w.n_rows();
+  if (k.gemm) {
+    // All tokens against these rows: the rows' weights stay in cache while
+    // the tokens stream past in tiles of a few.
+    k.gemm(n_in, w.row(r0), w.row_size(), r1 - r0, xq, ldq, n_tok, y + r0, n_out);
+    return;
+  }
+  constexpr int64_t kTokTile = 64;  // tokens that stay in cache per pass over the rows
+  for (int64_t t0 = 0; t0 < n_tok; t0 += kTokTile) {
+    const int64_t t1 = std::min(n_tok, t0 + kTokTile);
+    for (int64_t o = r0; o < r1; ++o) {
+      const uint8_t* wr = w.row(o);
+      for (int64_t t = t0; t < t1; ++t) y[t * n_out + o] = k.vec_dot(n_in, wr, xq + t * ldq);
+    }
+  }
+}
+
+// Rows per work item: enough items per thread to balance, few enough to
+// keep the overhead low; a gemm wants a few rows per call.
+int64_t row_grain(int64_t n_out, int nth, int64_t n_tok) {
+  int64_t grain = std::max<int64_t>(1, n_out / (nth * 8));
+  if (n_tok > 1) grain = std::max<int64_t>(grain, 16);
+  return grain;
+}
+
+}  // namespace
+
+namespace {
 MatmulOffloadFn g_offload = nullptr;
 }  // namespace
 
@@ -32,68 +98,59 @@ void set_matmul_offload(MatmulOffloadFn fn) { g_offload = fn; }
 void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_tok, float* y) {
   if (g_offload && g_offload(w, x, n_tok, y)) return;
   const CpuKernels& k = cpu_kernels(w.type);
-  const DType vt = dtype_info(w.type).vec_dot_type;
-  const int64_t n_in = w.ne[0];
+  size_t ldq;
+  const uint8_t* xq = quantize_activations(pool, k, dtype_info(w.type).vec_dot_type, x, w.ne[0], n_tok, ldq);
   const int64_t n_out = w.n_rows();
-  const size_t xrb = row_bytes(vt, n_in);
-  const int nth = pool.size();
+  pool.parallel_for(n_out, row_grain(n_out, pool.size(), n_tok),
+                    [&](int64_t b, int64_t e, int) { rows_product(w, k, xq, ldq, n_tok, y, b, e); });
+}
 
-  // Activations in the weight format's dot partner, converted once (and
-  // packed for the gemm when it reads its own layout).
-  thread_local std::vector<uint8_t> xq_buf;
-  const uint8_t* xq;
-  size_t ldq = xrb;
-  if (vt == DType::F32) {
-    xq = reinterpret_cast<const uint8_t*>(x);
-  } else {
-    const CpuKernels& kv = cpu_kernels(vt);
-    const bool pack = k.gemm && k.gemm_pack;
-    if (pack) ldq = k.gemm_packed_bytes(n_in);
-    xq_buf.resize(ldq * static_cast<size_t>(n_tok));
-    uint8_t* dst = xq_buf.data();
-    auto convert = [&](int64_t b, int64_t e) {
-      if (!pack) {
-        for (int64_t t = b; t < e; ++t) kv.from_float(x + t * n_in, dst + t * xrb, n_in);
-        return;
-      }
-      thread_local std::vector<uint8_t> row;
-      row.resize(xrb);
-      for (int64_t t = b; t < e; ++t) {
-        kv.from_float(x + t * n_in, row.data(), n_in);
-        k.gemm_pack(n_in, row.data(), xrb, 1, dst + t * ldq, ldq);
-      }
-    };
-    if (n_tok == 1 || nth == 1) {
-      convert(0, n_tok);
-    } else {
-      pool.parallel_for(n_tok, 4, [&](int64_t b, int64_t e, int) { convert(b, e); });
+void matmul_multi(ThreadPool& pool, std::initializer_list<MatmulTarget> targets, const float* x, int64_t n_tok) {
+  const MatmulTarget* t = targets.begin();
+  const int n_w = static_cast<int>(targets.size());
+  if (n_w == 0) return;
+  if (g_offload) {  // products the hook takes are done; the rest run one by one
+    bool taken = false;
+    std::vector<bool> done(n_w);
+    for (int i = 0; i < n_w; ++i) taken = (done[i] = g_offload(*t[i].w, x, n_tok, t[i].y)) || taken;
+    if (taken) {
+      for (int i = 0; i < n_w; ++i)
+        if (!done[i]) matmul(pool, *t[i].w, x, n_tok, t[i].y);
+      return;
     }
-    xq = dst;
   }
-
-  if (k.gemm) {
-    // Chunks of rows times all tokens; each chunk's weights stay in cache
-    // while the tokens stream past in tiles of a few.
-    int64_t grain = std::max<int64_t>(1, n_out / (nth * 8));
-    if (n_tok > 1) grain = std::max<int64_t>(grain, 16);
-    pool.parallel_for(n_out, grain, [&](int64_t b, int64_t e, int) {
-      k.gemm(n_in, w.row(b), w.row_size(), e - b, xq, ldq, n_tok, y + b, n_out);
-    });
+  // One conversion serves all when the weights take the same activation rows.
+  // The layout of the converted rows: plain, or packed by this function.
+  auto packer = [](const CpuKernels& k) { return k.gemm ? k.gemm_pack : nullptr; };
+  const CpuKernels& k0 = cpu_kernels(t[0].w->type);
+  const DType vt = dtype_info(t[0].w->type).vec_dot_type;
+  bool shared = true;
+  for (int i = 1; i < n_w; ++i)
+    shared = shared && t[i].w->ne[0] == t[0].w->ne[0] && dtype_info(t[i].w->type).vec_dot_type == vt &&
+             packer(cpu_kernels(t[i].w->type)) == packer(k0);
+  if (!shared) {
+    for (int i = 0; i < n_w; ++i) matmul(pool, *t[i].w, x, n_tok, t[i].y);
     return;
   }
-
-  const VecDotFn dot = k.vec_dot;
-  // Enough chunks per thread to balance, few enough to keep overhead low.
-  int64_t grain = std::max<int64_t>(1, n_out / (nth * 8));
-  if (n_tok > 1) grain = std::max<int64_t>(grain, 16);
-  constexpr int64_t kTokTile = 64;
-  pool.parallel_for(n_out, grain, [&](int64_t b, int64_t e, int) {
-    for (int64_t t0 = 0; t0 < n_tok; t0 += kTokTile) {
-      const int64_t t1 = std::min(n_tok, t0 + kTokTile);
-      for (int64_t o = b; o < e; ++o) {
-        const uint8_t* wr = w.row(o);
-        for (int64_t t = t0; t < t1; ++t) y[t * n_out + o] = dot(n_in, wr, xq + t * xrb);
-      }
+  size_t ldq;
+  const uint8_t* xq = quantize_activations(pool, k0, vt, x, t[0].w->ne[0], n_tok, ldq);
+  // Work items: row ranges of every weight, one parallel loop over all.
+  struct Item {
+    int w;
+    int64_t r0, r1;
+  };
+  thread_local std::vector<Item> items_buf;  // the caller's; workers read it through `items`
+  std::vector<Item>& items = items_buf;
+  items.clear();
+  for (int i = 0; i < n_w; ++i) {
+    const int64_t n_out = t[i].w->n_rows();
+    const int64_t grain = row_grain(n_out, pool.size(), n_tok);
+    for (int64_t r = 0; r < n_out; r += grain) items.push_back({i, r, std::min(n_out, r + grain)});
+  }
+  pool.parallel_for(static_cast<int64_t>(items.size()), 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t j = b; j < e; ++j) {
+      const Item& it = items[j];
+      rows_product(*t[it.w].w, cpu_kernels(t[it.w].w->type), xq, ldq, n_tok, t[it.w].y, it.r0, it.r1);
     }
   });
 }

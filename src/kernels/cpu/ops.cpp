@@ -61,12 +61,7 @@ void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos
   }
 }
 
-void swiglu(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
-}
+void swiglu(float* gate, const float* up, int64_t n) { vec_ops().swiglu(gate, up, n); }
 
 static inline float gelu_tanh(float x) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
@@ -78,9 +73,7 @@ void gelu(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = gelu_tanh(x[i]);
 }
 
-void geglu(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) gate[i] = gelu_tanh(gate[i]) * up[i];
-}
+void geglu(float* gate, const float* up, int64_t n) { vec_ops().geglu(gate, up, n); }
 
 void softmax(float* x, int64_t n) {
   float mx = -INFINITY;
@@ -116,6 +109,30 @@ void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t
     for (int64_t p = 0; p < n_pos; ++p)
       vo.axpy_f16(head_dim, scratch[p], v + p * kv_stride + kvh * head_dim, oh);
   }
+}
+
+void attention_rows_f16_ref(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
+                            int64_t kv_stride, int64_t head_dim, float scale) {
+  std::vector<float> scores;
+  for (int r = 0; r < rows.n; ++r) {
+    const int64_t n_pos = rows.last[r] + 1 - rows.first[r];
+    scores.resize(n_pos);
+    const int64_t off = rows.first[r] * kv_stride;
+    attention_f16(rows.q[r], k + off, v + off, n_pos, kv_stride, 1, 1, head_dim, scale, rows.out[r],
+                  scores.data());
+  }
+}
+
+void attention_rows_f16_avx2(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
+                             int64_t kv_stride, int64_t head_dim, float scale);  // attention_avx2.cpp
+
+void attention_rows_f16(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
+                        int64_t kv_stride, int64_t head_dim, float scale) {
+  static const bool avx2 = cpu_features().has_avx2_fma();
+  if (avx2 && head_dim % 8 == 0 && head_dim <= 256)
+    attention_rows_f16_avx2(rows, k, v, kv_stride, head_dim, scale);
+  else
+    attention_rows_f16_ref(rows, k, v, kv_stride, head_dim, scale);
 }
 
 }  // namespace kvad::cpu

@@ -4,6 +4,7 @@
 // n_embd contiguous floats.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 
 #include "tensor/tensor.h"
 
@@ -22,10 +23,23 @@ namespace kvad::cpu {
 /// Throws kvad::Error when W's format has no CPU kernels.
 void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_tok, float* y);
 
-/// Eager offload hook (DESIGN.md seam 3): when set, matmul first offers the
-/// op to it; a hook that returns true has written y (e.g. on a GPU, see
-/// kernels/cuda/cpu_offload.h), false leaves the op to the CPU. nullptr
-/// (the default) removes it. Set it before any session runs.
+/// One product of a matmul_multi: y = x · wᵀ, y: [n_tok, w.n_rows()] f32.
+struct MatmulTarget {
+  const Tensor* w;
+  float* y;
+};
+
+/// Several matmuls of the same input x [n_tok, n_in] (q/k/v projections,
+/// gate/up): the activations are converted once when every weight takes the
+/// same dot partner and layout, and all rows of all weights are split over
+/// the threads in one parallel loop (one barrier instead of one per weight).
+/// Results equal separate matmul calls bit for bit. Throws as matmul.
+void matmul_multi(ThreadPool& pool, std::initializer_list<MatmulTarget> targets, const float* x, int64_t n_tok);
+
+/// Eager offload hook (DESIGN.md seam 3): when set, matmul and matmul_multi
+/// first offer each product to it; a hook that returns true has written y
+/// (e.g. on a GPU, see kernels/cuda/cpu_offload.h), false leaves it to the
+/// CPU. nullptr (the default) removes it. Set it before any session runs.
 using MatmulOffloadFn = bool (*)(const Tensor& w, const float* x, int64_t n_tok, float* y);
 void set_matmul_offload(MatmulOffloadFn fn);
 
@@ -74,6 +88,33 @@ void add(float* x, const float* y, int64_t n);
 void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_pos,
                    int64_t kv_stride, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
                    float scale, float* out, float* scratch);
+
+/// Query rows of one attention tile: every row reads the same KV head.
+/// Row r is one (token, query head) pair; it sees key positions
+/// [first[r], last[r]] (inclusive, indices into the k/v arrays passed to
+/// attention_rows_f16), which expresses causal masks and sliding windows.
+struct AttentionRows {
+  static constexpr int kMax = 16;
+  int n = 0;                  ///< rows in use, 1..kMax
+  const float* q[kMax];       ///< [head_dim] f32 query of row r
+  float* out[kMax];           ///< [head_dim] f32 output of row r
+  int64_t first[kMax];        ///< first visible key position of row r
+  int64_t last[kMax];         ///< last visible key position of row r (>= first)
+};
+
+/// Attention of a tile of query rows over one KV head, in f16:
+/// out_r = softmax(q_r · k_pᵀ · scale, p in [first_r, last_r]) · v_p.
+/// k, v: [*, kv_stride] f16 with the head's head_dim values at offset 0 of
+/// each row (the caller offsets them to its KV head). head_dim % 8 == 0 and
+/// head_dim <= 256 for the AVX2 path (else the reference runs).
+/// The AVX2 kernel streams over keys in blocks of 32 with an online softmax
+/// (Milakov & Gimelshein 2018; the FlashAttention tiling, Dao et al. 2022),
+/// converting each K/V block to f32 once for all rows of the tile. The
+/// reference (`attention_rows_f16_ref`) runs attention_f16's per-row math.
+void attention_rows_f16(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
+                        int64_t kv_stride, int64_t head_dim, float scale);
+void attention_rows_f16_ref(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
+                            int64_t kv_stride, int64_t head_dim, float scale);
 
 /// f32 -> f16 for n elements (cache writes).
 void f32_to_f16_row(const float* x, uint16_t* y, int64_t n);

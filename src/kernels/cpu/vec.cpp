@@ -1,5 +1,7 @@
 #include "kernels/cpu/vec.h"
 
+#include <cmath>
+
 #include "base/cpu_features.h"
 #include "tensor/half.h"
 
@@ -19,8 +21,20 @@ static void f32_to_f16_ref(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = f32_to_f16(x[i]);
 }
 
+static void swiglu_ref(float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+static void geglu_ref(float* g, const float* u, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kA = 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = g[i];
+    g[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kA * x * x))) * u[i];
+  }
+}
+
 const VecOps& vec_ops_ref() {
-  static const VecOps ops{dot_f16_f32_ref, axpy_f16_ref, f32_to_f16_ref};
+  static const VecOps ops{dot_f16_f32_ref, axpy_f16_ref, f32_to_f16_ref, swiglu_ref, geglu_ref};
   return ops;
 }
 

@@ -2,18 +2,13 @@
 // called after the run-time feature check in vec.cpp.
 #include <immintrin.h>
 
+#include "kernels/cpu/simd_avx2.h"
 #include "kernels/cpu/vec.h"
 #include "tensor/half.h"
 
 namespace kvad::cpu {
 
-static inline float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
+using avx2::hsum;
 
 static float dot_f16_f32(int64_t n, const uint16_t* a, const float* b) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -52,8 +47,29 @@ static void f32_to_f16v(const float* x, uint16_t* y, int64_t n) {
   for (; i < n; ++i) y[i] = f32_to_f16(x[i]);
 }
 
+// g[i] <- g[i] * sigmoid(k * z[i]) * u[i], z = g (SiLU, k = 1) or the GELU
+// tanh argument (k = 2, since 0.5 (1 + tanh z) = sigmoid(2z)).
+template <bool kGelu>
+static void glu(float* g, const float* u, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(g + i);
+    __m256 z = x;
+    if constexpr (kGelu) {
+      // z = 2 sqrt(2/pi) (x + 0.044715 x^3)
+      const __m256 x2 = _mm256_mul_ps(x, x);
+      z = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(2.0f * 0.7978845608028654f), x),
+                        _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x2, one));
+    }
+    const __m256 sig = _mm256_div_ps(one, _mm256_add_ps(one, avx2::exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), z))));
+    _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_mul_ps(x, sig), _mm256_loadu_ps(u + i)));
+  }
+  if (i < n) (kGelu ? vec_ops_ref().geglu : vec_ops_ref().swiglu)(g + i, u + i, n - i);
+}
+
 const VecOps& vec_ops_avx2() {
-  static const VecOps ops{dot_f16_f32, axpy_f16, f32_to_f16v};
+  static const VecOps ops{dot_f16_f32, axpy_f16, f32_to_f16v, glu<false>, glu<true>};
   return ops;
 }
 
