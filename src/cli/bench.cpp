@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
+#include "cli/generation_options.h"
 #include "cli/loaded_model.h"
 #include "cli/model_store.h"
 #include "engine/session.h"
@@ -30,6 +31,7 @@ struct BenchOptions {
   int n_gen = 128;
   int reps = 5;
   bool json = false;
+  DeviceOptions device;
 };
 
 struct Result {
@@ -79,7 +81,8 @@ std::string params_str(int64_t n) {
 void bench(const BenchOptions& o) {
   if (o.reps < 1) throw Error("-r must be at least 1");
   if (o.n_prompt < 0 || o.n_gen < 0) throw Error("-p and -n must not be negative");
-  LoadedModel m = load_for_cli(o.model);
+  LoadedModel m = load_for_cli(o.model, o.device);
+  const std::string backend = o.device.device == "cuda" ? "CUDA" : "CPU";
   const HParams& hp = m.model->hparams();
   const int32_t n_ctx = std::max(o.n_prompt, o.n_gen) + 1;
   Session s(m.model, n_ctx, 1, o.threads);
@@ -133,7 +136,7 @@ void bench(const BenchOptions& o) {
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& r : results) {
       arr.push_back({{"build_commit", "kvad"},
-                     {"backends", "CPU"},
+                     {"backends", backend},
                      {"cpu_info", ""},
                      {"model_filename", m.path},
                      {"model_type", model_type},
@@ -168,7 +171,7 @@ void bench(const BenchOptions& o) {
     std::snprintf(sz, sizeof sz, "%.2f MiB", size / 1048576.0);
     std::snprintf(ts, sizeof ts, "%.2f ± %.2f", median(r.ts), stddev(r.ts));
     std::printf("| %-28s | %10s | %10s | %-7s | %7d | %8s | %20s |\n", model_type.c_str(), sz,
-                params_str(hp.n_params).c_str(), "CPU", threads, r.test.c_str(), ts);
+                params_str(hp.n_params).c_str(), backend.c_str(), threads, r.test.c_str(), ts);
   }
   std::printf("\npeak RSS %.1f MiB, %d repetitions after 1 warm-up each\n", rss / 1048576.0, o.reps);
 }
@@ -184,6 +187,7 @@ void add_bench(CLI::App& app) {
   c->add_option("-n,--n-gen", o->n_gen, "Tokens for the decode test (0: skip)")->capture_default_str();
   c->add_option("-r,--repetitions", o->reps, "Repetitions per test")->capture_default_str();
   c->add_flag("--json", o->json, "Print a JSON array with llama-bench's field names");
+  add_device_options(c, o->device);
   c->callback([o] { bench(*o); });
 }
 

@@ -152,7 +152,7 @@ bool read_line(bool tty, std::string& line) {
 }
 
 void chat(const ChatOptions& o) {
-  Chat c(o, load_for_cli(o.model));
+  Chat c(o, load_for_cli(o.model, o.device));
   const bool tty = isatty(STDIN_FILENO);
   struct sigaction sa {};
   sa.sa_handler = on_sigint;

@@ -23,6 +23,20 @@ void GenerationOptions::add_to(CLI::App* c, const std::string& max_tokens_help) 
   c->add_option("-c,--ctx-size", ctx_size, "Context size in tokens (0: min(4096, model's))")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
+  add_device_options(c, device);
+}
+
+void add_device_options(CLI::App* c, DeviceOptions& d) {
+  c->add_option("--device", d.device, "Where the model runs: cpu, or cuda (the GPU; needs a CUDA build)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  c->add_option("--dtype", d.dtype, "cuda: format of dense weights and of those the GPU cannot read as stored")
+      ->check(CLI::IsMember({"bf16", "f16", "f32"}))
+      ->capture_default_str();
+  c->add_option("--quant", d.quant,
+                "cuda: requantize every matrix (q8_0, q4_0, q4_k, q6_k), or none (all --dtype); "
+                "default: keep the file's formats the GPU reads")
+      ->check(CLI::IsMember({"none", "q8_0", "q4_0", "q4_k", "q6_k"}));
 }
 
 SamplerParams GenerationOptions::sampler_params() const {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/sampler.h"
+#include "model/registry.h"
 
 namespace CLI { class App; }
 
@@ -14,6 +15,10 @@ struct HParams;
 
 namespace kvad::cli {
 
+/// Adds --device cpu|cuda, --dtype bf16|f16|f32 and --quant
+/// none|q8_0|q4_0|q4_k|q6_k (registry.h DeviceOptions) to `c`.
+void add_device_options(CLI::App* c, DeviceOptions& d);
+
 struct GenerationOptions {
   std::string model;
   int32_t max_tokens = 256;
@@ -21,9 +26,11 @@ struct GenerationOptions {
   int64_t seed = -1;   ///< -1: random
   int threads = 0;     ///< 0: all cores
   int32_t ctx_size = 0;  ///< 0: min(4096, the model's context_length)
+  DeviceOptions device;  ///< --device, --dtype, --quant
 
   /// Adds -m/--model, -n/--max-tokens, --temp, --top-k, --top-p, --min-p,
-  /// --repeat-penalty, --seed, -t/--threads and -c/--ctx-size to `c`.
+  /// --repeat-penalty, --seed, -t/--threads, -c/--ctx-size and the device
+  /// options (add_device_options) to `c`.
   void add_to(CLI::App* c, const std::string& max_tokens_help);
   /// Sampler parameters with the seed resolved (a random one for -1).
   SamplerParams sampler_params() const;

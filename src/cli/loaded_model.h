@@ -3,6 +3,8 @@
 #include <memory>
 #include <string>
 
+#include "model/registry.h"
+
 namespace kvad {
 class Model;
 class Tokenizer;
@@ -20,7 +22,9 @@ struct LoadedModel {
 };
 
 /// Resolves --model (model_store.h), maps the GGUF, loads the architecture
-/// from the registry and the tokenizer. Throws kvad::Error.
-LoadedModel load_for_cli(const std::string& model_arg);
+/// from the registry on the device `dev` asks for (--device, --dtype,
+/// --quant) and the tokenizer. Throws kvad::Error, e.g. "kvad was built
+/// without CUDA" or "no CUDA device: ..." for --device cuda.
+LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev = {});
 
 }  // namespace kvad::cli

@@ -28,7 +28,7 @@ struct RunOptions : GenerationOptions {
 
 void run(const RunOptions& o) {
   if (o.prompt.empty()) throw Error("--prompt is required and must not be empty");
-  LoadedModel m = load_for_cli(o.model);
+  LoadedModel m = load_for_cli(o.model, o.device);
   const HParams& hp = m.model->hparams();
   const int32_t n_ctx = o.context_size(hp);
   Session session(m.model, n_ctx, 1, o.threads);

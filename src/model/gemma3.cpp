@@ -35,6 +35,7 @@
 #include "io/gguf.h"
 #include "kernels/cpu/ops.h"
 #include "model/blocks.h"
+#include "model/decoder_desc.h"
 #include "model/hparams.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -152,6 +153,15 @@ class Gemma3 final : public Model {
     cpu::matmul(pool, tok_embd_, h_.data(), b.n_out, logits);
   }
 
+  /// This model as data, for other backends (decoder_desc.h).
+  DecoderDesc describe() const {
+    DecoderDesc d{hp_, file_, tok_embd_, output_norm_, tok_embd_,
+                  std::sqrt(static_cast<float>(hp_.n_embd)), Activation::GELU_tanh, {}};
+    for (const Layer& L : layers_)
+      d.layers.push_back({L.attn, L.ffn, L.post_attention_norm, L.post_ffw_norm, L.global ? global_ : local_});
+    return d;
+  }
+
  private:
   Tensor tok_embd_, output_norm_;
   std::vector<Layer> layers_;
@@ -162,6 +172,8 @@ class Gemma3 final : public Model {
 };
 
 }  // namespace
+
+DecoderDesc describe_gemma3(std::shared_ptr<const gguf::File> f) { return Gemma3(std::move(f)).describe(); }
 
 std::unique_ptr<Model> load_gemma3(std::shared_ptr<const gguf::File> f) {
   return std::make_unique<Gemma3>(std::move(f));

@@ -14,6 +14,7 @@
 #include "io/gguf.h"
 #include "kernels/cpu/ops.h"
 #include "model/blocks.h"
+#include "model/decoder_desc.h"
 #include "model/hparams.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -102,6 +103,13 @@ class Llama final : public Model {
     cpu::matmul(pool, output_, h_.data(), b.n_out, logits);
   }
 
+  /// This model as data, for other backends (decoder_desc.h).
+  DecoderDesc describe() const {
+    DecoderDesc d{hp_, file_, tok_embd_, output_norm_, output_, 1.0f, Activation::SiLU, {}};
+    for (const Layer& L : layers_) d.layers.push_back({L.attn, L.ffn, {}, {}, attn_});
+    return d;
+  }
+
  private:
   Tensor tok_embd_, output_norm_, output_;
   std::vector<Layer> layers_;
@@ -112,6 +120,8 @@ class Llama final : public Model {
 };
 
 }  // namespace
+
+DecoderDesc describe_llama(std::shared_ptr<const gguf::File> f) { return Llama(std::move(f)).describe(); }
 
 std::unique_ptr<Model> load_llama(std::shared_ptr<const gguf::File> f) {
   return std::make_unique<Llama>(std::move(f));

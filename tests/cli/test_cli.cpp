@@ -46,6 +46,20 @@ TEST(Cli, UnsupportedArchitectureNamesSupportedOnes) {
   EXPECT_NE(r.err.find("llama"), std::string::npos) << r.err;
 }
 
+TEST(Cli, DeviceCudaWithoutGpuIsOneLineError) {
+  // Without CUDA in the build, or without a GPU, --device cuda says which
+  // before touching the model; on a GPU machine the missing file is the error.
+  for (const char* sub : {"run --prompt hi", "bench", "chat"}) {
+    Out r = run_kvad(std::string(sub) + " --device cuda --model /nonexistent/model.gguf", "hi\n");
+    EXPECT_EQ(r.status, 1) << sub;
+    EXPECT_TRUE(one_error_line(r.err)) << r.err;
+    const bool said = r.err.find("kvad was built without CUDA") != std::string::npos ||
+                      r.err.find("no CUDA device") != std::string::npos ||
+                      r.err.find("/nonexistent/model.gguf") != std::string::npos;
+    EXPECT_TRUE(said) << r.err;
+  }
+}
+
 TEST(Cli, TokenizeVocabOnlyFile) {
   Out r = run_kvad("tokenize --model " + kPeer + "/ggml-vocab-gpt-2.gguf", "Hello world");
   EXPECT_EQ(r.status, 0) << r.err;

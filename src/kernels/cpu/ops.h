@@ -36,6 +36,13 @@ struct MatmulTarget {
 /// Results equal separate matmul calls bit for bit. Throws as matmul.
 void matmul_multi(ThreadPool& pool, std::initializer_list<MatmulTarget> targets, const float* x, int64_t n_tok);
 
+/// Eager offload hook (DESIGN.md seam 3): when set, matmul and matmul_multi
+/// first offer each product to it; a hook that returns true has written y
+/// (e.g. on a GPU, see kernels/cuda/cpu_offload.h), false leaves it to the
+/// CPU. nullptr (the default) removes it. Set it before any session runs.
+using MatmulOffloadFn = bool (*)(const Tensor& w, const float* x, int64_t n_tok, float* y);
+void set_matmul_offload(MatmulOffloadFn fn);
+
 /// out[i] = row ids[i] of table W ([n_rows, n]) converted to f32; only the
 /// rows asked for are dequantized. out: [n_ids, n]. Throws kvad::Error for an
 /// id outside [0, n_rows).

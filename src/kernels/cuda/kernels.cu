@@ -1,0 +1,461 @@
+// The device kernels behind kernels/cuda/ops.h, in one translation unit to
+// keep nvcc's share of the build small (one architecture, few templates:
+// 7 formats × {gemv, get_rows, dequantize} and 3 attention head sizes).
+//
+// Formats are read in "units" of 32 consecutive elements of a row
+// (units.h, which a host test checks against the CPU references).
+//
+// Status: compiles for sm_90 (nvcc 13.0); UNVERIFIED ON A GPU in this build.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "base/error.h"
+#include "kernels/cpu/blocks.h"
+#include "kernels/cuda/context.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/units.h"
+
+namespace kvad::cuda {
+
+namespace {
+
+using fmt::h2f;
+using fmt::Fmt;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+constexpr int kMaxGemvTok = 8;
+constexpr int kGemvWarps = 4;
+
+// One warp per output row: lanes stride over the row's units; each unit is
+// dequantized once and dotted with every token's 32 activations.
+template <DType T>
+__global__ void gemv_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t n_in, int64_t n_out,
+                            const float* __restrict__ x, int n_tok, float* __restrict__ y) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (r >= n_out) return;
+  const uint8_t* row = W + static_cast<size_t>(r) * row_bytes;
+  const int64_t n_units = n_in / 32;
+  float acc[kMaxGemvTok];
+#pragma unroll
+  for (int t = 0; t < kMaxGemvTok; ++t) acc[t] = 0.0f;
+  float w[32];
+  for (int64_t u = lane; u < n_units; u += 32) {
+    Fmt<T>::unit(row, u, w);
+#pragma unroll
+    for (int t = 0; t < kMaxGemvTok; ++t) {
+      if (t < n_tok) {
+        const float4* xt = reinterpret_cast<const float4*>(x + t * n_in + u * 32);
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const float4 v = xt[k];
+          s += w[4 * k] * v.x + w[4 * k + 1] * v.y + w[4 * k + 2] * v.z + w[4 * k + 3] * v.w;
+        }
+        acc[t] += s;
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kMaxGemvTok; ++t) {
+    if (t < n_tok) {
+      const float s = warp_sum(acc[t]);
+      if (lane == 0) y[t * n_out + r] = s;
+    }
+  }
+}
+
+// One thread per (row, unit): out row i = W row ids[i] (zeros for a bad id).
+template <DType T>
+__global__ void get_rows_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t n_in, int64_t n_rows,
+                                const int32_t* __restrict__ ids, int64_t n_ids, float* __restrict__ out) {
+  const int64_t n_units = n_in / 32;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= n_ids * n_units) return;
+  const int64_t i = g / n_units, u = g % n_units;
+  const int32_t id = ids[i];
+  float* o = out + i * n_in + u * 32;
+  if (id < 0 || id >= n_rows) {
+    for (int j = 0; j < 32; ++j) o[j] = 0.0f;
+    return;
+  }
+  float w[32];
+  Fmt<T>::unit(W + static_cast<size_t>(id) * row_bytes, u, w);
+#pragma unroll
+  for (int j = 0; j < 32; ++j) o[j] = w[j];
+}
+
+// One thread per (row, unit): dst = W in bf16 or f16.
+template <DType T>
+__global__ void dequantize_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t n_in, int64_t n_out,
+                                  uint16_t* __restrict__ dst, bool bf16) {
+  const int64_t n_units = n_in / 32;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= n_out * n_units) return;
+  const int64_t r = g / n_units, u = g % n_units;
+  float w[32];
+  Fmt<T>::unit(W + static_cast<size_t>(r) * row_bytes, u, w);
+  uint16_t* o = dst + r * n_in + u * 32;
+  if (bf16) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) o[j] = __bfloat16_as_ushort(__float2bfloat16_rn(w[j]));
+  } else {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) o[j] = __half_as_ushort(__float2half_rn(w[j]));
+  }
+}
+
+// One block per row; f32 sum of squares (the CPU reference sums in double).
+__global__ void rms_norm_kernel(const float* x, const float* w, int64_t n, float eps, float* y) {
+  const float* xr = x + blockIdx.x * n;
+  float* yr = y + blockIdx.x * n;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
+  __shared__ float part[32];
+  ss = warp_sum(ss);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) part[0] = v;
+  }
+  __syncthreads();
+  const float scale = 1.0f / sqrtf(part[0] / static_cast<float>(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
+}
+
+// One thread per (token, head, pair i < n_rot/2); as cpu::rope.
+__global__ void rope_kernel(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim,
+                            int64_t n_rot, float freq_base, float freq_scale, bool neox) {
+  const int64_t half = n_rot / 2;
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= n_tok * n_head * half) return;
+  const int64_t i = g % half, h = (g / half) % n_head, t = g / (half * n_head);
+  const float p = static_cast<float>(pos[t]) * freq_scale;
+  const float theta = p * powf(freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot));
+  const float c = cosf(theta), s = sinf(theta);
+  float* v = x + (t * n_head + h) * head_dim;
+  const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+  const float x0 = v[a], x1 = v[b];
+  v[a] = x0 * c - x1 * s;
+  v[b] = x0 * s + x1 * c;
+}
+
+__device__ __forceinline__ float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kA = 0.044715f;
+  return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * x * (1.0f + kA * x * x)));
+}
+
+enum class Ew { SwiGLU, GeGLU, Add, Scale };
+
+template <Ew E>
+__global__ void elementwise_kernel(float* x, const float* y, float s, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if constexpr (E == Ew::SwiGLU) {
+      const float g = x[i];
+      x[i] = g / (1.0f + expf(-g)) * y[i];
+    } else if constexpr (E == Ew::GeGLU) {
+      x[i] = gelu_tanh(x[i]) * y[i];
+    } else if constexpr (E == Ew::Add) {
+      x[i] += y[i];
+    } else {
+      x[i] *= s;
+    }
+  }
+}
+
+__global__ void f32_to_half_kernel(const float* x, uint16_t* y, int64_t n, bool bf16) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x[i])) : __half_as_ushort(__float2half_rn(x[i]));
+}
+
+__global__ void kv_write_kernel(const float* x, int64_t n_tok, int64_t kv_dim, const int32_t* seq,
+                                const int32_t* pos, uint16_t* cache, int64_t n_ctx) {
+  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (g >= n_tok * kv_dim) return;
+  const int64_t t = g / kv_dim, c = g % kv_dim;
+  const size_t dst = (static_cast<size_t>(seq[t]) * n_ctx + static_cast<size_t>(pos[t])) * kv_dim + c;
+  cache[dst] = __half_as_ushort(__float2half_rn(x[g]));
+}
+
+constexpr int kAttnWarps = 4;
+
+// One warp per (token, query head). Lane l holds dims l + 32j (j < NJ) of q
+// and of the output accumulator; positions stream in order with an online
+// softmax: m = running max, l = running sum of exp(s - m).
+template <int NJ>
+__global__ void attention_kernel(const float* __restrict__ q, const uint16_t* __restrict__ k,
+                                 const uint16_t* __restrict__ v, const int32_t* __restrict__ seq,
+                                 const int32_t* __restrict__ pos, int64_t n_head, int64_t n_head_kv,
+                                 int64_t head_dim, int64_t n_ctx, float scale, int32_t window,
+                                 float* __restrict__ out) {
+  const int64_t t = blockIdx.x;
+  const int64_t h = static_cast<int64_t>(blockIdx.y) * kAttnWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (h >= n_head) return;
+  const int64_t kvh = h / (n_head / n_head_kv);
+  const int64_t kv_dim = n_head_kv * head_dim;
+  const float* qh = q + (t * n_head + h) * head_dim;
+  float qr[NJ], acc[NJ];
+#pragma unroll
+  for (int j = 0; j < NJ; ++j) {
+    const int64_t d = lane + 32 * j;
+    qr[j] = d < head_dim ? qh[d] : 0.0f;
+    acc[j] = 0.0f;
+  }
+  const int64_t p_last = pos[t];
+  const int64_t first = window > 0 ? max(static_cast<int64_t>(0), p_last - window + 1) : 0;
+  const size_t base = static_cast<size_t>(seq[t]) * n_ctx * kv_dim + kvh * head_dim;
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t p = first; p <= p_last; ++p) {
+    const uint16_t* kr = k + base + p * kv_dim;
+    const uint16_t* vr = v + base + p * kv_dim;
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      const int64_t d = lane + 32 * j;
+      if (d < head_dim) s += qr[j] * h2f(kr[d]);
+    }
+    s = warp_sum(s) * scale;
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new);
+    const float e = expf(s - m_new);
+    l = l * corr + e;
+#pragma unroll
+    for (int j = 0; j < NJ; ++j) {
+      const int64_t d = lane + 32 * j;
+      if (d < head_dim) acc[j] = acc[j] * corr + e * h2f(vr[d]);
+    }
+    m = m_new;
+  }
+  float* oh = out + (t * n_head + h) * head_dim;
+  const float inv = 1.0f / l;
+#pragma unroll
+  for (int j = 0; j < NJ; ++j) {
+    const int64_t d = lane + 32 * j;
+    if (d < head_dim) oh[d] = acc[j] * inv;
+  }
+}
+
+unsigned blocks_for(int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+unsigned capped_blocks(int64_t n, int threads) {
+  const int64_t b = (n + threads - 1) / threads;
+  return static_cast<unsigned>(b < 65535 * 8 ? (b > 0 ? b : 1) : 65535 * 8);
+}
+
+// Calls f.template operator()<T>() for the format's instantiation.
+template <class F>
+void dispatch(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::F32: f.template operator()<DType::F32>(); return;
+    case DType::F16: f.template operator()<DType::F16>(); return;
+    case DType::BF16: f.template operator()<DType::BF16>(); return;
+    case DType::Q8_0: f.template operator()<DType::Q8_0>(); return;
+    case DType::Q4_0: f.template operator()<DType::Q4_0>(); return;
+    case DType::Q4_K: f.template operator()<DType::Q4_K>(); return;
+    case DType::Q6_K: f.template operator()<DType::Q6_K>(); return;
+    default:
+      throw Error(std::string("cuda::") + op + ": no CUDA kernels for format " + dtype_name(t) +
+                  " (supported: f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)");
+  }
+}
+
+void check_matrix(const DeviceMatrix& w, const char* op) {
+  if (w.n_in % 32 != 0 || w.n_in % dtype_info(w.type).block_elems != 0)
+    throw Error(std::string("cuda::") + op + ": rows of " + std::to_string(w.n_in) + " elements of " +
+                dtype_name(w.type) + " are not a whole number of 32-element units");
+}
+
+Stream stream_for(const char* op) {
+  Context& c = Context::get();
+  c.note_op(op);
+  return c.compute();
+}
+
+void blas_check(cublasStatus_t s, const char* op) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw Error(std::string("cuda::") + op + ": cuBLAS error " + cublasGetStatusString(s));
+}
+
+}  // namespace
+
+bool has_kernels(DType t) {
+  switch (t) {
+    case DType::F32: case DType::F16: case DType::BF16: case DType::Q8_0: case DType::Q4_0:
+    case DType::Q4_K: case DType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void matmul(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y) {
+  check_matrix(w, "matmul");
+  if (n_tok <= 0 || w.n_out == 0) return;
+  Context& c = Context::get();
+  const size_t rb = row_bytes(w.type, w.n_in);
+  if (n_tok <= kMaxGemvTok) {
+    Stream st = stream_for("matmul (gemv)");
+    const dim3 grid(blocks_for(w.n_out, kGemvWarps));
+    dispatch(w.type, "matmul", [&]<DType T>() {
+      gemv_kernel<T><<<grid, 32 * kGemvWarps, 0, st>>>(static_cast<const uint8_t*>(w.data), rb, w.n_in, w.n_out,
+                                                       x, static_cast<int>(n_tok), y);
+    });
+    c.check("matmul (gemv)");
+    return;
+  }
+  // Prefill: 16-bit (or f32) operands through cuBLAS, f32 accumulation.
+  // Column-major view: A = W as [n_in × n_out] (lda n_in), B = x as
+  // [n_in × n_tok], C = y as [n_out × n_tok]; C = Aᵀ·B.
+  Stream st = stream_for("matmul (gemm)");
+  const float alpha = 1.0f, beta = 0.0f;
+  const void* A = w.data;
+  const void* B = x;
+  cudaDataType_t ab_type = CUDA_R_32F;
+  if (w.type != DType::F32) {
+    const bool bf16 = w.type != DType::F16;  // quantized formats dequantize to bf16 (f16 could overflow)
+    ab_type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    if (w.type != DType::F16 && w.type != DType::BF16) {
+      auto* dq = static_cast<uint16_t*>(c.scratch(0, static_cast<size_t>(w.n_in) * w.n_out * 2));
+      dequantize(w, dq, true);
+      A = dq;
+    }
+    auto* xh = static_cast<uint16_t*>(c.scratch(1, static_cast<size_t>(w.n_in) * n_tok * 2));
+    f32_to_half(x, xh, w.n_in * n_tok, bf16);
+    B = xh;
+    c.note_op("matmul (gemm)");
+  }
+  blas_check(cublasGemmEx(c.blas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n_out), static_cast<int>(n_tok),
+                          static_cast<int>(w.n_in), &alpha, A, ab_type, static_cast<int>(w.n_in), B, ab_type,
+                          static_cast<int>(w.n_in), &beta, y, CUDA_R_32F, static_cast<int>(w.n_out),
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+             "matmul (gemm)");
+  (void)st;
+  c.check("matmul (gemm)");
+}
+
+void get_rows(const DeviceMatrix& w, const int32_t* ids, int64_t n_ids, float* out) {
+  check_matrix(w, "get_rows");
+  if (n_ids <= 0) return;
+  Stream st = stream_for("get_rows");
+  const size_t rb = row_bytes(w.type, w.n_in);
+  const int64_t n = n_ids * (w.n_in / 32);
+  dispatch(w.type, "get_rows", [&]<DType T>() {
+    get_rows_kernel<T><<<blocks_for(n, 256), 256, 0, st>>>(static_cast<const uint8_t*>(w.data), rb, w.n_in,
+                                                            w.n_out, ids, n_ids, out);
+  });
+  Context::get().check("get_rows");
+}
+
+void dequantize(const DeviceMatrix& w, uint16_t* dst, bool bf16) {
+  check_matrix(w, "dequantize");
+  Stream st = stream_for("dequantize");
+  const size_t rb = row_bytes(w.type, w.n_in);
+  const int64_t n = w.n_out * (w.n_in / 32);
+  if (n == 0) return;
+  dispatch(w.type, "dequantize", [&]<DType T>() {
+    dequantize_kernel<T><<<blocks_for(n, 256), 256, 0, st>>>(static_cast<const uint8_t*>(w.data), rb, w.n_in,
+                                                              w.n_out, dst, bf16);
+  });
+  Context::get().check("dequantize");
+}
+
+void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y) {
+  if (n_rows <= 0) return;
+  Stream st = stream_for("rms_norm");
+  rms_norm_kernel<<<static_cast<unsigned>(n_rows), 256, 0, st>>>(x, w, n, eps, y);
+  Context::get().check("rms_norm");
+}
+
+void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
+          float freq_base, float freq_scale, bool neox) {
+  const int64_t n = n_tok * n_head * (n_rot / 2);
+  if (n <= 0) return;
+  Stream st = stream_for("rope");
+  rope_kernel<<<blocks_for(n, 256), 256, 0, st>>>(x, pos, n_tok, n_head, head_dim, n_rot, freq_base, freq_scale,
+                                                  neox);
+  Context::get().check("rope");
+}
+
+void swiglu(float* gate, const float* up, int64_t n) {
+  if (n <= 0) return;
+  Stream st = stream_for("swiglu");
+  elementwise_kernel<Ew::SwiGLU><<<capped_blocks(n, 256), 256, 0, st>>>(gate, up, 0.0f, n);
+  Context::get().check("swiglu");
+}
+
+void geglu(float* gate, const float* up, int64_t n) {
+  if (n <= 0) return;
+  Stream st = stream_for("geglu");
+  elementwise_kernel<Ew::GeGLU><<<capped_blocks(n, 256), 256, 0, st>>>(gate, up, 0.0f, n);
+  Context::get().check("geglu");
+}
+
+void add(float* x, const float* y, int64_t n) {
+  if (n <= 0) return;
+  Stream st = stream_for("add");
+  elementwise_kernel<Ew::Add><<<capped_blocks(n, 256), 256, 0, st>>>(x, y, 0.0f, n);
+  Context::get().check("add");
+}
+
+void scale(float* x, float s, int64_t n) {
+  if (n <= 0) return;
+  Stream st = stream_for("scale");
+  elementwise_kernel<Ew::Scale><<<capped_blocks(n, 256), 256, 0, st>>>(x, nullptr, s, n);
+  Context::get().check("scale");
+}
+
+void f32_to_half(const float* x, uint16_t* y, int64_t n, bool bf16) {
+  if (n <= 0) return;
+  Stream st = stream_for("f32_to_half");
+  f32_to_half_kernel<<<capped_blocks(n, 256), 256, 0, st>>>(x, y, n, bf16);
+  Context::get().check("f32_to_half");
+}
+
+void kv_write(const float* x, int64_t n_tok, int64_t kv_dim, const int32_t* seq, const int32_t* pos,
+              uint16_t* cache, int64_t n_ctx) {
+  const int64_t n = n_tok * kv_dim;
+  if (n <= 0) return;
+  Stream st = stream_for("kv_write");
+  kv_write_kernel<<<blocks_for(n, 256), 256, 0, st>>>(x, n_tok, kv_dim, seq, pos, cache, n_ctx);
+  Context::get().check("kv_write");
+}
+
+void attention(const float* q, const uint16_t* k, const uint16_t* v, const int32_t* seq, const int32_t* pos,
+               int64_t n_tok, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_ctx, float scale,
+               int32_t window, float* out) {
+  if (n_tok <= 0) return;
+  if (head_dim > 256 || head_dim <= 0 || n_head_kv <= 0 || n_head % n_head_kv != 0)
+    throw Error("cuda::attention: head_dim " + std::to_string(head_dim) + " (max 256), n_head " +
+                std::to_string(n_head) + ", n_head_kv " + std::to_string(n_head_kv) + " not supported");
+  Stream st = stream_for("attention");
+  const dim3 grid(static_cast<unsigned>(n_tok), blocks_for(n_head, kAttnWarps));
+  const int threads = 32 * kAttnWarps;
+  if (head_dim <= 64)
+    attention_kernel<2><<<grid, threads, 0, st>>>(q, k, v, seq, pos, n_head, n_head_kv, head_dim, n_ctx, scale,
+                                                  window, out);
+  else if (head_dim <= 128)
+    attention_kernel<4><<<grid, threads, 0, st>>>(q, k, v, seq, pos, n_head, n_head_kv, head_dim, n_ctx, scale,
+                                                  window, out);
+  else
+    attention_kernel<8><<<grid, threads, 0, st>>>(q, k, v, seq, pos, n_head, n_head_kv, head_dim, n_ctx, scale,
+                                                  window, out);
+  Context::get().check("attention");
+}
+
+}  // namespace kvad::cuda

@@ -1,0 +1,91 @@
+// Eager device ops (DESIGN.md seam 3). Every pointer here is a DEVICE
+// pointer; every op is submitted to Context::get().compute() and returns at
+// once (the host does not wait). Work on the compute stream runs in order,
+// so an op may read what the previous one wrote with no host round trip.
+// Launch errors throw kvad::Error naming the op; faults found later name the
+// last op submitted (context.h).
+//
+// The math of each op is the CPU reference's (kernels/cpu/ops.h, the format
+// kernels in kernels/cpu/quants_ref.cpp and kquants_ref.cpp, which port
+// ggml's); tests/kernels_cuda/test_cuda_ops.cpp compares them.
+// Status: compiles for sm_90; UNVERIFIED ON A GPU in this build.
+//
+// Shapes in ggml order: [n_tok, n] is n_tok rows of n contiguous values.
+// Alignment: activation pointers (x, y, out) must be 16-byte aligned and
+// weight matrices 128-byte aligned (the kernels use vector loads); buffers
+// from cudaMalloc / DeviceBuffer are (256 bytes), and so is every row of a
+// matrix with n_in % 32 == 0.
+#pragma once
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace kvad::cuda {
+
+/// True for the weight formats the device kernels read directly:
+/// f32, f16, bf16, q8_0, q4_0, q4_K, q6_K.
+bool has_kernels(DType t);
+
+/// A weight matrix resident in device memory: n_out rows of n_in elements in
+/// `type`'s block layout (byte-identical to the GGUF/ggml layout).
+/// n_in % block_elems(type) == 0 and n_in % 32 == 0.
+struct DeviceMatrix {
+  DType type = DType::F32;
+  int64_t n_in = 0, n_out = 0;
+  const void* data = nullptr;
+};
+
+/// y = x · Wᵀ. x: [n_tok, n_in] f32; y: [n_tok, n_out] f32 (must not alias x).
+/// n_tok <= 8: a GEMV kernel reads W's blocks directly (one warp per output
+/// row, f32 accumulation). Larger n_tok: W is dequantized to bf16 (f16 and bf16
+/// weights are used as stored, f32 as f32), x converted to the same 16-bit
+/// type, and cuBLAS cublasGemmEx multiplies with f32 accumulation
+/// (CUBLAS_COMPUTE_32F). Throws kvad::Error for a format without kernels.
+void matmul(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y);
+
+/// out[i] = row ids[i] of table W converted to f32. ids: [n_ids] int32
+/// (device); out: [n_ids, n_in]. Ids outside [0, n_out) give rows of zeros
+/// (the host checks ids before upload: cuda::check_ids).
+void get_rows(const DeviceMatrix& w, const int32_t* ids, int64_t n_ids, float* out);
+
+/// Dequantizes all of W into dst: [n_out, n_in] 16-bit (bf16 when `bf16`, else f16).
+void dequantize(const DeviceMatrix& w, uint16_t* dst, bool bf16);
+
+/// y = x / sqrt(mean(x²) + eps) ⊙ w per row. x, y: [n_rows, n] (y may alias
+/// x); w: [n] f32 or nullptr.
+void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y);
+
+/// RoPE in place as cpu::rope, for n_tok tokens: x: [n_tok, n_head, head_dim],
+/// pos: [n_tok] int32 positions. neox pairs (i, i + n_rot/2), else (2i, 2i+1).
+void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
+          float freq_base, float freq_scale, bool neox);
+
+/// gate = silu(gate) ⊙ up (SwiGLU), n elements.
+void swiglu(float* gate, const float* up, int64_t n);
+/// gate = gelu_tanh(gate) ⊙ up (GeGLU, tanh GELU), n elements.
+void geglu(float* gate, const float* up, int64_t n);
+/// x += y, n elements.
+void add(float* x, const float* y, int64_t n);
+/// x *= s, n elements.
+void scale(float* x, float s, int64_t n);
+/// f32 → f16 (bf16 when `bf16`), round to nearest even, n elements.
+void f32_to_half(const float* x, uint16_t* y, int64_t n, bool bf16);
+
+/// Writes n_tok rows of x: [n_tok, kv_dim] f32 into a cache laid out
+/// cache[seq][pos][kv_dim] f16 with n_ctx positions per sequence, row t at
+/// (seq[t], pos[t]). seq, pos: [n_tok] int32 (device).
+void kv_write(const float* x, int64_t n_tok, int64_t kv_dim, const int32_t* seq, const int32_t* pos,
+              uint16_t* cache, int64_t n_ctx);
+
+/// Causal attention of n_tok query tokens over an f16 cache laid out as
+/// kv_write's: token t (sequence seq[t], position pos[t]) attends to positions
+/// [first, pos[t]] of its sequence, first = 0, or pos[t] - window + 1 when
+/// window > 0 (sliding window). q: [n_tok, n_head, head_dim] f32; out: same
+/// shape. Query head h reads kv head h / (n_head / n_head_kv) (GQA).
+/// out = softmax(scale · q·Kᵀ) · V, streamed over the positions with an online
+/// softmax (Milakov & Gimelshein 2018) in f32. head_dim <= 256, multiple of 32.
+void attention(const float* q, const uint16_t* k, const uint16_t* v, const int32_t* seq, const int32_t* pos,
+               int64_t n_tok, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_ctx, float scale,
+               int32_t window, float* out);
+
+}  // namespace kvad::cuda
