@@ -8,6 +8,19 @@
 //   max abs err       GPU vs CPU result (the CPU quantizes x to q8 for quantized weights;
 //                     the GPU reads x in f32, or bf16 in the GEMM path)
 // The weight is resident (uploaded before timing). Prints a markdown table.
+// The n_tok 512 rows of quantized weights go through the default prefill
+// path (KVAD_CUDA_GEMM, default mma).
+//
+// A second table compares the two prefill paths for quantized weights on
+// device-resident operands (cuda::matmul with GemmPath Mma, then Cublas),
+// 0.5B shapes at n_tok 512: 896 -> 4864 (q8_0, q4_0; K = 896 is not a whole
+// number of K-quant super-blocks) and 4864 -> 896 (all four formats; 112
+// tiles < 132 SMs, so the MMA path splits K):
+//   slices       gemm_mma's K slices (cublas: -)
+//   GPU us       matmul + wait for the compute stream, median
+//   TFLOP/s      2·m·n·k / GPU us
+//   vs CPU       max |GPU - cpu::matmul| (the CPU quantizes x to q8)
+//   mma-cublas   max |mma - cublas| (same bf16 operands; summation order only)
 // Exits 0 with "no CUDA device: ..." when there is no GPU.
 // Status: UNVERIFIED ON A GPU in this build.
 #include <algorithm>
@@ -25,6 +38,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/offload.h"
+#include "kernels/cuda/ops.h"
 
 namespace {
 
@@ -124,6 +138,64 @@ int main(int argc, char** argv) {
                   static_cast<long long>(c.n_tok), static_cast<long long>(c.n_in), static_cast<long long>(c.n_out),
                   kvad::dtype_name(t), median(cpu_us), median(sync_us), median(async_us), median(submit_us),
                   flop / (median(q4_us) * 1e3), err);
+      std::fflush(stdout);
+    }
+  }
+
+  // Prefill GEMM paths for quantized weights, operands resident on the device.
+  std::printf("\n| prefill GEMM (n_tok x n_in -> n_out) | format | path | slices | GPU us | TFLOP/s | max abs err vs CPU | max abs mma-cublas |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  struct GemmCase { int64_t n_tok, n_in, n_out; kvad::DType type; };
+  const GemmCase gcases[] = {{512, 896, 4864, kvad::DType::Q8_0}, {512, 896, 4864, kvad::DType::Q4_0},
+                             {512, 4864, 896, kvad::DType::Q8_0}, {512, 4864, 896, kvad::DType::Q4_0},
+                             {512, 4864, 896, kvad::DType::Q4_K}, {512, 4864, 896, kvad::DType::Q6_K}};
+  kvad::cuda::Context& ctx = kvad::cuda::Context::get();
+  for (const GemmCase& c : gcases) {
+    std::vector<float> wf(c.n_in * c.n_out), x(c.n_tok * c.n_in), yc(c.n_tok * c.n_out);
+    for (float& v : wf) v = 0.05f * nd(rng);
+    for (float& v : x) v = nd(rng);
+    const size_t rb = kvad::row_bytes(c.type, c.n_in);
+    std::vector<uint8_t> wb(rb * c.n_out);
+    const auto& k = kvad::cpu::cpu_kernels(c.type);
+    for (int64_t r = 0; r < c.n_out; ++r) k.from_float(&wf[r * c.n_in], wb.data() + r * rb, c.n_in);
+    kvad::Tensor w;
+    w.name = "w";
+    w.type = c.type;
+    w.ne = {c.n_in, c.n_out, 1, 1};
+    w.data = wb.data();
+    kvad::cpu::matmul(pool, w, x.data(), c.n_tok, yc.data());
+    kvad::cuda::DeviceBuffer wd(wb.size(), "bench w"), xd(x.size() * 4, "bench x"), yd(yc.size() * 4, "bench y");
+    kvad::cuda::copy_to_device(wd.get(), wb.data(), wb.size(), "bench w");
+    kvad::cuda::copy_to_device(xd.get(), x.data(), x.size() * 4, "bench x");
+    const kvad::cuda::DeviceMatrix m{c.type, c.n_in, c.n_out, wd.get()};
+    std::vector<float> ym;
+    for (kvad::cuda::GemmPath path : {kvad::cuda::GemmPath::Mma, kvad::cuda::GemmPath::Cublas}) {
+      const bool mma = path == kvad::cuda::GemmPath::Mma;
+      kvad::cuda::matmul(m, xd.as<float>(), c.n_tok, yd.as<float>(), path);  // warm-up (scratch buffers)
+      ctx.sync("bench gemm warm-up");
+      std::vector<double> t;
+      for (int r = 0; r < reps; ++r) {
+        const auto t0 = clk::now();
+        kvad::cuda::matmul(m, xd.as<float>(), c.n_tok, yd.as<float>(), path);
+        ctx.sync("bench gemm");
+        t.push_back(us_since(t0));
+      }
+      std::vector<float> yg(yc.size());
+      kvad::cuda::copy_to_host(yg.data(), yd.get(), yg.size() * 4, "bench y");
+      double err = 0, diff = 0;
+      for (size_t i = 0; i < yc.size(); ++i) {
+        err = std::max(err, static_cast<double>(std::fabs(yc[i] - yg[i])));
+        if (!mma) diff = std::max(diff, static_cast<double>(std::fabs(ym[i] - yg[i])));
+      }
+      if (mma) ym = yg;
+      const std::string slices =
+          mma ? std::to_string(kvad::cuda::gemm_mma_splits(c.n_in, c.n_out, c.n_tok, ctx.sm_count())) : "-";
+      char d[32] = "";
+      if (!mma) std::snprintf(d, sizeof d, "%.3g", diff);
+      std::printf("| %lld x %lld -> %lld | %s | %s | %s | %.1f | %.2f | %.3g | %s |\n",
+                  static_cast<long long>(c.n_tok), static_cast<long long>(c.n_in), static_cast<long long>(c.n_out),
+                  kvad::dtype_name(c.type), mma ? "mma" : "cublas", slices.c_str(), median(t),
+                  2.0 * c.n_tok * c.n_in * c.n_out / (median(t) * 1e6), err, d);
       std::fflush(stdout);
     }
   }

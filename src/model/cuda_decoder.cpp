@@ -11,6 +11,10 @@
 //  - forward() uploads the batch's token/position/sequence ids, runs every op
 //    on the compute stream with no host round trip, and copies back only the
 //    logits of the rows asked for (the one host wait per call).
+//  - Prefill (more than 8 tokens) through a quantized weight uses the
+//    tensor-core MMA GEMM (cuda::gemm_mma: tiles dequantized in shared
+//    memory, split-K on small grids), or dequantize + cuBLAS with
+//    KVAD_CUDA_GEMM=cublas; read once, when the model is loaded.
 //
 // Status: compiles; UNVERIFIED ON A GPU in this build. The greedy-continuation
 // comparison with the CPU model is scripts/device-check's job.
@@ -139,7 +143,8 @@ struct DevLayer {
 
 class CudaDecoder final : public Model {
  public:
-  CudaDecoder(const DecoderDesc& d, const DeviceOptions& o) : embd_scale_(d.embd_scale), act_(d.act) {
+  CudaDecoder(const DecoderDesc& d, const DeviceOptions& o)
+      : embd_scale_(d.embd_scale), act_(d.act), gemm_(cuda::gemm_path_from_env()) {
     hp_ = d.hp;
     file_ = d.file;
     cuda::Context::get();
@@ -226,9 +231,9 @@ class CudaDecoder final : public Model {
       const AttentionParams& p = L.p;
       // Attention block (blocks.h Attention::forward, on the device).
       cuda::rms_norm(x, L.attn_norm.as<float>(), n, E, p.norm_eps, nb);
-      cuda::matmul(L.wq.m, nb, n, q);
-      cuda::matmul(L.wk.m, nb, n, k);
-      cuda::matmul(L.wv.m, nb, n, v);
+      matmul(L.wq.m, nb, n, q);
+      matmul(L.wk.m, nb, n, k);
+      matmul(L.wv.m, nb, n, v);
       if (L.q_norm.get()) cuda::rms_norm(q, L.q_norm.as<float>(), n * p.n_head, p.head_dim, p.norm_eps, q);
       if (L.k_norm.get()) cuda::rms_norm(k, L.k_norm.as<float>(), n * p.n_head_kv, p.head_dim, p.norm_eps, k);
       cuda::rope(q, pos, n, p.n_head, p.head_dim, p.n_rot, p.rope_freq_base, p.rope_freq_scale, p.rope_neox);
@@ -237,16 +242,16 @@ class CudaDecoder final : public Model {
       cuda::kv_write(v, n, kv_dim, seq, pos, cache->v(il), cache->n_ctx());
       cuda::attention(q, cache->k(il), cache->v(il), seq, pos, n, p.n_head, p.n_head_kv, p.head_dim, cache->n_ctx(),
                       p.scale, p.sliding_window, att);
-      cuda::matmul(L.wo.m, att, n, h);
+      matmul(L.wo.m, att, n, h);
       if (L.post_attention_norm.get()) cuda::rms_norm(h, L.post_attention_norm.as<float>(), n, E, hp_.norm_eps, h);
       cuda::add(x, h, n * E);
       // Gated MLP (blocks.h GatedMlp::forward).
       cuda::rms_norm(x, L.ffn_norm.as<float>(), n, E, hp_.norm_eps, nb);
-      cuda::matmul(L.gate.m, nb, n, g);
-      cuda::matmul(L.up.m, nb, n, u);
+      matmul(L.gate.m, nb, n, g);
+      matmul(L.up.m, nb, n, u);
       if (act_ == Activation::SiLU) cuda::swiglu(g, u, n * F);
       else cuda::geglu(g, u, n * F);
-      cuda::matmul(L.down.m, g, n, h);
+      matmul(L.down.m, g, n, h);
       if (L.post_ffw_norm.get()) cuda::rms_norm(h, L.post_ffw_norm.as<float>(), n, E, hp_.norm_eps, h);
       cuda::add(x, h, n * E);
     }
@@ -260,11 +265,16 @@ class CudaDecoder final : public Model {
     cuda::get_rows(cuda::DeviceMatrix{DType::F32, E, n, x}, out, b.n_out, nb);
     cuda::rms_norm(nb, output_norm_.as<float>(), b.n_out, E, hp_.norm_eps, h);
     float* lg = buf(logits_, b.n_out * V);
-    cuda::matmul(tied_ ? tok_embd_.m : output_.m, h, b.n_out, lg);
+    matmul(tied_ ? tok_embd_.m : output_.m, h, b.n_out, lg);
     cuda::copy_to_host(logits, lg, static_cast<size_t>(b.n_out) * V * sizeof(float), "forward (logits)");
   }
 
  private:
+  // y = x · Wᵀ on the device, prefill through the GEMM path chosen at load.
+  void matmul(const cuda::DeviceMatrix& w, const float* x, int64_t n_tok, float* y) const {
+    cuda::matmul(w, x, n_tok, y, gemm_);
+  }
+
   static float* buf(cuda::DeviceBuffer& b, int64_t n_floats) {
     b.reserve(static_cast<size_t>(std::max<int64_t>(n_floats, 1)) * sizeof(float), "activations");
     return b.as<float>();
@@ -272,6 +282,7 @@ class CudaDecoder final : public Model {
 
   float embd_scale_;
   Activation act_;
+  cuda::GemmPath gemm_;  // KVAD_CUDA_GEMM at load (ops.h)
   bool tied_ = true;
   DevMatrix tok_embd_, output_;
   cuda::DeviceBuffer output_norm_;

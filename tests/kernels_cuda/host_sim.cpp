@@ -103,7 +103,9 @@ float round16(float v, bool bf16) { return bf16 ? bf16_to_f32(f32_to_bf16(v)) : 
 
 }  // namespace
 
-void matmul(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y) {
+// Both prefill paths (GemmPath Mma and Cublas) use bf16-rounded W and x with
+// f32 accumulation; only the summation order differs, so one loop stands for both.
+void matmul(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y, GemmPath) {
   const bool gemm = n_tok > 8, bf16 = w.type != DType::F16;
   const bool round = gemm && w.type != DType::F32;
   std::vector<float> row(w.n_in);

@@ -113,6 +113,57 @@ TEST(CudaModel, GreedyMatchesCpu) {
   }
 }
 
+// The two prefill paths for quantized weights (KVAD_CUDA_GEMM, read when the
+// model loads): the same file requantized to q4_k on load (rows that are not
+// whole super-blocks fall back to q8_0, so both formats run), loaded once
+// with the tensor-core MMA GEMM and once with dequantize + cuBLAS. Both
+// multiply the same bf16-rounded operands with f32 accumulation; only the
+// summation order differs, so the 12-token prefill logits must agree within
+// 1% of their max abs (float differences amplified through the layers stay
+// far below that), and the greedy next token must be the same unless the
+// top-2 margin is under 1% (a near tie).
+TEST(CudaModel, QuantizedPrefillMmaMatchesCublas) {
+  std::string why;
+  if (!kvad::cuda::available(&why)) GTEST_SKIP() << why;
+  const auto paths = model_paths();
+  if (paths.empty()) GTEST_SKIP() << "KVAD_CUDA_TEST_MODELS is not set (scripts/device-check sets it)";
+  const char* saved = std::getenv("KVAD_CUDA_GEMM");
+  const std::string saved_value = saved ? saved : "";
+  for (const std::string& path : paths) {
+    SCOPED_TRACE(path);
+    std::shared_ptr<const kvad::gguf::File> f = kvad::gguf::File::open(path);
+    kvad::DeviceOptions o;
+    o.device = "cuda";
+    o.quant = "q4_k";
+    setenv("KVAD_CUDA_GEMM", "mma", 1);
+    std::shared_ptr<kvad::Model> mma = kvad::load_model(f, o);
+    setenv("KVAD_CUDA_GEMM", "cublas", 1);
+    std::shared_ptr<kvad::Model> blas = kvad::load_model(f, o);
+    const int n_ctx = 32;
+    kvad::Session sm(mma, n_ctx, 1, 0), sb(blas, n_ctx, 1, 0);
+    const int V = sm.n_vocab();
+    kvad::Batch b;
+    for (int i = 0; i < 12; ++i) b.add((3 + 41 * i * i + 7 * i) % V, i, 0, true);
+    const std::vector<float> lm = sm.forward(b);
+    const std::vector<float> lb = sb.forward(b);
+    float max_ref = 0, max_diff = 0;
+    for (size_t i = 0; i < lb.size(); ++i) {
+      max_ref = std::max(max_ref, std::fabs(lb[i]));
+      max_diff = std::max(max_diff, std::fabs(lb[i] - lm[i]));
+    }
+    std::printf("%s: q4_k prefill logits, mma vs cublas GEMM: max |cublas| %.4g, max |mma - cublas| %.4g\n",
+                path.c_str(), max_ref, max_diff);
+    EXPECT_LE(max_diff, 0.01f * max_ref);
+    const float* last_m = &lm[lm.size() - V];
+    const float* last_b = &lb[lb.size() - V];
+    if (argmax(last_m, V) != argmax(last_b, V)) {
+      EXPECT_LT(margin(last_b, V), 0.01f * max_ref) << "next token differs at a clear argmax";
+    }
+  }
+  if (saved) setenv("KVAD_CUDA_GEMM", saved_value.c_str(), 1);
+  else unsetenv("KVAD_CUDA_GEMM");
+}
+
 // --device cuda without a GPU is a clear error, not a crash.
 TEST(CudaModel, NoDeviceErrorNamesTheReason) {
   std::string why;

@@ -78,7 +78,8 @@ const DType kFormats[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DTyp
 // matmul vs the definition: y[t, o] = Σ deq(W)[o, i] · x[t, i] in double.
 // GEMV (n_tok <= 8) reads the blocks in f32: |err| <= 1e-4 · Σ|w·x| + 1e-5.
 // GEMM (n_tok > 8) rounds W and x to bf16 (f16 for f16 weights), f32
-// accumulation: |err| <= 1e-2 · Σ|w·x| + 1e-4 (f32 weights: 1e-4).
+// accumulation: |err| <= 1e-2 · Σ|w·x| + 1e-4 (f32 weights: 1e-4). Quantized
+// weights take the default prefill path (KVAD_CUDA_GEMM, unset: the MMA GEMM).
 TEST(CudaOps, MatmulMatchesReferenceAllFormats) {
   REQUIRE_CUDA_DEVICE();
   std::mt19937 rng(1);
@@ -109,6 +110,111 @@ TEST(CudaOps, MatmulMatchesReferenceAllFormats) {
       std::printf("matmul %-5s n_tok %2lld (%s): max abs err %.3g\n", kvad::dtype_name(type),
                   static_cast<long long>(n_tok), gemm ? "gemm" : "gemv", max_err);
     }
+  }
+}
+
+// gemm_mma, the prefill GEMM (W tiles dequantized to bf16 in shared memory,
+// tensor-core MMA, f32 accumulators), for each quantized format on odd
+// shapes: 77 rows of W (a partial second 64-row tile), 9, 33 and 130 tokens
+// (partial token tiles), K = 13 blocks of Q8_0/Q4_0 (416: an odd number of
+// 32-element units, so the last 64-column step is half empty) or 3 K-quant
+// super-blocks (768); without split-K (1), with 3 slices forced, and with
+// the automatic choice (which splits these small grids on a GPU with more
+// multiprocessors than tiles). Two references in double:
+//  (a) the brief's: the format's f32 dequantization × the bf16-rounded x the
+//      kernel reads. The GPU also rounds W to bf16 (relative error <= 2^-9
+//      per product) and accumulates in f32 (<= K·2^-24 ≈ 5e-5 relative for
+//      K = 768): |err| <= 2^-8 · Σ|w·x| + 1e-5.
+//  (b) the GPU's exact operands: W rounded to bf16 as well. A product of two
+//      bf16 is exact in f32, so only the f32 accumulation (order, and the
+//      tensor cores' internal adds) differs: |err| <= 2e-4 · Σ|w·x| + 1e-6.
+//      A wrong fragment layout, tile offset or edge mask gives errors of the
+//      size of the terms themselves; this bound catches those.
+TEST(CudaOps, GemmMmaMatchesReference) {
+  REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(11);
+  const int64_t n_out = 77;
+  for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K}) {
+    const int64_t n_in = kvad::dtype_info(type).block_elems == 256 ? 768 : 416;
+    HostWeight w = make_weight(rng, type, n_in, n_out);
+    std::vector<float> wb(w.deq.size());
+    for (size_t i = 0; i < wb.size(); ++i) wb[i] = kvad::bf16_to_f32(kvad::f32_to_bf16(w.deq[i]));
+    DeviceBuffer wd = up(w.bytes);
+    const kvad::cuda::DeviceMatrix m{type, n_in, n_out, wd.get()};
+    for (int64_t n_tok : {9, 33, 130}) {
+      const std::vector<float> xf = randn(rng, n_tok * n_in);
+      std::vector<uint16_t> xh(xf.size());
+      std::vector<float> x(xf.size());
+      for (size_t i = 0; i < xf.size(); ++i) {
+        xh[i] = kvad::f32_to_bf16(xf[i]);
+        x[i] = kvad::bf16_to_f32(xh[i]);
+      }
+      DeviceBuffer xd = up(xh);
+      for (int split : {1, 3, 0}) {
+        const int splits = kvad::cuda::gemm_mma_splits(n_in, n_out, n_tok, kvad::cuda::Context::get().sm_count(), split);
+        DeviceBuffer yd(n_tok * n_out * sizeof(float));
+        kvad::cuda::gemm_mma(m, xd.as<uint16_t>(), n_tok, yd.as<float>(), split);
+        const std::vector<float> y = down(yd, n_tok * n_out);
+        double err_a = 0, err_b = 0;
+        for (int64_t t = 0; t < n_tok; ++t)
+          for (int64_t o = 0; o < n_out; ++o) {
+            double sa = 0, sb = 0, a = 0;
+            for (int64_t i = 0; i < n_in; ++i) {
+              const double xi = x[t * n_in + i];
+              sa += static_cast<double>(w.deq[o * n_in + i]) * xi;
+              sb += static_cast<double>(wb[o * n_in + i]) * xi;
+              a += std::fabs(static_cast<double>(w.deq[o * n_in + i]) * xi);
+            }
+            const double ea = std::fabs(y[t * n_out + o] - sa), eb = std::fabs(y[t * n_out + o] - sb);
+            err_a = std::max(err_a, ea);
+            err_b = std::max(err_b, eb);
+            ASSERT_LE(ea, a / 256 + 1e-5) << kvad::dtype_name(type) << " n_tok " << n_tok << " split " << split
+                                          << " t " << t << " o " << o;
+            ASSERT_LE(eb, 2e-4 * a + 1e-6) << kvad::dtype_name(type) << " n_tok " << n_tok << " split " << split
+                                           << " t " << t << " o " << o << " (vs bf16-rounded W)";
+          }
+        std::printf("gemm_mma %-4s K %3lld n_tok %3lld split_k %d (%d slices): max abs err %.3g, vs bf16 W %.3g\n",
+                    kvad::dtype_name(type), static_cast<long long>(n_in), static_cast<long long>(n_tok), split,
+                    splits, err_a, err_b);
+      }
+    }
+  }
+}
+
+// matmul's two prefill paths for a quantized W (KVAD_CUDA_GEMM=mma|cublas,
+// passed explicitly here) give the same operands (W and x rounded to bf16)
+// with f32 accumulation in different orders: each within (a)'s bound of the
+// f32 reference, and within 2e-4 · Σ|w·x| of each other. n_tok = 40, 1000
+// rows (16 row tiles: the automatic choice splits K on an H200).
+TEST(CudaOps, MatmulMmaAndCublasPathsAgree) {
+  REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(12);
+  const int64_t n_in = 512, n_out = 1000, n_tok = 40;
+  for (DType type : {DType::Q8_0, DType::Q4_K}) {
+    HostWeight w = make_weight(rng, type, n_in, n_out);
+    const std::vector<float> x = randn(rng, n_tok * n_in);
+    DeviceBuffer wd = up(w.bytes), xd = up(x), ym(n_tok * n_out * 4), yc(n_tok * n_out * 4);
+    const kvad::cuda::DeviceMatrix m{type, n_in, n_out, wd.get()};
+    kvad::cuda::matmul(m, xd.as<float>(), n_tok, ym.as<float>(), kvad::cuda::GemmPath::Mma);
+    kvad::cuda::matmul(m, xd.as<float>(), n_tok, yc.as<float>(), kvad::cuda::GemmPath::Cublas);
+    const std::vector<float> a = down(ym, n_tok * n_out), b = down(yc, n_tok * n_out);
+    double max_diff = 0;
+    for (int64_t t = 0; t < n_tok; ++t)
+      for (int64_t o = 0; o < n_out; ++o) {
+        double s = 0, sa = 0;
+        for (int64_t i = 0; i < n_in; ++i) {
+          const double xi = kvad::bf16_to_f32(kvad::f32_to_bf16(x[t * n_in + i]));
+          s += static_cast<double>(w.deq[o * n_in + i]) * xi;
+          sa += std::fabs(static_cast<double>(w.deq[o * n_in + i]) * xi);
+        }
+        const size_t k = t * n_out + o;
+        max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[k] - b[k])));
+        ASSERT_LE(std::fabs(a[k] - s), sa / 256 + 1e-5) << kvad::dtype_name(type) << " mma t " << t << " o " << o;
+        ASSERT_LE(std::fabs(b[k] - s), sa / 256 + 1e-5) << kvad::dtype_name(type) << " cublas t " << t << " o " << o;
+        ASSERT_LE(std::fabs(a[k] - b[k]), 2e-4 * sa + 1e-6) << kvad::dtype_name(type) << " t " << t << " o " << o;
+      }
+    std::printf("matmul %-4s n_tok %lld: max |mma - cublas| %.3g\n", kvad::dtype_name(type),
+                static_cast<long long>(n_tok), max_diff);
   }
 }
 

@@ -1,6 +1,7 @@
 // The device kernels behind kernels/cuda/ops.h, in one translation unit to
 // keep nvcc's share of the build small (one architecture, few templates:
-// 7 formats × {gemv, get_rows, dequantize} and 3 attention head sizes).
+// 7 formats × {gemv, get_rows, dequantize}, 4 quantized formats × the MMA
+// GEMM, and 3 attention head sizes).
 //
 // Formats are read in "units" of 32 consecutive elements of a row
 // (units.h, which a host test checks against the CPU references).
@@ -10,12 +11,14 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <string>
 
 #include "base/error.h"
 #include "kernels/cpu/blocks.h"
 #include "kernels/cuda/context.h"
+#include "kernels/cuda/gemm_tile.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/units.h"
 
@@ -250,6 +253,78 @@ __global__ void attention_kernel(const float* __restrict__ q, const uint16_t* __
   }
 }
 
+// ---- Quantized GEMM for prefill (ops.h gemm_mma) ----
+//
+// The tiles, who loads what, and the fragment origins: gemm_tile.h (shared
+// with a host test that runs these same loaders and stores for every thread).
+// Per 64-column K step: every thread loads its share of the x and W tiles,
+// then each warp does 4 k16 sub-steps × 2 × 2 wmma 16×16×16 MMAs (bf16 ×
+// bf16 → f32 accumulators). After the last step the accumulators go through
+// shared memory (reusing the operand tiles) so the global stores are
+// coalesced rows. blockIdx.z is the K slice: with one slice the tile goes to
+// y, with more to partial[z] (split_sum_kernel adds them).
+template <DType T>
+__global__ void __launch_bounds__(mma_tile::kThreads)
+    gemm_mma_kernel(const uint8_t* __restrict__ W, size_t row_bytes, int64_t n_in, int64_t n_out,
+                    const uint16_t* __restrict__ x, int64_t n_tok, float* __restrict__ out) {
+  namespace wmma = nvcuda::wmma;
+  using namespace mma_tile;
+  __shared__ __align__(128) uint8_t smem[kSmemBytes];
+  auto* xs = reinterpret_cast<uint16_t*>(smem);  // [64 tokens][kLd]
+  uint16_t* ws = xs + kMmaTileM * kLd;            // [64 rows of W][kLd]
+  const int tid = threadIdx.x, warp = tid / 32;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kMmaTileN;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kMmaTileM;
+  int64_t s_begin, s_end;
+  slice(n_in, blockIdx.z, gridDim.z, &s_begin, &s_end);
+
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+
+  for (int64_t s = s_begin; s < s_end; ++s) {
+    load_x(x, n_in, n_tok, m0, s * kMmaTileK, tid, xs);
+    load_w<T>(W, row_bytes, n_in, n_out, n0, s, tid, ws);
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kMmaTileK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        wmma::load_matrix_sync(a[i], reinterpret_cast<const __nv_bfloat16*>(xs + a_origin(warp, i, kk)), kLd);
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        wmma::load_matrix_sync(b[j], reinterpret_cast<const __nv_bfloat16*>(ws + b_origin(warp, j, kk)), kLd);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+
+  float* cs = reinterpret_cast<float*>(smem);  // [64 tokens][kLdC]
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::store_matrix_sync(cs + c_origin(warp, i, j), acc[i][j], kLdC, wmma::mem_row_major);
+  __syncthreads();
+  store_out(cs, n_tok, n_out, m0, n0, tid, out + static_cast<size_t>(blockIdx.z) * n_tok * n_out);
+}
+
+// y[i] = Σ_z partial[z][i], slices added in order (deterministic).
+__global__ void split_sum_kernel(const float* __restrict__ partial, int splits, int64_t n, float* __restrict__ y) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float s = partial[i];
+    for (int z = 1; z < splits; ++z) s += partial[z * n + i];
+    y[i] = s;
+  }
+}
+
 unsigned blocks_for(int64_t n, int threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);
 }
@@ -272,6 +347,23 @@ void dispatch(DType t, const char* op, F&& f) {
     default:
       throw Error(std::string("cuda::") + op + ": no CUDA kernels for format " + dtype_name(t) +
                   " (supported: f32, f16, bf16, q8_0, q4_0, q4_K, q6_K)");
+  }
+}
+
+bool mma_format(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q6_K;
+}
+
+// dispatch for the quantized formats only (the MMA GEMM's instantiations).
+template <class F>
+void dispatch_quant(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::Q8_0: f.template operator()<DType::Q8_0>(); return;
+    case DType::Q4_0: f.template operator()<DType::Q4_0>(); return;
+    case DType::Q4_K: f.template operator()<DType::Q4_K>(); return;
+    case DType::Q6_K: f.template operator()<DType::Q6_K>(); return;
+    default:
+      throw Error(std::string("cuda::") + op + ": format " + dtype_name(t) + " is not one of q8_0, q4_0, q4_K, q6_K");
   }
 }
 
@@ -304,7 +396,7 @@ bool has_kernels(DType t) {
   }
 }
 
-void matmul(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y) {
+void matmul(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y, GemmPath path) {
   check_matrix(w, "matmul");
   if (n_tok <= 0 || w.n_out == 0) return;
   Context& c = Context::get();
@@ -317,6 +409,16 @@ void matmul(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y) {
                                                        x, static_cast<int>(n_tok), y);
     });
     c.check("matmul (gemv)");
+    return;
+  }
+  if (path == GemmPath::Auto) {
+    static const GemmPath env = gemm_path_from_env();  // read once per process
+    path = env;
+  }
+  if (path == GemmPath::Mma && mma_format(w.type)) {
+    auto* xh = static_cast<uint16_t*>(c.scratch(1, static_cast<size_t>(w.n_in) * n_tok * 2));
+    f32_to_half(x, xh, w.n_in * n_tok, true);
+    gemm_mma(w, xh, n_tok, y, 0);
     return;
   }
   // Prefill: 16-bit (or f32) operands through cuBLAS, f32 accumulation.
@@ -347,6 +449,33 @@ void matmul(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y) {
              "matmul (gemm)");
   (void)st;
   c.check("matmul (gemm)");
+}
+
+void gemm_mma(const DeviceMatrix& w, const uint16_t* x, int64_t n_tok, float* y, int split_k) {
+  check_matrix(w, "gemm_mma");
+  if (!mma_format(w.type))
+    throw Error(std::string("cuda::gemm_mma: format ") + dtype_name(w.type) + " is not one of q8_0, q4_0, q4_K, q6_K");
+  if (n_tok <= 0 || w.n_out == 0) return;
+  const int64_t m_tiles = (n_tok + kMmaTileM - 1) / kMmaTileM;
+  if (m_tiles > 65535) throw Error("cuda::gemm_mma: " + std::to_string(n_tok) + " tokens is more than 65535 × 64");
+  Context& c = Context::get();
+  const int splits = gemm_mma_splits(w.n_in, w.n_out, n_tok, c.sm_count(), split_k);
+  const int64_t n = n_tok * w.n_out;
+  float* out = y;
+  if (splits > 1) out = static_cast<float*>(c.scratch(2, static_cast<size_t>(splits) * n * sizeof(float)));
+  Stream st = stream_for("gemm_mma");
+  const size_t rb = row_bytes(w.type, w.n_in);
+  const dim3 grid(blocks_for(w.n_out, kMmaTileN), static_cast<unsigned>(m_tiles), static_cast<unsigned>(splits));
+  dispatch_quant(w.type, "gemm_mma", [&]<DType T>() {
+    gemm_mma_kernel<T><<<grid, mma_tile::kThreads, 0, st>>>(static_cast<const uint8_t*>(w.data), rb, w.n_in, w.n_out, x,
+                                                     n_tok, out);
+  });
+  c.check("gemm_mma");
+  if (splits > 1) {
+    c.note_op("gemm_mma (split-K sum)");
+    split_sum_kernel<<<capped_blocks(n, 256), 256, 0, st>>>(out, splits, n, y);
+    c.check("gemm_mma (split-K sum)");
+  }
 }
 
 void get_rows(const DeviceMatrix& w, const int32_t* ids, int64_t n_ids, float* out) {

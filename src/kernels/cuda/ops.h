@@ -16,8 +16,13 @@
 // from cudaMalloc / DeviceBuffer are (256 bytes), and so is every row of a
 // matrix with n_in % 32 == 0.
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
+#include "base/error.h"
 #include "tensor/dtype.h"
 
 namespace kvad::cuda {
@@ -35,13 +40,66 @@ struct DeviceMatrix {
   const void* data = nullptr;
 };
 
+/// The prefill (n_tok > 8) path for quantized weights (q8_0, q4_0, q4_K, q6_K).
+///  - Mma: gemm_mma below (tiles dequantized into shared memory, tensor-core
+///    MMA, split-K). The default. UNVERIFIED ON A GPU in this build.
+///  - Cublas: the whole matrix dequantized to bf16 in a scratch buffer, then
+///    cublasGemmEx.
+///  - Auto: what KVAD_CUDA_GEMM says (gemm_path_from_env).
+/// Dense weights (f32, f16, bf16) always go through cuBLAS.
+enum class GemmPath { Auto, Mma, Cublas };
+
+/// Parses KVAD_CUDA_GEMM: unset or empty → Mma; "mma" → Mma; "cublas" → Cublas;
+/// anything else throws kvad::Error naming the variable and the choices.
+inline GemmPath parse_gemm_path(const char* v) {
+  if (!v || !*v || std::strcmp(v, "mma") == 0) return GemmPath::Mma;
+  if (std::strcmp(v, "cublas") == 0) return GemmPath::Cublas;
+  std::string msg = "KVAD_CUDA_GEMM='";
+  msg += v;
+  msg += "' is not one of mma, cublas";
+  throw Error(msg);
+}
+inline GemmPath gemm_path_from_env() { return parse_gemm_path(std::getenv("KVAD_CUDA_GEMM")); }
+
 /// y = x · Wᵀ. x: [n_tok, n_in] f32; y: [n_tok, n_out] f32 (must not alias x).
 /// n_tok <= 8: a GEMV kernel reads W's blocks directly (one warp per output
-/// row, f32 accumulation). Larger n_tok: W is dequantized to bf16 (f16 and bf16
-/// weights are used as stored, f32 as f32), x converted to the same 16-bit
-/// type, and cuBLAS cublasGemmEx multiplies with f32 accumulation
-/// (CUBLAS_COMPUTE_32F). Throws kvad::Error for a format without kernels.
-void matmul(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y);
+/// row, f32 accumulation). Larger n_tok, quantized W with path Mma (the
+/// default): x is converted to bf16 and gemm_mma multiplies. Otherwise W is
+/// dequantized to bf16 (f16 and bf16 weights are used as stored, f32 as f32),
+/// x converted to the same 16-bit type, and cuBLAS cublasGemmEx multiplies
+/// with f32 accumulation (CUBLAS_COMPUTE_32F). Throws kvad::Error for a
+/// format without kernels.
+void matmul(const DeviceMatrix& w, const float* x, int64_t n_tok, float* y, GemmPath path = GemmPath::Auto);
+
+/// y = x · Wᵀ for a quantized W (q8_0, q4_0, q4_K, q6_K; throws for another
+/// format) and bf16 activations x: [n_tok, n_in] (16-byte aligned); y:
+/// [n_tok, n_out] f32. Blocks of 128 threads compute 64 tokens × 64 output
+/// rows: each step dequantizes a 64-row × 64-column tile of W (units.h) to
+/// bf16 in shared memory, loads the matching x tile, and four warps multiply
+/// with tensor-core MMA (nvcuda::wmma, bf16 × bf16 → f32 accumulators).
+/// split_k: 0 picks it: when the grid of tiles is smaller than the number of
+/// multiprocessors, K is split over ceil(SMs / tiles) slices (at least two
+/// 64-column steps each); 1 never splits; n > 1 splits n ways (at most one
+/// slice per 64-column step). Split slices write f32 partial sums to a
+/// scratch buffer and a second kernel adds them in slice order (deterministic).
+/// n_in % 32 == 0 (and a whole number of the format's blocks); n_out, n_tok any.
+/// UNVERIFIED ON A GPU in this build.
+void gemm_mma(const DeviceMatrix& w, const uint16_t* x, int64_t n_tok, float* y, int split_k = 0);
+
+/// gemm_mma's block tile: output rows (of W) × tokens × K step.
+inline constexpr int kMmaTileN = 64, kMmaTileM = 64, kMmaTileK = 64;
+
+/// The number of K slices gemm_mma uses for this shape (split_k as above) on a
+/// device with `n_sm` multiprocessors. Host logic, shared with the tests.
+inline int gemm_mma_splits(int64_t n_in, int64_t n_out, int64_t n_tok, int n_sm, int split_k = 0) {
+  const int64_t k_steps = (n_in + kMmaTileK - 1) / kMmaTileK;
+  int64_t s = split_k;
+  if (s <= 0) {
+    const int64_t tiles = ((n_out + kMmaTileN - 1) / kMmaTileN) * ((n_tok + kMmaTileM - 1) / kMmaTileM);
+    s = tiles <= 0 || tiles >= n_sm ? 1 : std::min<int64_t>((n_sm + tiles - 1) / tiles, k_steps / 2);
+  }
+  return static_cast<int>(std::clamp<int64_t>(s, 1, std::max<int64_t>(k_steps, 1)));
+}
 
 /// out[i] = row ids[i] of table W converted to f32. ids: [n_ids] int32
 /// (device); out: [n_ids, n_in]. Ids outside [0, n_out) give rows of zeros
