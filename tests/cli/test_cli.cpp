@@ -88,7 +88,11 @@ TEST_F(CliWithModel, CapitalOfFranceIsParis) {
 
 TEST_F(CliWithModel, DefaultModelFromStoreAnswersChatPrompt) {
   // No --model: the store's default; the prompt goes through the chat template.
-  Out r = run_kvad("run --prompt \"What is the capital of France?\" -n 24 --temp 0 -t 2");
+  // The bare "What is the capital of France?" is a near-tie at the first
+  // token for this model (llama.cpp's greedy answer is "L'Étoile, la
+  // Marseillaise, ..."); with "Answer with one word." llama.cpp, kvad's AVX2
+  // and scalar kernels all answer "The capital of France is Paris."
+  Out r = run_kvad("run --prompt \"What is the capital of France? Answer with one word.\" -n 24 --temp 0 -t 2");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("Paris"), std::string::npos) << r.out;
 }
@@ -119,7 +123,8 @@ TEST_F(CliWithModel, BenchJsonHasLlamaBenchFields) {
 // so cached_tokens grows turn by turn and only the new tokens are prefilled.
 TEST_F(CliWithModel, ChatThreeTurnsReuseTheCachedPrefix) {
   Out r = run_kvad("chat --model " + model_ + " --temp 0 -n 24 -t 2",
-                   "What is the capital of France?\nAnd of Germany?\n/stats\nThank you!\n");
+                   "What is the capital of France? Answer with one word.\n"
+                   "And of Germany? Answer with one word.\n/stats\nThank you!\n");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("Paris"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Berlin"), std::string::npos) << r.out;

@@ -113,7 +113,9 @@ void compare(const std::string& shape) {
     }
     std::printf("%s %s: decode max diff %.4g, %d/12 greedy steps equal\n", shape.c_str(), var.name.c_str(), ddiff, equal);
     EXPECT_LE(ddiff, var.decode_tol * mx);
-    if (var.decode_tol <= 0.01f) EXPECT_EQ(equal, 12);
+    if (var.decode_tol <= 0.01f) {
+      EXPECT_EQ(equal, 12);
+    }
   }
 }
 

@@ -38,7 +38,7 @@ def test_chat_page_streams_a_reply(server):
         driver.find_element(By.ID, "max_tokens").send_keys("24")
         driver.find_element(By.ID, "temperature").clear()
         driver.find_element(By.ID, "temperature").send_keys("0")
-        driver.find_element(By.ID, "input").send_keys("What is the capital of France?")
+        driver.find_element(By.ID, "input").send_keys("What is the capital of France? Answer with one word.")
         driver.find_element(By.ID, "send").click()
         reply = WebDriverWait(driver, 300).until(
             lambda d: d.find_element(By.CSS_SELECTOR, ".msg.assistant[data-state=done]"))
@@ -48,7 +48,7 @@ def test_chat_page_streams_a_reply(server):
         print("screenshot:", shot)
         assert "Paris" in reply.text
         assert int(reply.get_attribute("data-chunks")) > 1  # the reply arrived in pieces
-        assert driver.find_element(By.CSS_SELECTOR, ".msg.user").text == "What is the capital of France?"
+        assert driver.find_element(By.CSS_SELECTOR, ".msg.user").text == "What is the capital of France? Answer with one word."
         assert not driver.find_elements(By.CSS_SELECTOR, ".msg.error")
     finally:
         driver.quit()
