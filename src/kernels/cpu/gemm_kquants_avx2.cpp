@@ -97,17 +97,16 @@ void row_q4_K(int64_t nb, const block_q4_K* x, const uint8_t* y, size_t ldy, flo
     const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
     __m256i sumi[C];
     for (int c = 0; c < C; ++c) sumi[c] = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {  // sub-blocks 4h..4h+3: elements 128h..128h+127
-      const __m256i a = load(x[i].qs + 64 * h), b = load(x[i].qs + 64 * h + 32);
-      const __m256i q0 = _mm256_and_si256(a, m4), q1 = _mm256_and_si256(_mm256_srli_epi16(a, 4), m4);
-      const __m256i q2 = _mm256_and_si256(b, m4), q3 = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
-      const __m256i s0 = _mm256_set1_epi16(sc[4 * h]), s1 = _mm256_set1_epi16(sc[4 * h + 1]);
-      const __m256i s2 = _mm256_set1_epi16(sc[4 * h + 2]), s3 = _mm256_set1_epi16(sc[4 * h + 3]);
+    // Sub-blocks two at a time (2j and 2j+1: the low and high nibbles of 32
+    // bytes), so that the tokens' accumulators, two quant vectors and two
+    // scales stay in registers.
+    for (int j = 0; j < 4; ++j) {
+      const __m256i v = load(x[i].qs + 32 * j);
+      const __m256i q_lo = _mm256_and_si256(v, m4), q_hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      const __m256i s_lo = _mm256_set1_epi16(sc[2 * j]), s_hi = _mm256_set1_epi16(sc[2 * j + 1]);
       for (int c = 0; c < C; ++c) {
-        const int8_t* q8 = yrow(y, ldy, c)[i].qs + 128 * h;
-        const __m256i p01 = _mm256_add_epi32(dot_scaled(q0, q8, s0), dot_scaled(q1, q8 + 32, s1));
-        const __m256i p23 = _mm256_add_epi32(dot_scaled(q2, q8 + 64, s2), dot_scaled(q3, q8 + 96, s3));
-        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p01, p23));
+        const int8_t* q8 = yrow(y, ldy, c)[i].qs + 64 * j;
+        sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(dot_scaled(q_lo, q8, s_lo), dot_scaled(q_hi, q8 + 32, s_hi)));
       }
     }
     const float dx = fp16(x[i].d), dmx = fp16(x[i].dmin);
