@@ -1,5 +1,6 @@
 #include "engine/session.h"
 
+#include <algorithm>
 #include <string>
 
 #include "base/error.h"
@@ -47,10 +48,30 @@ const std::vector<float>& Session::forward(const Batch& b) {
       throw Error("batch: logits rows must be ascending indices into the batch");
   logits_.resize(b.out.size() * static_cast<size_t>(n_vocab()));
   if (b.size() == 0) return logits_;
-  BatchView v{b.token.data(), b.pos.data(), b.seq.data(), static_cast<int64_t>(b.size()),
-              b.out.data(), static_cast<int64_t>(b.out.size())};
-  model_->forward(*pool_, *cache_, v, logits_.data());
+  // Micro-batches of equal size (a multiple of 8) in batch order: each
+  // sequence's tokens stay in order, so every chunk continues its sequences.
+  const int64_t n = static_cast<int64_t>(b.size());
+  const int64_t n_chunks = (n + ubatch_tokens(hparams()) - 1) / ubatch_tokens(hparams());
+  const int64_t chunk = ((n + n_chunks - 1) / n_chunks + 7) / 8 * 8;
+  std::vector<int32_t> out;
+  size_t j = 0;
+  for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+    const int64_t t1 = std::min(n, t0 + chunk);
+    const size_t j0 = j;
+    out.clear();
+    for (; j < b.out.size() && b.out[j] < t1; ++j) out.push_back(static_cast<int32_t>(b.out[j] - t0));
+    BatchView v{b.token.data() + t0, b.pos.data() + t0, b.seq.data() + t0, t1 - t0,
+                out.data(), static_cast<int64_t>(out.size())};
+    model_->forward(*pool_, *cache_, v, logits_.data() + j0 * static_cast<size_t>(n_vocab()));
+  }
   return logits_;
+}
+
+int64_t Session::ubatch_tokens(const HParams& hp) {
+  const int64_t q_dim = hp.n_head * hp.head_dim, kv_dim = hp.n_head_kv * hp.head_dim;
+  const int64_t per_tok = 4 * (3 * hp.n_embd + 2 * q_dim + 2 * kv_dim + 2 * hp.n_ff) + hp.n_embd + hp.n_ff;
+  const int64_t fit = static_cast<int64_t>(kActivationBudget) / std::max<int64_t>(1, per_tok);
+  return std::clamp<int64_t>(fit / 8 * 8, 64, 512);
 }
 
 }  // namespace kvad

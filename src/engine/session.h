@@ -36,7 +36,18 @@ class Session {
   /// entry batch.out[j]. Valid until the next call. Every sequence's
   /// positions must continue from cached(seq) in order; a position at or past
   /// n_ctx throws kvad::Error ("context full ...") before any work is done.
+  /// A batch longer than ubatch_tokens() runs as consecutive micro-batches of
+  /// equal size (llama.cpp's n_ubatch), which gives the same logits.
   const std::vector<float>& forward(const Batch& batch);
+
+  /// Most tokens per model forward call: the activation buffers of one call
+  /// ([n_tok, n_embd] and [n_tok, n_ff] rows, about
+  /// 4·(3·n_embd + 2·q_dim + 2·kv_dim + 2·n_ff) + n_embd + n_ff bytes per token)
+  /// are kept under kActivationBudget, so that peak memory stays near weights
+  /// + KV cache (issue 4: + 64 MiB in all). At least 64, at most 512, a
+  /// multiple of 8 (the CPU GEMM's token tile).
+  static constexpr size_t kActivationBudget = 16u << 20;  // bytes
+  static int64_t ubatch_tokens(const HParams& hp);
 
   /// Positions held for sequence seq.
   int32_t cached(int seq) const;

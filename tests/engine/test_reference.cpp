@@ -74,3 +74,35 @@ TEST(Session, TruncateReturnsLandingAndRejectsGaps) {
   EXPECT_THROW(s.forward(b), kvad::Error);
   EXPECT_EQ(s.cached(0), 3);  // nothing lost
 }
+
+// A batch longer than Session::ubatch_tokens runs as micro-batches: two
+// sequences interleaved over 1100 entries, logits at 40 rows spread over the
+// chunks, equal those of feeding the same tokens 50 at a time. The GEMM's
+// per-token arithmetic does not depend on how tokens are grouped, and with
+// full causal attention every key block starts at position 0, so the
+// logits are equal bit for bit.
+TEST(Session, LongBatchRunsInMicroBatches) {
+  kvad::test::ReferenceModel* fx = load();
+  if (!fx) GTEST_SKIP() << "model smollm2-135m not installed (run scripts/setup)";
+  const int64_t ub = kvad::Session::ubatch_tokens(fx->model->hparams());
+  const int n = 1100;
+  ASSERT_LT(2 * ub, n) << "the batch must span more than two micro-batches";
+  std::vector<int32_t> tok(n);
+  for (int i = 0; i < n; ++i) tok[i] = 1 + (i * 7919) % 40000;
+  kvad::Batch whole;
+  for (int i = 0; i < n; ++i) whole.add(tok[i], i / 2, i % 2, i % 27 == 5);
+  kvad::Session a(fx->model, n / 2, 2, 2);
+  const std::vector<float> la = a.forward(whole);
+  kvad::Session b(fx->model, n / 2, 2, 2);
+  std::vector<float> lb;
+  for (int i0 = 0; i0 < n; i0 += 50) {
+    kvad::Batch part;
+    for (int i = i0; i < std::min(n, i0 + 50); ++i) part.add(tok[i], i / 2, i % 2, i % 27 == 5);
+    const auto& l = b.forward(part);
+    lb.insert(lb.end(), l.begin(), l.end());
+  }
+  ASSERT_EQ(la.size(), lb.size());
+  EXPECT_EQ(la, lb);
+  EXPECT_EQ(a.cached(0), n / 2);
+  EXPECT_EQ(a.cached(1), n / 2);
+}
