@@ -95,6 +95,11 @@ void row_q4_K(int64_t nb, const block_q4_K* x, const uint8_t* y, size_t ldy, flo
     uint8_t sc[8], m[8];
     scales_mins_k4(x[i].scales, sc, m);
     const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
+    // The eight scales as int16 in both lanes; sub-block k's scale in every
+    // int16 lane is one byte shuffle of it (bytes 2k, 2k+1 repeated).
+    const __m256i sc16 =
+        _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+    auto scale = [&](int k) { return _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(static_cast<short>((2 * k + 1) << 8 | 2 * k))); };
     __m256i sumi[C];
     for (int c = 0; c < C; ++c) sumi[c] = _mm256_setzero_si256();
     // Sub-blocks two at a time (2j and 2j+1: the low and high nibbles of 32
@@ -103,7 +108,7 @@ void row_q4_K(int64_t nb, const block_q4_K* x, const uint8_t* y, size_t ldy, flo
     for (int j = 0; j < 4; ++j) {
       const __m256i v = load(x[i].qs + 32 * j);
       const __m256i q_lo = _mm256_and_si256(v, m4), q_hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-      const __m256i s_lo = _mm256_set1_epi16(sc[2 * j]), s_hi = _mm256_set1_epi16(sc[2 * j + 1]);
+      const __m256i s_lo = scale(2 * j), s_hi = scale(2 * j + 1);
       for (int c = 0; c < C; ++c) {
         const int8_t* q8 = yrow(y, ldy, c)[i].qs + 64 * j;
         sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(dot_scaled(q_lo, q8, s_lo), dot_scaled(q_hi, q8 + 32, s_hi)));
