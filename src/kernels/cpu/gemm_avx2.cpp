@@ -18,6 +18,8 @@
 // scaled terms are added differs (by float rounding, as the vec_dots).
 #include <immintrin.h>
 
+#include "kernels/cpu/simd_avx2.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -30,12 +32,7 @@ namespace {
 
 inline __m256i load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
-inline float hsum(__m256 v) {
-  __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
-}
+using kvad::cpu::avx2::hsum;
 
 inline uint32_t load_u32(const void* p) {
   uint32_t v;

@@ -21,6 +21,8 @@
 //   differs from the reference by float rounding only.
 #include <immintrin.h>
 
+#include "kernels/cpu/simd_avx2.h"
+
 #include <cstring>
 
 #include "kernels/cpu/blocks.h"
@@ -32,12 +34,7 @@ namespace {
 
 inline float fp16(uint16_t h) { return _cvtsh_ss(h); }
 
-inline float hsum(__m256 v) {
-  __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  r = _mm_add_ss(r, _mm_movehdup_ps(r));
-  return _mm_cvtss_f32(r);
-}
+using kvad::cpu::avx2::hsum;
 
 inline int hsum_i32(__m128i r) {
   r = _mm_add_epi32(r, _mm_unpackhi_epi64(r, r));
