@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/blocks.h"
 #include "kernels/cpu/kernels.h"
 
 namespace kvad::cpu::gemm {
@@ -48,9 +49,21 @@ struct q8_0x4 {
 };
 static_assert(sizeof(q8_0x4) == 192);
 
-/// Bytes of a packed row of n elements (n % 32 == 0).
+/// Q8_K activations for Q4_K and Q6_K weights, one per 256-element
+/// super-block: the block as it is, plus dbs[j] = d * (bsums[2j] +
+/// bsums[2j+1]) (the exact integer sum of 32-element sub-block j, times d:
+/// one f32 rounding), which Q4_K's min term multiplies by dmin * m_j. Formed
+/// once per token instead of once per (weight row, token).
+struct q8_Kx {
+  block_q8_K b;
+  float dbs[8];
+};
+static_assert(sizeof(q8_Kx) == 324);
+
+/// Bytes of a packed row of n elements (n % 32 == 0; n % 256 == 0 for q8_Kx).
 size_t packed_bytes_q8_1x4(int64_t n);
 size_t packed_bytes_q8_0x4(int64_t n);
+size_t packed_bytes_q8_Kx(int64_t n);
 
 /// The loop of reference vec_dots (the definition of every gemm entry).
 template <VecDotFn dot>
@@ -68,6 +81,7 @@ namespace avx2 {
 // packed rows (ldp bytes apart, ldp >= packed_bytes_*(n)).
 void pack_q8_1x4(int64_t n, const void* x, size_t ldx, int64_t n_rows, void* dst, size_t ldp);
 void pack_q8_0x4(int64_t n, const void* x, size_t ldx, int64_t n_rows, void* dst, size_t ldp);
+void pack_q8_Kx(int64_t n, const void* x, size_t ldx, int64_t n_rows, void* dst, size_t ldp);
 
 // Tiled products; y is packed (q8_1x4 for Q4_1, q8_0x4 for Q4_0, Q5_0 and Q8_0).
 void gemm_q4_1(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
@@ -78,8 +92,8 @@ void gemm_q5_0(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, 
                float* out, int64_t ldo);
 void gemm_q8_0(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
                float* out, int64_t ldo);
-// K-quants (gemm_kquants_avx2.cpp): y is Q8_K rows as they are (no packing);
-// each output equals the reference vec_dot bit for bit.
+// K-quants (gemm_kquants_avx2.cpp): y is packed as q8_Kx; outputs equal the
+// reference vec_dot up to float summation order.
 void gemm_q4_K(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
                float* out, int64_t ldo);
 void gemm_q6_K(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,

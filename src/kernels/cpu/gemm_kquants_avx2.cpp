@@ -15,7 +15,9 @@
 // reference instead sums the lanes to one integer per super-block and adds
 // d * float(sum) in scalar code, so the results differ by float rounding
 // (test_matmul bounds it); a token's arithmetic does not depend on C. The
-// activations are Q8_K rows as they are (no packing).
+// activations are packed as q8_Kx (gemm.h): each Q8_K block plus its
+// sub-block sums times d as floats, so Q4_K's min term is one FMA of
+// dmin * m_j (per row) with them (per token).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -76,8 +78,8 @@ inline void q6_quants(const uint8_t* ql, const uint8_t* qh, __m256i q[4]) {
                          _mm256_and_si256(_mm256_srli_epi16(h, 2), m2));
 }
 
-inline const block_q8_K* yrow(const uint8_t* y, size_t ldy, int c) {
-  return reinterpret_cast<const block_q8_K*>(y + static_cast<size_t>(c) * ldy);
+inline const q8_Kx* yrow(const uint8_t* y, size_t ldy, int c) {
+  return reinterpret_cast<const q8_Kx*>(y + static_cast<size_t>(c) * ldy);
 }
 
 // ---- Q4_K ------------------------------------------------------------------------
@@ -86,15 +88,14 @@ template <int C>
 void row_q4_K(int64_t nb, const block_q4_K* x, const uint8_t* y, size_t ldy, float* out, int64_t ldo) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc[C];   // d_w d_y * (scaled quant sums), 8 lanes
-  __m128 accm[C];  // dmin_w d_y * (min sums), 4 lanes
+  __m256 accm[C];  // (dmin_w m_j) * (d_y bsum_j), sub-block j in lane j
   for (int c = 0; c < C; ++c) {
     acc[c] = _mm256_setzero_ps();
-    accm[c] = _mm_setzero_ps();
+    accm[c] = _mm256_setzero_ps();
   }
   for (int64_t i = 0; i < nb; ++i) {
     uint8_t sc[8], m[8];
     scales_mins_k4(x[i].scales, sc, m);
-    const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
     // The eight scales as int16 in both lanes; sub-block k's scale in every
     // int16 lane is one byte shuffle of it (bytes 2k, 2k+1 repeated).
     const __m256i sc16 =
@@ -110,19 +111,17 @@ void row_q4_K(int64_t nb, const block_q4_K* x, const uint8_t* y, size_t ldy, flo
       const __m256i q_lo = _mm256_and_si256(v, m4), q_hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
       const __m256i s_lo = scale(2 * j), s_hi = scale(2 * j + 1);
       for (int c = 0; c < C; ++c) {
-        const int8_t* q8 = yrow(y, ldy, c)[i].qs + 64 * j;
+        const int8_t* q8 = yrow(y, ldy, c)[i].b.qs + 64 * j;
         sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(dot_scaled(q_lo, q8, s_lo), dot_scaled(q_hi, q8 + 32, s_hi)));
       }
     }
-    const float dx = fp16(x[i].d), dmx = fp16(x[i].dmin);
+    const float dx = fp16(x[i].d);
+    const __m256 mins = _mm256_mul_ps(_mm256_set1_ps(fp16(x[i].dmin)),
+                                      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)))));
     for (int c = 0; c < C; ++c) {
-      const block_q8_K& yb = yrow(y, ldy, c)[i];
-      // Mins: sum over sub-blocks j of m[j] * (bsums[2j] + bsums[2j+1]).
-      const __m256i bs = load(yb.bsums);
-      const __m128i bs_pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-      const __m128i summ = _mm_madd_epi16(mins, bs_pairs);
-      acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * yb.d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-      accm[c] = _mm_fmadd_ps(_mm_set1_ps(dmx * yb.d), _mm_cvtepi32_ps(summ), accm[c]);
+      const q8_Kx& yb = yrow(y, ldy, c)[i];
+      acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * yb.b.d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+      accm[c] = _mm256_fmadd_ps(mins, _mm256_loadu_ps(yb.dbs), accm[c]);
     }
   }
   for (int c = 0; c < C; ++c) out[c * ldo] = hsum(acc[c]) - hsum(accm[c]);
@@ -141,14 +140,14 @@ void row_q6_K(int64_t nb, const block_q6_K* x, const uint8_t* y, size_t ldy, flo
     // q - 32: the -32 through bsums.
     for (int c = 0; c < C; ++c)
       sumi[c] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                 _mm256_slli_epi32(_mm256_madd_epi16(sc16, load(yrow(y, ldy, c)[i].bsums)), 5));
+                                 _mm256_slli_epi32(_mm256_madd_epi16(sc16, load(yrow(y, ldy, c)[i].b.bsums)), 5));
     for (int h = 0; h < 2; ++h) {
       __m256i q[4];
       q6_quants(x[i].ql + 64 * h, x[i].qh + 32 * h, q);
       const __m256i s0 = scale_pair(sc, 4 * h), s1 = scale_pair(sc, 4 * h + 1);
       const __m256i s2 = scale_pair(sc, 4 * h + 2), s3 = scale_pair(sc, 4 * h + 3);
       for (int c = 0; c < C; ++c) {
-        const int8_t* q8 = yrow(y, ldy, c)[i].qs + 128 * h;
+        const int8_t* q8 = yrow(y, ldy, c)[i].b.qs + 128 * h;
         const __m256i p01 = _mm256_add_epi32(dot_scaled(q[0], q8, s0), dot_scaled(q[1], q8 + 32, s1));
         const __m256i p23 = _mm256_add_epi32(dot_scaled(q[2], q8 + 64, s2), dot_scaled(q[3], q8 + 96, s3));
         sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p01, p23));
@@ -156,7 +155,7 @@ void row_q6_K(int64_t nb, const block_q6_K* x, const uint8_t* y, size_t ldy, flo
     }
     const float dx = fp16(x[i].d);
     for (int c = 0; c < C; ++c)
-      acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * yrow(y, ldy, c)[i].d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
+      acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * yrow(y, ldy, c)[i].b.d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
   }
   for (int c = 0; c < C; ++c) out[c * ldo] = hsum(acc[c]);
 }
@@ -202,6 +201,18 @@ struct RowQ6_K {
 };
 
 }  // namespace
+
+void pack_q8_Kx(int64_t n, const void* x, size_t ldx, int64_t n_rows, void* dst, size_t ldp) {
+  const int64_t nb = n / QK_K;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const block_q8_K* b = reinterpret_cast<const block_q8_K*>(static_cast<const uint8_t*>(x) + r * ldx);
+    q8_Kx* p = reinterpret_cast<q8_Kx*>(static_cast<uint8_t*>(dst) + r * ldp);
+    for (int64_t i = 0; i < nb; ++i) {
+      p[i].b = b[i];
+      for (int j = 0; j < 8; ++j) p[i].dbs[j] = b[i].d * static_cast<float>(b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+    }
+  }
+}
 
 void gemm_q4_K(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
                float* out, int64_t ldo) {

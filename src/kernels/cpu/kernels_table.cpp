@@ -71,8 +71,10 @@ const GemmRow kGemms[] = {
      gemm::gemm_ref<quants::ref::vec_dot_q5_0_q8_0>},
     {DType::Q8_0, gemm::avx2::gemm_q8_0, gemm::avx2::pack_q8_0x4, gemm::packed_bytes_q8_0x4,
      gemm::gemm_ref<quants::ref::vec_dot_q8_0_q8_0>},
-    {DType::Q4_K, gemm::avx2::gemm_q4_K, nullptr, nullptr, gemm::gemm_ref<quants::ref::vec_dot_q4_K_q8_K>},
-    {DType::Q6_K, gemm::avx2::gemm_q6_K, nullptr, nullptr, gemm::gemm_ref<quants::ref::vec_dot_q6_K_q8_K>},
+    {DType::Q4_K, gemm::avx2::gemm_q4_K, gemm::avx2::pack_q8_Kx, gemm::packed_bytes_q8_Kx,
+     gemm::gemm_ref<quants::ref::vec_dot_q4_K_q8_K>},
+    {DType::Q6_K, gemm::avx2::gemm_q6_K, gemm::avx2::pack_q8_Kx, gemm::packed_bytes_q8_Kx,
+     gemm::gemm_ref<quants::ref::vec_dot_q6_K_q8_K>},
 };
 
 struct Table {

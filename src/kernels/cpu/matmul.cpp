@@ -21,6 +21,7 @@ namespace kvad::cpu {
 namespace gemm {
 size_t packed_bytes_q8_1x4(int64_t n) { return static_cast<size_t>((n / 32 + 3) / 4) * sizeof(q8_1x4); }
 size_t packed_bytes_q8_0x4(int64_t n) { return static_cast<size_t>((n / 32 + 3) / 4) * sizeof(q8_0x4); }
+size_t packed_bytes_q8_Kx(int64_t n) { return static_cast<size_t>(n / QK_K) * sizeof(q8_Kx); }
 }  // namespace gemm
 
 namespace {
