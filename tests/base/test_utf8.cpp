@@ -8,8 +8,8 @@ TEST(Utf8, IncompleteTail) {
   EXPECT_EQ(kvad::utf8::incomplete_tail("abc"), 0u);
   EXPECT_EQ(kvad::utf8::incomplete_tail(e), 0u);
   EXPECT_EQ(kvad::utf8::incomplete_tail(e.substr(0, 1)), 1u);
-  EXPECT_EQ(kvad::utf8::incomplete_tail("x" + euro.substr(0, 2)), 2u);
-  EXPECT_EQ(kvad::utf8::incomplete_tail("x" + euro), 0u);
+  EXPECT_EQ(kvad::utf8::incomplete_tail(std::string("x").append(euro, 0, 2)), 2u);
+  EXPECT_EQ(kvad::utf8::incomplete_tail(std::string("x").append(euro)), 0u);
 }
 
 TEST(Utf8, DecodeRoundTrip) {

@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
       types.push_back(6);
     }
     while (static_cast<int64_t>(tokens.size()) < V) {
-      tokens.push_back("t" + std::to_string(tokens.size()));
+      tokens.push_back(std::string("t").append(std::to_string(tokens.size())));
       types.push_back(1);
     }
     w.add(gguf::make_string("tokenizer.ggml.model", "llama"));

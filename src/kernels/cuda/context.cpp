@@ -29,7 +29,12 @@ bool available(std::string* why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    if (why) *why = "no CUDA device: cudaGetDeviceCount: " + err_str(e);
+    // cudaErrorInsufficientDriver is also what a machine with no NVIDIA
+    // driver at all reports; say that first.
+    const std::string hint = e == cudaErrorInsufficientDriver
+                                 ? "no NVIDIA driver, or one older than this CUDA runtime; "
+                                 : "";
+    if (why) *why = "no CUDA device: " + hint + "cudaGetDeviceCount: " + err_str(e);
     return false;
   }
   if (n == 0) {
