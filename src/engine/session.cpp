@@ -51,7 +51,8 @@ const std::vector<float>& Session::forward(const Batch& b) {
   // Micro-batches of equal size (a multiple of 8) in batch order: each
   // sequence's tokens stay in order, so every chunk continues its sequences.
   const int64_t n = static_cast<int64_t>(b.size());
-  const int64_t n_chunks = (n + ubatch_tokens(hparams()) - 1) / ubatch_tokens(hparams());
+  const int64_t ub = ubatch_tokens(hparams());
+  const int64_t n_chunks = (n + ub - 1) / ub;
   const int64_t chunk = ((n + n_chunks - 1) / n_chunks + 7) / 8 * 8;
   std::vector<int32_t> out;
   size_t j = 0;
