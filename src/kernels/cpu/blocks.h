@@ -9,6 +9,7 @@
 // formats bit j of qh (little endian uint32) is the 5th bit of element j.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 namespace kvad::cpu {
 
@@ -127,6 +128,22 @@ struct block_q5_K {
   uint8_t qs[QK_K / 2];
 };
 static_assert(sizeof(block_q5_K) == 176);
+
+/// The eight 6-bit scales sc[j] and mins m[j] of a Q4_K/Q5_K super-block,
+/// unpacked from its 12 `scales` bytes (ggml's layout: j < 4 in the low six
+/// bits of bytes j and j + 4; j >= 4 from the low/high nibbles of byte j + 4
+/// and the top two bits of bytes j - 4 and j).
+inline void scales_mins_k4(const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  uint32_t a[3];
+  std::memcpy(a, q, 12);
+  const uint32_t s_lo = a[0] & 0x3f3f3f3fu, m_lo = a[1] & 0x3f3f3f3fu;
+  const uint32_t s_hi = (a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4);
+  std::memcpy(sc, &s_lo, 4);
+  std::memcpy(sc + 4, &s_hi, 4);
+  std::memcpy(m, &m_lo, 4);
+  std::memcpy(m + 4, &m_hi, 4);
+}
 
 /// x = d * sc * (q - 32); q in [0, 63]; sc int8 per 16 elements.
 struct block_q6_K {

@@ -161,18 +161,6 @@ struct TileQ4_1 {
     }
   }
 
-  void run(int64_t nb, const block_q4_1* x, const uint8_t* y, size_t ldy, float* out, int64_t ldo) {
-    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-    const int64_t ng = nb / 4;
-    for (int64_t g = 0; g < ng; ++g) group<4>(x + 4 * g, y, ldy, g);
-    switch (nb % 4) {  // the last, partial group
-      case 1: group<1>(x + 4 * ng, y, ldy, ng); break;
-      case 2: group<2>(x + 4 * ng, y, ldy, ng); break;
-      case 3: group<3>(x + 4 * ng, y, ldy, ng); break;
-      default: break;
-    }
-    for (int c = 0; c < C; ++c) out[c * ldo] = hsum(acc[c]);
-  }
 };
 
 // ---- Q4_0 x Q8_0 ---------------------------------------------------------------
@@ -195,18 +183,6 @@ struct TileQ4_0 {
     }
   }
 
-  void run(int64_t nb, const block_q4_0* x, const uint8_t* y, size_t ldy, float* out, int64_t ldo) {
-    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-    const int64_t ng = nb / 4;
-    for (int64_t g = 0; g < ng; ++g) group<4>(x + 4 * g, y, ldy, g);
-    switch (nb % 4) {  // the last, partial group
-      case 1: group<1>(x + 4 * ng, y, ldy, ng); break;
-      case 2: group<2>(x + 4 * ng, y, ldy, ng); break;
-      case 3: group<3>(x + 4 * ng, y, ldy, ng); break;
-      default: break;
-    }
-    for (int c = 0; c < C; ++c) out[c * ldo] = hsum(acc[c]);
-  }
 };
 
 // ---- Q5_0 x Q8_0 ---------------------------------------------------------------
@@ -229,18 +205,6 @@ struct TileQ5_0 {
     }
   }
 
-  void run(int64_t nb, const block_q5_0* x, const uint8_t* y, size_t ldy, float* out, int64_t ldo) {
-    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-    const int64_t ng = nb / 4;
-    for (int64_t g = 0; g < ng; ++g) group<4>(x + 4 * g, y, ldy, g);
-    switch (nb % 4) {  // the last, partial group
-      case 1: group<1>(x + 4 * ng, y, ldy, ng); break;
-      case 2: group<2>(x + 4 * ng, y, ldy, ng); break;
-      case 3: group<3>(x + 4 * ng, y, ldy, ng); break;
-      default: break;
-    }
-    for (int c = 0; c < C; ++c) out[c * ldo] = hsum(acc[c]);
-  }
 };
 
 // ---- Q8_0 x Q8_0 ---------------------------------------------------------------
@@ -266,28 +230,32 @@ struct TileQ8_0 {
     }
   }
 
-  void run(int64_t nb, const block_q8_0* x, const uint8_t* y, size_t ldy, float* out, int64_t ldo) {
-    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
-    const int64_t ng = nb / 4;
-    for (int64_t g = 0; g < ng; ++g) group<4>(x + 4 * g, y, ldy, g);
-    switch (nb % 4) {  // the last, partial group
-      case 1: group<1>(x + 4 * ng, y, ldy, ng); break;
-      case 2: group<2>(x + 4 * ng, y, ldy, ng); break;
-      case 3: group<3>(x + 4 * ng, y, ldy, ng); break;
-      default: break;
-    }
-    for (int c = 0; c < C; ++c) out[c * ldo] = hsum(acc[c]);
-  }
 };
+
+// One weight row x (nb blocks) against C tokens: the tile's accumulators over
+// the row's groups of four blocks (the last one partial), then one sum each.
+template <template <int> class Tile, int C, typename Block>
+void run_row(int64_t nb, const Block* x, const uint8_t* y, size_t ldy, float* out, int64_t ldo) {
+  Tile<C> t;
+  for (int c = 0; c < C; ++c) t.acc[c] = _mm256_setzero_ps();
+  const int64_t ng = nb / 4;
+  for (int64_t g = 0; g < ng; ++g) t.template group<4>(x + 4 * g, y, ldy, g);
+  switch (nb % 4) {
+    case 1: t.template group<1>(x + 4 * ng, y, ldy, ng); break;
+    case 2: t.template group<2>(x + 4 * ng, y, ldy, ng); break;
+    case 3: t.template group<3>(x + 4 * ng, y, ldy, ng); break;
+    default: break;
+  }
+  for (int c = 0; c < C; ++c) out[c * ldo] = hsum(t.acc[c]);
+}
 
 // Every weight row against tokens [c0, c0 + C).
 template <template <int> class Tile, int C, typename Block>
 void rows(int64_t nb, const uint8_t* w, size_t ldw, int64_t nr, const uint8_t* y, size_t ldy, float* out,
           int64_t ldo) {
-  for (int64_t r = 0; r < nr; ++r) {
-    Tile<C> t;
-    t.run(nb, reinterpret_cast<const Block*>(w + static_cast<size_t>(r) * ldw), y, ldy, out + r, ldo);
-  }
+  for (int64_t r = 0; r < nr; ++r)
+    run_row<Tile, C, Block>(nb, reinterpret_cast<const Block*>(w + static_cast<size_t>(r) * ldw), y, ldy, out + r,
+                            ldo);
 }
 
 // Tokens in tiles of kC (and one smaller tile for the rest).

@@ -47,18 +47,6 @@ inline __m256i dot_scaled(__m256i q, const int8_t* y, __m256i scale16) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(q, load(y)), scale16);
 }
 
-// Q4_K/Q5_K 6-bit scales and mins (blocks.h), 8 bytes each.
-inline void scales_mins_k4(const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  uint32_t a[3];
-  std::memcpy(a, q, 12);
-  const uint32_t s_lo = a[0] & 0x3f3f3f3fu, m_lo = a[1] & 0x3f3f3f3fu;
-  const uint32_t s_hi = (a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4);
-  const uint32_t m_hi = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4);
-  std::memcpy(sc, &s_lo, 4);
-  std::memcpy(sc + 4, &s_hi, 4);
-  std::memcpy(m, &m_lo, 4);
-  std::memcpy(m + 4, &m_hi, 4);
-}
 
 // Int8 scales of 16-element sub-blocks 2k and 2k+1 as 16 x int16 (eight
 // copies each), the layout of a maddubs result over 32 elements.

@@ -73,18 +73,6 @@ inline __m256i scaled_bsums(__m128i sc_i8, const int16_t* bsums) {
   return _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc_i8), load(bsums));
 }
 
-// The 6-bit scales and mins of a Q4_K/Q5_K super-block (blocks.h), each as 8 bytes.
-inline void scales_mins_k4(const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  uint32_t a[3];
-  std::memcpy(a, q, 12);
-  const uint32_t s_lo = a[0] & 0x3f3f3f3fu, m_lo = a[1] & 0x3f3f3f3fu;
-  const uint32_t s_hi = (a[2] & 0x0f0f0f0fu) | (((a[0] >> 6) & 0x03030303u) << 4);
-  const uint32_t m_hi = ((a[2] >> 4) & 0x0f0f0f0fu) | (((a[1] >> 6) & 0x03030303u) << 4);
-  std::memcpy(sc, &s_lo, 4);
-  std::memcpy(sc + 4, &s_hi, 4);
-  std::memcpy(m, &m_lo, 4);
-  std::memcpy(m + 4, &m_hi, 4);
-}
 
 // The 16 Q3_K scales (blocks.h), minus 32, as int8.
 inline __m128i scales_q3_K(const uint8_t* q) {
