@@ -234,8 +234,10 @@ struct TileQ8_0 {
 
 // One weight row x (nb blocks) against C tokens: the tile's accumulators over
 // the row's groups of four blocks (the last one partial), then one sum each.
+// Inlined into rows(): as a call it measured ~8% slower (Q8_0, 512 tokens).
 template <template <int> class Tile, int C, typename Block>
-void run_row(int64_t nb, const Block* x, const uint8_t* y, size_t ldy, float* out, int64_t ldo) {
+[[gnu::always_inline]] inline void run_row(int64_t nb, const Block* x, const uint8_t* y, size_t ldy, float* out,
+                                           int64_t ldo) {
   Tile<C> t;
   for (int c = 0; c < C; ++c) t.acc[c] = _mm256_setzero_ps();
   const int64_t ng = nb / 4;
