@@ -27,8 +27,8 @@ void GenerationOptions::add_to(CLI::App* c, const std::string& max_tokens_help) 
 }
 
 void add_device_options(CLI::App* c, DeviceOptions& d) {
-  c->add_option("--device", d.device, "Where the model runs: cpu, or cuda (the GPU; needs a CUDA build)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
+  c->add_option("--device", d.device, "Where the model runs: cpu, cuda (the GPU; needs a CUDA build), or sim (the CPU kernels behind a device boundary that counts every host transfer; for checks)")
+      ->check(CLI::IsMember({"cpu", "cuda", "sim"}))
       ->capture_default_str();
   c->add_option("--dtype", d.dtype, "cuda: format of dense weights and of those the GPU cannot read as stored")
       ->check(CLI::IsMember({"bf16", "f16", "f32"}))

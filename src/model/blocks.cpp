@@ -1,22 +1,35 @@
 #include "model/blocks.h"
 
-#include <algorithm>
+#include <vector>
 
 #include "base/error.h"
-#include "base/thread_pool.h"
-#include "kernels/cpu/ops.h"
 
 namespace kvad {
 
-void rms_norm_rows(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y) {
-  for (int64_t r = 0; r < n_rows; ++r) cpu::rms_norm(x + r * n, w, n, eps, y + r * n);
-}
-
-void rms_norm_rows(ThreadPool& pool, const float* x, const float* w, int64_t n_rows, int64_t n, float eps,
-                   float* y) {
-  pool.parallel_for(n_rows, 16, [&](int64_t r0, int64_t r1, int) {
-    rms_norm_rows(x + r0 * n, w, r1 - r0, n, eps, y + r0 * n);
-  });
+BatchIds upload_batch(const BatchView& b, Device d) {
+  BatchIds ids;
+  ids.n = b.n;
+  ids.n_out = b.n_out;
+  if (d.is_cpu()) {
+    ids.token = ops::wrap_host(b.token, DType::I32, {b.n, 1, 1, 1});
+    ids.pos = ops::wrap_host(b.pos, DType::I32, {b.n, 1, 1, 1});
+    ids.seq = ops::wrap_host(b.seq, DType::I32, {b.n, 1, 1, 1});
+    if (b.n_out) ids.out = ops::wrap_host(b.out, DType::I32, {b.n_out, 1, 1, 1});
+    return ids;
+  }
+  // One transfer: token | pos | seq | out, then views of the parts.
+  thread_local std::vector<int32_t> packed;
+  packed.assign(b.token, b.token + b.n);
+  packed.insert(packed.end(), b.pos, b.pos + b.n);
+  packed.insert(packed.end(), b.seq, b.seq + b.n);
+  packed.insert(packed.end(), b.out, b.out + b.n_out);
+  const Tensor all = ops::from_host(packed.data(), DType::I32, {static_cast<int64_t>(packed.size()), 1, 1, 1}, d);
+  auto part = [&](int64_t off, int64_t n) { return all.view({1, all.ne[0], 1, 1}).rows(off, off + n).view({n, 1, 1, 1}); };
+  ids.token = part(0, b.n);
+  ids.pos = part(b.n, b.n);
+  ids.seq = part(2 * b.n, b.n);
+  if (b.n_out) ids.out = part(3 * b.n, b.n_out);
+  return ids;
 }
 
 void require_f32(const std::string& file, std::initializer_list<const Tensor*> ts) {
@@ -25,86 +38,39 @@ void require_f32(const std::string& file, std::initializer_list<const Tensor*> t
       throw Error(file + ": " + t->name + " must be f32, is " + dtype_name(t->type));
 }
 
-void Attention::forward(ThreadPool& pool, const AttentionWeights& w, const AttentionParams& p, KVCache& cache,
-                        int64_t il, const BatchView& b, const float* x, float* out) {
-  const int64_t n = b.n, E = w.wq.ne[0], D = p.head_dim, H = p.n_head, Hkv = p.n_head_kv;
-  const int64_t q_dim = H * D, kv_dim = Hkv * D;
-  n_.resize(n * E);
-  q_.resize(n * q_dim);
-  k_.resize(n * kv_dim);
-  v_.resize(n * kv_dim);
-  att_.resize(n * q_dim);
-
-  rms_norm_rows(pool, x, w.norm.f32(), n, E, p.norm_eps, n_.data());
-  cpu::matmul_multi(pool, {{&w.wq, q_.data()}, {&w.wk, k_.data()}, {&w.wv, v_.data()}}, n_.data(), n);
-  // Per token: QK-norm, RoPE, then K and V into the cache (f16).
-  pool.parallel_for(n, 8, [&](int64_t t0, int64_t t1, int) {
-    for (int64_t t = t0; t < t1; ++t) {
-      float* qt = &q_[t * q_dim];
-      float* kt = &k_[t * kv_dim];
-      if (w.q_norm) rms_norm_rows(qt, w.q_norm.f32(), H, D, p.norm_eps, qt);
-      if (w.k_norm) rms_norm_rows(kt, w.k_norm.f32(), Hkv, D, p.norm_eps, kt);
-      cpu::rope(qt, H, D, p.n_rot, b.pos[t], p.rope_freq_base, p.rope_freq_scale, p.rope_neox);
-      cpu::rope(kt, Hkv, D, p.n_rot, b.pos[t], p.rope_freq_base, p.rope_freq_scale, p.rope_neox);
-      cpu::f32_to_f16_row(kt, cache.k(il, b.seq[t], b.pos[t]), kv_dim);
-      cpu::f32_to_f16_row(&v_[t * kv_dim], cache.v(il, b.seq[t], b.pos[t]), kv_dim);
-    }
-  });
-  // Causal attention: token t sees positions [first, pos[t]] of its sequence,
-  // first = 0, or pos[t] - window + 1 in a sliding-window layer. Work is cut
-  // into tiles of query rows that share a KV head: a run of tokens of one
-  // sequence times the query heads of one group, so each K/V block is read
-  // once per tile (cpu::attention_rows_f16).
-  const int64_t G = H / Hkv;
-  const int64_t heads_per_tile = std::min<int64_t>(G, cpu::AttentionRows::kMax);
-  const int64_t toks_per_tile = std::max<int64_t>(1, cpu::AttentionRows::kMax / heads_per_tile);
-  tiles_.clear();
-  for (int64_t t0 = 0; t0 < n;) {
-    int64_t t1 = t0 + 1;
-    while (t1 < n && t1 - t0 < toks_per_tile && b.seq[t1] == b.seq[t0]) ++t1;
-    for (int64_t kvh = 0; kvh < Hkv; ++kvh)
-      for (int64_t h0 = kvh * G; h0 < (kvh + 1) * G; h0 += heads_per_tile)
-        tiles_.push_back({t0, t1, h0, std::min(h0 + heads_per_tile, (kvh + 1) * G)});
-    t0 = t1;
-  }
-  // Later tokens see more keys: hand out the last tiles first.
-  pool.parallel_for(static_cast<int64_t>(tiles_.size()), 1, [&](int64_t i0, int64_t i1, int) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const Tile& tile = tiles_[tiles_.size() - 1 - i];
-      cpu::AttentionRows rows;
-      for (int64_t t = tile.t0; t < tile.t1; ++t)
-        for (int64_t h = tile.h0; h < tile.h1; ++h) {
-          rows.q[rows.n] = &q_[t * q_dim + h * D];
-          rows.out[rows.n] = &att_[t * q_dim + h * D];
-          rows.first[rows.n] = p.sliding_window > 0 ? std::max<int64_t>(0, b.pos[t] - p.sliding_window + 1) : 0;
-          rows.last[rows.n] = b.pos[t];
-          ++rows.n;
-        }
-      const int64_t kvh = tile.h0 / G;
-      cpu::attention_rows_f16(rows, cache.k(il, b.seq[tile.t0], 0) + kvh * D,
-                              cache.v(il, b.seq[tile.t0], 0) + kvh * D, kv_dim, D, p.scale);
-    }
-  });
-  cpu::matmul(pool, w.wo, att_.data(), n, out);
+Tensor attention_block(const AttentionWeights& w, const AttentionParams& p, KVLayer& cache, const BatchIds& b,
+                       const Tensor& x) {
+  const int64_t n = b.n, D = p.head_dim, H = p.n_head, Hkv = p.n_head_kv;
+  const Tensor h = ops::rms_norm(x, w.norm, p.norm_eps);
+  std::vector<Tensor> qkv = ops::matmul_multi(h, {&w.wq, &w.wk, &w.wv});
+  Tensor q = w.bq ? ops::add(qkv[0], w.bq) : qkv[0];
+  Tensor k = w.bk ? ops::add(qkv[1], w.bk) : qkv[1];
+  const Tensor v = w.bv ? ops::add(qkv[2], w.bv) : qkv[2];
+  q = q.view({D, H, n, 1});
+  k = k.view({D, Hkv, n, 1});
+  if (w.q_norm) q = ops::rms_norm(q, w.q_norm, p.norm_eps);
+  if (w.k_norm) k = ops::rms_norm(k, w.k_norm, p.norm_eps);
+  q = ops::rope(q, b.pos, p.rope);
+  k = ops::rope(k, b.pos, p.rope);
+  ops::kv_store(cache.k, k, b.seq, b.pos, cache.slots);
+  ops::kv_store(cache.v, v, b.seq, b.pos, cache.slots);
+  const Tensor a = ops::attention(q, cache.k, cache.v, b.seq, b.pos, {p.scale, p.sliding_window, cache.slots});
+  return ops::matmul(a.view({H * D, n, 1, 1}), w.wo);
 }
 
-void GatedMlp::forward(ThreadPool& pool, const MlpWeights& w, Activation act, float norm_eps, const float* x,
-                       int64_t n_tok, float* out) {
-  const int64_t E = w.gate.ne[0], F = w.gate.n_rows();
-  n_.resize(n_tok * E);
-  g_.resize(n_tok * F);
-  u_.resize(n_tok * F);
-  rms_norm_rows(pool, x, w.norm.f32(), n_tok, E, norm_eps, n_.data());
-  cpu::matmul_multi(pool, {{&w.gate, g_.data()}, {&w.up, u_.data()}}, n_.data(), n_tok);
-  pool.parallel_for(n_tok, 4, [&](int64_t t0, int64_t t1, int) {
-    float* g = g_.data() + t0 * F;
-    const float* u = u_.data() + t0 * F;
-    switch (act) {
-      case Activation::SiLU: cpu::swiglu(g, u, (t1 - t0) * F); break;
-      case Activation::GELU_tanh: cpu::geglu(g, u, (t1 - t0) * F); break;
-    }
-  });
-  cpu::matmul(pool, w.down, g_.data(), n_tok, out);
+Tensor gated_mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x) {
+  const Tensor h = ops::rms_norm(x, w.norm, norm_eps);
+  std::vector<Tensor> gu = ops::matmul_multi(h, {&w.gate, &w.up});
+  const Tensor a = act == Activation::SiLU ? ops::swiglu(gu[0], gu[1]) : ops::geglu(gu[0], gu[1]);
+  return ops::matmul(a, w.down);
+}
+
+void decoder_logits(const Tensor& x, const BatchIds& b, const Tensor& norm, float eps, const Tensor& head,
+                    float* logits) {
+  if (b.n_out == 0) return;
+  // out lists ascending, distinct rows: n_out == n means every row.
+  const Tensor rows = b.n_out == b.n ? x : ops::get_rows(x, b.out);
+  ops::to_host(ops::matmul(ops::rms_norm(rows, norm, eps), head), logits);
 }
 
 }  // namespace kvad

@@ -3,17 +3,17 @@
 #include <cmath>
 
 #include "base/error.h"
-#include "io/gguf.h"
+#include "io/tensor_source.h"
 
 namespace kvad {
 
-HParams read_hparams(const gguf::File& f) {
+HParams read_hparams(const TensorSource& f) {
   HParams hp;
   hp.arch = f.get_string("general.architecture", "");
   hp.name = f.get_string("general.name", "");
   const std::string a = hp.arch + ".";
   auto need = [&](const std::string& key) {
-    const int64_t v = f.get(a + key).as_int();
+    const int64_t v = f.require_int(a + key);
     if (v <= 0) throw Error(f.path() + ": " + a + key + " must be positive, is " + std::to_string(v));
     return v;
   };
@@ -21,10 +21,10 @@ HParams read_hparams(const gguf::File& f) {
   hp.n_embd = need("embedding_length");
   hp.n_layer = need("block_count");
   hp.n_head = need("attention.head_count");
-  hp.n_head_kv = f.find(a + "attention.head_count_kv") ? need("attention.head_count_kv") : hp.n_head;
+  hp.n_head_kv = f.has(a + "attention.head_count_kv") ? need("attention.head_count_kv") : hp.n_head;
   hp.n_ff = need("feed_forward_length");
-  hp.head_dim = f.find(a + "attention.key_length") ? need("attention.key_length") : hp.n_embd / hp.n_head;
-  hp.n_rot = f.find(a + "rope.dimension_count") ? need("rope.dimension_count") : hp.head_dim;
+  hp.head_dim = f.has(a + "attention.key_length") ? need("attention.key_length") : hp.n_embd / hp.n_head;
+  hp.n_rot = f.has(a + "rope.dimension_count") ? need("rope.dimension_count") : hp.head_dim;
   hp.norm_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
   hp.rope_freq_base = static_cast<float>(f.get_float(a + "rope.freq_base", 10000.0));
   const double factor = f.get_float(a + "rope.scaling.factor", 1.0);

@@ -6,14 +6,17 @@
 #include <string>
 #include <vector>
 
-#include "tensor/tensor.h"
+#include "tensor/device.h"
 
 namespace kvad {
 
 class ThreadPool;
-namespace gguf { class File; }
+class TensorSource;
 
-/// Hyper-parameters read from GGUF keys (`{arch}.embedding_length`, ...).
+/// What every architecture reports about itself (the CLI, the Session's
+/// micro-batch size, the server's metrics read it). Each architecture reads
+/// its own hyper-parameters into its own struct and fills this summary;
+/// names as the GGUF keys (`{arch}.embedding_length`, ...).
 struct HParams {
   std::string arch;          ///< general.architecture
   std::string name;          ///< general.name
@@ -32,8 +35,8 @@ struct HParams {
   int64_t n_params = 0;      ///< total elements over all weights
 };
 
-/// Per-sequence state an architecture keeps between forward calls (a KV
-/// cache for attention; a recurrent state for others). Owned by a Session.
+/// Per-sequence state an architecture keeps between forward calls, composed
+/// per layer (model/cache.h). Owned by a Session.
 class Cache {
  public:
   virtual ~Cache() = default;
@@ -41,12 +44,16 @@ class Cache {
   virtual int n_seq() const = 0;      ///< sequences held
   /// Positions held for sequence `seq`.
   virtual int32_t cached(int seq) const = 0;
-  /// Forgets positions >= n of `seq`; returns the position it landed on
-  /// (min(n, cached(seq)) for a KV cache; a recurrent state may land on 0).
+  /// Forgets positions >= n of `seq`; returns the position it landed on:
+  /// min(n, cached(seq)) when every layer can rewind there, lower when one
+  /// cannot (a sliding-window ring that has overwritten what position n
+  /// needs, a recurrent state: they land on 0). The caller continues from
+  /// the returned position.
   virtual int32_t truncate(int seq, int32_t n) = 0;
   /// Bytes of cache storage actually allocated.
   virtual size_t bytes() const = 0;
-  /// Bytes stored per cached token (all layers), as stored.
+  /// Bytes stored per token at full context: bytes() / (n_ctx · n_seq)
+  /// (a sliding-window layer's ring counts what it holds, not n_ctx rows).
   virtual size_t bytes_per_token() const = 0;
 };
 
@@ -65,21 +72,29 @@ class Model {
  public:
   virtual ~Model() = default;
   const HParams& hparams() const { return hp_; }
-  /// A fresh, empty cache for n_seq sequences of n_ctx positions each.
-  virtual std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq) const = 0;
-  /// Evaluates a batch. The caller (Session) has checked that every
-  /// sequence's positions continue from what the cache holds and fit in it.
-  /// logits: [b.n_out, n_vocab] f32.
-  virtual void forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits) = 0;
-  /// Bytes of weights as stored (in place in the mapped file where possible).
+  /// A fresh, empty cache for n_seq sequences of n_ctx positions each, on the
+  /// model's device. n_batch: the most tokens one forward call holds (a
+  /// sliding-window layer keeps window + n_batch positions per sequence).
+  virtual std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch) const = 0;
+  /// Evaluates a batch of at most n_batch tokens, splitting CPU work over
+  /// `pool`. The caller (Session) has checked that every sequence's
+  /// positions continue from what the cache holds and fit in it.
+  /// logits: [b.n_out, n_vocab] f32, host memory.
+  void forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits);
+  /// Bytes of weights as stored on the model's device (in place in the
+  /// mapped file on the CPU).
   size_t weight_bytes() const { return weight_bytes_; }
-  /// The file the weights live in (kept open for the model's lifetime).
-  const gguf::File& file() const { return *file_; }
+  /// Where the weights and caches live.
+  Device device() const { return device_; }
+  /// The checkpoint the weights came from (kept open for the model's lifetime).
+  const TensorSource& source() const { return *source_; }
 
  protected:
+  virtual void forward_impl(Cache& cache, const BatchView& b, float* logits) = 0;
   HParams hp_;
   size_t weight_bytes_ = 0;
-  std::shared_ptr<const gguf::File> file_;
+  Device device_;
+  std::shared_ptr<const TensorSource> source_;
 };
 
 }  // namespace kvad

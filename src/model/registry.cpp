@@ -1,22 +1,30 @@
 #include "model/registry.h"
 
 #include "base/error.h"
+#include "base/thread_pool.h"
 #include "io/gguf.h"
-#include "model/decoder_desc.h"
-#ifdef KVAD_WITH_CUDA
-#include "kernels/cuda/context.h"
-#endif
+#include "io/tensor_source.h"
+#include "tensor/ops.h"
 
 namespace kvad {
 
-// One loader per architecture file.
-std::unique_ptr<Model> load_llama(std::shared_ptr<const gguf::File> f);
-std::unique_ptr<Model> load_gemma3(std::shared_ptr<const gguf::File> f);
+// One loader per architecture file (model/text/).
+std::unique_ptr<Model> load_llama(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
+std::unique_ptr<Model> load_gemma3(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
+
+const char* model_kind_name(ModelKind k) {
+  switch (k) {
+    case ModelKind::Text: return "text";
+    case ModelKind::Embedding: return "embedding";
+    case ModelKind::Image: return "image";
+  }
+  return "?";
+}
 
 const std::vector<ArchEntry>& architectures() {
   static const std::vector<ArchEntry> archs = {
-      {"llama", {"cpu", "cuda"}, &load_llama, &describe_llama},
-      {"gemma3", {"cpu", "cuda"}, &load_gemma3, &describe_gemma3},
+      {"llama", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama},
+      {"gemma3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gemma3},
   };
   return archs;
 }
@@ -29,41 +37,49 @@ std::string supported_architectures(const std::string& backend) {
   return s;
 }
 
-std::string backend_unavailable(const std::string& backend) {
-  if (backend == "cpu") return "";
-  if (backend != "cuda") return "unknown device '" + backend + "' (devices: cpu, cuda)";
-#ifdef KVAD_WITH_CUDA
-  std::string why;
-  return cuda::available(&why) ? "" : why;
-#else
-  return "kvad was built without CUDA (reconfigure with nvcc in PATH, or -DKVAD_CUDA=ON)";
-#endif
+std::string backend_unavailable(const std::string& device) {
+  Device d;
+  try {
+    d = Device::parse(device);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return ops::unavailable(d);
 }
 
-std::unique_ptr<Model> load_model(std::shared_ptr<const gguf::File> f, const std::string& backend) {
-  DeviceOptions o;
-  o.device = backend;
-  return load_model(std::move(f), o);
+std::unique_ptr<Model> load_model(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
+  const std::string arch = src->get_string("general.architecture", "");
+  if (arch.empty()) throw Error(src->path() + ": no general.architecture key; is this a model file?");
+  if (const std::string why = backend_unavailable(o.device); !why.empty()) throw Error(why);
+  const Device d = Device::parse(o.device);
+  const std::string type = d.type == DeviceType::CPU ? "cpu" : d.type == DeviceType::Sim ? "sim" : "cuda";
+  for (const auto& a : architectures()) {
+    if (a.name != arch) continue;
+    for (const auto& b : a.backends)
+      if (b == type) {
+        // Format conversions at load split their rows over the cores.
+        ThreadPool pool(0);
+        ops::PoolScope scope(pool);
+        return a.load(std::move(src), o);
+      }
+  }
+  throw Error(src->path() + ": architecture '" + arch + "' is not supported on " + type +
+              " (supported: " + supported_architectures(type) + ")");
 }
 
 std::unique_ptr<Model> load_model(std::shared_ptr<const gguf::File> f, const DeviceOptions& o) {
-  const std::string& backend = o.device;
-  const std::string arch = f->get_string("general.architecture", "");
-  if (arch.empty()) throw Error(f->path() + ": no general.architecture key; is this a model file?");
-  for (const auto& a : architectures()) {
-    if (a.name != arch) continue;
-    for (const auto& b : a.backends) {
-      if (b != backend) continue;
-      if (backend == "cpu") return a.load(std::move(f));
-      if (const std::string why = backend_unavailable(backend); !why.empty()) throw Error(why);
-#ifdef KVAD_WITH_CUDA
-      return load_cuda_decoder(a.describe(std::move(f)), o);
-#endif
-    }
-  }
-  if (const std::string why = backend_unavailable(backend); !why.empty()) throw Error(why);
-  throw Error(f->path() + ": architecture '" + arch + "' is not supported on " + backend +
-              " (supported: " + supported_architectures(backend) + ")");
+  return load_model(gguf_source(std::move(f)), o);
+}
+
+std::unique_ptr<Model> load_model(std::shared_ptr<const gguf::File> f, const std::string& device) {
+  DeviceOptions o;
+  o.device = device;
+  return load_model(std::move(f), o);
+}
+
+void Model::forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits) {
+  ops::PoolScope scope(pool);
+  forward_impl(cache, b, logits);
 }
 
 }  // namespace kvad

@@ -9,20 +9,11 @@
 namespace kvad {
 
 namespace gguf { class File; }
-struct DecoderDesc;
-
-struct ArchEntry {
-  std::string name;                    ///< general.architecture value
-  std::vector<std::string> backends;   ///< "cpu", "cuda"
-  std::unique_ptr<Model> (*load)(std::shared_ptr<const gguf::File>);  ///< the CPU model
-  /// The model as data (decoder_desc.h), which the CUDA backend runs; nullptr
-  /// for an architecture that is not a plain decoder.
-  DecoderDesc (*describe)(std::shared_ptr<const gguf::File>) = nullptr;
-};
+class TensorSource;
 
 /// Where and how to load a model (CLI: --device, --dtype, --quant).
 struct DeviceOptions {
-  std::string device = "cpu";  ///< "cpu" or "cuda"
+  std::string device = "cpu";  ///< "cpu", "sim", "cuda" or "cuda:N" (tensor/device.h)
   /// cuda: the format of dense weights (f32/f16/bf16 in the file) and of
   /// weights whose format has no CUDA kernels: "bf16", "f16" or "f32".
   std::string dtype = "bf16";
@@ -30,8 +21,24 @@ struct DeviceOptions {
   /// (f32, f16, bf16, q8_0, q4_0, q4_K, q6_K); "none" makes every matrix
   /// `dtype`; "q8_0", "q4_0", "q4_k", "q6_k" requantize every matrix on the
   /// host with the CPU quantizers (rows that do not fit the block fall back
-  /// to q8_0, then to `dtype`).
+  /// to q8_0, then to `dtype`). cpu and sim keep every weight as stored.
   std::string quant;
+};
+
+/// What a model is for.
+enum class ModelKind {
+  Text,       ///< a language model: tokens in, next-token logits out
+  Embedding,  ///< a sentence encoder (comes with the embeddings issue)
+  Image,      ///< a diffusion model part (comes with image generation)
+};
+const char* model_kind_name(ModelKind k);
+
+struct ArchEntry {
+  std::string name;                    ///< general.architecture value
+  ModelKind kind = ModelKind::Text;
+  std::vector<std::string> backends;   ///< device types it runs on: "cpu", "sim", "cuda"
+  /// Builds the model from a checkpoint, its weights on o.device.
+  std::unique_ptr<Model> (*load)(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 };
 
 /// Every architecture kvad knows, in a stable order.
@@ -40,22 +47,18 @@ const std::vector<ArchEntry>& architectures();
 /// Comma-separated names of the architectures a backend supports.
 std::string supported_architectures(const std::string& backend);
 
-/// Empty when `backend` can run here; else why not: "kvad was built without
+/// Empty when `device` can run here; else why not: "kvad was built without
 /// CUDA ...", "no CUDA device: ...", or "unknown device ...".
-std::string backend_unavailable(const std::string& backend);
+std::string backend_unavailable(const std::string& device);
 
-/// Loads the model a GGUF holds for `backend`. Throws kvad::Error naming the
-/// architecture and the supported ones when it is unknown or unsupported
-/// there, or the file's problem (missing/unused tensor, bad shape).
-std::unique_ptr<Model> load_model(std::shared_ptr<const gguf::File> f,
-                                  const std::string& backend = "cpu");
-/// As above with the device options (DeviceOptions). Throws kvad::Error with
-/// backend_unavailable()'s reason when the backend cannot run here.
+/// Loads the model a checkpoint holds on the device o.device names. Throws
+/// kvad::Error naming the architecture and the supported ones when it is
+/// unknown or unsupported there, backend_unavailable()'s reason when the
+/// device cannot run here, or the checkpoint's problem (missing/unused
+/// tensor, bad shape).
+std::unique_ptr<Model> load_model(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
+/// The same for a GGUF file.
 std::unique_ptr<Model> load_model(std::shared_ptr<const gguf::File> f, const DeviceOptions& o);
-
-#ifdef KVAD_WITH_CUDA
-/// model/cuda_decoder.cpp: the GPU-resident model of a decoder description.
-std::unique_ptr<Model> load_cuda_decoder(const DecoderDesc& d, const DeviceOptions& o);
-#endif
+std::unique_ptr<Model> load_model(std::shared_ptr<const gguf::File> f, const std::string& device = "cpu");
 
 }  // namespace kvad

@@ -4,14 +4,17 @@
 #include <vector>
 
 #include "base/error.h"
-#include "io/gguf.h"
-#include "kernels/cpu/kernels.h"
+#include "io/tensor_source.h"
+#include "tensor/ops.h"
 
 namespace kvad {
 
-WeightLoader::WeightLoader(std::shared_ptr<const gguf::File> f) : f_(std::move(f)) {}
+WeightLoader::WeightLoader(std::shared_ptr<const TensorSource> src, const DeviceOptions& o)
+    : src_(std::move(src)), opts_(o), dev_(Device::parse(o.device)) {
+  if (const std::string why = ops::unavailable(dev_); !why.empty()) throw Error(why);
+}
 
-bool WeightLoader::has(const std::string& name) const { return f_->find_tensor(name) != nullptr; }
+bool WeightLoader::has(const std::string& name) const { return src_->find(name) != nullptr; }
 
 static std::string dims_str(const int64_t* ne, size_t n) {
   std::string s = "[";
@@ -19,48 +22,87 @@ static std::string dims_str(const int64_t* ne, size_t n) {
   return s + "]";
 }
 
+namespace {
+DType dense_type(const std::string& dtype) {
+  if (dtype == "bf16") return DType::BF16;
+  if (dtype == "f16") return DType::F16;
+  if (dtype == "f32") return DType::F32;
+  throw Error("--dtype '" + dtype + "' is not one of bf16, f16, f32");
+}
+bool plain(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+}  // namespace
+
+// The CPU and sim rows compute with every format kvad reads: weights stay
+// as stored there. On a GPU (registry.h DeviceOptions): quant "" keeps a
+// format the device reads and makes dense or unreadable ones `dtype`;
+// "none" makes every matrix `dtype`; a format name requantizes every matrix
+// (rows that do not fit its block fall back to q8_0, then to `dtype`).
+DType WeightLoader::device_format(const Tensor& t) const {
+  if (dev_.type != DeviceType::CUDA) return t.type;
+  const DType dense = dense_type(opts_.dtype);
+  if (opts_.quant.empty()) return plain(t.type) || !ops::has_format(dev_, t.type) ? dense : t.type;
+  if (opts_.quant == "none") return dense;
+  const DTypeInfo* q = find_dtype_by_name(opts_.quant);
+  if (!q || !q->quantized || !ops::has_format(dev_, q->type))
+    throw Error("--quant '" + opts_.quant + "' is not one of none, q8_0, q4_0, q4_k, q6_k");
+  if (t.ne[0] % q->block_elems == 0) return q->type;
+  if (t.ne[0] % 32 == 0) return DType::Q8_0;  // e.g. rows of 896 elements for a 256-element K-quant
+  return dense;
+}
+
 Tensor WeightLoader::get_optional(const std::string& name, std::initializer_list<int64_t> ne) {
-  const gguf::TensorInfo* ti = f_->find_tensor(name);
-  if (!ti) return {};
+  if (auto it = taken_.find(name); it != taken_.end()) return it->second;
+  const SourceTensor* st = src_->find(name);
+  if (!st) return {};
   std::vector<int64_t> want(ne);
-  std::vector<int64_t> have = ti->ne;
   while (want.size() < 4) want.push_back(1);
-  while (have.size() < 4) have.push_back(1);
+  const std::vector<int64_t> have(st->ne.begin(), st->ne.end());
   if (want != have)
-    throw Error(f_->path() + ": tensor " + name + " has shape " + dims_str(ti->ne.data(), ti->ne.size()) +
+    throw Error(src_->path() + ": tensor " + name + " has shape " + dims_str(st->ne.data(), st->n_dims) +
                 ", expected " + dims_str(ne.begin(), ne.size()));
-  if (!cpu::has_cpu_kernels(ti->type))
-    throw Error(f_->path() + ": tensor " + name + " is " + dtype_name(ti->type) +
+  if (!ops::has_format(Device::cpu(), st->type))
+    throw Error(src_->path() + ": tensor " + name + " is " + dtype_name(st->type) +
                 ", a format kvad cannot compute with yet");
   Tensor t;
   t.name = name;
-  t.type = ti->type;
-  for (int i = 0; i < 4; ++i) t.ne[i] = have[i];
-  t.data = ti->data;
-  if (used_.insert(name).second) {
-    bytes_ += ti->n_bytes;
-    n_params_ += t.n_elements();
+  t.type = st->type;
+  t.ne = st->ne;
+  t.data = st->data;
+  t.storage = std::make_shared<Storage>(Device::cpu(), const_cast<void*>(st->data), st->n_bytes, src_->keepalive());
+  n_params_ += t.n_elements();
+  if (!dev_.is_cpu()) {
+    const bool matrix = st->n_dims >= 2;
+    if (matrix) {
+      const DType to = device_format(t);
+      if (to != t.type) t = ops::convert(t, to);
+      if (!ops::has_format(dev_, t.type))
+        throw Error(src_->path() + ": tensor " + name + " is " + dtype_name(t.type) + ", a format " + dev_.str() +
+                    " cannot compute with");
+    }
+    t = ops::to(t, dev_);
   }
+  bytes_ += t.n_bytes();
+  taken_.emplace(name, t);
   return t;
 }
 
 Tensor WeightLoader::get(const std::string& name, std::initializer_list<int64_t> ne) {
   Tensor t = get_optional(name, ne);
-  if (!t) throw Error(f_->path() + ": missing tensor " + name);
+  if (!t) throw Error(src_->path() + ": missing tensor " + name);
   return t;
 }
 
 void WeightLoader::finish() const {
   std::string unused;
   int n = 0;
-  for (const auto& ti : f_->tensors()) {
-    if (used_.count(ti.name)) continue;
-    if (n < 8) unused += (n ? ", " : "") + ti.name;
+  for (const SourceTensor& st : src_->tensors()) {
+    if (taken_.count(st.name)) continue;
+    if (n < 8) unused += (n ? ", " : "") + st.name;
     ++n;
   }
   if (n)
-    throw Error(f_->path() + ": " + std::to_string(n) + " tensor(s) not used by architecture " +
-                f_->get_string("general.architecture", "?") + ": " + unused + (n > 8 ? ", ..." : ""));
+    throw Error(src_->path() + ": " + std::to_string(n) + " tensor(s) not used by architecture " +
+                src_->get_string("general.architecture", "?") + ": " + unused + (n > 8 ? ", ..." : ""));
 }
 
 }  // namespace kvad

@@ -9,9 +9,10 @@
 #include <vector>
 
 #include "base/thread_pool.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/ops.h"  // cpu::rope in the reference
 #include "model/blocks.h"
-#include "model/kv_cache.h"
+#include "model/cache.h"
+#include "tensor/ops.h"
 #include "tensor/half.h"
 
 namespace {
@@ -73,8 +74,8 @@ std::vector<float> attention_reference(const kvad::AttentionWeights& w, const kv
       const auto r = rms(&ks[t][i * D], w.k_norm.f32(), D, p.norm_eps);
       std::copy(r.begin(), r.end(), &ks[t][i * D]);
     }
-    kvad::cpu::rope(qs[t].data(), H, D, p.n_rot, t, p.rope_freq_base, p.rope_freq_scale, p.rope_neox);
-    kvad::cpu::rope(ks[t].data(), Hkv, D, p.n_rot, t, p.rope_freq_base, p.rope_freq_scale, p.rope_neox);
+    kvad::cpu::rope(qs[t].data(), H, D, p.rope.n_rot, t, p.rope.freq_base, p.rope.freq_scale, p.rope.neox);
+    kvad::cpu::rope(ks[t].data(), Hkv, D, p.rope.n_rot, t, p.rope.freq_base, p.rope.freq_scale, p.rope.neox);
     for (float& v : ks[t]) v = round_f16(v);
     for (float& v : vs[t]) v = round_f16(v);
   }
@@ -123,9 +124,9 @@ struct AttnCase {
     p.n_head = H;
     p.n_head_kv = Hkv;
     p.head_dim = D;
-    p.n_rot = D;
-    p.rope_freq_base = 10000.0f;
-    p.rope_neox = true;
+    p.rope.n_rot = D;
+    p.rope.freq_base = 10000.0f;
+    p.rope.neox = true;
     p.scale = 1.0f / std::sqrt(static_cast<float>(D));
     p.norm_eps = 1e-6f;
     p.sliding_window = window;
@@ -134,29 +135,41 @@ struct AttnCase {
   }
 };
 
+// The block over a one-layer cache: the whole sequence in one batch, or one
+// token per call with a cache sized for single-token batches (a sliding
+// window then keeps a ring of window + 1 positions, which wraps).
+kvad::LayerCaches make_cache(const AttnCase& c, int64_t n_batch) {
+  kvad::LayerSpec spec;
+  spec.k_dim = spec.v_dim = c.Hkv * c.D;
+  spec.window = c.p.sliding_window;
+  return kvad::LayerCaches({spec}, 32, 1, n_batch, kvad::Device::cpu());
+}
+
+void run_block(AttnCase& c, kvad::LayerCaches& cache, int64_t t0, int64_t n, float* out) {
+  std::vector<int32_t> tok(n, 0), pos(n), seq(n, 0);
+  for (int64_t t = 0; t < n; ++t) pos[t] = static_cast<int32_t>(t0 + t);
+  kvad::BatchView b{tok.data(), pos.data(), seq.data(), n, nullptr, 0};
+  const kvad::BatchIds ids = kvad::upload_batch(b, kvad::Device::cpu());
+  const kvad::Tensor x = kvad::ops::wrap_host(&c.x[t0 * c.E], kvad::DType::F32, {c.E, n, 1, 1});
+  kvad::ops::to_host(kvad::attention_block(c.w, c.p, cache.kv(0), ids, x), out);
+  cache.advance(b);
+}
+
 std::vector<float> run_batched(AttnCase& c) {
   kvad::ThreadPool pool(2);
-  kvad::KVCache cache(1, c.Hkv * c.D, 32, 1);
-  std::vector<int32_t> tok(c.n, 0), pos(c.n), seq(c.n, 0), out_rows;
-  for (int64_t t = 0; t < c.n; ++t) pos[t] = static_cast<int32_t>(t);
-  kvad::BatchView b{tok.data(), pos.data(), seq.data(), c.n, nullptr, 0};
+  kvad::ops::PoolScope scope(pool);
+  kvad::LayerCaches cache = make_cache(c, c.n);
   std::vector<float> out(c.n * c.E);
-  kvad::Attention a;
-  a.forward(pool, c.w, c.p, cache, 0, b, c.x.data(), out.data());
+  run_block(c, cache, 0, c.n, out.data());
   return out;
 }
 
 std::vector<float> run_one_by_one(AttnCase& c) {
   kvad::ThreadPool pool(2);
-  kvad::KVCache cache(1, c.Hkv * c.D, 32, 1);
+  kvad::ops::PoolScope scope(pool);
+  kvad::LayerCaches cache = make_cache(c, 1);
   std::vector<float> out(c.n * c.E);
-  kvad::Attention a;
-  for (int64_t t = 0; t < c.n; ++t) {
-    int32_t tok = 0, pos = static_cast<int32_t>(t), seq = 0;
-    kvad::BatchView b{&tok, &pos, &seq, 1, nullptr, 0};
-    a.forward(pool, c.w, c.p, cache, 0, b, &c.x[t * c.E], &out[t * c.E]);
-    cache.mark(0, pos);
-  }
+  for (int64_t t = 0; t < c.n; ++t) run_block(c, cache, t, 1, &out[t * c.E]);
   return out;
 }
 
@@ -207,11 +220,10 @@ TEST(Blocks, GatedMlpSiluAndGeluTanh) {
   w.down = own.make(rng, F, E, 0.3f);
   own.make(rng, E, n, 1.0f);
   const std::vector<float> x = own.bufs.back();
-  kvad::ThreadPool pool(1);
-  kvad::GatedMlp mlp;
   for (auto act : {kvad::Activation::SiLU, kvad::Activation::GELU_tanh}) {
     std::vector<float> out(n * E);
-    mlp.forward(pool, w, act, 1e-6f, x.data(), n, out.data());
+    const kvad::Tensor xt = kvad::ops::wrap_host(x.data(), kvad::DType::F32, {E, n, 1, 1});
+    kvad::ops::to_host(kvad::gated_mlp(w, act, 1e-6f, xt), out.data());
     for (int64_t t = 0; t < n; ++t) {
       const auto h = rms(&x[t * E], w.norm.f32(), E, 1e-6f);
       auto g = matvec(w.gate, h.data());
@@ -233,11 +245,12 @@ TEST(Blocks, GeluTanhValues) {
   // gelu_pytorch_tanh at a few points (torch.nn.functional.gelu(x, approximate="tanh")).
   float x[] = {-3.0f, -1.0f, 0.0f, 0.5f, 2.0f};
   const float want[] = {-0.0036373f, -0.1588080f, 0.0f, 0.3457140f, 1.9545977f};
-  kvad::cpu::gelu(x, 5);
-  for (int i = 0; i < 5; ++i) EXPECT_NEAR(x[i], want[i], 1e-6) << i;
+  float y[5];
+  kvad::ops::to_host(kvad::ops::gelu(kvad::ops::wrap_host(x, kvad::DType::F32, {5, 1, 1, 1})), y);
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(y[i], want[i], 1e-6) << i;
 }
 
-// swiglu/geglu as dispatched (AVX2: sigmoid through a polynomial e^x, with
+// ops::swiglu/geglu on the CPU row as dispatched (AVX2: sigmoid through a polynomial e^x, with
 // 0.5 (1 + tanh z) = sigmoid(2z) for GELU; scalar tail for n % 8) against
 // their definitions in double, over x in [-30, 30] (both saturated ends) and
 // n = 1003. Tolerance: 3e-6 relative to max(1, |x u|) (a few f32 roundings
@@ -251,8 +264,10 @@ TEST(Blocks, GluKernelsMatchTheDefinition) {
   for (int i = 0; i < 40; ++i) x[i] = -1.0f + 0.05f * i;  // the curved part near 0
   for (auto& v : u) v = uu(rng);
   for (bool gelu : {false, true}) {
-    std::vector<float> g = x;
-    (gelu ? kvad::cpu::geglu : kvad::cpu::swiglu)(g.data(), u.data(), n);
+    std::vector<float> g(n);
+    const kvad::Tensor xt = kvad::ops::wrap_host(x.data(), kvad::DType::F32, {n, 1, 1, 1});
+    const kvad::Tensor ut = kvad::ops::wrap_host(u.data(), kvad::DType::F32, {n, 1, 1, 1});
+    kvad::ops::to_host(gelu ? kvad::ops::geglu(xt, ut) : kvad::ops::swiglu(xt, ut), g.data());
     double max_err = 0;
     for (int64_t i = 0; i < n; ++i) {
       const double v = x[i];

@@ -94,9 +94,11 @@ void attention_rows_f16_avx2(const AttentionRows& rows, const uint16_t* k, const
   for (int64_t b0 = lo; b0 <= hi; b0 += kBlock) {
     const int nb = static_cast<int>(std::min<int64_t>(kBlock, hi + 1 - b0));
     const int nb8 = (nb + 7) & ~7;
-    for (int j = 0; j < nb; ++j) {
-      const uint16_t* kr = k + (b0 + j) * kv_stride;
-      const uint16_t* vr = v + (b0 + j) * kv_stride;
+    int64_t slot = rows.ring > 0 ? b0 % rows.ring : b0;
+    for (int j = 0; j < nb; ++j, ++slot) {
+      if (rows.ring > 0 && slot >= rows.ring) slot -= rows.ring;
+      const uint16_t* kr = k + slot * kv_stride;
+      const uint16_t* vr = v + slot * kv_stride;
       for (int64_t c = 0; c < D; c += 8) {
         _mm256_store_ps(kf + j * D + c, load_f16x8(kr + c));
         _mm256_store_ps(vf + j * D + c, load_f16x8(vr + c));

@@ -90,14 +90,7 @@ int64_t row_grain(int64_t n_out, int nth, int64_t n_tok) {
 
 }  // namespace
 
-namespace {
-MatmulOffloadFn g_offload = nullptr;
-}  // namespace
-
-void set_matmul_offload(MatmulOffloadFn fn) { g_offload = fn; }
-
 void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_tok, float* y) {
-  if (g_offload && g_offload(w, x, n_tok, y)) return;
   const CpuKernels& k = cpu_kernels(w.type);
   size_t ldq;
   const uint8_t* xq = quantize_activations(pool, k, dtype_info(w.type).vec_dot_type, x, w.ne[0], n_tok, ldq);
@@ -107,19 +100,11 @@ void matmul(ThreadPool& pool, const Tensor& w, const float* x, int64_t n_tok, fl
 }
 
 void matmul_multi(ThreadPool& pool, std::initializer_list<MatmulTarget> targets, const float* x, int64_t n_tok) {
-  const MatmulTarget* t = targets.begin();
-  const int n_w = static_cast<int>(targets.size());
+  matmul_multi(pool, targets.begin(), static_cast<int>(targets.size()), x, n_tok);
+}
+
+void matmul_multi(ThreadPool& pool, const MatmulTarget* t, int n_w, const float* x, int64_t n_tok) {
   if (n_w == 0) return;
-  if (g_offload) {  // products the hook takes are done; the rest run one by one
-    bool taken = false;
-    std::vector<bool> done(n_w);
-    for (int i = 0; i < n_w; ++i) taken = (done[i] = g_offload(*t[i].w, x, n_tok, t[i].y)) || taken;
-    if (taken) {
-      for (int i = 0; i < n_w; ++i)
-        if (!done[i]) matmul(pool, *t[i].w, x, n_tok, t[i].y);
-      return;
-    }
-  }
   // One conversion serves all when the weights take the same activation rows.
   // The layout of the converted rows: plain, or packed by this function.
   auto packer = [](const CpuKernels& k) { return k.gemm ? k.gemm_pack : nullptr; };

@@ -114,12 +114,24 @@ void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t
 void attention_rows_f16_ref(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
                             int64_t kv_stride, int64_t head_dim, float scale) {
   std::vector<float> scores;
+  std::vector<uint16_t> kr, vr;  // a ring's visible rows, unwrapped
   for (int r = 0; r < rows.n; ++r) {
     const int64_t n_pos = rows.last[r] + 1 - rows.first[r];
     scores.resize(n_pos);
-    const int64_t off = rows.first[r] * kv_stride;
-    attention_f16(rows.q[r], k + off, v + off, n_pos, kv_stride, 1, 1, head_dim, scale, rows.out[r],
-                  scores.data());
+    const uint16_t* kp = k + rows.first[r] * kv_stride;
+    const uint16_t* vp = v + rows.first[r] * kv_stride;
+    if (rows.ring > 0) {
+      kr.resize(n_pos * kv_stride);
+      vr.resize(n_pos * kv_stride);
+      for (int64_t j = 0; j < n_pos; ++j) {
+        const int64_t s = (rows.first[r] + j) % rows.ring;
+        std::copy(k + s * kv_stride, k + s * kv_stride + head_dim, &kr[j * kv_stride]);
+        std::copy(v + s * kv_stride, v + s * kv_stride + head_dim, &vr[j * kv_stride]);
+      }
+      kp = kr.data();
+      vp = vr.data();
+    }
+    attention_f16(rows.q[r], kp, vp, n_pos, kv_stride, 1, 1, head_dim, scale, rows.out[r], scores.data());
   }
 }
 

@@ -36,12 +36,8 @@ struct MatmulTarget {
 /// Results equal separate matmul calls bit for bit. Throws as matmul.
 void matmul_multi(ThreadPool& pool, std::initializer_list<MatmulTarget> targets, const float* x, int64_t n_tok);
 
-/// Eager offload hook (DESIGN.md seam 3): when set, matmul and matmul_multi
-/// first offer each product to it; a hook that returns true has written y
-/// (e.g. on a GPU, see kernels/cuda/cpu_offload.h), false leaves it to the
-/// CPU. nullptr (the default) removes it. Set it before any session runs.
-using MatmulOffloadFn = bool (*)(const Tensor& w, const float* x, int64_t n_tok, float* y);
-void set_matmul_offload(MatmulOffloadFn fn);
+/// The same over an array of n targets.
+void matmul_multi(ThreadPool& pool, const MatmulTarget* targets, int n, const float* x, int64_t n_tok);
 
 /// out[i] = row ids[i] of table W ([n_rows, n]) converted to f32; only the
 /// rows asked for are dequantized. out: [n_ids, n]. Throws kvad::Error for an
@@ -100,6 +96,9 @@ struct AttentionRows {
   float* out[kMax];           ///< [head_dim] f32 output of row r
   int64_t first[kMax];        ///< first visible key position of row r
   int64_t last[kMax];         ///< last visible key position of row r (>= first)
+  /// 0: position p is row p of k/v. R > 0: k/v are a ring of R rows and
+  /// position p is row p % R (a sliding-window cache; last - first < R).
+  int64_t ring = 0;
 };
 
 /// Attention of a tile of query rows over one KV head, in f16:

@@ -10,6 +10,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/offload.h"
 #include "kernels/cuda/ops.h"
+#include "tensor/backend.h"
 
 namespace kvad::cuda {
 
@@ -93,7 +94,7 @@ bool install_cpu_offload(const OffloadGate& gate, std::string* why) {
   if (!g_state) g_state = new State();  // process lifetime: the hook may run until exit
   g_state->gate = gate;
   if (!g_state->off) g_state->off = std::make_unique<Offload>(4);
-  cpu::set_matmul_offload(&hook);
+  set_matmul_offload(&hook);
   return true;
 }
 

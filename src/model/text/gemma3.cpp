@@ -17,7 +17,8 @@
 // linear `rope.scaling.factor` when it has one): layer il is global when
 // il % 6 == 5, as llama.cpp decides for gemma3 GGUFs (set_swa_pattern(6),
 // rope_freq_base_train_swa = 10000). A file without a sliding window runs
-// every layer as global.
+// every layer as global. A local layer's cache keeps only a ring of
+// window + n_batch positions (model/cache.h).
 //
 // Conventions of the GGUF files (llama.cpp's convert_hf_to_gguf.py):
 //  - Gemma's RMSNorm computes x̂ · (1 + w); the converter stores w + 1, so
@@ -32,14 +33,14 @@
 #include <vector>
 
 #include "base/error.h"
-#include "io/gguf.h"
-#include "kernels/cpu/ops.h"
+#include "io/tensor_source.h"
 #include "model/blocks.h"
-#include "model/decoder_desc.h"
+#include "model/cache.h"
 #include "model/hparams.h"
-#include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/registry.h"
 #include "model/weights.h"
+#include "tensor/ops.h"
 
 namespace kvad {
 namespace {
@@ -47,31 +48,42 @@ namespace {
 constexpr int64_t kSlidingWindowPattern = 6;  // 5 local layers, then 1 global
 constexpr float kLocalRopeBase = 10000.0f;
 
+/// Gemma 3's hyper-parameters: the decoder keys plus the sliding window.
+struct Gemma3Params {
+  HParams hp;
+  int32_t sliding_window = 0;  ///< gemma3.attention.sliding_window; 0: every layer global
+  bool is_global(int64_t il) const {
+    return sliding_window == 0 || il % kSlidingWindowPattern == kSlidingWindowPattern - 1;
+  }
+};
+
 struct Layer {
   AttentionWeights attn;     // attn_norm, attn_q/k/v, attn_q_norm, attn_k_norm, attn_output
   Tensor post_attention_norm;
   MlpWeights ffn;            // ffn_norm, ffn_gate/up/down
   Tensor post_ffw_norm;
-  bool global = true;        // full causal attention; else sliding window
 };
 
 class Gemma3 final : public Model {
  public:
-  explicit Gemma3(std::shared_ptr<const gguf::File> f) {
-    file_ = f;
-    hp_ = read_hparams(*f);
+  Gemma3(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
+    source_ = src;
+    cfg_.hp = read_hparams(*src);
+    hp_ = cfg_.hp;
     const std::string a = hp_.arch + ".";
     const int64_t E = hp_.n_embd, D = hp_.head_dim, F = hp_.n_ff;
     const int64_t q_dim = hp_.n_head * D, kv_dim = hp_.n_head_kv * D;
-    if (f->get_int(a + "attention.value_length", D) != D)
-      throw Error(f->path() + ": " + a + "attention.value_length differs from key_length; not supported");
-    const int64_t window = f->get_int(a + "attention.sliding_window", 0);
+    if (src->get_int(a + "attention.value_length", D) != D)
+      throw Error(src->path() + ": " + a + "attention.value_length differs from key_length; not supported");
+    const int64_t window = src->get_int(a + "attention.sliding_window", 0);
     if (window < 0 || window > INT32_MAX)
-      throw Error(f->path() + ": " + a + "attention.sliding_window " + std::to_string(window) + " is invalid");
+      throw Error(src->path() + ": " + a + "attention.sliding_window " + std::to_string(window) + " is invalid");
+    cfg_.sliding_window = static_cast<int32_t>(window);
 
-    WeightLoader wl(f);
-    const gguf::TensorInfo* te = f->find_tensor("token_embd.weight");
-    if (!te || te->ne.size() < 2) throw Error(f->path() + ": missing tensor token_embd.weight");
+    WeightLoader wl(src, o);
+    device_ = wl.device();
+    const SourceTensor* te = src->find("token_embd.weight");
+    if (!te || te->n_dims < 2) throw Error(src->path() + ": missing tensor token_embd.weight");
     hp_.n_vocab = te->ne[1];
     tok_embd_ = wl.get("token_embd.weight", {E, hp_.n_vocab});
     output_norm_ = wl.get("output_norm.weight", {E});
@@ -92,11 +104,10 @@ class Gemma3 final : public Model {
       L.ffn.up = wl.get(p + "ffn_up.weight", {E, F});
       L.ffn.down = wl.get(p + "ffn_down.weight", {F, E});
       L.post_ffw_norm = wl.get(p + "post_ffw_norm.weight", {E});
-      L.global = window == 0 || il % kSlidingWindowPattern == kSlidingWindowPattern - 1;
-      require_f32(f->path(), {&L.attn.norm, &L.attn.q_norm, &L.attn.k_norm, &L.post_attention_norm,
-                              &L.ffn.norm, &L.post_ffw_norm});
+      require_f32(src->path(), {&L.attn.norm, &L.attn.q_norm, &L.attn.k_norm, &L.post_attention_norm,
+                                &L.ffn.norm, &L.post_ffw_norm});
     }
-    require_f32(f->path(), {&output_norm_});
+    require_f32(src->path(), {&output_norm_});
     wl.finish();  // a file with output.weight (an untied head) is refused here, naming it
     weight_bytes_ = wl.bytes();
     hp_.n_params = wl.n_params();
@@ -105,78 +116,52 @@ class Gemma3 final : public Model {
     g.n_head = hp_.n_head;
     g.n_head_kv = hp_.n_head_kv;
     g.head_dim = D;
-    g.n_rot = hp_.n_rot;
-    g.rope_freq_base = hp_.rope_freq_base;
-    g.rope_freq_scale = hp_.rope_freq_scale;
-    g.rope_neox = true;
+    g.rope = {hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale, /*neox=*/true};
     const bool is_27b = hp_.n_layer == 62;
     g.scale = 1.0f / std::sqrt(static_cast<float>(is_27b ? E / hp_.n_head : D));
     g.norm_eps = hp_.norm_eps;
     local_ = g;
-    local_.rope_freq_base = kLocalRopeBase;
-    local_.rope_freq_scale = 1.0f;
-    local_.sliding_window = static_cast<int32_t>(window);
+    local_.rope.freq_base = kLocalRopeBase;
+    local_.rope.freq_scale = 1.0f;
+    local_.sliding_window = cfg_.sliding_window;
   }
 
-  // One K/V row per position in every layer. A sliding-window layer only ever
-  // reads its last `sliding_window` positions, but still stores all of them
-  // for now (a ring buffer would cut those 5 of 6 layers to the window).
-  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq) const override {
-    return std::make_unique<KVCache>(hp_.n_layer, hp_.n_head_kv * hp_.head_dim, n_ctx, n_seq);
+  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch) const override {
+    std::vector<LayerSpec> specs(hp_.n_layer);
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+      specs[il].k_dim = specs[il].v_dim = hp_.n_head_kv * hp_.head_dim;
+      specs[il].window = cfg_.is_global(il) ? 0 : cfg_.sliding_window;
+    }
+    return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_);
   }
 
-  void forward(ThreadPool& pool, Cache& cache_base, const BatchView& b, float* logits) override {
-    auto& cache = static_cast<KVCache&>(cache_base);
-    const int64_t n = b.n, E = hp_.n_embd;
-    x_.resize(n * E);
-    h_.resize(n * E);
-
-    cpu::get_rows(tok_embd_, b.token, n, x_.data());
-    const float embd_scale = std::sqrt(static_cast<float>(E));
-    for (float& v : x_) v *= embd_scale;
-
+ protected:
+  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) override {
+    auto& cache = static_cast<LayerCaches&>(cache_base);
+    const float eps = hp_.norm_eps;
+    const BatchIds ids = upload_batch(b, device_);
+    Tensor x = ops::scale(ops::get_rows(tok_embd_, ids.token), std::sqrt(static_cast<float>(hp_.n_embd)));
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const Layer& L = layers_[il];
-      attention_.forward(pool, L.attn, L.global ? global_ : local_, cache, il, b, x_.data(), h_.data());
-      rms_norm_rows(pool, h_.data(), L.post_attention_norm.f32(), n, E, hp_.norm_eps, h_.data());
-      cpu::add(x_.data(), h_.data(), n * E);
-      mlp_.forward(pool, L.ffn, Activation::GELU_tanh, hp_.norm_eps, x_.data(), n, h_.data());
-      rms_norm_rows(pool, h_.data(), L.post_ffw_norm.f32(), n, E, hp_.norm_eps, h_.data());
-      cpu::add(x_.data(), h_.data(), n * E);
+      const AttentionParams& p = cfg_.is_global(il) ? global_ : local_;
+      x = ops::add(x, ops::rms_norm(attention_block(L.attn, p, cache.kv(il), ids, x), L.post_attention_norm, eps));
+      x = ops::add(x, ops::rms_norm(gated_mlp(L.ffn, Activation::GELU_tanh, eps, x), L.post_ffw_norm, eps));
     }
-    for (int64_t t = 0; t < n; ++t) cache.mark(b.seq[t], b.pos[t]);
-
-    // Only the rows asked for go through the final norm and the head.
-    h_.resize(b.n_out * E);
-    for (int64_t j = 0; j < b.n_out; ++j)
-      cpu::rms_norm(&x_[b.out[j] * E], output_norm_.f32(), E, hp_.norm_eps, &h_[j * E]);
-    cpu::matmul(pool, tok_embd_, h_.data(), b.n_out, logits);
-  }
-
-  /// This model as data, for other backends (decoder_desc.h).
-  DecoderDesc describe() const {
-    DecoderDesc d{hp_, file_, tok_embd_, output_norm_, tok_embd_,
-                  std::sqrt(static_cast<float>(hp_.n_embd)), Activation::GELU_tanh, {}};
-    for (const Layer& L : layers_)
-      d.layers.push_back({L.attn, L.ffn, L.post_attention_norm, L.post_ffw_norm, L.global ? global_ : local_});
-    return d;
+    cache.advance(b);
+    decoder_logits(x, ids, output_norm_, eps, tok_embd_, logits);
   }
 
  private:
+  Gemma3Params cfg_;
   Tensor tok_embd_, output_norm_;
   std::vector<Layer> layers_;
   AttentionParams global_, local_;
-  Attention attention_;
-  GatedMlp mlp_;
-  std::vector<float> x_, h_;  // residual stream and block outputs, reused across calls
 };
 
 }  // namespace
 
-DecoderDesc describe_gemma3(std::shared_ptr<const gguf::File> f) { return Gemma3(std::move(f)).describe(); }
-
-std::unique_ptr<Model> load_gemma3(std::shared_ptr<const gguf::File> f) {
-  return std::make_unique<Gemma3>(std::move(f));
+std::unique_ptr<Model> load_gemma3(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
+  return std::make_unique<Gemma3>(std::move(src), o);
 }
 
 }  // namespace kvad

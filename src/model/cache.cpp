@@ -1,0 +1,69 @@
+#include "model/cache.h"
+
+#include <algorithm>
+#include <string>
+
+#include "base/error.h"
+#include "tensor/ops.h"
+
+namespace kvad {
+
+LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, int n_seq, int64_t n_batch, Device d)
+    : specs_(layers), kv_(layers.size()), n_ctx_(n_ctx), n_seq_(n_seq), n_cached_(n_seq, 0) {
+  if (n_ctx <= 0 || n_seq <= 0 || n_batch <= 0)
+    throw Error("cache: n_ctx, n_seq and n_batch must be positive (" + std::to_string(n_ctx) + ", " +
+                std::to_string(n_seq) + ", " + std::to_string(n_batch) + ")");
+  for (size_t il = 0; il < layers.size(); ++il) {
+    const LayerSpec& s = layers[il];
+    if (s.kind == LayerKind::Latent)
+      throw Error("cache: layer " + std::to_string(il) + " is a latent (MLA) layer; kvad has no implementation of it yet");
+    if (s.kind == LayerKind::Recurrent)
+      throw Error("cache: layer " + std::to_string(il) + " is a recurrent layer; kvad has no implementation of it yet");
+    if (s.k_dim <= 0 || s.v_dim <= 0 || s.window < 0) throw Error("cache: layer " + std::to_string(il) + " has no K/V width");
+    KVLayer& L = kv_[il];
+    L.window = s.window;
+    L.slots = s.window > 0 ? std::min<int64_t>(n_ctx, s.window + n_batch) : n_ctx;
+    const int64_t rows = L.slots * n_seq;
+    // Uninitialised: rows are written before they are read, and pages never
+    // written cost address space, not resident memory.
+    L.k = ops::empty(DType::F16, {s.k_dim, rows, 1, 1}, d);
+    L.v = ops::empty(DType::F16, {s.v_dim, rows, 1, 1}, d);
+    L.k.name = "cache.k." + std::to_string(il);
+    L.v.name = "cache.v." + std::to_string(il);
+    bytes_ += L.k.n_bytes() + L.v.n_bytes();
+  }
+}
+
+KVLayer& LayerCaches::kv(int64_t il) {
+  if (il < 0 || static_cast<size_t>(il) >= kv_.size() || specs_[il].kind != LayerKind::KeyValue)
+    throw Error("cache: layer " + std::to_string(il) + " is not a key/value layer");
+  return kv_[il];
+}
+
+void LayerCaches::advance(const BatchView& b) {
+  for (int64_t t = 0; t < b.n; ++t) n_cached_[b.seq[t]] = std::max(n_cached_[b.seq[t]], b.pos[t] + 1);
+}
+
+// A full layer rewinds anywhere. A ring of S slots holds positions
+// [cached - S, cached); the token at the landing position n reads
+// (n - W, n], so the rows it needs, max(0, n - W + 1) .. n - 1, must still be
+// there. When they are not, nothing short of a fresh prefill restores them:
+// land on 0.
+int32_t LayerCaches::truncate(int seq, int32_t n) {
+  const int32_t cur = n_cached_.at(seq);
+  int32_t land = std::clamp(n, 0, cur);
+  for (const KVLayer& L : kv_) {
+    if (L.window <= 0 || land == cur || land == 0) continue;
+    const int64_t oldest_kept = cur - L.slots;
+    const int64_t needed = std::max<int64_t>(0, static_cast<int64_t>(land) - L.window + 1);
+    if (needed < oldest_kept) land = 0;
+  }
+  n_cached_[seq] = land;
+  return land;
+}
+
+size_t LayerCaches::bytes_per_token() const {
+  return bytes_ / (static_cast<size_t>(n_ctx_) * static_cast<size_t>(n_seq_));
+}
+
+}  // namespace kvad

@@ -1,0 +1,71 @@
+// Per-layer caches (DESIGN.md seam 6): an architecture lists one LayerSpec
+// per layer and make_cache composes them into the Cache a Session owns. The
+// bytes live on the model's device and never cross to the host.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/model.h"
+#include "tensor/tensor.h"
+
+namespace kvad {
+
+/// The kinds of per-layer state.
+enum class LayerKind {
+  KeyValue,   ///< attention keys and values (full context, or a sliding-window ring)
+  Latent,     ///< MLA's compressed c_kv and shared k_pe per token (DeepSeek V2/V3); declared, comes with deepseek2
+  Recurrent,  ///< convolution + delta-rule state with snapshots every N tokens (Qwen3-Next); declared, comes with qwen3next
+};
+
+struct LayerSpec {
+  LayerKind kind = LayerKind::KeyValue;
+  // KeyValue: widths of one token's keys and values (n_head_kv · head_dim),
+  // and the window (0: every position; W: positions (p - W, p] are read, so
+  // the layer keeps a ring of W + n_batch positions per sequence).
+  int64_t k_dim = 0, v_dim = 0;
+  int32_t window = 0;
+  // Latent: kv_lora_rank and qk_rope_head_dim values per token.
+  int64_t kv_lora_rank = 0, rope_dim = 0;
+  // Recurrent: bytes of one sequence's state, and the snapshot interval.
+  size_t state_bytes = 0;
+  int32_t snapshot_every = 0;
+};
+
+/// One layer's keys and values, f16: k [n_seq · slots, k_dim], v [n_seq ·
+/// slots, v_dim]; position p of sequence s lives in row s · slots + p % slots.
+struct KVLayer {
+  Tensor k, v;
+  int64_t slots = 0;   ///< n_ctx, or min(n_ctx, window + n_batch) for a sliding-window layer
+  int32_t window = 0;
+};
+
+/// The Cache of a model whose layers are listed by LayerSpec.
+class LayerCaches final : public Cache {
+ public:
+  /// Allocates every layer on `d`. Throws kvad::Error for a kind whose
+  /// implementation has not landed yet (Latent, Recurrent) or for sizes <= 0.
+  LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, int n_seq, int64_t n_batch, Device d);
+
+  int32_t n_ctx() const override { return n_ctx_; }
+  int n_seq() const override { return n_seq_; }
+  int32_t cached(int seq) const override { return n_cached_.at(seq); }
+  int32_t truncate(int seq, int32_t n) override;
+  size_t bytes() const override { return bytes_; }
+  size_t bytes_per_token() const override;
+
+  /// Layer il's keys and values. Throws kvad::Error when it is not a KeyValue layer.
+  KVLayer& kv(int64_t il);
+  /// Records that the batch's positions are now held (after the forward pass).
+  void advance(const BatchView& b);
+
+ private:
+  std::vector<LayerSpec> specs_;
+  std::vector<KVLayer> kv_;
+  int32_t n_ctx_;
+  int n_seq_;
+  size_t bytes_ = 0;
+  std::vector<int32_t> n_cached_;
+};
+
+}  // namespace kvad

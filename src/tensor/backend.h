@@ -1,0 +1,97 @@
+// The op table: one row per backend (DESIGN.md seams 1 and 3). The op layer
+// (ops.h) checks shapes, allocates outputs on the inputs' device and calls
+// that device's row; a backend library (kernels/cpu, kernels/cuda) fills its
+// row and registers it when the program starts. Nothing above tensor/ calls
+// a row directly.
+//
+// Conventions for every entry: tensors are contiguous, already checked by
+// ops.cpp (same device, shapes and formats as documented in ops.h), and
+// `out` is allocated by the caller on the same device. Entries read and write
+// bytes through Tensor::raw(), never Tensor::data (null off the CPU).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "tensor/tensor.h"
+
+namespace kvad {
+
+/// Element-wise activations (ops.h: silu, gelu, swiglu, geglu).
+enum class Unary : uint8_t {
+  SiLU,       ///< x·σ(x)
+  GELU_tanh,  ///< 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+};
+/// Element-wise binary ops (ops.h: add, mul).
+enum class Binary : uint8_t { Add, Mul };
+
+/// Rotary position embedding (Su et al. 2021) of the first n_rot dims of
+/// each head: pair i rotates by pos·freq_scale·freq_base^(-2i/n_rot).
+struct RopeParams {
+  int64_t n_rot = 0;
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;  ///< linear scaling: multiplies positions
+  bool neox = false;        ///< pair (i, i + n_rot/2) (HF rotate_half); else (2i, 2i+1)
+};
+
+/// Attention over a KV cache (ops.h: attention).
+struct AttentionOpParams {
+  float scale = 0;       ///< multiplies q·k
+  int32_t window = 0;    ///< 0: causal over every cached position; W: positions (p - W, p]
+  int64_t slots = 0;     ///< positions per sequence the cache holds; position p lives in slot p % slots
+};
+
+struct BackendOps {
+  const char* name = "";
+  /// True when the device can run; else false with the reason in *why.
+  bool (*available)(std::string* why) = nullptr;
+  /// True when matmul and get_rows read weights stored in this format.
+  bool (*has_format)(DType t) = nullptr;
+
+  // Memory. alloc throws kvad::Error when the device is out of memory.
+  void* (*alloc)(size_t bytes) = nullptr;
+  void (*release)(void* p, size_t bytes) = nullptr;
+  void (*write)(void* dst, const void* host_src, size_t bytes) = nullptr;  ///< host → device
+  void (*read)(void* host_dst, const void* src, size_t bytes) = nullptr;   ///< device → host, after pending work
+  void (*copy)(void* dst, const void* src, size_t bytes) = nullptr;        ///< within the device
+  /// Rows of src converted to dst's format (same shape): dequantize, quantize, f32 ↔ f16/bf16.
+  void (*convert)(const Tensor& src, const Tensor& dst) = nullptr;
+
+  // Ops (shapes as in ops.h).
+  /// out[i] = x · w[i]ᵀ for i < n (n >= 1; the weights share x).
+  void (*matmul)(const Tensor& x, const Tensor* const* w, const Tensor* out, int n) = nullptr;
+  /// out = a op b; b has a's shape, or one row broadcast over a's rows.
+  void (*binary)(Binary op, const Tensor& a, const Tensor& b, const Tensor& out) = nullptr;
+  void (*scale)(const Tensor& x, float s, const Tensor& out) = nullptr;
+  /// w: nullptr or [ne0] f32; one_plus: x̂·(1 + w).
+  void (*rms_norm)(const Tensor& x, const Tensor* w, float eps, bool one_plus, const Tensor& out) = nullptr;
+  void (*layer_norm)(const Tensor& x, const Tensor* w, const Tensor* b, float eps, const Tensor& out) = nullptr;
+  void (*rope)(const Tensor& x, const Tensor& pos, const RopeParams& p, const Tensor& out) = nullptr;
+  void (*get_rows)(const Tensor& table, const Tensor& ids, const Tensor& out) = nullptr;
+  void (*softmax)(const Tensor& x, const Tensor& out) = nullptr;
+  void (*unary)(Unary op, const Tensor& x, const Tensor& out) = nullptr;
+  void (*glu)(Unary op, const Tensor& gate, const Tensor& up, const Tensor& out) = nullptr;
+  void (*concat)(const Tensor& a, const Tensor& b, const Tensor& out) = nullptr;
+  /// Writes rows of x into cache slots (seq[t]·slots + pos[t] % slots), converted to the cache's format.
+  void (*kv_store)(const Tensor& cache, const Tensor& x, const Tensor& seq, const Tensor& pos, int64_t slots) = nullptr;
+  void (*attention)(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
+                    const AttentionOpParams& p, const Tensor& out) = nullptr;
+};
+
+/// Installs the row of a device type (called once by each backend library
+/// at start-up). A second registration replaces the first.
+void register_backend(DeviceType t, const BackendOps* ops);
+/// The row of a device type, or nullptr when this build has none.
+const BackendOps* find_backend(DeviceType t);
+
+/// Eager offload (DESIGN.md seam 3): when set, ops::matmul offers each
+/// product of CPU tensors to it first (y = x · wᵀ; x [n_tok, w.ne[0]] f32,
+/// y [n_tok, w.n_rows()] f32, host memory); a hook that returns true has
+/// written y (e.g. on a GPU when its work-size gate admits the product, see
+/// kernels/cuda/cpu_offload.h), false leaves it to the CPU row. nullptr (the
+/// default) removes it. Set it before any session runs.
+using MatmulOffloadFn = bool (*)(const Tensor& w, const float* x, int64_t n_tok, float* y);
+void set_matmul_offload(MatmulOffloadFn fn);
+MatmulOffloadFn matmul_offload();
+
+}  // namespace kvad

@@ -1,0 +1,405 @@
+// The op layer: checks, output allocation, dispatch to the inputs' device row.
+#include "tensor/ops.h"
+
+#include <atomic>
+#include <cstring>
+
+#include "base/error.h"
+
+namespace kvad {
+
+namespace {
+const BackendOps* g_rows[kDeviceTypes] = {};
+std::atomic<MatmulOffloadFn> g_offload{nullptr};
+}  // namespace
+
+void register_backend(DeviceType t, const BackendOps* ops) { g_rows[static_cast<int>(t)] = ops; }
+const BackendOps* find_backend(DeviceType t) { return g_rows[static_cast<int>(t)]; }
+void set_matmul_offload(MatmulOffloadFn fn) { g_offload.store(fn); }
+MatmulOffloadFn matmul_offload() { return g_offload.load(); }
+
+}  // namespace kvad
+
+namespace kvad::ops {
+
+namespace {
+
+thread_local ThreadPool* t_pool = nullptr;
+
+struct Counters {
+  std::atomic<int64_t> to_device{0}, to_device_bytes{0}, to_host{0}, to_host_bytes{0};
+};
+Counters g_counts[kDeviceTypes];
+
+[[noreturn]] void fail(const char* op, const std::string& why) { throw Error(std::string(op) + ": " + why); }
+
+const BackendOps& row(Device d, const char* op) {
+  const BackendOps* r = find_backend(d.type);
+  if (!r) fail(op, "no kernels for device " + d.str() + " in this build");
+  return *r;
+}
+
+// The device every (non-empty) input lives on; throws when they differ.
+Device same_device(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : ts) {
+    if (!t || !*t) continue;
+    if (!first) first = t;
+    else if (!(t->device() == first->device()))
+      fail(op, "inputs on different devices (" + first->device().str() + " and " + t->device().str() + ")");
+  }
+  return first ? first->device() : Device::cpu();
+}
+
+void need_type(const char* op, const Tensor& t, DType ty, const char* what) {
+  if (t.type != ty)
+    fail(op, std::string(what) + " must be " + dtype_name(ty) + ", is " + dtype_name(t.type) + " " + shape_str(t));
+}
+
+void need(const char* op, bool ok, const std::string& why) {
+  if (!ok) fail(op, why);
+}
+
+template <class F>
+const F& entry(const F& f, Device d, const char* op) {
+  if (!f) fail(op, std::string("not implemented on ") + d.str());
+  return f;
+}
+
+}  // namespace
+
+ThreadPool* current_pool() { return t_pool; }
+PoolScope::PoolScope(ThreadPool& pool) : prev_(t_pool) { t_pool = &pool; }
+PoolScope::~PoolScope() { t_pool = prev_; }
+
+std::string unavailable(Device d) {
+  const BackendOps* r = find_backend(d.type);
+  if (!r) {
+    if (d.type == DeviceType::CUDA) return "kvad was built without CUDA (reconfigure with nvcc in PATH, or -DKVAD_CUDA=ON)";
+    return "no kernels for device " + d.str() + " in this build";
+  }
+  std::string why;
+  if (r->available && !r->available(&why)) return why.empty() ? d.str() + " is not available" : why;
+  if (d.type == DeviceType::CUDA && d.index != 0) return "only cuda:0 is supported, not " + d.str();
+  return "";
+}
+
+bool has_format(Device d, DType t) {
+  const BackendOps* r = find_backend(d.type);
+  return r && r->has_format && r->has_format(t);
+}
+
+TransferStats transfer_stats(DeviceType t) {
+  const Counters& c = g_counts[static_cast<int>(t)];
+  return {c.to_device.load(), c.to_device_bytes.load(), c.to_host.load(), c.to_host_bytes.load()};
+}
+
+void reset_transfer_stats() {
+  for (Counters& c : g_counts) c.to_device = c.to_device_bytes = c.to_host = c.to_host_bytes = 0;
+}
+
+// ---- memory --------------------------------------------------------------
+
+Tensor empty(DType t, std::array<int64_t, 4> ne, Device d) {
+  const BackendOps& r = row(d, "empty");
+  for (int64_t n : ne)
+    if (n <= 0) fail("empty", "dimension " + std::to_string(n) + " is not positive");
+  if (ne[0] % dtype_info(t).block_elems != 0)
+    fail("empty", "row of " + std::to_string(ne[0]) + " is not a whole number of " + dtype_name(t) + " blocks");
+  Tensor x;
+  x.type = t;
+  x.ne = ne;
+  const size_t n = x.n_bytes();
+  void* p = r.alloc(n ? n : 1);
+  x.storage = std::make_shared<Storage>(d, p, n ? n : 1, r.release);
+  if (d.is_cpu()) x.data = p;
+  return x;
+}
+
+Tensor wrap_host(const void* src, DType t, std::array<int64_t, 4> ne) {
+  Tensor x;
+  x.type = t;
+  x.ne = ne;
+  x.data = src;
+  return x;
+}
+
+Tensor from_host(const void* src, DType t, std::array<int64_t, 4> ne, Device d) {
+  Tensor x = empty(t, ne, d);
+  const size_t n = x.n_bytes();
+  row(d, "from_host").write(x.raw(), src, n);
+  if (!d.is_cpu()) {
+    Counters& c = g_counts[static_cast<int>(d.type)];
+    ++c.to_device;
+    c.to_device_bytes += static_cast<int64_t>(n);
+  }
+  return x;
+}
+
+void to_host(const Tensor& t, void* dst) {
+  const Device d = t.device();
+  if (t.storage) t.storage->wait();
+  const size_t n = t.n_bytes();
+  if (d.is_cpu()) {
+    std::memcpy(dst, t.raw(), n);
+    return;
+  }
+  row(d, "to_host").read(dst, t.raw(), n);
+  Counters& c = g_counts[static_cast<int>(d.type)];
+  ++c.to_host;
+  c.to_host_bytes += static_cast<int64_t>(n);
+}
+
+Tensor to(const Tensor& t, Device d) {
+  if (t.device() == d) return t;
+  Tensor out;
+  if (t.device().is_cpu()) {
+    out = from_host(t.data, t.type, t.ne, d);
+  } else {
+    out = empty(t.type, t.ne, d);
+    if (d.is_cpu()) {
+      to_host(t, out.f32_mut());
+    } else {  // between two devices: through the host
+      std::vector<uint8_t> tmp(t.n_bytes());
+      to_host(t, tmp.data());
+      out = from_host(tmp.data(), t.type, t.ne, d);
+    }
+  }
+  out.name = t.name;
+  return out;
+}
+
+Tensor copy(const Tensor& t) {
+  const Device d = t.device();
+  Tensor out = empty(t.type, t.ne, d);
+  if (t.storage) t.storage->wait();
+  entry(row(d, "copy").copy, d, "copy")(out.raw(), t.raw(), t.n_bytes());
+  out.name = t.name;
+  return out;
+}
+
+// ---- ops -----------------------------------------------------------------
+
+namespace {
+
+Tensor f32_like(const Tensor& x, std::array<int64_t, 4> ne) { return empty(DType::F32, ne, x.device()); }
+
+void check_matmul(const Tensor& x, const Tensor& w, Device d) {
+  need_type("matmul", x, DType::F32, "x");
+  need("matmul", w.ne[2] == 1 && w.ne[3] == 1, "weight " + w.name + " " + shape_str(w) + " is not 2-D");
+  need("matmul", x.ne[0] == w.ne[0],
+       "x " + shape_str(x) + " does not match weight " + w.name + " " + shape_str(w));
+  need("matmul", has_format(d, w.type),
+       std::string("weight ") + w.name + " is " + dtype_name(w.type) + ", a format " + d.str() + " cannot compute with");
+}
+
+}  // namespace
+
+std::vector<Tensor> matmul_multi(const Tensor& x, std::initializer_list<const Tensor*> ws) {
+  const Device d = same_device("matmul", {&x});
+  const int64_t n_tok = x.n_rows();
+  std::vector<Tensor> out;
+  out.reserve(ws.size());
+  for (const Tensor* w : ws) {
+    need("matmul", w && *w && w->device() == d, "weight on another device than x (" + d.str() + ")");
+    check_matmul(x, *w, d);
+    out.push_back(f32_like(x, {w->n_rows(), n_tok, 1, 1}));
+  }
+  if (out.empty()) return out;
+  const Tensor* const* wp = ws.begin();
+  int n = static_cast<int>(ws.size());
+  if (d.is_cpu()) {
+    if (MatmulOffloadFn off = matmul_offload()) {  // products the hook takes are done; the rest run below
+      const Tensor* rest_w[8];
+      Tensor rest_o[8];
+      int k = 0;
+      for (int i = 0; i < n; ++i) {
+        if (off(*wp[i], x.f32(), n_tok, out[i].f32_mut())) continue;
+        if (k == 8) {
+          row(d, "matmul").matmul(x, &wp[i], &out[i], 1);
+        } else {
+          rest_w[k] = wp[i];
+          rest_o[k++] = out[i];
+        }
+      }
+      if (k) row(d, "matmul").matmul(x, rest_w, rest_o, k);
+      return out;
+    }
+  }
+  entry(row(d, "matmul").matmul, d, "matmul")(x, wp, out.data(), n);
+  return out;
+}
+
+Tensor matmul(const Tensor& x, const Tensor& w, const Tensor* bias) {
+  std::vector<Tensor> y = matmul_multi(x, {&w});
+  if (bias && *bias) return add(y[0], *bias);
+  return std::move(y[0]);
+}
+
+namespace {
+Tensor binary(Binary op, const char* name, const Tensor& a, const Tensor& b) {
+  const Device d = same_device(name, {&a, &b});
+  need_type(name, a, DType::F32, "a");
+  need_type(name, b, DType::F32, "b");
+  const bool same = a.ne == b.ne, bcast = b.n_rows() == 1 && b.ne[0] == a.ne[0];
+  need(name, same || bcast, "shapes " + shape_str(a) + " and " + shape_str(b) + " do not match");
+  Tensor out = f32_like(a, a.ne);
+  entry(row(d, name).binary, d, name)(op, a, b, out);
+  return out;
+}
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(Binary::Add, "add", a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(Binary::Mul, "mul", a, b); }
+
+Tensor scale(const Tensor& x, float s) {
+  const Device d = x.device();
+  need_type("scale", x, DType::F32, "x");
+  Tensor out = f32_like(x, x.ne);
+  entry(row(d, "scale").scale, d, "scale")(x, s, out);
+  return out;
+}
+
+namespace {
+void check_vec(const char* op, const Tensor& w, int64_t n, const char* what) {
+  if (!w) return;
+  need_type(op, w, DType::F32, what);
+  need(op, w.n_elements() == n, std::string(what) + " " + w.name + " " + shape_str(w) + " does not have " +
+                                   std::to_string(n) + " elements");
+}
+}  // namespace
+
+Tensor rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight mode) {
+  const Device d = same_device("rms_norm", {&x, &w});
+  need_type("rms_norm", x, DType::F32, "x");
+  check_vec("rms_norm", w, x.ne[0], "weight");
+  Tensor out = f32_like(x, x.ne);
+  entry(row(d, "rms_norm").rms_norm, d, "rms_norm")(x, w ? &w : nullptr, eps, mode == NormWeight::OnePlus, out);
+  return out;
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps) {
+  const Device d = same_device("layer_norm", {&x, &w, &b});
+  need_type("layer_norm", x, DType::F32, "x");
+  check_vec("layer_norm", w, x.ne[0], "weight");
+  check_vec("layer_norm", b, x.ne[0], "bias");
+  Tensor out = f32_like(x, x.ne);
+  entry(row(d, "layer_norm").layer_norm, d, "layer_norm")(x, w ? &w : nullptr, b ? &b : nullptr, eps, out);
+  return out;
+}
+
+Tensor rope(const Tensor& x, const Tensor& pos, const RopeParams& p) {
+  const Device d = same_device("rope", {&x, &pos});
+  need_type("rope", x, DType::F32, "x");
+  need_type("rope", pos, DType::I32, "pos");
+  need("rope", x.ne[3] == 1 && pos.n_elements() == x.ne[2],
+       "x " + shape_str(x) + " is not [n_tok, n_head, head_dim] for " + std::to_string(pos.n_elements()) + " positions");
+  need("rope", p.n_rot > 0 && p.n_rot % 2 == 0 && p.n_rot <= x.ne[0],
+       "n_rot " + std::to_string(p.n_rot) + " does not fit head_dim " + std::to_string(x.ne[0]));
+  Tensor out = f32_like(x, x.ne);
+  entry(row(d, "rope").rope, d, "rope")(x, pos, p, out);
+  return out;
+}
+
+Tensor get_rows(const Tensor& table, const Tensor& ids) {
+  const Device d = same_device("get_rows", {&table, &ids});
+  need_type("get_rows", ids, DType::I32, "ids");
+  need("get_rows", table.type == DType::F32 || has_format(d, table.type),
+       std::string("table ") + table.name + " is " + dtype_name(table.type) + ", a format " + d.str() + " cannot read");
+  Tensor out = f32_like(table, {table.ne[0], ids.n_elements(), 1, 1});
+  entry(row(d, "get_rows").get_rows, d, "get_rows")(table, ids, out);
+  return out;
+}
+
+Tensor softmax(const Tensor& x) {
+  const Device d = x.device();
+  need_type("softmax", x, DType::F32, "x");
+  Tensor out = f32_like(x, x.ne);
+  entry(row(d, "softmax").softmax, d, "softmax")(x, out);
+  return out;
+}
+
+namespace {
+Tensor unary(Unary op, const char* name, const Tensor& x) {
+  const Device d = x.device();
+  need_type(name, x, DType::F32, "x");
+  Tensor out = f32_like(x, x.ne);
+  entry(row(d, name).unary, d, name)(op, x, out);
+  return out;
+}
+Tensor glu(Unary op, const char* name, const Tensor& g, const Tensor& u) {
+  const Device d = same_device(name, {&g, &u});
+  need_type(name, g, DType::F32, "gate");
+  need_type(name, u, DType::F32, "up");
+  need(name, g.ne == u.ne, "gate " + shape_str(g) + " and up " + shape_str(u) + " differ");
+  Tensor out = f32_like(g, g.ne);
+  entry(row(d, name).glu, d, name)(op, g, u, out);
+  return out;
+}
+}  // namespace
+
+Tensor silu(const Tensor& x) { return unary(Unary::SiLU, "silu", x); }
+Tensor gelu(const Tensor& x) { return unary(Unary::GELU_tanh, "gelu", x); }
+Tensor swiglu(const Tensor& g, const Tensor& u) { return glu(Unary::SiLU, "swiglu", g, u); }
+Tensor geglu(const Tensor& g, const Tensor& u) { return glu(Unary::GELU_tanh, "geglu", g, u); }
+
+Tensor concat(const Tensor& a, const Tensor& b) {
+  const Device d = same_device("concat", {&a, &b});
+  need_type("concat", a, DType::F32, "a");
+  need_type("concat", b, DType::F32, "b");
+  need("concat", a.n_rows() == b.n_rows(), "row counts of " + shape_str(a) + " and " + shape_str(b) + " differ");
+  Tensor out = f32_like(a, {a.ne[0] + b.ne[0], a.n_rows(), 1, 1});
+  entry(row(d, "concat").concat, d, "concat")(a, b, out);
+  return out;
+}
+
+namespace {
+void check_ids(const char* op, const Tensor& seq, const Tensor& pos, int64_t n_tok) {
+  need_type(op, seq, DType::I32, "seq");
+  need_type(op, pos, DType::I32, "pos");
+  need(op, seq.n_elements() == n_tok && pos.n_elements() == n_tok,
+       std::to_string(n_tok) + " tokens but " + std::to_string(seq.n_elements()) + " seq and " +
+           std::to_string(pos.n_elements()) + " pos ids");
+}
+}  // namespace
+
+void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Tensor& pos, int64_t slots) {
+  const Device d = same_device("kv_store", {&cache, &x, &seq, &pos});
+  need_type("kv_store", cache, DType::F16, "cache");
+  need_type("kv_store", x, DType::F32, "x");
+  need("kv_store", x.n_elements() == seq.n_elements() * cache.ne[0],
+       "x " + shape_str(x) + " is not " + std::to_string(seq.n_elements()) + " rows of the cache's " +
+           std::to_string(cache.ne[0]));
+  check_ids("kv_store", seq, pos, seq.n_elements());
+  need("kv_store", slots > 0 && cache.n_rows() % slots == 0, "cache rows are not a whole number of rings");
+  entry(row(d, "kv_store").kv_store, d, "kv_store")(cache, x, seq, pos, slots);
+}
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
+                 const AttentionOpParams& p) {
+  const Device d = same_device("attention", {&q, &k, &v, &seq, &pos});
+  need_type("attention", q, DType::F32, "q");
+  need_type("attention", k, DType::F16, "k cache");
+  need_type("attention", v, DType::F16, "v cache");
+  const int64_t D = q.ne[0], H = q.ne[1], n_tok = q.ne[2];
+  check_ids("attention", seq, pos, n_tok);
+  need("attention", q.ne[3] == 1 && k.ne == v.ne && k.ne[0] % D == 0 && H % (k.ne[0] / D) == 0,
+       "q " + shape_str(q) + " does not fit caches " + shape_str(k) + " (GQA needs n_head % n_head_kv == 0)");
+  need("attention", p.slots > 0 && k.n_rows() % p.slots == 0, "cache rows are not a whole number of rings");
+  Tensor out = f32_like(q, q.ne);
+  entry(row(d, "attention").attention, d, "attention")(q, k, v, seq, pos, p, out);
+  return out;
+}
+
+Tensor convert(const Tensor& t, DType to) {
+  if (t.type == to) return t;
+  const Device d = t.device();
+  need("convert", t.ne[0] % dtype_info(to).block_elems == 0,
+       t.name + ": rows of " + std::to_string(t.ne[0]) + " are not a whole number of " + dtype_name(to) + " blocks");
+  Tensor out = empty(to, t.ne, d);
+  entry(row(d, "convert").convert, d, "convert")(t, out);
+  out.name = t.name;
+  return out;
+}
+
+}  // namespace kvad::ops

@@ -1,0 +1,147 @@
+// The eager ops API (DESIGN.md seam 3): model code calls these on Tensors
+// and gets Tensors back. An op runs at once on the device its inputs live on,
+// through that device's row of the op table (tensor/backend.h); there is no
+// graph and nothing is recorded for replay. A GPU op returns as soon as it is
+// queued; the host waits only when it reads (to_host, to).
+//
+// Shapes are ggml order: [n_tok, n] in a comment means ne = {n, n_tok}, n_tok
+// rows of n contiguous values. Activations are f32 unless said otherwise.
+// Every op throws kvad::Error, naming the op and the shapes, when inputs are
+// on different devices, have the wrong shapes or formats, or the device has
+// no row for the op.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "tensor/backend.h"
+#include "tensor/tensor.h"
+
+namespace kvad {
+class ThreadPool;
+}
+
+namespace kvad::ops {
+
+/// The pool the CPU row splits work over, for ops called on this thread
+/// (nullptr: the calling thread alone). Set for a scope with PoolScope.
+ThreadPool* current_pool();
+class PoolScope {
+ public:
+  explicit PoolScope(ThreadPool& pool);
+  ~PoolScope();
+  PoolScope(const PoolScope&) = delete;
+  PoolScope& operator=(const PoolScope&) = delete;
+
+ private:
+  ThreadPool* prev_;
+};
+
+/// "" when ops can run on `d` in this build and on this machine; else why
+/// not ("kvad was built without CUDA ...", "no CUDA device: ...").
+std::string unavailable(Device d);
+/// True when `d`'s row reads weights of format `t` in matmul and get_rows.
+bool has_format(Device d, DType t);
+
+// ---- memory --------------------------------------------------------------
+
+/// An uninitialised tensor on `d`. ne: shape (ggml order).
+Tensor empty(DType t, std::array<int64_t, 4> ne, Device d);
+/// A tensor on `d` holding a copy of `src` (row_bytes(t, ne[0]) · rows bytes
+/// of host memory): one host → device transfer.
+Tensor from_host(const void* src, DType t, std::array<int64_t, 4> ne, Device d);
+/// A CPU tensor over host memory the caller keeps alive (no copy).
+Tensor wrap_host(const void* src, DType t, std::array<int64_t, 4> ne);
+/// Copies all of `t` (contiguous) into host memory `dst` (t.n_bytes()),
+/// after the device's pending work: one device → host transfer.
+void to_host(const Tensor& t, void* dst);
+/// `t` on device `d`: the same tensor when it is there already, else a copy
+/// (host ↔ device transfers counted as to_host/from_host).
+Tensor to(const Tensor& t, Device d);
+/// A copy of `t` on its device.
+Tensor copy(const Tensor& t);
+/// Rows of a tensor converted to another format on its device (dequantize,
+/// quantize, f32 ↔ f16/bf16; the CPU row uses its format kernels'
+/// to_float/from_float); `t` itself when it is that format already. ne[0]
+/// must be a whole number of `to`'s blocks.
+Tensor convert(const Tensor& t, DType to);
+
+/// Host transfers through the op layer since the last reset, per device type
+/// (the sim device's residency contract is checked with these).
+struct TransferStats {
+  int64_t to_device = 0, to_device_bytes = 0;  ///< from_host, to(host → device)
+  int64_t to_host = 0, to_host_bytes = 0;      ///< to_host, to(device → host)
+};
+TransferStats transfer_stats(DeviceType t);
+void reset_transfer_stats();
+
+// ---- ops -----------------------------------------------------------------
+
+/// y = x · Wᵀ (+ bias). x: [n_tok, n_in] f32; W: [n_out, n_in] in any format
+/// the device reads (has_format); bias: nullptr or [n_out] f32; y: [n_tok, n_out].
+/// On the CPU, activations are converted once to W's vec_dot_type as ggml does
+/// (kernels/cpu/ops.h cpu::matmul); the offload hook (backend.h) is offered
+/// the product first.
+Tensor matmul(const Tensor& x, const Tensor& w, const Tensor* bias = nullptr);
+/// Several products of the same x (q/k/v, gate/up) in one call: on the CPU
+/// the activations are converted once and one parallel loop covers all rows.
+/// Results equal separate matmul calls bit for bit.
+std::vector<Tensor> matmul_multi(const Tensor& x, std::initializer_list<const Tensor*> ws);
+
+/// a + b, a ⊙ b: b has a's shape, or is one row ([n] with n = a.ne[0]) added
+/// to or multiplied into every row of a.
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+/// x · s.
+Tensor scale(const Tensor& x, float s);
+
+/// How an RMSNorm weight multiplies x̂: as stored (Llama; GGUF Gemma, whose
+/// converter stores 1 + w), or as 1 + w (HF Gemma checkpoints).
+enum class NormWeight { Plain, OnePlus };
+/// RMSNorm of each row (Zhang & Sennrich 2019): x̂ = x / √(mean(x²) + eps),
+/// y = x̂ ⊙ w (or x̂ ⊙ (1 + w)). x: [rows, n]; w: empty or [n] f32. For
+/// per-head norms (QK-norm) pass x viewed as [n_tok·n_head, head_dim].
+Tensor rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight mode = NormWeight::Plain);
+/// LayerNorm of each row (Ba et al. 2016): (x - mean) / √(var + eps) ⊙ w + b.
+/// x: [rows, n]; w, b: empty or [n] f32.
+Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps);
+
+/// RoPE (Su et al. 2021) of x: [n_tok, n_head, head_dim] (ne = {head_dim,
+/// n_head, n_tok}) at positions pos: [n_tok] i32; dims past n_rot pass
+/// through (partial rotary). Pairing and scaling as RopeParams says.
+Tensor rope(const Tensor& x, const Tensor& pos, const RopeParams& p);
+
+/// out[i] = row ids[i] of `table` ([n_rows, n], any format the device reads,
+/// or f32 activations) as f32. ids: [n_ids] i32; out: [n_ids, n]. An id
+/// outside [0, n_rows) throws on the CPU; device rows give zeros.
+Tensor get_rows(const Tensor& table, const Tensor& ids);
+
+/// Softmax of each row (max-subtracted).
+Tensor softmax(const Tensor& x);
+/// x·σ(x) (SiLU) and tanh-GELU, element-wise.
+Tensor silu(const Tensor& x);
+Tensor gelu(const Tensor& x);
+/// silu(gate) ⊙ up (SwiGLU) and gelu(gate) ⊙ up (GeGLU), Shazeer 2020.
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+Tensor geglu(const Tensor& gate, const Tensor& up);
+/// Rows of a and b joined: [rows, na] and [rows, nb] → [rows, na + nb].
+Tensor concat(const Tensor& a, const Tensor& b);
+
+/// Stores rows of x ([n_tok, n], f32) into a cache tensor ([n_seq·slots, n],
+/// f16): token t goes to row seq[t]·slots + pos[t] % slots. seq, pos:
+/// [n_tok] i32. slots: positions each sequence's ring holds.
+void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Tensor& pos, int64_t slots);
+/// Causal scaled dot-product attention (Vaswani et al. 2017) of n_tok query
+/// tokens over f16 caches k, v: [n_seq·slots, n_head_kv·head_dim] written by
+/// kv_store. q: [n_tok, n_head, head_dim]; token t (sequence seq[t],
+/// position pos[t]) sees positions [first, pos[t]] of its sequence, first = 0
+/// or pos[t] - window + 1; query head h reads kv head h / (n_head / n_head_kv)
+/// (grouped-query attention, Ainslie et al. 2023). The caller keeps
+/// slots >= window + tokens per call (a ring never overwrites what a token
+/// sees). out: [n_tok, n_head, head_dim].
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
+                 const AttentionOpParams& p);
+
+}  // namespace kvad::ops
