@@ -1,0 +1,310 @@
+// Every op of the table (tensor/backend.h) on every device present, against
+// the CPU row as the reference (ggml's test-backend-ops is the model; DESIGN.md
+// seam 2). Odd sizes and edge cases included: single tokens, row counts that
+// are not multiples of any tile, partial rotary, GQA, sliding windows whose
+// ring wraps, several sequences in one batch, every weight format matmul and
+// get_rows take. `sim` runs the CPU kernels behind the device boundary, so
+// its results must be bit-identical; `cuda` (when a GPU is present) must be
+// within each op's tolerance. Every case prints its max error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "tensor/half.h"
+#include "tensor/ops.h"
+
+namespace {
+
+using kvad::Device;
+using kvad::DType;
+using kvad::Tensor;
+namespace ops = kvad::ops;
+using Shape = std::array<int64_t, 4>;
+
+std::vector<Device> devices() {
+  std::vector<Device> d = {Device::sim()};
+  if (ops::unavailable(Device::cuda()).empty()) d.push_back(Device::cuda());
+  return d;
+}
+
+Tensor rand_f32(std::mt19937& rng, Shape ne, float scale = 1.0f, float offset = 0.0f) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> v(ne[0] * ne[1] * ne[2] * ne[3]);
+  for (float& x : v) x = offset + scale * nd(rng);
+  return ops::from_host(v.data(), DType::F32, ne, Device::cpu());
+}
+
+Tensor ids_tensor(const std::vector<int32_t>& v) {
+  return ops::from_host(v.data(), DType::I32, {static_cast<int64_t>(v.size()), 1, 1, 1}, Device::cpu());
+}
+
+std::vector<float> host_f32(const Tensor& t) {
+  std::vector<float> v(t.n_elements());
+  ops::to_host(t, v.data());
+  return v;
+}
+
+// Max |a - b| / max(1, |a|).
+double max_err(const std::vector<float>& ref, const std::vector<float>& got) {
+  EXPECT_EQ(ref.size(), got.size());
+  double m = 0;
+  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
+    const double d = std::fabs(double(ref[i]) - got[i]) / std::max(1.0, std::fabs(double(ref[i])));
+    m = std::isnan(d) ? INFINITY : std::max(m, d);
+  }
+  return m;
+}
+
+// Runs `op` on the CPU inputs and on copies of them on every device, and
+// compares the f32 results: sim bit for bit, others within `tol`.
+void check(const std::string& name, const std::vector<Tensor>& in, double tol,
+           const std::function<Tensor(const std::vector<Tensor>&)>& op) {
+  kvad::ThreadPool pool(2);
+  ops::PoolScope scope(pool);
+  const std::vector<float> ref = host_f32(op(in));
+  for (const Device d : devices()) {
+    std::vector<Tensor> din;
+    for (const Tensor& t : in) din.push_back(t ? ops::to(t, d) : Tensor{});
+    const Tensor out = op(din);
+    EXPECT_EQ(out.device(), d) << name;
+    if (d.type == kvad::DeviceType::Sim) EXPECT_EQ(out.data, nullptr) << name << ": a sim tensor must not expose host memory";
+    const double e = max_err(ref, host_f32(out));
+    std::printf("[op] %-40s %-5s max_err %.3g (tol %.3g)\n", name.c_str(), d.str().c_str(), e,
+                d.type == kvad::DeviceType::Sim ? 0.0 : tol);
+    if (d.type == kvad::DeviceType::Sim) EXPECT_EQ(e, 0.0) << name << " on sim";
+    else EXPECT_LE(e, tol) << name << " on " << d.str();
+  }
+}
+
+TEST(Ops, SimIsAlwaysPresent) {
+  EXPECT_EQ(ops::unavailable(Device::sim()), "");
+  EXPECT_EQ(ops::unavailable(Device::cpu()), "");
+  EXPECT_TRUE(ops::has_format(Device::sim(), DType::Q4_K));
+}
+
+TEST(Ops, Matmul) {
+  std::mt19937 rng(1);
+  for (DType wt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                   DType::Q4_K, DType::Q6_K, DType::IQ4_NL}) {
+    const int64_t n_in = kvad::dtype_info(wt).block_elems == 256 ? 512 : 96;
+    for (int64_t n_tok : {1, 3, 17}) {
+      const Tensor w = ops::convert(rand_f32(rng, {n_in, 33, 1, 1}, 0.1f), wt);
+      const Tensor x = rand_f32(rng, {n_in, n_tok, 1, 1});
+      check(std::string("matmul ") + kvad::dtype_name(wt) + " n_tok=" + std::to_string(n_tok), {x, w}, 2e-2,
+            [](const std::vector<Tensor>& a) { return ops::matmul(a[0], a[1]); });
+    }
+  }
+}
+
+TEST(Ops, MatmulMultiAndBias) {
+  std::mt19937 rng(2);
+  const Tensor x = rand_f32(rng, {64, 5, 1, 1});
+  const Tensor w1 = ops::convert(rand_f32(rng, {64, 40, 1, 1}, 0.1f), DType::Q8_0);
+  const Tensor w2 = ops::convert(rand_f32(rng, {64, 24, 1, 1}, 0.1f), DType::Q8_0);
+  const Tensor b = rand_f32(rng, {24, 1, 1, 1});
+  for (int i = 0; i < 2; ++i)
+    check("matmul_multi part " + std::to_string(i), {x, w1, w2}, 2e-2,
+          [i](const std::vector<Tensor>& a) { return ops::matmul_multi(a[0], {&a[1], &a[2]})[i]; });
+  check("matmul + bias", {x, w2, b}, 2e-2, [](const std::vector<Tensor>& a) { return ops::matmul(a[0], a[1], &a[2]); });
+  // matmul_multi equals separate products bit for bit on the CPU.
+  const auto both = ops::matmul_multi(x, {&w1, &w2});
+  EXPECT_EQ(host_f32(both[0]), host_f32(ops::matmul(x, w1)));
+  EXPECT_EQ(host_f32(both[1]), host_f32(ops::matmul(x, w2)));
+}
+
+TEST(Ops, ElementWise) {
+  std::mt19937 rng(3);
+  const Tensor a = rand_f32(rng, {37, 5, 1, 1}), b = rand_f32(rng, {37, 5, 1, 1}), row = rand_f32(rng, {37, 1, 1, 1});
+  check("add", {a, b}, 1e-6, [](const auto& t) { return ops::add(t[0], t[1]); });
+  check("add row broadcast", {a, row}, 1e-6, [](const auto& t) { return ops::add(t[0], t[1]); });
+  check("mul", {a, b}, 1e-6, [](const auto& t) { return ops::mul(t[0], t[1]); });
+  check("mul row broadcast", {a, row}, 1e-6, [](const auto& t) { return ops::mul(t[0], t[1]); });
+  check("scale", {a}, 1e-6, [](const auto& t) { return ops::scale(t[0], -0.37f); });
+  check("silu", {a}, 1e-5, [](const auto& t) { return ops::silu(t[0]); });
+  check("gelu", {a}, 1e-5, [](const auto& t) { return ops::gelu(t[0]); });
+  check("swiglu", {a, b}, 1e-5, [](const auto& t) { return ops::swiglu(t[0], t[1]); });
+  check("geglu", {a, b}, 1e-5, [](const auto& t) { return ops::geglu(t[0], t[1]); });
+  check("softmax", {a}, 1e-5, [](const auto& t) { return ops::softmax(t[0]); });
+  check("concat", {a, rand_f32(rng, {11, 5, 1, 1})}, 0, [](const auto& t) { return ops::concat(t[0], t[1]); });
+  check("copy", {a}, 0, [](const auto& t) { return ops::copy(t[0]); });
+  // Element-wise ops over more than one chunk of the CPU row's parallel split.
+  const Tensor big = rand_f32(rng, {1000, 70, 1, 1}), big2 = rand_f32(rng, {1000, 70, 1, 1});
+  check("add 70000", {big, big2}, 1e-6, [](const auto& t) { return ops::add(t[0], t[1]); });
+}
+
+TEST(Ops, Norms) {
+  std::mt19937 rng(4);
+  const Tensor x = rand_f32(rng, {72, 7, 1, 1}, 2.0f, 0.5f), w = rand_f32(rng, {72, 1, 1, 1}, 0.2f, 1.0f),
+               b = rand_f32(rng, {72, 1, 1, 1});
+  check("rms_norm", {x, w}, 1e-5, [](const auto& t) { return ops::rms_norm(t[0], t[1], 1e-6f); });
+  check("rms_norm 1+w", {x, w}, 1e-5,
+        [](const auto& t) { return ops::rms_norm(t[0], t[1], 1e-6f, ops::NormWeight::OnePlus); });
+  check("rms_norm no weight", {x}, 1e-5, [](const auto& t) { return ops::rms_norm(t[0], Tensor{}, 1e-6f); });
+  check("layer_norm", {x, w, b}, 1e-5, [](const auto& t) { return ops::layer_norm(t[0], t[1], t[2], 1e-5f); });
+  // The definitions, on the CPU.
+  const auto xv = host_f32(x), wv = host_f32(w), y = host_f32(ops::rms_norm(x, w, 1e-6f, ops::NormWeight::OnePlus));
+  double ss = 0;
+  for (int i = 0; i < 72; ++i) ss += double(xv[i]) * xv[i];
+  for (int i = 0; i < 72; ++i) EXPECT_NEAR(y[i], xv[i] / std::sqrt(ss / 72 + 1e-6) * (1 + wv[i]), 1e-5);
+}
+
+TEST(Ops, Rope) {
+  std::mt19937 rng(5);
+  const Tensor pos = ids_tensor({0, 1, 7, 300, 4095});
+  for (bool neox : {false, true})
+    for (int64_t n_rot : {32, 16}) {  // full and partial rotary
+      const Tensor x = rand_f32(rng, {32, 3, 5, 1});
+      kvad::RopeParams p{n_rot, 10000.0f, n_rot == 16 ? 0.5f : 1.0f, neox};
+      check(std::string("rope ") + (neox ? "neox" : "norm") + " n_rot=" + std::to_string(n_rot), {x, pos}, 1e-5,
+            [p](const auto& t) { return ops::rope(t[0], t[1], p); });
+      // Dims past n_rot pass through.
+      if (n_rot < 32) {
+        const auto xv = host_f32(x), y = host_f32(ops::rope(x, pos, p));
+        for (int64_t i = 0; i < 15; ++i)
+          for (int64_t c = n_rot; c < 32; ++c) EXPECT_EQ(y[i * 32 + c], xv[i * 32 + c]);
+      }
+    }
+}
+
+TEST(Ops, GetRows) {
+  std::mt19937 rng(6);
+  const Tensor ids = ids_tensor({4, 0, 9, 4});
+  for (DType t : {DType::F32, DType::F16, DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    const int64_t n = kvad::dtype_info(t).block_elems == 256 ? 256 : 96;
+    const Tensor table = ops::convert(rand_f32(rng, {n, 10, 1, 1}), t);
+    check(std::string("get_rows ") + kvad::dtype_name(t), {table, ids}, 1e-6,
+          [](const auto& a) { return ops::get_rows(a[0], a[1]); });
+  }
+  EXPECT_THROW(ops::get_rows(rand_f32(rng, {8, 3, 1, 1}), ids_tensor({3})), kvad::Error);
+}
+
+// kv_store then attention over one layer's caches: two sequences in one batch,
+// GQA (4 query heads over 2 kv heads), full causal and a window with a ring
+// smaller than the positions written (it wraps).
+TEST(Ops, KvStoreAndAttention) {
+  std::mt19937 rng(7);
+  const int64_t D = 32, H = 4, Hkv = 2;
+  struct Case {
+    const char* name;
+    int32_t window;
+    int64_t slots;
+  };
+  for (const Case c : {Case{"full", 0, 40}, Case{"window 5, ring 9", 5, 9}, Case{"window 3, ring 40", 3, 40}}) {
+    // Sequence 0 holds positions 0..19, sequence 1 positions 0..6 (written in
+    // steps of at most slots - window tokens, as a Session would).
+    std::vector<int32_t> seq, pos;
+    const Tensor kc0 = ops::empty(DType::F16, {Hkv * D, 2 * c.slots, 1, 1}, Device::cpu());
+    const Tensor vc0 = ops::empty(DType::F16, {Hkv * D, 2 * c.slots, 1, 1}, Device::cpu());
+    std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> steps;
+    const int32_t step = c.window ? static_cast<int32_t>(c.slots - c.window) : 20;
+    for (int32_t p0 = 0; p0 < 20; p0 += step) {
+      std::vector<int32_t> s, p;
+      for (int32_t q = p0; q < std::min(20, p0 + step); ++q) s.push_back(0), p.push_back(q);
+      for (int32_t q = p0; q < std::min(7, p0 + step); ++q) s.push_back(1), p.push_back(q);
+      steps.push_back({s, p});
+    }
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const int64_t n = static_cast<int64_t>(steps[i].first.size());
+      const Tensor q = rand_f32(rng, {D, H, n, 1}), k = rand_f32(rng, {Hkv * D, n, 1, 1}), v = rand_f32(rng, {Hkv * D, n, 1, 1});
+      const Tensor st = ids_tensor(steps[i].first), pt = ids_tensor(steps[i].second);
+      const kvad::AttentionOpParams ap{0.17f, c.window, c.slots};
+      // Caches carry state across steps: each device keeps its own pair.
+      static std::vector<Tensor> dev_k, dev_v;
+      if (i == 0) {
+        dev_k.clear();
+        dev_v.clear();
+        for (const Device d : devices()) {
+          dev_k.push_back(ops::empty(DType::F16, kc0.ne, d));
+          dev_v.push_back(ops::empty(DType::F16, vc0.ne, d));
+        }
+      }
+      int di = -1;
+      check(std::string("attention ") + c.name + " step " + std::to_string(i), {q, k, v, st, pt}, 1e-4,
+            [&](const std::vector<Tensor>& a) {
+              const bool cpu = a[0].device().is_cpu();
+              if (!cpu) ++di;
+              const Tensor& kc = cpu ? kc0 : dev_k[di];
+              const Tensor& vc = cpu ? vc0 : dev_v[di];
+              ops::kv_store(kc, a[1], a[3], a[4], c.slots);
+              ops::kv_store(vc, a[2], a[3], a[4], c.slots);
+              return ops::attention(a[0], kc, vc, a[3], a[4], ap);
+            });
+    }
+  }
+}
+
+// The CPU attention against its definition: softmax over the visible
+// positions of f16-rounded keys and values, for the window ring that wraps.
+TEST(Ops, AttentionMatchesDefinition) {
+  std::mt19937 rng(8);
+  const int64_t D = 16, H = 2, slots = 6;
+  const int32_t window = 4;
+  const Tensor kc = ops::empty(DType::F16, {D, slots, 1, 1}, Device::cpu());
+  const Tensor vc = ops::empty(DType::F16, {D, slots, 1, 1}, Device::cpu());
+  std::vector<std::vector<float>> ks, vs;
+  for (int32_t p = 0; p < 15; ++p) {
+    const Tensor q = rand_f32(rng, {D, H, 1, 1}), k = rand_f32(rng, {D, 1, 1, 1}), v = rand_f32(rng, {D, 1, 1, 1});
+    const Tensor st = ids_tensor({0}), pt = ids_tensor({p});
+    ops::kv_store(kc, k, st, pt, slots);
+    ops::kv_store(vc, v, st, pt, slots);
+    ks.push_back(host_f32(k));
+    vs.push_back(host_f32(v));
+    for (auto* a : {&ks.back(), &vs.back()})
+      for (float& x : *a) x = kvad::f16_to_f32(kvad::f32_to_f16(x));
+    const auto out = host_f32(ops::attention(q, kc, vc, st, pt, {0.25f, window, slots}));
+    const auto qv = host_f32(q);
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<double> s;
+      double mx = -1e300, sum = 0;
+      for (int32_t j = std::max(0, p - window + 1); j <= p; ++j) {
+        double d = 0;
+        for (int64_t i = 0; i < D; ++i) d += double(qv[h * D + i]) * ks[j][i];
+        s.push_back(0.25 * d);
+        mx = std::max(mx, s.back());
+      }
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      for (int64_t i = 0; i < D; ++i) {
+        double want = 0;
+        for (int32_t j = std::max(0, p - window + 1), r = 0; j <= p; ++j, ++r) want += s[r] / sum * vs[j][i];
+        ASSERT_NEAR(out[h * D + i], want, 1e-5) << "pos " << p << " head " << h;
+      }
+    }
+  }
+}
+
+TEST(Ops, Errors) {
+  std::mt19937 rng(9);
+  const Tensor a = rand_f32(rng, {8, 2, 1, 1}), b = rand_f32(rng, {9, 2, 1, 1});
+  EXPECT_THROW(ops::add(a, b), kvad::Error);                              // shapes
+  EXPECT_THROW(ops::add(a, ops::to(a, Device::sim())), kvad::Error);      // devices
+  EXPECT_THROW(ops::matmul(a, b), kvad::Error);                           // inner dims
+  EXPECT_THROW(ops::rope(a.view({8, 1, 2, 1}), ids_tensor({0}), {8}), kvad::Error);  // positions
+  EXPECT_THROW(Device::parse("tpu"), kvad::Error);
+  EXPECT_EQ(Device::parse("cuda:1"), Device::cuda(1));
+}
+
+TEST(Ops, SimCountsTransfers) {
+  std::mt19937 rng(10);
+  const Tensor a = rand_f32(rng, {16, 4, 1, 1});
+  ops::reset_transfer_stats();
+  const Tensor s = ops::to(a, Device::sim());
+  const Tensor r = ops::add(ops::scale(s, 2.0f), s);  // stays on the device
+  std::vector<float> out(64);
+  ops::to_host(r, out.data());
+  const ops::TransferStats st = ops::transfer_stats(kvad::DeviceType::Sim);
+  EXPECT_EQ(st.to_device, 1);
+  EXPECT_EQ(st.to_device_bytes, 64 * 4);
+  EXPECT_EQ(st.to_host, 1);
+  EXPECT_EQ(st.to_host_bytes, 64 * 4);
+  const auto av = host_f32(a);
+  for (int i = 0; i < 64; ++i) EXPECT_EQ(out[i], av[i] * 2.0f + av[i]);
+}
+
+}  // namespace
