@@ -82,7 +82,7 @@ void bench(const BenchOptions& o) {
   if (o.reps < 1) throw Error("-r must be at least 1");
   if (o.n_prompt < 0 || o.n_gen < 0) throw Error("-p and -n must not be negative");
   LoadedModel m = load_for_cli(o.model, o.device);
-  const std::string backend = o.device.device == "cuda" ? "CUDA" : "CPU";
+  const std::string backend = o.device.device == "cpu" ? "CPU" : o.device.device == "sim" ? "sim" : "CUDA";
   const HParams& hp = m.model->hparams();
   const int32_t n_ctx = std::max(o.n_prompt, o.n_gen) + 1;
   Session s(m.model, n_ctx, 1, o.threads);

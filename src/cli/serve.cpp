@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "cli/generation_options.h"
 #include "cli/loaded_model.h"
 #include "cli/model_store.h"
 #include "io/gguf.h"
@@ -25,6 +26,7 @@ namespace {
 
 struct ServeOptions {
   std::string model;
+  DeviceOptions device;
   std::string host = "127.0.0.1";
   int port = 8080;
   int parallel = 4;
@@ -43,7 +45,7 @@ extern "C" void on_signal(int sig) { g_signal.store(sig); }
 void serve(const ServeOptions& o) {
   if (o.parallel < 1) throw Error("--parallel must be at least 1, got " + std::to_string(o.parallel));
   if (o.port < 0 || o.port > 65535) throw Error("--port must be in [0, 65535], got " + std::to_string(o.port));
-  LoadedModel m = load_for_cli(o.model);
+  LoadedModel m = load_for_cli(o.model, o.device);
   const HParams& hp = m.model->hparams();
 
   server::ServerOptions so;
@@ -109,6 +111,7 @@ void add_serve(CLI::App& app) {
   c->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
   c->add_option("--queue", o->queue, "Requests that may wait for a slot before new ones get 429")->capture_default_str();
   c->add_option("-b,--batch", o->batch, "Prompt tokens evaluated per step, all slots together")->capture_default_str();
+  add_device_options(c, o->device);
   c->add_flag("-q,--quiet", o->quiet, "Do not log each request");
   c->callback([o] { serve(*o); });
 }
