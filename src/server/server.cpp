@@ -18,8 +18,8 @@
 #include "server/chat_page.h"
 #include "server/metrics.h"
 #include "server/openai.h"
-#include "tokenizer/chat_prompt.h"
-#include "tokenizer/chat_template.h"
+#include "engine/chat_prompt.h"
+#include "jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvad::server {

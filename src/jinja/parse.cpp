@@ -1,8 +1,8 @@
-// Lexer and parser of the Jinja2 chat-template engine (see jinja_parse.h).
+// Lexer and parser of the Jinja2 chat-template engine (see parse.h).
 // Source: jinja2 3.1 lexer.py (tokeniter: OptionalLStrip, trim_blocks via the
 // block-suffix newline, bracket balancing of end tags) and parser.py (the
 // grammar, one function per precedence level, named as there).
-#include "tokenizer/jinja_parse.h"
+#include "jinja/parse.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,10 +1,10 @@
 // Filters, tests, globals and Python methods of the Jinja2 chat-template
-// engine (jinja_builtins.h). Sources: jinja2 3.1 filters.py, tests.py,
+// engine (builtins.h). Sources: jinja2 3.1 filters.py, tests.py,
 // defaults.py, utils.py (Namespace, joiner), sandbox.py (safe_range,
 // modifies_known_mutable); HuggingFace transformers' chat-template
 // environment (tojson = json.dumps(x, ensure_ascii=False, indent, separators,
 // sort_keys), raise_exception, strftime_now); CPython's str methods.
-#include "tokenizer/jinja_builtins.h"
+#include "jinja/builtins.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,14 +1,14 @@
-// Statements and expressions of the Jinja2 chat-template engine (jinja_eval.h).
+// Statements and expressions of the Jinja2 chat-template engine (eval.h).
 // Sources: jinja2 3.1 (compiler.py scoping: a for-loop iteration, macro call
 // or block body is a new scope, `if` is not; runtime.py Macro/LoopContext;
 // sandbox.py getattr/getitem) and CPython's operator semantics.
-#include "tokenizer/jinja_eval.h"
+#include "jinja/eval.h"
 
 #include <cmath>
 #include <new>
 #include <optional>
 
-#include "tokenizer/jinja_builtins.h"
+#include "jinja/builtins.h"
 
 namespace kvad::jinja {
 

@@ -11,14 +11,14 @@
 //   unary (- +) binds tighter than **; filters (|f) and tests (is t) apply to
 //   the unary expression: -x|abs is abs(-x), a + b is defined is a + (b is defined).
 //
-// Internal to src/tokenizer; the public API is chat_template.h.
+// Internal to src/jinja; the public API is chat_template.h.
 #pragma once
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
 namespace kvad::jinja {
 

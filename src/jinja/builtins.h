@@ -2,11 +2,11 @@
 // the globals HuggingFace adds (raise_exception, strftime_now, its tojson),
 // and the Python str/dict/list methods templates call.
 //
-// Internal to src/tokenizer; the public API is chat_template.h.
+// Internal to src/jinja; the public API is chat_template.h.
 #pragma once
 #include <string>
 
-#include "tokenizer/jinja_eval.h"
+#include "jinja/eval.h"
 
 namespace kvad::jinja {
 
