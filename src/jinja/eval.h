@@ -39,6 +39,10 @@ using FramePtr = std::shared_ptr<Frame>;
 
 class Macro;
 
+/// Fails with an Undefined's message: the template used it (called it,
+/// iterated it, did arithmetic with it).
+[[noreturn]] void undefined_used(const Value& v);
+
 /// A native callable (built-in function, bound method).
 class NativeFunction : public Object {
  public:
