@@ -4,7 +4,7 @@
 //
 // - Quantization reproduces ggml's quantize_row_*_ref (ggml/src/ggml-quants.c)
 //   step for step in float32. The output is byte-identical to ggml's
-//   (tests/tensor/test_fixtures.cpp checks it against ggml and, for
+//   (tests/kernels/cpu/test_fixtures.cpp checks it against ggml and, for
 //   TQ1_0/TQ2_0, gguf-py's quants.quantize).
 // - Dequantization follows dequantize_row_* (and gguf-py's quants.py).
 // - Dot products form exact integer sums within a super-block (or 32-block

@@ -5,7 +5,7 @@
 // - Quantization reproduces ggml's quantize_row_*_ref (ggml/src/ggml-quants.c)
 //   step for step in float32: the same trial scales, the same sums in the same
 //   order, ggml's nearest_int (round half to even by the 1.5*2^23 trick). The
-//   output is byte-identical to ggml's (tests/tensor/test_fixtures.cpp
+//   output is byte-identical to ggml's (tests/kernels/cpu/test_fixtures.cpp
 //   checks it against ggml).
 // - Dequantization follows dequantize_row_* (and gguf-py's quants.py): the
 //   sub-block scale d*sc (and min dmin*m) in float32, then scale*q [- min],
