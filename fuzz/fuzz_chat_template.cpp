@@ -1,4 +1,4 @@
-// libFuzzer target for the chat-template engine (src/tokenizer/chat_template.h).
+// libFuzzer target for the chat-template engine (src/jinja/chat_template.h).
 //
 // The input is a template's source. It is parsed, then rendered with a small
 // conversation (strings, numbers, null, nested lists and dicts, tools) under
@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tokenizer/chat_template.h"
+#include "jinja/chat_template.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Make the quantization fixtures for kvad's format tests (tests/tensor/).
+"""Make the quantization fixtures for kvad's format tests (tests/kernels/cpu/).
 
 Usage:
     python3 tools/make_quant_fixtures.py [--out tests/fixtures/quants]

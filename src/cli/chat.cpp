@@ -24,7 +24,7 @@
 #include "engine/session.h"
 #include "io/gguf.h"
 #include "model/model.h"
-#include "tokenizer/chat_prompt.h"
+#include "engine/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvad::cli {

@@ -17,7 +17,7 @@
 #include "io/gguf.h"
 #include "model/model.h"
 #include "server/server.h"
-#include "tokenizer/chat_prompt.h"
+#include "engine/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvad::cli {

@@ -20,7 +20,7 @@
 #include "cli/commands.h"
 #include "cli/model_store.h"
 #include "io/gguf.h"
-#include "tokenizer/chat_template.h"
+#include "jinja/chat_template.h"
 
 namespace kvad::cli {
 

@@ -283,6 +283,74 @@ json usage_json(const GenUsage& u) {
               {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
+json response_base(const ResponseMeta& m, bool chunk) {
+  return json{{"id", m.id},
+              {"object", m.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+              {"created", m.created},
+              {"model", m.model}};
+}
+
+json completion_response(const ResponseMeta& m, const std::string& text, const std::string& finish_reason,
+                         const GenUsage& usage) {
+  json out = response_base(m, false);
+  json choice = {{"index", 0}};
+  if (m.chat)
+    choice["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
+  else
+    choice["text"] = text;
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason;
+  out["choices"] = json::array({choice});
+  out["usage"] = usage_json(usage);
+  return out;
+}
+
+json completion_chunk(const ResponseMeta& m, const std::string& text, const json& finish_reason, bool include_usage) {
+  json c = response_base(m, true);
+  json choice = {{"index", 0}};
+  if (m.chat) {
+    choice["delta"] = finish_reason.is_null() ? json{{"content", text}} : json::object();
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason;
+  c["choices"] = json::array({choice});
+  if (include_usage) c["usage"] = nullptr;
+  return c;
+}
+
+json chat_role_chunk(const ResponseMeta& m, bool include_usage) {
+  json c = response_base(m, true);
+  c["choices"] = json::array({{{"index", 0},
+                               {"delta", {{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}}},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr}}});
+  if (include_usage) c["usage"] = nullptr;
+  return c;
+}
+
+json usage_chunk(const ResponseMeta& m, const GenUsage& usage) {
+  json u = response_base(m, true);
+  u["choices"] = json::array();
+  u["usage"] = usage_json(usage);
+  return u;
+}
+
+json model_object(const std::string& id, int64_t created) {
+  return json{{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "kvad"}};
+}
+
+json model_list(const std::string& id, int64_t created) {
+  return json{{"object", "list"}, {"data", json::array({model_object(id, created)})}};
+}
+
+ApiError generation_error(const std::string& error) {
+  const bool down = error.find("shutting down") != std::string::npos;
+  return ApiError(down ? 503 : 500, "The generation failed: " + error, "server_error", "",
+                  down ? "server_shutting_down" : "internal_error");
+}
+
 std::string new_response_id(const std::string& prefix) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   static const char* hex = "0123456789abcdef";

@@ -1,6 +1,6 @@
 // OpenAI API requests and responses as JSON: validation of
-// /v1/chat/completions and /v1/completions bodies, the response and
-// streaming-chunk objects, and the error object. No HTTP here.
+// /v1/chat/completions and /v1/completions bodies, the response,
+// streaming-chunk, usage and model objects, and the error object. No HTTP here.
 //
 // Reference: the OpenAI API reference (platform.openai.com/docs/api-reference,
 // "Chat" and "Completions (legacy)"), and the official `openai` Python
@@ -65,6 +65,46 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat);
 
 /// Token counts for `usage`.
 nlohmann::ordered_json usage_json(const GenUsage& u);
+
+/// What every response object of one completion carries.
+struct ResponseMeta {
+  std::string id;       ///< new_response_id()
+  int64_t created = 0;  ///< Unix time, seconds
+  std::string model;
+  bool chat = false;    ///< /v1/chat/completions (else /v1/completions)
+};
+
+/// {"id", "object", "created", "model"}; object is "chat.completion",
+/// "chat.completion.chunk" (chunk) or "text_completion".
+nlohmann::ordered_json response_base(const ResponseMeta& m, bool chunk);
+
+/// A whole (not streamed) response: one choice with the assistant message
+/// (chat) or the text, its finish_reason, and the usage.
+nlohmann::ordered_json completion_response(const ResponseMeta& m, const std::string& text,
+                                           const std::string& finish_reason, const GenUsage& usage);
+
+/// A streamed chunk with one choice: a text delta while `finish_reason` is
+/// null, then an empty delta with it. "usage": null when include_usage.
+nlohmann::ordered_json completion_chunk(const ResponseMeta& m, const std::string& text,
+                                        const nlohmann::ordered_json& finish_reason, bool include_usage);
+
+/// The first chunk of a streamed chat completion: the assistant role with
+/// empty content. "usage": null when include_usage.
+nlohmann::ordered_json chat_role_chunk(const ResponseMeta& m, bool include_usage);
+
+/// The last chunk of a stream with stream_options.include_usage: no choices,
+/// the usage.
+nlohmann::ordered_json usage_chunk(const ResponseMeta& m, const GenUsage& usage);
+
+/// A model of /v1/models: {"id", "object": "model", "created", "owned_by": "kvad"}.
+nlohmann::ordered_json model_object(const std::string& id, int64_t created);
+/// GET /v1/models: {"object": "list", "data": [model_object(id, created)]}.
+nlohmann::ordered_json model_list(const std::string& id, int64_t created);
+
+/// The error for a generation that failed with `error` (GenEvent::error):
+/// 503 server_shutting_down when the scheduler was shutting down, else 500
+/// internal_error.
+ApiError generation_error(const std::string& error);
 
 /// A fresh response id: prefix + 24 random hex digits ("chatcmpl-...", "cmpl-...").
 std::string new_response_id(const std::string& prefix);

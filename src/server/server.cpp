@@ -18,8 +18,8 @@
 #include "server/chat_page.h"
 #include "server/metrics.h"
 #include "server/openai.h"
-#include "tokenizer/chat_prompt.h"
-#include "tokenizer/chat_template.h"
+#include "engine/chat_prompt.h"
+#include "jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvad::server {
@@ -106,9 +106,6 @@ struct Server::Impl {
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
   std::vector<int32_t> tokenize(const CompletionRequest& r) const;
   std::vector<int32_t> tokenize_chat(const std::vector<ChatMessage>& messages) const;
-  json model_object() const {
-    return json{{"id", o.model_id}, {"object", "model"}, {"created", created}, {"owned_by", "kvad"}};
-  }
 
   ServerOptions o;
   std::shared_ptr<const Tokenizer> tok;
@@ -179,12 +176,7 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
   const std::string id = new_response_id(is_chat ? "chatcmpl-" : "cmpl-");
   const int64_t created_at = static_cast<int64_t>(std::time(nullptr));
   const int fd = find_connection_fd(req);
-  auto base = [id, created_at, model = o.model_id, is_chat](bool chunk) {
-    return json{{"id", id},
-                {"object", is_chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
-                {"created", created_at},
-                {"model", model}};
-  };
+  const ResponseMeta meta{id, created_at, o.model_id, is_chat};
 
   if (!r.stream) {
     std::string text;
@@ -207,21 +199,8 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
       }
     }
     metrics.count_finish(last.finish_reason);
-    if (last.finish_reason == "error")
-      throw ApiError(last.error.find("shutting down") != std::string::npos ? 503 : 500,
-                     "The generation failed: " + last.error, "server_error", "",
-                     last.error.find("shutting down") != std::string::npos ? "server_shutting_down" : "internal_error");
-    json out = base(false);
-    json choice = {{"index", 0}};
-    if (is_chat)
-      choice["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
-    else
-      choice["text"] = text;
-    choice["logprobs"] = nullptr;
-    choice["finish_reason"] = last.finish_reason;
-    out["choices"] = json::array({choice});
-    out["usage"] = usage_json(last.usage);
-    res.set_content(dump(out), "application/json");
+    if (last.finish_reason == "error") throw generation_error(last.error);
+    res.set_content(dump(completion_response(meta, text, last.finish_reason, last.usage)), "application/json");
     return;
   }
 
@@ -240,24 +219,10 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, st, fd, base, is_chat, include_usage](size_t, httplib::DataSink& sink) -> bool {
+      [this, st, fd, meta, include_usage](size_t, httplib::DataSink& sink) -> bool {
         auto send = [&](const json& j) {
           const std::string s = "data: " + dump(j) + "\n\n";
           return sink.write(s.data(), s.size());
-        };
-        auto chunk = [&](const std::string& text, const json& finish) {
-          json c = base(true);
-          json choice = {{"index", 0}};
-          if (is_chat) {
-            choice["delta"] = finish.is_null() ? json{{"content", text}} : json::object();
-          } else {
-            choice["text"] = text;
-          }
-          choice["logprobs"] = nullptr;
-          choice["finish_reason"] = finish;
-          c["choices"] = json::array({choice});
-          if (include_usage) c["usage"] = nullptr;
-          return c;
         };
         auto drop = [&] {
           st->job->cancel();
@@ -265,38 +230,23 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
         };
         if (!st->started) {
           st->started = true;
-          if (is_chat) {
-            json c = base(true);
-            c["choices"] = json::array({{{"index", 0},
-                                         {"delta", {{"role", "assistant"}, {"content", ""}, {"refusal", nullptr}}},
-                                         {"logprobs", nullptr},
-                                         {"finish_reason", nullptr}}});
-            if (include_usage) c["usage"] = nullptr;
-            if (!send(c)) return drop();
-          }
+          if (meta.chat && !send(chat_role_chunk(meta, include_usage))) return drop();
           return true;
         }
         std::optional<GenEvent> ev = st->job->wait(kPoll);
         if (!ev) return peer_closed(fd) ? drop() : true;
-        if (!ev->text.empty() && !send(chunk(ev->text, nullptr))) return drop();
+        if (!ev->text.empty() && !send(completion_chunk(meta, ev->text, nullptr, include_usage))) return drop();
         if (!ev->done) return true;
         st->finished = true;
         metrics.count_finish(ev->finish_reason);
         if (ev->finish_reason == "cancelled") return false;
         if (ev->finish_reason == "error") {
-          const bool down = ev->error.find("shutting down") != std::string::npos;
-          send(error_body(ApiError(down ? 503 : 500, "The generation failed: " + ev->error, "server_error", "",
-                                   down ? "server_shutting_down" : "internal_error")));
+          send(error_body(generation_error(ev->error)));
           sink.done();
           return true;
         }
-        if (!send(chunk("", ev->finish_reason))) return false;
-        if (include_usage) {
-          json u = base(true);
-          u["choices"] = json::array();
-          u["usage"] = usage_json(ev->usage);
-          if (!send(u)) return false;
-        }
+        if (!send(completion_chunk(meta, "", ev->finish_reason, include_usage))) return false;
+        if (include_usage && !send(usage_chunk(meta, ev->usage))) return false;
         const std::string done = "data: [DONE]\n\n";
         if (!sink.write(done.data(), done.size())) return false;
         sink.done();
@@ -397,11 +347,11 @@ void Server::Impl::routes() {
                                "method_not_allowed"));
     });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(dump(json{{"object", "list"}, {"data", json::array({model_object()})}}), "application/json");
+    res.set_content(dump(model_list(o.model_id, created)), "application/json");
   });
   http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
     if (req.matches[1] == o.model_id)
-      res.set_content(dump(model_object()), "application/json");
+      res.set_content(dump(model_object(o.model_id, created)), "application/json");
     else
       send_error(res, ApiError(404, "The model '" + std::string(req.matches[1]) + "' does not exist.",
                                "invalid_request_error", "model", "model_not_found"));

@@ -47,7 +47,7 @@ struct ServerOptions {
   int port = 8080;                 ///< 0: any free port (bind() returns it)
   std::string api_key;             ///< "": no authentication
   std::string model_id;            ///< what /v1/models lists and requests must name
-  /// The model's chat format (tokenizer/chat_prompt.h); null when it has
+  /// The model's chat format (engine/chat_prompt.h); null when it has
   /// none or it does not parse: /v1/chat/completions then answers 500 with
   /// chat_error.
   std::shared_ptr<const ChatPrompt> chat;

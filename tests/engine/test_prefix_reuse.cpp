@@ -11,7 +11,7 @@
 #include "io/gguf.h"
 #include "model/registry.h"
 #include "model_path.h"
-#include "tokenizer/chat_prompt.h"
+#include "engine/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
 
 using json = nlohmann::ordered_json;

@@ -1,11 +1,10 @@
-// The data rows of the format table (tensor/dtype.h) and the CPU kernels rows.
+// The data rows of the format table (tensor/dtype.h). (The CPU kernels rows
+// are checked in tests/kernels/cpu/test_formats.cpp.)
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 
-#include "base/cpu_features.h"
-#include "base/error.h"
 #include "kernels/cpu/blocks.h"
 #include "kernels/cpu/kernels.h"
 #include "tensor/dtype.h"
@@ -108,40 +107,4 @@ TEST(DType, Lookup) {
   EXPECT_EQ(find_dtype_by_name(""), nullptr);
   EXPECT_EQ(find_dtype_by_name("q4_0x"), nullptr);
   for (DType t : kAll) EXPECT_EQ(find_dtype_by_name(dtype_name(t))->type, t);
-}
-
-TEST(CpuKernels, Rows) {
-  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0,
-                  DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
-                  DType::Q6_K, DType::IQ4_NL, DType::TQ1_0, DType::TQ2_0}) {
-    EXPECT_TRUE(cpu::has_cpu_kernels(t)) << dtype_name(t);
-    const cpu::CpuKernels& k = cpu::cpu_kernels(t);
-    EXPECT_TRUE(k.to_float && k.from_float && k.vec_dot) << dtype_name(t);
-    EXPECT_TRUE(k.to_float_ref && k.from_float_ref && k.vec_dot_ref) << dtype_name(t);
-    // The activation format has a from_float to make the dot's right operand.
-    EXPECT_NE(cpu::cpu_kernels(dtype_info(t).vec_dot_type).from_float, nullptr);
-    if (!cpu_features().has_avx2_fma()) {
-      EXPECT_EQ(k.vec_dot, k.vec_dot_ref);
-      EXPECT_EQ(k.to_float, k.to_float_ref);
-    } else {
-      EXPECT_NE(k.vec_dot, k.vec_dot_ref) << dtype_name(t);
-    }
-  }
-  // Q8_1 is an activation format: conversions but no weight dot.
-  EXPECT_FALSE(cpu::has_cpu_kernels(DType::Q8_1));
-  EXPECT_NE(cpu::cpu_kernels(DType::Q8_1).from_float, nullptr);
-  EXPECT_EQ(cpu::cpu_kernels(DType::Q8_1).vec_dot, nullptr);
-  // So is Q8_K (the K-quants' and TQ's).
-  EXPECT_FALSE(cpu::has_cpu_kernels(DType::Q8_K));
-  EXPECT_NE(cpu::cpu_kernels(DType::Q8_K).from_float, nullptr);
-  EXPECT_NE(cpu::cpu_kernels(DType::Q8_K).to_float, nullptr);
-  EXPECT_EQ(cpu::cpu_kernels(DType::Q8_K).vec_dot, nullptr);
-  EXPECT_FALSE(cpu::has_cpu_kernels(DType::I32));
-  try {
-    cpu::cpu_kernels(DType::I32);
-    FAIL() << "expected kvad::Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("i32"), std::string::npos) << e.what();
-  }
-  std::printf("dispatch: %s\n", cpu_features().has_avx2_fma() ? "AVX2+FMA+F16C" : "scalar reference");
 }

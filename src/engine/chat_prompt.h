@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/chat_template.h"
+#include "jinja/chat_template.h"
 
 namespace kvad {
 

@@ -1,4 +1,4 @@
-#include "tokenizer/chat_prompt.h"
+#include "engine/chat_prompt.h"
 
 #include "base/error.h"
 #include "io/gguf.h"

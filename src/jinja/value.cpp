@@ -2,7 +2,7 @@
 // float repr, json.dumps, and the Unicode helpers behind str methods.
 // Sources: CPython 3 (Objects/unicodeobject.c unicode_repr, Python/pystrtod.c
 // float repr, Lib/json/encoder.py), jinja2 3.1 runtime.py (Undefined).
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
 #include <algorithm>
 #include <charconv>

@@ -1,8 +1,8 @@
 // ChatTemplate: parse once, render many (chat_template.h).
-#include "tokenizer/chat_template.h"
+#include "jinja/chat_template.h"
 
-#include "tokenizer/jinja_eval.h"
-#include "tokenizer/jinja_parse.h"
+#include "jinja/eval.h"
+#include "jinja/parse.h"
 
 namespace kvad {
 

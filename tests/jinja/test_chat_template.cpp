@@ -1,4 +1,4 @@
-// Chat templates (src/tokenizer/chat_template.h) against Python's jinja2.
+// Chat templates (src/jinja/chat_template.h) against Python's jinja2.
 //
 // - tests/fixtures/templates/<model>.json: real models' chat templates
 //   (peer-data's templates/ and SmolLM2's own, copied from its GGUF)
@@ -19,7 +19,7 @@
 #include <sstream>
 #include <thread>
 
-#include "tokenizer/chat_template.h"
+#include "jinja/chat_template.h"
 
 namespace {
 

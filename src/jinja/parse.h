@@ -1,4 +1,5 @@
-// Lexer, parser and syntax tree of the Jinja2 chat-template engine.
+// Syntax tree of the Jinja2 chat-template engine, and parse(): source to
+// tree through the lexer (lexer.h) and the parser (parser.h).
 //
 // Source: jinja2 3.1 (lexer.py, parser.py) with the settings HuggingFace
 // transformers uses for chat templates: trim_blocks=True, lstrip_blocks=True,
@@ -11,14 +12,14 @@
 //   unary (- +) binds tighter than **; filters (|f) and tests (is t) apply to
 //   the unary expression: -x|abs is abs(-x), a + b is defined is a + (b is defined).
 //
-// Internal to src/tokenizer; the public API is chat_template.h.
+// Internal to src/jinja; the public API is chat_template.h.
 #pragma once
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja_value.h"
+#include "jinja/value.h"
 
 namespace kvad::jinja {
 
@@ -126,10 +127,5 @@ struct ParseLimits {
 /// Parses template source. Throws TemplateFailure with the line and column of
 /// a syntax error or an unsupported tag (extends, include, import, block, ...).
 std::shared_ptr<const Program> parse(std::string_view source, const ParseLimits& limits);
-
-/// Decodes Python `unicode-escape` escapes in a string literal's body, as
-/// jinja2's lexer does (\n \t \\ \' \" \xhh \uXXXX \UXXXXXXXX \ooo; unknown
-/// escapes are kept). Throws TemplateFailure on a truncated escape.
-std::string decode_escapes(std::string_view raw);
 
 }  // namespace kvad::jinja

@@ -4,7 +4,7 @@
 // render chat templates. Output must match theirs byte for byte, so printing
 // follows Python's str()/repr() (True, None, ['a', 'b'], 1.0, 1e+16).
 //
-// Internal to src/tokenizer; the public API is chat_template.h.
+// Internal to src/jinja; the public API is chat_template.h.
 #pragma once
 #include <cstdint>
 #include <memory>

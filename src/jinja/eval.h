@@ -5,7 +5,7 @@
 // (list/dict mutators such as append and update are unsafe and fail when
 // called, as there).
 //
-// Internal to src/tokenizer; the public API is chat_template.h.
+// Internal to src/jinja; the public API is chat_template.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/jinja_parse.h"
-#include "tokenizer/jinja_value.h"
+#include "jinja/parse.h"
+#include "jinja/value.h"
 
 namespace kvad::jinja {
 
@@ -38,6 +38,10 @@ struct Frame {
 using FramePtr = std::shared_ptr<Frame>;
 
 class Macro;
+
+/// Fails with an Undefined's message: the template used it (called it,
+/// iterated it, did arithmetic with it).
+[[noreturn]] void undefined_used(const Value& v);
 
 /// A native callable (built-in function, bound method).
 class NativeFunction : public Object {

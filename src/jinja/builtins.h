@@ -1,12 +1,14 @@
 // Built-ins of the Jinja2 chat-template engine: jinja2 3.1's filters and tests,
 // the globals HuggingFace adds (raise_exception, strftime_now, its tojson),
-// and the Python str/dict/list methods templates call.
+// and the Python str/dict/list methods templates call. Implemented in
+// filters.cpp, tests.cpp, globals.cpp (Interp::filter, test, global),
+// methods.cpp and format.cpp, on the helpers of builtin_helpers.h.
 //
-// Internal to src/tokenizer; the public API is chat_template.h.
+// Internal to src/jinja; the public API is chat_template.h.
 #pragma once
 #include <string>
 
-#include "tokenizer/jinja_eval.h"
+#include "jinja/eval.h"
 
 namespace kvad::jinja {
 
