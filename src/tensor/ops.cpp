@@ -56,9 +56,11 @@ void need_type(const char* op, const Tensor& t, DType ty, const char* what) {
     fail(op, std::string(what) + " must be " + dtype_name(ty) + ", is " + dtype_name(t.type) + " " + shape_str(t));
 }
 
-void need(const char* op, bool ok, const std::string& why) {
-  if (!ok) fail(op, why);
-}
+// Checks cost nothing on success: the message is only built on failure.
+#define KVAD_NEED(op, ok, why) \
+  do {                         \
+    if (!(ok)) fail(op, why);  \
+  } while (0)
 
 template <class F>
 const F& entry(const F& f, Device d, const char* op) {
@@ -186,10 +188,10 @@ Tensor f32_like(const Tensor& x, std::array<int64_t, 4> ne) { return empty(DType
 
 void check_matmul(const Tensor& x, const Tensor& w, Device d) {
   need_type("matmul", x, DType::F32, "x");
-  need("matmul", w.ne[2] == 1 && w.ne[3] == 1, "weight " + w.name + " " + shape_str(w) + " is not 2-D");
-  need("matmul", x.ne[0] == w.ne[0],
+  KVAD_NEED("matmul", w.ne[2] == 1 && w.ne[3] == 1, "weight " + w.name + " " + shape_str(w) + " is not 2-D");
+  KVAD_NEED("matmul", x.ne[0] == w.ne[0],
        "x " + shape_str(x) + " does not match weight " + w.name + " " + shape_str(w));
-  need("matmul", has_format(d, w.type),
+  KVAD_NEED("matmul", has_format(d, w.type),
        std::string("weight ") + w.name + " is " + dtype_name(w.type) + ", a format " + d.str() + " cannot compute with");
 }
 
@@ -201,7 +203,7 @@ std::vector<Tensor> matmul_multi(const Tensor& x, std::initializer_list<const Te
   std::vector<Tensor> out;
   out.reserve(ws.size());
   for (const Tensor* w : ws) {
-    need("matmul", w && *w && w->device() == d, "weight on another device than x (" + d.str() + ")");
+    KVAD_NEED("matmul", w && *w && w->device() == d, "weight on another device than x (" + d.str() + ")");
     check_matmul(x, *w, d);
     out.push_back(f32_like(x, {w->n_rows(), n_tok, 1, 1}));
   }
@@ -242,7 +244,7 @@ Tensor binary(Binary op, const char* name, const Tensor& a, const Tensor& b) {
   need_type(name, a, DType::F32, "a");
   need_type(name, b, DType::F32, "b");
   const bool same = a.ne == b.ne, bcast = b.n_rows() == 1 && b.ne[0] == a.ne[0];
-  need(name, same || bcast, "shapes " + shape_str(a) + " and " + shape_str(b) + " do not match");
+  KVAD_NEED(name, same || bcast, "shapes " + shape_str(a) + " and " + shape_str(b) + " do not match");
   Tensor out = f32_like(a, a.ne);
   entry(row(d, name).binary, d, name)(op, a, b, out);
   return out;
@@ -264,7 +266,7 @@ namespace {
 void check_vec(const char* op, const Tensor& w, int64_t n, const char* what) {
   if (!w) return;
   need_type(op, w, DType::F32, what);
-  need(op, w.n_elements() == n, std::string(what) + " " + w.name + " " + shape_str(w) + " does not have " +
+  KVAD_NEED(op, w.n_elements() == n, std::string(what) + " " + w.name + " " + shape_str(w) + " does not have " +
                                    std::to_string(n) + " elements");
 }
 }  // namespace
@@ -292,9 +294,9 @@ Tensor rope(const Tensor& x, const Tensor& pos, const RopeParams& p) {
   const Device d = same_device("rope", {&x, &pos});
   need_type("rope", x, DType::F32, "x");
   need_type("rope", pos, DType::I32, "pos");
-  need("rope", x.ne[3] == 1 && pos.n_elements() == x.ne[2],
+  KVAD_NEED("rope", x.ne[3] == 1 && pos.n_elements() == x.ne[2],
        "x " + shape_str(x) + " is not [n_tok, n_head, head_dim] for " + std::to_string(pos.n_elements()) + " positions");
-  need("rope", p.n_rot > 0 && p.n_rot % 2 == 0 && p.n_rot <= x.ne[0],
+  KVAD_NEED("rope", p.n_rot > 0 && p.n_rot % 2 == 0 && p.n_rot <= x.ne[0],
        "n_rot " + std::to_string(p.n_rot) + " does not fit head_dim " + std::to_string(x.ne[0]));
   Tensor out = f32_like(x, x.ne);
   entry(row(d, "rope").rope, d, "rope")(x, pos, p, out);
@@ -304,7 +306,7 @@ Tensor rope(const Tensor& x, const Tensor& pos, const RopeParams& p) {
 Tensor get_rows(const Tensor& table, const Tensor& ids) {
   const Device d = same_device("get_rows", {&table, &ids});
   need_type("get_rows", ids, DType::I32, "ids");
-  need("get_rows", table.type == DType::F32 || has_format(d, table.type),
+  KVAD_NEED("get_rows", table.type == DType::F32 || has_format(d, table.type),
        std::string("table ") + table.name + " is " + dtype_name(table.type) + ", a format " + d.str() + " cannot read");
   Tensor out = f32_like(table, {table.ne[0], ids.n_elements(), 1, 1});
   entry(row(d, "get_rows").get_rows, d, "get_rows")(table, ids, out);
@@ -331,7 +333,7 @@ Tensor glu(Unary op, const char* name, const Tensor& g, const Tensor& u) {
   const Device d = same_device(name, {&g, &u});
   need_type(name, g, DType::F32, "gate");
   need_type(name, u, DType::F32, "up");
-  need(name, g.ne == u.ne, "gate " + shape_str(g) + " and up " + shape_str(u) + " differ");
+  KVAD_NEED(name, g.ne == u.ne, "gate " + shape_str(g) + " and up " + shape_str(u) + " differ");
   Tensor out = f32_like(g, g.ne);
   entry(row(d, name).glu, d, name)(op, g, u, out);
   return out;
@@ -347,7 +349,7 @@ Tensor concat(const Tensor& a, const Tensor& b) {
   const Device d = same_device("concat", {&a, &b});
   need_type("concat", a, DType::F32, "a");
   need_type("concat", b, DType::F32, "b");
-  need("concat", a.n_rows() == b.n_rows(), "row counts of " + shape_str(a) + " and " + shape_str(b) + " differ");
+  KVAD_NEED("concat", a.n_rows() == b.n_rows(), "row counts of " + shape_str(a) + " and " + shape_str(b) + " differ");
   Tensor out = f32_like(a, {a.ne[0] + b.ne[0], a.n_rows(), 1, 1});
   entry(row(d, "concat").concat, d, "concat")(a, b, out);
   return out;
@@ -357,7 +359,7 @@ namespace {
 void check_ids(const char* op, const Tensor& seq, const Tensor& pos, int64_t n_tok) {
   need_type(op, seq, DType::I32, "seq");
   need_type(op, pos, DType::I32, "pos");
-  need(op, seq.n_elements() == n_tok && pos.n_elements() == n_tok,
+  KVAD_NEED(op, seq.n_elements() == n_tok && pos.n_elements() == n_tok,
        std::to_string(n_tok) + " tokens but " + std::to_string(seq.n_elements()) + " seq and " +
            std::to_string(pos.n_elements()) + " pos ids");
 }
@@ -367,11 +369,11 @@ void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Ten
   const Device d = same_device("kv_store", {&cache, &x, &seq, &pos});
   need_type("kv_store", cache, DType::F16, "cache");
   need_type("kv_store", x, DType::F32, "x");
-  need("kv_store", x.n_elements() == seq.n_elements() * cache.ne[0],
+  KVAD_NEED("kv_store", x.n_elements() == seq.n_elements() * cache.ne[0],
        "x " + shape_str(x) + " is not " + std::to_string(seq.n_elements()) + " rows of the cache's " +
            std::to_string(cache.ne[0]));
   check_ids("kv_store", seq, pos, seq.n_elements());
-  need("kv_store", slots > 0 && cache.n_rows() % slots == 0, "cache rows are not a whole number of rings");
+  KVAD_NEED("kv_store", slots > 0 && cache.n_rows() % slots == 0, "cache rows are not a whole number of rings");
   entry(row(d, "kv_store").kv_store, d, "kv_store")(cache, x, seq, pos, slots);
 }
 
@@ -383,9 +385,9 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   need_type("attention", v, DType::F16, "v cache");
   const int64_t D = q.ne[0], H = q.ne[1], n_tok = q.ne[2];
   check_ids("attention", seq, pos, n_tok);
-  need("attention", q.ne[3] == 1 && k.ne == v.ne && k.ne[0] % D == 0 && H % (k.ne[0] / D) == 0,
+  KVAD_NEED("attention", q.ne[3] == 1 && k.ne == v.ne && k.ne[0] % D == 0 && H % (k.ne[0] / D) == 0,
        "q " + shape_str(q) + " does not fit caches " + shape_str(k) + " (GQA needs n_head % n_head_kv == 0)");
-  need("attention", p.slots > 0 && k.n_rows() % p.slots == 0, "cache rows are not a whole number of rings");
+  KVAD_NEED("attention", p.slots > 0 && k.n_rows() % p.slots == 0, "cache rows are not a whole number of rings");
   Tensor out = f32_like(q, q.ne);
   entry(row(d, "attention").attention, d, "attention")(q, k, v, seq, pos, p, out);
   return out;
@@ -394,7 +396,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 Tensor convert(const Tensor& t, DType to) {
   if (t.type == to) return t;
   const Device d = t.device();
-  need("convert", t.ne[0] % dtype_info(to).block_elems == 0,
+  KVAD_NEED("convert", t.ne[0] % dtype_info(to).block_elems == 0,
        t.name + ": rows of " + std::to_string(t.ne[0]) + " are not a whole number of " + dtype_name(to) + " blocks");
   Tensor out = empty(to, t.ne, d);
   entry(row(d, "convert").convert, d, "convert")(t, out);

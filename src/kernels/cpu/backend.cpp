@@ -135,9 +135,16 @@ void elementwise(int64_t n, F&& f) {
 
 void matmul(const Tensor& x, const Tensor* const* w, const Tensor* o, int n) {
   const int64_t n_tok = x.n_rows();
-  if (n == 1) {
-    HostView hw(*w[0]);
-    cpu::matmul(pool(), *hw, in(x), n_tok, out(o[0]));
+  bool host = n <= 8;  // CPU weights: their Tensor::data is the address already
+  for (int i = 0; i < n && host; ++i) host = w[i]->data != nullptr;
+  if (host) {
+    if (n == 1) {
+      cpu::matmul(pool(), *w[0], in(x), n_tok, out(o[0]));
+      return;
+    }
+    MatmulTarget t[8];
+    for (int i = 0; i < n; ++i) t[i] = {w[i], out(o[i])};
+    cpu::matmul_multi(pool(), t, n, in(x), n_tok);
     return;
   }
   std::vector<HostView> hw;
