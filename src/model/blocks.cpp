@@ -3,6 +3,8 @@
 #include <vector>
 
 #include "base/error.h"
+#include "io/tensor_source.h"
+#include "model/weights.h"
 
 namespace kvad {
 
@@ -36,6 +38,33 @@ void require_f32(const std::string& file, std::initializer_list<const Tensor*> t
   for (const Tensor* t : ts)
     if (*t && t->type != DType::F32)
       throw Error(file + ": " + t->name + " must be f32, is " + dtype_name(t->type));
+}
+
+AttentionWeights load_attention_weights(WeightLoader& wl, const std::string& p, int64_t E, int64_t q_dim,
+                                        int64_t kv_dim, int64_t D) {
+  AttentionWeights w;
+  w.norm = wl.get(p + "attn_norm.weight", {E});
+  w.wq = wl.get(p + "attn_q.weight", {E, q_dim});
+  w.wk = wl.get(p + "attn_k.weight", {E, kv_dim});
+  w.wv = wl.get(p + "attn_v.weight", {E, kv_dim});
+  w.wo = wl.get(p + "attn_output.weight", {q_dim, E});
+  w.q_norm = wl.get_optional(p + "attn_q_norm.weight", {D});
+  w.k_norm = wl.get_optional(p + "attn_k_norm.weight", {D});
+  w.bq = wl.get_optional(p + "attn_q.bias", {q_dim});
+  w.bk = wl.get_optional(p + "attn_k.bias", {kv_dim});
+  w.bv = wl.get_optional(p + "attn_v.bias", {kv_dim});
+  require_f32(wl.path(), {&w.norm, &w.q_norm, &w.k_norm, &w.bq, &w.bk, &w.bv});
+  return w;
+}
+
+MlpWeights load_mlp_weights(WeightLoader& wl, const std::string& p, int64_t E, int64_t F) {
+  MlpWeights w;
+  w.norm = wl.get(p + "ffn_norm.weight", {E});
+  w.gate = wl.get(p + "ffn_gate.weight", {E, F});
+  w.up = wl.get(p + "ffn_up.weight", {E, F});
+  w.down = wl.get(p + "ffn_down.weight", {F, E});
+  require_f32(wl.path(), {&w.norm});
+  return w;
 }
 
 Tensor attention_block(const AttentionWeights& w, const AttentionParams& p, KVLayer& cache, const BatchIds& b,

@@ -38,6 +38,16 @@ struct AttentionWeights {
   Tensor bq, bk, bv;
 };
 
+class WeightLoader;
+
+/// The attention weights of layer `prefix` ("blk.N.") under llama.cpp's GGUF
+/// names: attn_norm [n_embd], attn_q [n_embd → q_dim], attn_k / attn_v
+/// [n_embd → kv_dim], attn_output [q_dim → n_embd]; the optional ones
+/// (attn_q_norm / attn_k_norm [head_dim], attn_q/k/v biases) when present.
+/// Throws as WeightLoader::get, and when a norm is not f32.
+AttentionWeights load_attention_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t q_dim,
+                                        int64_t kv_dim, int64_t head_dim);
+
 /// How one layer's attention is computed.
 struct AttentionParams {
   int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
@@ -75,6 +85,10 @@ enum class Activation {
 struct MlpWeights {
   Tensor norm, gate, up, down;
 };
+
+/// ffn_norm [n_embd], ffn_gate / ffn_up [n_embd → n_ff], ffn_down [n_ff → n_embd]
+/// of layer `prefix` ("blk.N."). Throws as WeightLoader::get.
+MlpWeights load_mlp_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff);
 
 /// The gated feed-forward block of a pre-norm decoder layer:
 ///   n = RMSNorm(x) ⊙ norm;  out = Wdown · (act(Wgate·n) ⊙ Wup·n)

@@ -14,6 +14,8 @@ WeightLoader::WeightLoader(std::shared_ptr<const TensorSource> src, const Device
   if (const std::string why = ops::unavailable(dev_); !why.empty()) throw Error(why);
 }
 
+const std::string& WeightLoader::path() const { return src_->path(); }
+
 bool WeightLoader::has(const std::string& name) const { return src_->find(name) != nullptr; }
 
 static std::string dims_str(const int64_t* ne, size_t n) {

@@ -39,6 +39,8 @@ class WeightLoader {
   size_t bytes() const { return bytes_; }
   int64_t n_params() const { return n_params_; }
   Device device() const { return dev_; }
+  /// The checkpoint's path, for error messages.
+  const std::string& path() const;
 
  private:
   DType device_format(const Tensor& t) const;

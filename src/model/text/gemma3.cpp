@@ -91,21 +91,13 @@ class Gemma3 final : public Model {
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const std::string p = "blk." + std::to_string(il) + ".";
       Layer& L = layers_[il];
-      L.attn.norm = wl.get(p + "attn_norm.weight", {E});
-      L.attn.wq = wl.get(p + "attn_q.weight", {E, q_dim});
-      L.attn.wk = wl.get(p + "attn_k.weight", {E, kv_dim});
-      L.attn.wv = wl.get(p + "attn_v.weight", {E, kv_dim});
-      L.attn.q_norm = wl.get(p + "attn_q_norm.weight", {D});
-      L.attn.k_norm = wl.get(p + "attn_k_norm.weight", {D});
-      L.attn.wo = wl.get(p + "attn_output.weight", {q_dim, E});
+      L.attn = load_attention_weights(wl, p, E, q_dim, kv_dim, D);
+      if (!L.attn.q_norm || !L.attn.k_norm)
+        throw Error(src->path() + ": missing tensor " + p + (L.attn.q_norm ? "attn_k_norm.weight" : "attn_q_norm.weight"));
       L.post_attention_norm = wl.get(p + "post_attention_norm.weight", {E});
-      L.ffn.norm = wl.get(p + "ffn_norm.weight", {E});
-      L.ffn.gate = wl.get(p + "ffn_gate.weight", {E, F});
-      L.ffn.up = wl.get(p + "ffn_up.weight", {E, F});
-      L.ffn.down = wl.get(p + "ffn_down.weight", {F, E});
+      L.ffn = load_mlp_weights(wl, p, E, F);
       L.post_ffw_norm = wl.get(p + "post_ffw_norm.weight", {E});
-      require_f32(src->path(), {&L.attn.norm, &L.attn.q_norm, &L.attn.k_norm, &L.post_attention_norm,
-                                &L.ffn.norm, &L.post_ffw_norm});
+      require_f32(src->path(), {&L.post_attention_norm, &L.post_ffw_norm});
     }
     require_f32(src->path(), {&output_norm_});
     wl.finish();  // a file with output.weight (an untied head) is refused here, naming it

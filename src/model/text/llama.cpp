@@ -56,16 +56,8 @@ class Llama final : public Model {
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const std::string p = "blk." + std::to_string(il) + ".";
       Layer& L = layers_[il];
-      L.attn.norm = wl.get(p + "attn_norm.weight", {E});
-      L.attn.wq = wl.get(p + "attn_q.weight", {E, q_dim});
-      L.attn.wk = wl.get(p + "attn_k.weight", {E, kv_dim});
-      L.attn.wv = wl.get(p + "attn_v.weight", {E, kv_dim});
-      L.attn.wo = wl.get(p + "attn_output.weight", {q_dim, E});
-      L.ffn.norm = wl.get(p + "ffn_norm.weight", {E});
-      L.ffn.gate = wl.get(p + "ffn_gate.weight", {E, F});
-      L.ffn.up = wl.get(p + "ffn_up.weight", {E, F});
-      L.ffn.down = wl.get(p + "ffn_down.weight", {F, E});
-      require_f32(src->path(), {&L.attn.norm, &L.ffn.norm});
+      L.attn = load_attention_weights(wl, p, E, q_dim, kv_dim, D);
+      L.ffn = load_mlp_weights(wl, p, E, F);
     }
     require_f32(src->path(), {&output_norm_});
     wl.finish();
