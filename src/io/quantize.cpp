@@ -369,18 +369,19 @@ void quantize_rows(const float* src, int64_t n_rows, int64_t n_per_row, DType ty
   if (bad >= 0) throw Error("quantize_rows: row " + std::to_string(bad) + " has a non-finite value");
 }
 
-Result quantize_gguf(const gguf::File& in, const std::vector<TensorChoice>& choices, uint32_t file_type,
-                     const std::string& out_path, const Options& options) {
+Result quantize_tensors(uint32_t version, const std::vector<gguf::Value>& metadata,
+                        const std::vector<InputTensor>& tensors, const std::vector<TensorChoice>& choices,
+                        uint32_t file_type, const std::string& out_path, const Options& options,
+                        const std::string& origin, const gguf::File* in) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  const std::vector<gguf::TensorInfo>& tensors = in.tensors();
   if (choices.size() != tensors.size())
     throw Error("quantize: plan has " + std::to_string(choices.size()) + " entries for " +
                 std::to_string(tensors.size()) + " tensors");
 
-  gguf::Writer w(in.version());
+  gguf::Writer w(version);
   bool have_ft = false, have_qv = false;
-  for (const gguf::Value& v : in.metadata()) {
+  for (const gguf::Value& v : metadata) {
     if (v.key() == "general.file_type") {
       w.add(gguf::make_uint("general.file_type", gguf::ValueType::UINT32, file_type));
       have_ft = true;
@@ -397,7 +398,7 @@ Result quantize_gguf(const gguf::File& in, const std::vector<TensorChoice>& choi
   Result res;
   res.n_tensors = tensors.size();
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const gguf::TensorInfo& t = tensors[i];
+    const InputTensor& t = tensors[i];
     const TensorChoice& c = choices[i];
     if (c.quantize) {
       if (!is_float_input(t.type))
@@ -414,31 +415,43 @@ Result quantize_gguf(const gguf::File& in, const std::vector<TensorChoice>& choi
   const int n_threads = options.threads > 0 ? options.threads : 0;
   ThreadPool pool(n_threads);
   std::vector<std::vector<float>> bufs(static_cast<size_t>(pool.size()));
-  std::vector<uint8_t> chunk;
+  std::vector<uint8_t> chunk, gathered;
   constexpr size_t kChunkBytes = size_t{16} << 20;  // output bytes per pass over the pool
 
   auto source = [&](size_t i, size_t n_bytes, const gguf::Writer::Sink& write) {
     const auto t0 = Clock::now();
-    const gguf::TensorInfo& t = tensors[i];
+    const InputTensor& t = tensors[i];
     const TensorChoice& c = choices[i];
     res.in_bytes += t.n_bytes;
     res.out_bytes += n_bytes;
+    const int64_t ne0 = t.ne.empty() ? 0 : t.ne[0];
+    const int64_t n_rows = ne0 > 0 ? static_cast<int64_t>(t.n_bytes / row_bytes(t.type, ne0)) : 0;
+    const size_t in_row = ne0 > 0 ? row_bytes(t.type, ne0) : 0;
+    // Rows in output order: row r of the output is input row row_map[r].
+    auto rows_at = [&](int64_t r0, int64_t n) -> const uint8_t* {
+      if (t.row_map.empty()) return t.data + static_cast<size_t>(r0) * in_row;
+      gathered.resize(static_cast<size_t>(n) * in_row);
+      for (int64_t r = 0; r < n; ++r)
+        std::memcpy(gathered.data() + r * in_row, t.data + static_cast<size_t>(t.row_map[r0 + r]) * in_row, in_row);
+      return gathered.data();
+    };
     if (!c.quantize) {
-      write(t.data, t.n_bytes);
+      if (t.row_map.empty()) {
+        write(t.data, t.n_bytes);
+      } else {
+        for (int64_t r = 0; r < n_rows; ++r) write(rows_at(r, 1), in_row);
+      }
     } else {
-      const int64_t ne0 = t.ne[0];
-      const int64_t n_rows = ne0 > 0 ? t.n_elements() / ne0 : 0;
-      const size_t in_row = row_bytes(t.type, ne0), out_row = row_bytes(c.type, ne0);
+      const size_t out_row = row_bytes(c.type, ne0);
       const int64_t chunk_rows =
           std::max<int64_t>(1, std::min<int64_t>(n_rows, static_cast<int64_t>(kChunkBytes / std::max<size_t>(1, out_row))));
       chunk.resize(static_cast<size_t>(chunk_rows) * out_row);
       for (int64_t r0 = 0; r0 < n_rows; r0 += chunk_rows) {
         const int64_t n = std::min(chunk_rows, n_rows - r0);
         int64_t bad = -1;
-        convert_rows(t.data + static_cast<size_t>(r0) * in_row, t.type, n, ne0, c.type, chunk.data(), &pool, bufs,
-                     &bad);
+        convert_rows(rows_at(r0, n), t.type, n, ne0, c.type, chunk.data(), &pool, bufs, &bad);
         if (bad >= 0)
-          throw Error(in.path() + ": tensor '" + t.name + "': row " + std::to_string(r0 + bad) +
+          throw Error(origin + ": tensor '" + t.name + "': row " + std::to_string(r0 + bad) +
                       " has a non-finite value (inf or NaN)");
         write(chunk.data(), static_cast<size_t>(n) * out_row);
       }
@@ -447,7 +460,8 @@ Result quantize_gguf(const gguf::File& in, const std::vector<TensorChoice>& choi
       Progress p;
       p.index = i;
       p.count = tensors.size();
-      p.input = &in;
+      p.input = in;
+      p.name = t.name;
       p.choice = &c;
       p.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       options.progress(p);
@@ -469,6 +483,14 @@ Result quantize_gguf(const gguf::File& in, const std::vector<TensorChoice>& choi
   }
   res.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return res;
+}
+
+Result quantize_gguf(const gguf::File& in, const std::vector<TensorChoice>& choices, uint32_t file_type,
+                     const std::string& out_path, const Options& options) {
+  std::vector<InputTensor> ts;
+  ts.reserve(in.tensors().size());
+  for (const gguf::TensorInfo& t : in.tensors()) ts.push_back({t.name, t.type, t.ne, t.data, t.n_bytes, {}});
+  return quantize_tensors(in.version(), in.metadata(), ts, choices, file_type, out_path, options, in.path(), &in);
 }
 
 Result quantize_file(const std::string& in_path, const std::string& out_path, const QuantType& type,

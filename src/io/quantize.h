@@ -72,6 +72,7 @@ namespace kvad {
 class ThreadPool;
 namespace gguf {
 class File;
+class Value;
 }
 }  // namespace kvad
 
@@ -123,7 +124,8 @@ std::vector<TensorChoice> plan(const std::vector<TensorDesc>& tensors, const Qua
 struct Progress {
   size_t index = 0;  ///< 0-based
   size_t count = 0;
-  const gguf::File* input = nullptr;
+  const gguf::File* input = nullptr;  ///< the input file (quantize_gguf), else nullptr
+  std::string name;                  ///< the tensor written
   const TensorChoice* choice = nullptr;
   double ms = 0;     ///< time spent on this tensor (convert, quantize, write)
 };
@@ -156,6 +158,28 @@ Result quantize_file(const std::string& in_path, const std::string& out_path, co
 /// quantize part of a model by the whole model's plan.
 Result quantize_gguf(const gguf::File& in, const std::vector<TensorChoice>& choices, uint32_t file_type,
                      const std::string& out_path, const Options& options = {});
+
+/// One tensor to write, from any source (a GGUF, a safetensors checkpoint).
+struct InputTensor {
+  std::string name;          ///< GGUF name written
+  DType type = DType::F32;   ///< type of `data`
+  std::vector<int64_t> ne;   ///< ggml order
+  const uint8_t* data = nullptr;
+  size_t n_bytes = 0;
+  /// Empty: rows written in order. Else output row r is input row row_map[r]
+  /// (e.g. an HF llama checkpoint's Q/K rows permuted into GGUF's layout).
+  std::vector<int64_t> row_map;
+};
+
+/// The writer behind quantize_gguf, for any list of tensors: the metadata
+/// (general.file_type and general.quantization_version set as quantize_file
+/// does), then each tensor copied or quantized by its TensorChoice, written
+/// as `out_path`.tmp and renamed when complete. `origin` names the input in
+/// errors; `in` (may be null) is passed to the progress callback.
+Result quantize_tensors(uint32_t version, const std::vector<gguf::Value>& metadata,
+                        const std::vector<InputTensor>& tensors, const std::vector<TensorChoice>& choices,
+                        uint32_t file_type, const std::string& out_path, const Options& options = {},
+                        const std::string& origin = "", const gguf::File* in = nullptr);
 
 /// Quantizes `n_rows` rows of `n_per_row` f32 values ([n_rows, n_per_row],
 /// row-major) into `type` (n_per_row % block_elems == 0), rows split over the

@@ -1,0 +1,114 @@
+#include "io/mapped_source.h"
+
+#include <cstring>
+#include <memory>
+
+#include "base/error.h"
+#include "tensor/half.h"
+
+namespace kvad {
+namespace {
+
+class MappedSource final : public TensorSource, public std::enable_shared_from_this<MappedSource> {
+ public:
+  MappedSource(std::shared_ptr<const TensorSource> base, const std::vector<TensorRename>& rules, Metadata md,
+               const std::vector<std::string>& ignored)
+      : base_(std::move(base)), md_(std::move(md)) {
+    std::map<std::string, int, std::less<>> used;
+    for (const std::string& n : ignored) used[n] = 1;
+    owned_.reserve(rules.size());  // pointers into owned_ stay valid
+    for (const TensorRename& r : rules) {
+      const SourceTensor* b = base_->find(r.base);
+      if (!b) throw Error(base_->path() + ": missing tensor " + r.base + " (for " + r.name + ")");
+      if (used.count(r.base) && used[r.base] == 2) throw Error(base_->path() + ": tensor " + r.base + " named twice");
+      used[r.base] = 2;
+      SourceTensor t = *b;
+      t.name = r.name;
+      if (r.transform != TensorTransform::None) t = to_f32(*b, r);
+      tensors_.push_back(std::move(t));
+    }
+    for (const SourceTensor& b : base_->tensors())
+      if (!used.count(b.name))
+        throw Error(base_->path() + ": tensor " + b.name + " is not used by architecture " +
+                    get_string("general.architecture", "?"));
+    for (size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
+  }
+
+  const std::string& path() const override { return base_->path(); }
+  const std::vector<SourceTensor>& tensors() const override { return tensors_; }
+  const SourceTensor* find(std::string_view name) const override {
+    auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &tensors_[it->second];
+  }
+  // The view's tensors point into the base's mapping (which the view holds) and into the view itself.
+  std::shared_ptr<const void> keepalive() const override { return shared_from_this(); }
+  bool has(std::string_view key) const override { return md_.find(key) != md_.end(); }
+  int64_t get_int(std::string_view key, int64_t def) const override {
+    auto it = md_.find(key);
+    if (it == md_.end()) return def;
+    if (const int64_t* v = std::get_if<int64_t>(&it->second)) return *v;
+    throw Error(path() + ": " + std::string(key) + " is not an integer");
+  }
+  int64_t require_int(std::string_view key) const override {
+    if (!has(key)) throw Error(path() + ": missing " + std::string(key));
+    return get_int(key, 0);
+  }
+  double get_float(std::string_view key, double def) const override {
+    auto it = md_.find(key);
+    if (it == md_.end()) return def;
+    if (const double* v = std::get_if<double>(&it->second)) return *v;
+    if (const int64_t* v = std::get_if<int64_t>(&it->second)) return static_cast<double>(*v);
+    throw Error(path() + ": " + std::string(key) + " is not a number");
+  }
+  std::string get_string(std::string_view key, const std::string& def) const override {
+    auto it = md_.find(key);
+    if (it == md_.end()) return def;
+    if (const std::string* v = std::get_if<std::string>(&it->second)) return *v;
+    throw Error(path() + ": " + std::string(key) + " is not a string");
+  }
+  const Metadata& metadata() const { return md_; }
+
+ private:
+  // Small vectors (norms) converted once into memory the view owns.
+  SourceTensor to_f32(const SourceTensor& b, const TensorRename& r) {
+    const int64_t n = b.ne[0] * b.ne[1] * b.ne[2] * b.ne[3];
+    std::vector<float>& v = owned_.emplace_back(static_cast<size_t>(n));
+    const auto* p = static_cast<const uint16_t*>(b.data);
+    switch (b.type) {
+      case DType::F32: std::memcpy(v.data(), b.data, n * sizeof(float)); break;
+      case DType::F16: for (int64_t i = 0; i < n; ++i) v[i] = f16_to_f32(p[i]); break;
+      case DType::BF16: for (int64_t i = 0; i < n; ++i) v[i] = bf16_to_f32(p[i]); break;
+      default:
+        throw Error(base_->path() + ": tensor " + b.name + " is " + dtype_name(b.type) + ", expected f32, f16 or bf16");
+    }
+    if (r.transform == TensorTransform::ToF32PlusOne)
+      for (float& x : v) x += 1.0f;
+    SourceTensor t = b;
+    t.name = r.name;
+    t.type = DType::F32;
+    t.data = v.data();
+    t.n_bytes = v.size() * sizeof(float);
+    return t;
+  }
+
+  std::shared_ptr<const TensorSource> base_;
+  Metadata md_;
+  std::vector<std::vector<float>> owned_;  // reserved up front: pointers into it stay valid
+  std::vector<SourceTensor> tensors_;
+  std::map<std::string, size_t, std::less<>> index_;
+};
+
+}  // namespace
+
+std::shared_ptr<const TensorSource> mapped_source(std::shared_ptr<const TensorSource> base,
+                                                  const std::vector<TensorRename>& rules, Metadata metadata,
+                                                  const std::vector<std::string>& ignored) {
+  return std::make_shared<MappedSource>(std::move(base), rules, std::move(metadata), ignored);
+}
+
+const Metadata* mapped_metadata(const TensorSource& s) {
+  const auto* m = dynamic_cast<const MappedSource*>(&s);
+  return m ? &m->metadata() : nullptr;
+}
+
+}  // namespace kvad

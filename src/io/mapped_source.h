@@ -1,0 +1,49 @@
+// A TensorSource seen through a name table (DESIGN.md seam 9): a checkpoint
+// whose tensors and settings use other names (an HF safetensors checkpoint:
+// `model.layers.0.self_attn.q_proj.weight`, `hidden_size`) presented under
+// kvad's one naming, GGUF's (`blk.0.attn_q.weight`, `llama.embedding_length`),
+// so that architectures load it exactly as they load a GGUF.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "io/tensor_source.h"
+
+namespace kvad {
+
+/// How a tensor's bytes are presented.
+enum class TensorTransform {
+  None,          ///< as stored, zero-copy
+  ToF32,         ///< converted to f32 (norm weights stored in bf16/f16)
+  ToF32PlusOne,  ///< converted to f32, plus 1 (Gemma's RMSNorm x̂·(1 + w), stored as w + 1 in GGUF)
+};
+
+/// One tensor of the view: GGUF name → the base source's tensor.
+struct TensorRename {
+  std::string name;      ///< kvad's (GGUF) name
+  std::string base;      ///< the tensor's name in the base source
+  TensorTransform transform = TensorTransform::None;
+};
+
+/// Metadata of the view, by GGUF key: an integer, a float or a string.
+using MetadataValue = std::variant<int64_t, double, std::string>;
+using Metadata = std::map<std::string, MetadataValue, std::less<>>;
+
+/// The view. Every tensor of `base` must be named by a rule or listed in
+/// `ignored` (tensors an architecture knows it does not need, e.g. rotary
+/// caches some checkpoints store); otherwise kvad::Error names it (the
+/// unread-tensor guard, seam 7). Throws kvad::Error when a rule names a tensor
+/// the base lacks, or a transform meets a format it cannot convert.
+std::shared_ptr<const TensorSource> mapped_source(std::shared_ptr<const TensorSource> base,
+                                                  const std::vector<TensorRename>& rules, Metadata metadata,
+                                                  const std::vector<std::string>& ignored = {});
+
+/// The metadata of a view made by mapped_source (nullptr for other sources),
+/// for writers that carry it into a GGUF (the quantize-once cache).
+const Metadata* mapped_metadata(const TensorSource& s);
+
+}  // namespace kvad
