@@ -239,4 +239,12 @@ void copy_to_device_async(void* dst, const void* src, size_t bytes, const char* 
   pending = true;
 }
 
+void copy_on_device(void* dst, const void* src, size_t bytes, const char* what) {
+  if (bytes == 0) return;
+  Context& c = Context::get();
+  const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c.compute());
+  if (e != cudaSuccess)
+    throw Error(std::string("CUDA error at ") + what + " (last op submitted: " + c.last_op() + "): " + err_str(e));
+}
+
 }  // namespace kvad::cuda

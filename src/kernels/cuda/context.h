@@ -170,5 +170,9 @@ void copy_to_host(void* dst, const void* src, size_t bytes, const char* what);
 /// Copies host → device on the compute stream, ordered after the work queued
 /// there, through a pinned staging buffer; returns without waiting for the copy.
 void copy_to_device_async(void* dst, const void* src, size_t bytes, const char* what);
+/// Copies device → device on the compute stream (cudaMemcpyAsync), ordered
+/// after the work queued there; returns without waiting. Throws kvad::Error
+/// naming `what` (and the last op) when CUDA refuses it.
+void copy_on_device(void* dst, const void* src, size_t bytes, const char* what);
 
 }  // namespace kvad::cuda

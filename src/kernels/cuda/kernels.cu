@@ -1,7 +1,9 @@
 // The device kernels behind kernels/cuda/ops.h, in one translation unit to
 // keep nvcc's share of the build small (one architecture, few templates:
 // 7 formats × {gemv, get_rows, dequantize}, 4 quantized formats × the MMA
-// GEMM, and 3 attention head sizes).
+// GEMM, and 3 attention head sizes). This file holds the kernels that read
+// weight formats (GEMV, GEMM, get_rows, dequantize); the ones on activations
+// are in activation_ops.cuh, #included at the end (the same translation unit).
 //
 // Formats are read in "units" of 32 consecutive elements of a row
 // (units.h, which a host test checks against the CPU references).
@@ -35,7 +37,7 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-constexpr int kMaxGemvTok = 8;
+constexpr int kMaxGemvTok = kGemvMaxTokens;
 constexpr int kGemvWarps = 4;
 
 // One warp per output row: lanes stride over the row's units; each unit is
@@ -114,142 +116,6 @@ __global__ void dequantize_kernel(const uint8_t* __restrict__ W, size_t row_byte
   } else {
 #pragma unroll
     for (int j = 0; j < 32; ++j) o[j] = __half_as_ushort(__float2half_rn(w[j]));
-  }
-}
-
-// One block per row; f32 sum of squares (the CPU reference sums in double).
-__global__ void rms_norm_kernel(const float* x, const float* w, int64_t n, float eps, float* y) {
-  const float* xr = x + blockIdx.x * n;
-  float* yr = y + blockIdx.x * n;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
-  __shared__ float part[32];
-  ss = warp_sum(ss);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.0f;
-    v = warp_sum(v);
-    if (threadIdx.x == 0) part[0] = v;
-  }
-  __syncthreads();
-  const float scale = 1.0f / sqrtf(part[0] / static_cast<float>(n) + eps);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = w ? xr[i] * scale * w[i] : xr[i] * scale;
-}
-
-// One thread per (token, head, pair i < n_rot/2); as cpu::rope.
-__global__ void rope_kernel(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim,
-                            int64_t n_rot, float freq_base, float freq_scale, bool neox) {
-  const int64_t half = n_rot / 2;
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g >= n_tok * n_head * half) return;
-  const int64_t i = g % half, h = (g / half) % n_head, t = g / (half * n_head);
-  const float p = static_cast<float>(pos[t]) * freq_scale;
-  const float theta = p * powf(freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot));
-  const float c = cosf(theta), s = sinf(theta);
-  float* v = x + (t * n_head + h) * head_dim;
-  const int64_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-  const float x0 = v[a], x1 = v[b];
-  v[a] = x0 * c - x1 * s;
-  v[b] = x0 * s + x1 * c;
-}
-
-__device__ __forceinline__ float gelu_tanh(float x) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  constexpr float kA = 0.044715f;
-  return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * x * (1.0f + kA * x * x)));
-}
-
-enum class Ew { SwiGLU, GeGLU, Add, Scale };
-
-template <Ew E>
-__global__ void elementwise_kernel(float* x, const float* y, float s, int64_t n) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    if constexpr (E == Ew::SwiGLU) {
-      const float g = x[i];
-      x[i] = g / (1.0f + expf(-g)) * y[i];
-    } else if constexpr (E == Ew::GeGLU) {
-      x[i] = gelu_tanh(x[i]) * y[i];
-    } else if constexpr (E == Ew::Add) {
-      x[i] += y[i];
-    } else {
-      x[i] *= s;
-    }
-  }
-}
-
-__global__ void f32_to_half_kernel(const float* x, uint16_t* y, int64_t n, bool bf16) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    y[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x[i])) : __half_as_ushort(__float2half_rn(x[i]));
-}
-
-__global__ void kv_write_kernel(const float* x, int64_t n_tok, int64_t kv_dim, const int32_t* seq,
-                                const int32_t* pos, uint16_t* cache, int64_t n_ctx) {
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (g >= n_tok * kv_dim) return;
-  const int64_t t = g / kv_dim, c = g % kv_dim;
-  const size_t dst = (static_cast<size_t>(seq[t]) * n_ctx + static_cast<size_t>(pos[t])) * kv_dim + c;
-  cache[dst] = __half_as_ushort(__float2half_rn(x[g]));
-}
-
-constexpr int kAttnWarps = 4;
-
-// One warp per (token, query head). Lane l holds dims l + 32j (j < NJ) of q
-// and of the output accumulator; positions stream in order with an online
-// softmax: m = running max, l = running sum of exp(s - m).
-template <int NJ>
-__global__ void attention_kernel(const float* __restrict__ q, const uint16_t* __restrict__ k,
-                                 const uint16_t* __restrict__ v, const int32_t* __restrict__ seq,
-                                 const int32_t* __restrict__ pos, int64_t n_head, int64_t n_head_kv,
-                                 int64_t head_dim, int64_t n_ctx, float scale, int32_t window,
-                                 float* __restrict__ out) {
-  const int64_t t = blockIdx.x;
-  const int64_t h = static_cast<int64_t>(blockIdx.y) * kAttnWarps + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  if (h >= n_head) return;
-  const int64_t kvh = h / (n_head / n_head_kv);
-  const int64_t kv_dim = n_head_kv * head_dim;
-  const float* qh = q + (t * n_head + h) * head_dim;
-  float qr[NJ], acc[NJ];
-#pragma unroll
-  for (int j = 0; j < NJ; ++j) {
-    const int64_t d = lane + 32 * j;
-    qr[j] = d < head_dim ? qh[d] : 0.0f;
-    acc[j] = 0.0f;
-  }
-  const int64_t p_last = pos[t];
-  const int64_t first = window > 0 ? max(static_cast<int64_t>(0), p_last - window + 1) : 0;
-  const size_t base = static_cast<size_t>(seq[t]) * n_ctx * kv_dim + kvh * head_dim;
-  float m = -INFINITY, l = 0.0f;
-  for (int64_t p = first; p <= p_last; ++p) {
-    const uint16_t* kr = k + base + p * kv_dim;
-    const uint16_t* vr = v + base + p * kv_dim;
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-      const int64_t d = lane + 32 * j;
-      if (d < head_dim) s += qr[j] * h2f(kr[d]);
-    }
-    s = warp_sum(s) * scale;
-    const float m_new = fmaxf(m, s);
-    const float corr = expf(m - m_new);
-    const float e = expf(s - m_new);
-    l = l * corr + e;
-#pragma unroll
-    for (int j = 0; j < NJ; ++j) {
-      const int64_t d = lane + 32 * j;
-      if (d < head_dim) acc[j] = acc[j] * corr + e * h2f(vr[d]);
-    }
-    m = m_new;
-  }
-  float* oh = out + (t * n_head + h) * head_dim;
-  const float inv = 1.0f / l;
-#pragma unroll
-  for (int j = 0; j < NJ; ++j) {
-    const int64_t d = lane + 32 * j;
-    if (d < head_dim) oh[d] = acc[j] * inv;
   }
 }
 
@@ -350,9 +216,7 @@ void dispatch(DType t, const char* op, F&& f) {
   }
 }
 
-bool mma_format(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q6_K;
-}
+bool mma_format(DType t) { return gemm_mma_format(t); }
 
 // dispatch for the quantized formats only (the MMA GEMM's instantiations).
 template <class F>
@@ -504,87 +368,8 @@ void dequantize(const DeviceMatrix& w, uint16_t* dst, bool bf16) {
   Context::get().check("dequantize");
 }
 
-void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y) {
-  if (n_rows <= 0) return;
-  Stream st = stream_for("rms_norm");
-  rms_norm_kernel<<<static_cast<unsigned>(n_rows), 256, 0, st>>>(x, w, n, eps, y);
-  Context::get().check("rms_norm");
-}
-
-void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
-          float freq_base, float freq_scale, bool neox) {
-  const int64_t n = n_tok * n_head * (n_rot / 2);
-  if (n <= 0) return;
-  Stream st = stream_for("rope");
-  rope_kernel<<<blocks_for(n, 256), 256, 0, st>>>(x, pos, n_tok, n_head, head_dim, n_rot, freq_base, freq_scale,
-                                                  neox);
-  Context::get().check("rope");
-}
-
-void swiglu(float* gate, const float* up, int64_t n) {
-  if (n <= 0) return;
-  Stream st = stream_for("swiglu");
-  elementwise_kernel<Ew::SwiGLU><<<capped_blocks(n, 256), 256, 0, st>>>(gate, up, 0.0f, n);
-  Context::get().check("swiglu");
-}
-
-void geglu(float* gate, const float* up, int64_t n) {
-  if (n <= 0) return;
-  Stream st = stream_for("geglu");
-  elementwise_kernel<Ew::GeGLU><<<capped_blocks(n, 256), 256, 0, st>>>(gate, up, 0.0f, n);
-  Context::get().check("geglu");
-}
-
-void add(float* x, const float* y, int64_t n) {
-  if (n <= 0) return;
-  Stream st = stream_for("add");
-  elementwise_kernel<Ew::Add><<<capped_blocks(n, 256), 256, 0, st>>>(x, y, 0.0f, n);
-  Context::get().check("add");
-}
-
-void scale(float* x, float s, int64_t n) {
-  if (n <= 0) return;
-  Stream st = stream_for("scale");
-  elementwise_kernel<Ew::Scale><<<capped_blocks(n, 256), 256, 0, st>>>(x, nullptr, s, n);
-  Context::get().check("scale");
-}
-
-void f32_to_half(const float* x, uint16_t* y, int64_t n, bool bf16) {
-  if (n <= 0) return;
-  Stream st = stream_for("f32_to_half");
-  f32_to_half_kernel<<<capped_blocks(n, 256), 256, 0, st>>>(x, y, n, bf16);
-  Context::get().check("f32_to_half");
-}
-
-void kv_write(const float* x, int64_t n_tok, int64_t kv_dim, const int32_t* seq, const int32_t* pos,
-              uint16_t* cache, int64_t n_ctx) {
-  const int64_t n = n_tok * kv_dim;
-  if (n <= 0) return;
-  Stream st = stream_for("kv_write");
-  kv_write_kernel<<<blocks_for(n, 256), 256, 0, st>>>(x, n_tok, kv_dim, seq, pos, cache, n_ctx);
-  Context::get().check("kv_write");
-}
-
-void attention(const float* q, const uint16_t* k, const uint16_t* v, const int32_t* seq, const int32_t* pos,
-               int64_t n_tok, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_ctx, float scale,
-               int32_t window, float* out) {
-  if (n_tok <= 0) return;
-  if (head_dim > 256 || head_dim <= 0 || n_head_kv <= 0 || n_head % n_head_kv != 0)
-    throw Error("cuda::attention: head_dim " + std::to_string(head_dim) + " (max 256), n_head " +
-                std::to_string(n_head) + ", n_head_kv " + std::to_string(n_head_kv) + " not supported");
-  Stream st = stream_for("attention");
-  const dim3 grid(static_cast<unsigned>(n_tok), blocks_for(n_head, kAttnWarps));
-  const int threads = 32 * kAttnWarps;
-  if (head_dim <= 64)
-    attention_kernel<2><<<grid, threads, 0, st>>>(q, k, v, seq, pos, n_head, n_head_kv, head_dim, n_ctx, scale,
-                                                  window, out);
-  else if (head_dim <= 128)
-    attention_kernel<4><<<grid, threads, 0, st>>>(q, k, v, seq, pos, n_head, n_head_kv, head_dim, n_ctx, scale,
-                                                  window, out);
-  else
-    attention_kernel<8><<<grid, threads, 0, st>>>(q, k, v, seq, pos, n_head, n_head_kv, head_dim, n_ctx, scale,
-                                                  window, out);
-  Context::get().check("attention");
-}
-
 }  // namespace kvad::cuda
+
+// The kernels on activations (norms, RoPE, element-wise, softmax, concat,
+// gathers, the KV cache and attention): the same translation unit.
+#include "kernels/cuda/activation_ops.cuh"

@@ -31,6 +31,14 @@ namespace kvad::cuda {
 /// f32, f16, bf16, q8_0, q4_0, q4_K, q6_K.
 bool has_kernels(DType t);
 
+/// The quantized formats gemm_mma reads (q8_0, q4_0, q4_K, q6_K).
+inline bool gemm_mma_format(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::Q4_K || t == DType::Q6_K;
+}
+
+/// matmul uses the GEMV kernel up to this many tokens, a GEMM above.
+inline constexpr int kGemvMaxTokens = 8;
+
 /// A weight matrix resident in device memory: n_out rows of n_in elements in
 /// `type`'s block layout (byte-identical to the GGUF/ggml layout).
 /// n_in % block_elems(type) == 0 and n_in % 32 == 0.
@@ -109,41 +117,82 @@ void get_rows(const DeviceMatrix& w, const int32_t* ids, int64_t n_ids, float* o
 /// Dequantizes all of W into dst: [n_out, n_in] 16-bit (bf16 when `bf16`, else f16).
 void dequantize(const DeviceMatrix& w, uint16_t* dst, bool bf16);
 
-/// y = x / sqrt(mean(x²) + eps) ⊙ w per row. x, y: [n_rows, n] (y may alias
-/// x); w: [n] f32 or nullptr.
-void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y);
+/// y = x / sqrt(mean(x²) + eps) ⊙ w per row (RMSNorm, Zhang & Sennrich 2019;
+/// cpu::rms_norm), or ⊙ (1 + w) when one_plus (HF Gemma). x, y: [n_rows, n]
+/// f32 (y may alias x); w: [n] f32 or nullptr. f32 sum of squares (the CPU
+/// sums in double). Throws kvad::Error for more than 2^31 - 1 rows.
+void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y, bool one_plus = false);
 
-/// RoPE in place as cpu::rope, for n_tok tokens: x: [n_tok, n_head, head_dim],
-/// pos: [n_tok] int32 positions. neox pairs (i, i + n_rot/2), else (2i, 2i+1).
+/// LayerNorm per row (Ba et al. 2016; the CPU row's layer_norm):
+/// y = (x - mean) / sqrt(var + eps) ⊙ w + b, biased variance, two passes.
+/// x, y: [n_rows, n] f32; w, b: [n] f32 or nullptr.
+void layer_norm(const float* x, const float* w, const float* b, int64_t n_rows, int64_t n, float eps, float* y);
+
+/// Softmax of each row, max-subtracted (cpu::softmax). x, y: [n_rows, n] f32
+/// (y may alias x).
+void softmax(const float* x, int64_t n_rows, int64_t n, float* y);
+
+/// RoPE (Su et al. 2021) as cpu::rope, for n_tok tokens: x, y:
+/// [n_tok, n_head, head_dim] f32 (y may alias x), pos: [n_tok] int32
+/// positions. Pair i < n_rot/2 rotates by pos·freq_scale·freq_base^(-2i/n_rot);
+/// neox pairs (i, i + n_rot/2), else (2i, 2i+1); dims from n_rot on are copied
+/// (partial rotary). Throws kvad::Error unless 0 < n_rot <= head_dim, n_rot even.
+void rope(const float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
+          float freq_base, float freq_scale, bool neox, float* y);
+/// The same in place.
 void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
           float freq_base, float freq_scale, bool neox);
 
-/// gate = silu(gate) ⊙ up (SwiGLU), n elements.
+/// out = a + b and out = a ⊙ b over n elements: b has a's n elements (nb == n)
+/// or is one row of nb values repeated over a's rows (n % nb == 0, else
+/// kvad::Error). out may alias a.
+void add(const float* a, const float* b, int64_t n, int64_t nb, float* out);
+void mul(const float* a, const float* b, int64_t n, int64_t nb, float* out);
+/// out = x · s, n elements (out may alias x).
+void scale(const float* x, float s, int64_t n, float* out);
+/// out = x·σ(x) (SiLU) and out = tanh-GELU(x) (as cpu::gelu), n elements.
+void silu(const float* x, int64_t n, float* out);
+void gelu(const float* x, int64_t n, float* out);
+/// out = silu(gate) ⊙ up (SwiGLU) and gelu_tanh(gate) ⊙ up (GeGLU), Shazeer
+/// 2020, n elements (out may alias gate).
+void swiglu(const float* gate, const float* up, int64_t n, float* out);
+void geglu(const float* gate, const float* up, int64_t n, float* out);
+/// In-place forms: gate = swiglu(gate, up), gate = geglu(gate, up), x += y, x *= s.
 void swiglu(float* gate, const float* up, int64_t n);
-/// gate = gelu_tanh(gate) ⊙ up (GeGLU, tanh GELU), n elements.
 void geglu(float* gate, const float* up, int64_t n);
-/// x += y, n elements.
 void add(float* x, const float* y, int64_t n);
-/// x *= s, n elements.
 void scale(float* x, float s, int64_t n);
 /// f32 → f16 (bf16 when `bf16`), round to nearest even, n elements.
 void f32_to_half(const float* x, uint16_t* y, int64_t n, bool bf16);
 
-/// Writes n_tok rows of x: [n_tok, kv_dim] f32 into a cache laid out
-/// cache[seq][pos][kv_dim] f16 with n_ctx positions per sequence, row t at
-/// (seq[t], pos[t]). seq, pos: [n_tok] int32 (device).
-void kv_write(const float* x, int64_t n_tok, int64_t kv_dim, const int32_t* seq, const int32_t* pos,
-              uint16_t* cache, int64_t n_ctx);
+/// Rows joined: a: [n_rows, na], b: [n_rows, nb] → out: [n_rows, na + nb], f32.
+void concat(const float* a, const float* b, int64_t n_rows, int64_t na, int64_t nb, float* out);
 
-/// Causal attention of n_tok query tokens over an f16 cache laid out as
+/// out[i] = row ids[i] of an f32 table [n_rows, n] (any n, unlike get_rows'
+/// 32-element units): ids: [n_ids] int32 (device); out: [n_ids, n]. Ids
+/// outside [0, n_rows) give rows of zeros.
+void get_rows_f32(const float* table, int64_t n_rows, int64_t n, const int32_t* ids, int64_t n_ids, float* out);
+
+/// Writes n_tok rows of x: [n_tok, kv_dim] f32 into an f16 cache of n_seq
+/// rings of `slots` rows (cache: [n_seq·slots, kv_dim]): row t goes to cache
+/// row seq[t]·slots + pos[t] % slots, as the CPU row's kv_store. seq, pos:
+/// [n_tok] int32 (device). A token whose sequence is outside [0, n_seq) or
+/// whose position is negative is dropped (the op layer's caller checks ids).
+void kv_write(const float* x, int64_t n_tok, int64_t kv_dim, const int32_t* seq, const int32_t* pos,
+              uint16_t* cache, int64_t slots, int64_t n_seq);
+
+/// Causal attention of n_tok query tokens over f16 caches laid out as
 /// kv_write's: token t (sequence seq[t], position pos[t]) attends to positions
 /// [first, pos[t]] of its sequence, first = 0, or pos[t] - window + 1 when
-/// window > 0 (sliding window). q: [n_tok, n_head, head_dim] f32; out: same
-/// shape. Query head h reads kv head h / (n_head / n_head_kv) (GQA).
-/// out = softmax(scale · q·Kᵀ) · V, streamed over the positions with an online
-/// softmax (Milakov & Gimelshein 2018) in f32. head_dim <= 256, multiple of 32.
+/// window > 0 (sliding window); position p is read from ring row p % slots
+/// (the CPU row's mapping; the caller keeps slots >= window + tokens per call).
+/// q: [n_tok, n_head, head_dim] f32; out: same shape. Query head h reads kv
+/// head h / (n_head / n_head_kv) (GQA). out = softmax(scale · q·Kᵀ) · V,
+/// streamed over the positions with an online softmax (Milakov & Gimelshein
+/// 2018) in f32. head_dim <= 256. A token outside the cache gets zeros.
+/// Throws kvad::Error for an unsupported head_dim or head split.
 void attention(const float* q, const uint16_t* k, const uint16_t* v, const int32_t* seq, const int32_t* pos,
-               int64_t n_tok, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_ctx, float scale,
-               int32_t window, float* out);
+               int64_t n_tok, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t slots, int64_t n_seq,
+               float scale, int32_t window, float* out);
 
 }  // namespace kvad::cuda

@@ -320,8 +320,8 @@ TEST(CudaOps, KvWriteAndAttention) {
     const std::vector<float> q = randn(rng, n * H * D), k = randn(rng, n * kv_dim), v = randn(rng, n * kv_dim);
     DeviceBuffer qd = up(q), kd = up(k), vd = up(v), sd = up(seq), pd = up(pos);
     DeviceBuffer kc(n_seq * n_ctx * kv_dim * 2), vc(n_seq * n_ctx * kv_dim * 2), od(n * H * D * 4);
-    kvad::cuda::kv_write(kd.as<float>(), n, kv_dim, sd.as<int32_t>(), pd.as<int32_t>(), kc.as<uint16_t>(), n_ctx);
-    kvad::cuda::kv_write(vd.as<float>(), n, kv_dim, sd.as<int32_t>(), pd.as<int32_t>(), vc.as<uint16_t>(), n_ctx);
+    kvad::cuda::kv_write(kd.as<float>(), n, kv_dim, sd.as<int32_t>(), pd.as<int32_t>(), kc.as<uint16_t>(), n_ctx, n_seq);
+    kvad::cuda::kv_write(vd.as<float>(), n, kv_dim, sd.as<int32_t>(), pd.as<int32_t>(), vc.as<uint16_t>(), n_ctx, n_seq);
     std::vector<uint16_t> kh(n_seq * n_ctx * kv_dim), vh(n_seq * n_ctx * kv_dim);
     for (int64_t t = 0; t < n; ++t) {
       const size_t row = (static_cast<size_t>(seq[t]) * n_ctx + pos[t]) * kv_dim;
@@ -331,7 +331,7 @@ TEST(CudaOps, KvWriteAndAttention) {
     for (int32_t window : {0, 7}) {
       const float scale = 1.0f / std::sqrt(static_cast<float>(D));
       kvad::cuda::attention(qd.as<float>(), kc.as<uint16_t>(), vc.as<uint16_t>(), sd.as<int32_t>(), pd.as<int32_t>(), n,
-                            H, Hkv, D, n_ctx, scale, window, od.as<float>());
+                            H, Hkv, D, n_ctx, n_seq, scale, window, od.as<float>());
       const std::vector<float> o = down(od, n * H * D);
       std::vector<float> ref(H * D), scratch(n_ctx);
       for (int64_t t = 0; t < n; ++t) {
@@ -344,6 +344,132 @@ TEST(CudaOps, KvWriteAndAttention) {
       }
     }
   }
+}
+
+// The ring layout of a sliding-window cache: slots = 9 < positions written
+// (0..19, in steps of slots - window = 4 tokens as a Session would write
+// them), window 5, two sequences. Each step's attention is compared with
+// cpu::attention_f16 over the visible positions laid out linearly: |err| <= 1e-4.
+TEST(CudaOps, RingAttentionWraps) {
+  REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(13);
+  const int64_t D = 64, H = 4, Hkv = 2, kv_dim = Hkv * D, slots = 9, n_seq = 2;
+  const int32_t window = 5;
+  DeviceBuffer kc(n_seq * slots * kv_dim * 2), vc(n_seq * slots * kv_dim * 2);
+  std::vector<std::vector<uint16_t>> kh(n_seq), vh(n_seq);  // every position written, linear
+  const float scale = 0.125f;
+  for (int32_t p0 = 0; p0 < 20; p0 += slots - window) {
+    std::vector<int32_t> seq, pos;
+    for (int32_t s = 0; s < n_seq; ++s)
+      for (int32_t p = p0; p < std::min(20, p0 + static_cast<int32_t>(slots - window)); ++p) {
+        seq.push_back(s);
+        pos.push_back(p);
+      }
+    const int64_t n = seq.size();
+    const std::vector<float> q = randn(rng, n * H * D), k = randn(rng, n * kv_dim), v = randn(rng, n * kv_dim);
+    DeviceBuffer qd = up(q), kd = up(k), vd = up(v), sd = up(seq), pd = up(pos), od(n * H * D * 4);
+    kvad::cuda::kv_write(kd.as<float>(), n, kv_dim, sd.as<int32_t>(), pd.as<int32_t>(), kc.as<uint16_t>(), slots, n_seq);
+    kvad::cuda::kv_write(vd.as<float>(), n, kv_dim, sd.as<int32_t>(), pd.as<int32_t>(), vc.as<uint16_t>(), slots, n_seq);
+    for (int64_t t = 0; t < n; ++t) {
+      auto& ks = kh[seq[t]];
+      auto& vs = vh[seq[t]];
+      ks.resize((pos[t] + 1) * kv_dim);
+      vs.resize((pos[t] + 1) * kv_dim);
+      kvad::cpu::f32_to_f16_row(&k[t * kv_dim], &ks[pos[t] * kv_dim], kv_dim);
+      kvad::cpu::f32_to_f16_row(&v[t * kv_dim], &vs[pos[t] * kv_dim], kv_dim);
+    }
+    kvad::cuda::attention(qd.as<float>(), kc.as<uint16_t>(), vc.as<uint16_t>(), sd.as<int32_t>(), pd.as<int32_t>(), n, H,
+                          Hkv, D, slots, n_seq, scale, window, od.as<float>());
+    const std::vector<float> o = down(od, n * H * D);
+    std::vector<float> ref(H * D), scratch(slots);
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t first = std::max<int64_t>(0, pos[t] - window + 1);
+      kvad::cpu::attention_f16(&q[t * H * D], &kh[seq[t]][first * kv_dim], &vh[seq[t]][first * kv_dim],
+                               pos[t] + 1 - first, kv_dim, H, Hkv, D, scale, ref.data(), scratch.data());
+      for (int64_t i = 0; i < H * D; ++i)
+        ASSERT_NEAR(o[t * H * D + i], ref[i], 1e-4) << "step at " << p0 << " t " << t << " i " << i;
+    }
+  }
+}
+
+// The row kernels the op table needs beyond the decoder's: rms_norm with
+// 1 + w, layer_norm, softmax (rows of 1000 and of 37: more and fewer values
+// than the block's 256 threads), silu, gelu, add and mul with a broadcast
+// row, out-of-place rope (input unchanged), concat, the f32 gather (ids out
+// of range give zeros), against the CPU references or their definitions in
+// double: |err| <= 1e-5 · |ref| + 1e-6.
+TEST(CudaOps, RowKernels) {
+  REQUIRE_CUDA_DEVICE();
+  std::mt19937 rng(14);
+  auto near = [](const std::vector<float>& got, const std::vector<double>& ref, const char* op) {
+    ASSERT_EQ(got.size(), ref.size()) << op;
+    for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(got[i], ref[i], 1e-5 * std::fabs(ref[i]) + 1e-6) << op << " i " << i;
+  };
+  for (int64_t n : {1000, 37}) {
+    const int64_t rows = 3;
+    const std::vector<float> x = randn(rng, rows * n, 2.0f), w = randn(rng, n), b = randn(rng, n);
+    DeviceBuffer xd = up(x), wd = up(w), bd = up(b), yd(rows * n * 4);
+    std::vector<double> ref(rows * n);
+    kvad::cuda::rms_norm(xd.as<float>(), wd.as<float>(), rows, n, 1e-6f, yd.as<float>(), true);
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < n; ++i) ss += double(x[r * n + i]) * x[r * n + i];
+      for (int64_t i = 0; i < n; ++i) ref[r * n + i] = x[r * n + i] / std::sqrt(ss / n + 1e-6) * (1.0 + w[i]);
+    }
+    near(down(yd, rows * n), ref, "rms_norm 1+w");
+    kvad::cuda::layer_norm(xd.as<float>(), wd.as<float>(), bd.as<float>(), rows, n, 1e-5f, yd.as<float>());
+    for (int64_t r = 0; r < rows; ++r) {
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < n; ++i) mean += x[r * n + i];
+      mean /= n;
+      for (int64_t i = 0; i < n; ++i) var += (x[r * n + i] - mean) * (x[r * n + i] - mean);
+      for (int64_t i = 0; i < n; ++i) ref[r * n + i] = (x[r * n + i] - mean) / std::sqrt(var / n + 1e-5) * w[i] + b[i];
+    }
+    near(down(yd, rows * n), ref, "layer_norm");
+    kvad::cuda::softmax(xd.as<float>(), rows, n, yd.as<float>());
+    std::vector<float> sm = x;
+    for (int64_t r = 0; r < rows; ++r) kvad::cpu::softmax(&sm[r * n], n);
+    near(down(yd, rows * n), std::vector<double>(sm.begin(), sm.end()), "softmax");
+    kvad::cuda::silu(xd.as<float>(), rows * n, yd.as<float>());
+    for (int64_t i = 0; i < rows * n; ++i) ref[i] = x[i] / (1.0 + std::exp(-double(x[i])));
+    near(down(yd, rows * n), ref, "silu");
+    kvad::cuda::gelu(xd.as<float>(), rows * n, yd.as<float>());
+    std::vector<float> ge = x;
+    kvad::cpu::gelu(ge.data(), rows * n);
+    near(down(yd, rows * n), std::vector<double>(ge.begin(), ge.end()), "gelu");
+    kvad::cuda::add(xd.as<float>(), bd.as<float>(), rows * n, n, yd.as<float>());
+    for (int64_t i = 0; i < rows * n; ++i) ref[i] = double(x[i]) + b[i % n];
+    near(down(yd, rows * n), ref, "add (row broadcast)");
+    kvad::cuda::mul(xd.as<float>(), bd.as<float>(), rows * n, n, yd.as<float>());
+    for (int64_t i = 0; i < rows * n; ++i) ref[i] = double(x[i]) * b[i % n];
+    near(down(yd, rows * n), ref, "mul (row broadcast)");
+    // concat [rows, n] | [rows, 5]
+    const std::vector<float> c = randn(rng, rows * 5);
+    DeviceBuffer cd = up(c), jd(rows * (n + 5) * 4);
+    kvad::cuda::concat(xd.as<float>(), cd.as<float>(), rows, n, 5, jd.as<float>());
+    const std::vector<float> j = down(jd, rows * (n + 5));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < n + 5; ++i)
+        ASSERT_EQ(j[r * (n + 5) + i], i < n ? x[r * n + i] : c[r * 5 + i - n]) << "concat r " << r << " i " << i;
+    // f32 gather: rows 2, 0, an id past the end, -1.
+    const std::vector<int32_t> ids = {2, 0, 3, -1};
+    DeviceBuffer idd = up(ids), gd(ids.size() * n * 4);
+    kvad::cuda::get_rows_f32(xd.as<float>(), rows, n, idd.as<int32_t>(), ids.size(), gd.as<float>());
+    const std::vector<float> g = down(gd, ids.size() * n);
+    for (size_t i = 0; i < ids.size(); ++i)
+      for (int64_t e = 0; e < n; ++e)
+        ASSERT_EQ(g[i * n + e], ids[i] >= 0 && ids[i] < rows ? x[ids[i] * n + e] : 0.0f) << "get_rows_f32 " << i;
+  }
+  // rope out of place, partial rotary (head_dim 48, n_rot 32): x unchanged.
+  const int64_t n_tok = 3, H = 2, D = 48;
+  const std::vector<int32_t> pos = {0, 5, 1000};
+  std::vector<float> x = randn(rng, n_tok * H * D);
+  DeviceBuffer xd = up(x), pd = up(pos), yd(x.size() * 4);
+  kvad::cuda::rope(xd.as<float>(), pd.as<int32_t>(), n_tok, H, D, 32, 10000.0f, 1.0f, true, yd.as<float>());
+  const std::vector<float> y = down(yd, x.size()), x_after = down(xd, x.size());
+  EXPECT_EQ(x_after, x) << "rope wrote its input";
+  for (int64_t t = 0; t < n_tok; ++t) kvad::cpu::rope(&x[t * H * D], H, D, 32, pos[t], 10000.0f, 1.0f, true);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(y[i], x[i], 2e-3) << "rope i " << i;
 }
 
 // Two device ops chained with no host read between them (rms_norm, then
