@@ -336,6 +336,7 @@ PullResult pull(const RepoSpec& spec, const HubOptions& opt_in, PullObserver* ob
   for (size_t k = 0; k < sel.files.size(); ++k) {
     if (linked[k]) continue;
     make_dirs(blobs);
+    make_dirs(repo_dir / "snapshots");  // a repo folder without it is "corrupted" to scan_cache_dir
     const fs::path blob = blobs / metas[k].etag;
     BlobLock lock(locks / (metas[k].etag + ".lock"), sel.files[k], obs);
     std::error_code ec;
