@@ -72,6 +72,54 @@ std::string hub_message(const HttpResponse& r) {
 
 }  // namespace
 
+RepoInfo parse_repo_info(const std::string& body, const std::string& url, const std::string& what) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(body);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(url + ": the answer is not JSON (" + e.what() + "): is HF_ENDPOINT a Hub?");
+  }
+  RepoInfo info;
+  if (!j.is_object() || !j.contains("sha") || !j["sha"].is_string())
+    throw Error(url + ": the answer has no \"sha\" string: is HF_ENDPOINT a Hub?");
+  info.commit = j["sha"].get<std::string>();
+  if (!is_commit_hash(info.commit)) throw Error(url + ": \"sha\" '" + info.commit + "' is not a commit hash");
+  if (j.contains("siblings")) {
+    if (!j["siblings"].is_array()) throw Error(url + ": \"siblings\" is not an array");
+    for (const auto& s : j["siblings"]) {
+      if (!s.is_object() || !s.contains("rfilename") || !s["rfilename"].is_string())
+        throw Error(url + ": a sibling without an \"rfilename\" string");
+      std::string name = s["rfilename"].get<std::string>();
+      validate_repo_filename(name, what);
+      info.files.push_back(std::move(name));
+    }
+  }
+  return info;
+}
+
+FileMetadata parse_file_metadata(const HttpResponse& r, const std::string& url) {
+  const bool redirected = is_redirect(r.status) && r.has_header("location");
+  FileMetadata m;
+  m.commit = r.header("x-repo-commit");
+  if (m.commit.empty())
+    throw Error(url + ": no X-Repo-Commit header, so this is not a Hub endpoint (check HF_ENDPOINT and proxies)");
+  if (!is_commit_hash(m.commit)) throw Error(url + ": X-Repo-Commit '" + m.commit + "' is not a commit hash");
+  std::string etag = r.header("x-linked-etag");
+  if (etag.empty()) etag = r.header("etag");
+  if (etag.empty()) throw Error(url + ": no ETag header; the file cannot be cached reliably");
+  m.etag = normalize_etag(etag);
+  std::string size = r.header("x-linked-size");
+  if (size.empty() && !redirected) size = r.header("content-length");
+  if (!size.empty()) {
+    bool digits = size.size() <= 19;
+    for (char c : size) digits = digits && c >= '0' && c <= '9';
+    if (!digits) throw Error(url + ": bad size header '" + size + "'");
+    m.size = std::stoull(size);
+  }
+  m.location = redirected ? url_join(url, r.header("location")) : url;
+  return m;
+}
+
 HubOptions HubOptions::from_env() {
   HubOptions o;
   if (std::string e = env("HF_ENDPOINT"); !e.empty()) {
@@ -168,30 +216,8 @@ RepoInfo HubClient::repo_info(const std::string& repo, const std::string& revisi
     throw Error("cannot reach " + opt_.endpoint + " for " + repo + ": " + e.what() +
                 " (HF_HUB_OFFLINE=1 uses the cache alone)");
   }
-  const std::string what = repo + "@" + revision;
-  if (r.status != 200) throw Error(describe_failure(r, repo, what));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(r.body);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(url + ": the answer is not JSON (" + e.what() + "): is HF_ENDPOINT a Hub?");
-  }
-  RepoInfo info;
-  if (!j.is_object() || !j.contains("sha") || !j["sha"].is_string())
-    throw Error(url + ": the answer has no \"sha\" string: is HF_ENDPOINT a Hub?");
-  info.commit = j["sha"].get<std::string>();
-  if (!is_commit_hash(info.commit)) throw Error(url + ": \"sha\" '" + info.commit + "' is not a commit hash");
-  if (j.contains("siblings")) {
-    if (!j["siblings"].is_array()) throw Error(url + ": \"siblings\" is not an array");
-    for (const auto& s : j["siblings"]) {
-      if (!s.is_object() || !s.contains("rfilename") || !s["rfilename"].is_string())
-        throw Error(url + ": a sibling without an \"rfilename\" string");
-      std::string name = s["rfilename"].get<std::string>();
-      validate_repo_filename(name, "file name from " + opt_.endpoint + " in " + repo);
-      info.files.push_back(std::move(name));
-    }
-  }
-  return info;
+  if (r.status != 200) throw Error(describe_failure(r, repo, repo + "@" + revision));
+  return parse_repo_info(r.body, url, "file name from " + opt_.endpoint + " in " + repo);
 }
 
 FileMetadata HubClient::file_metadata(const std::string& repo, const std::string& commit, const std::string& file) {
@@ -216,27 +242,9 @@ FileMetadata HubClient::file_metadata(const std::string& repo, const std::string
     if (url_origin(next) != origin_) break;  // a storage host: this response carries the metadata
     at = next;
   }
-  const bool redirected = is_redirect(r.status);
-  if (!(r.status >= 200 && r.status < 300) && !redirected)
+  if (!(r.status >= 200 && r.status < 300) && !(is_redirect(r.status) && r.has_header("location")))
     throw Error(describe_failure(r, repo, repo + "/" + file));
-  FileMetadata m;
-  m.commit = r.header("x-repo-commit");
-  if (m.commit.empty())
-    throw Error(url + ": no X-Repo-Commit header, so this is not a Hub endpoint (check HF_ENDPOINT and proxies)");
-  std::string etag = r.header("x-linked-etag");
-  if (etag.empty()) etag = r.header("etag");
-  if (etag.empty()) throw Error(url + ": no ETag header; the file cannot be cached reliably");
-  m.etag = normalize_etag(etag);
-  std::string size = r.header("x-linked-size");
-  if (size.empty() && !redirected) size = r.header("content-length");
-  if (!size.empty()) {
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(size.c_str(), &end, 10);
-    if (!end || *end != '\0' || size[0] == '-') throw Error(url + ": bad size header '" + size + "'");
-    m.size = n;
-  }
-  m.location = redirected ? url_join(at, r.header("location")) : at;
-  return m;
+  return parse_file_metadata(r, at);
 }
 
 }  // namespace kvad::hub

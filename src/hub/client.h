@@ -53,6 +53,20 @@ struct FileMetadata {
   std::string location;             ///< where to GET the bytes
 };
 
+/// The body of GET /api/models/{repo}/revision/{rev} (from `url`) to a
+/// RepoInfo. Throws kvad::Error naming `url` when it is not JSON, has no
+/// 40-hex "sha", or "siblings" is not an array of {"rfilename": string};
+/// and, naming `what`, for a file name that is absolute or has ".."
+/// (validate_repo_filename).
+RepoInfo parse_repo_info(const std::string& body, const std::string& url, const std::string& what);
+
+/// The metadata in the headers of a HEAD /resolve answer for `url` (2xx, or
+/// the redirect that leaves the endpoint's origin). Throws kvad::Error
+/// naming `url` without a 40-hex X-Repo-Commit, without an ETag usable as a
+/// blob name, with a size that is not a decimal number, or with a Location
+/// that is not http(s).
+FileMetadata parse_file_metadata(const HttpResponse& r, const std::string& url);
+
 /// One connection to the Hub (not thread-safe).
 class HubClient {
  public:

@@ -69,11 +69,12 @@ class RepoFile:
 
 
 class Repo:
-    def __init__(self, repo_id, files, gated=False, weak_etag=False, extra_names=()):
+    def __init__(self, repo_id, files, gated=False, weak_etag=False, extra_names=(), hostile_etag=False):
         self.id = repo_id
         self.files = {f.name: f for f in files}
         self.gated = gated
         self.weak_etag = weak_etag
+        self.hostile_etag = hostile_etag  # ETags that are paths, as a malicious server might send
         self.extra_names = list(extra_names)  # listed in siblings, never served (hostile names)
         self.commit = hashlib.sha1(("commit:" + repo_id).encode()).hexdigest()
 
@@ -102,6 +103,7 @@ def default_repos(store_gguf=None):
             RepoFile("tokenizer.json", tok),
             RepoFile("tokenizer_config.json", tok_cfg),
             RepoFile("model.safetensors", _rand(1, 3 << 20), lfs=True),
+            RepoFile("docs/notes.txt", b"not part of the model\n"),
         ]),
         Repo("kvad-test/tiny-GGUF", [
             RepoFile("README.md", b"# tiny-GGUF\n"),
@@ -123,6 +125,9 @@ def default_repos(store_gguf=None):
         Repo("kvad-test/hostile-dotdot", [RepoFile("config.json", cfg)],
              extra_names=["../../escape.safetensors"]),
         Repo("kvad-test/hostile-abs", [RepoFile("config.json", cfg)], extra_names=["/tmp/kvad-abs.safetensors"]),
+        Repo("kvad-test/hostile-etag", [RepoFile("config.json", cfg),
+                                        RepoFile("model.safetensors", _rand(10, 1000), lfs=True)],
+             hostile_etag=True),
     ]
     if store_gguf:
         repos.append(Repo("kvad-test/SmolLM2-135M-Instruct-GGUF", [
@@ -144,6 +149,8 @@ class FakeHub:
         self.repos = repos
         self.log = []
         self.cut = {}  # sha256 -> [body bytes to send before dropping the connection, times left]
+        self.renamed = {"kvad-test/old-tiny-llama": "kvad-test/tiny-llama"}  # answered with a relative 307
+        self.cdn_delay = 0.0  # seconds between 64 KiB chunks of a cdn body (a slow link)
         self._lock = threading.Lock()
         self._in_flight = 0  # requests being answered; their log entries are still to come
         self._hub = _Server(("127.0.0.1", 0), self._handler("hub"))
@@ -217,7 +224,7 @@ class FakeHub:
                 finally:
                     hub._record(self._entry)
 
-            def reply(self, status, headers=None, body=b"", send_body=True, cut_after=None):
+            def reply(self, status, headers=None, body=b"", send_body=True, cut_after=None, delay=0.0):
                 self._entry["status"] = status
                 self.send_response(status)
                 headers = dict(headers or {})
@@ -238,7 +245,13 @@ class FakeHub:
                     except OSError:
                         pass
                     return
-                self.wfile.write(body)
+                if delay:
+                    for k in range(0, len(body), 65536):
+                        self.wfile.write(body[k:k + 65536])
+                        self.wfile.flush()
+                        time.sleep(delay)
+                else:
+                    self.wfile.write(body)
                 self._entry["body_bytes"] = len(body)
 
             def error(self, status, code, message, commit=None, send_body=True):
@@ -276,6 +289,12 @@ class FakeHub:
         url = urllib.parse.urlsplit(h.path)
         parts = [urllib.parse.unquote(p) for p in url.path.split("/")[1:]]
         send_body = method == "GET"
+        for old, new in self.renamed.items():
+            for prefix in ("/api/models/" + old + "/", "/" + old + "/resolve/"):
+                if url.path.startswith(prefix):
+                    loc = prefix.replace(old, new) + url.path[len(prefix):]
+                    h.reply(307, {"Location": loc, "Content-Type": "text/plain"}, b"Moved", send_body)
+                    return
         if parts[:2] == ["api", "models"] and len(parts) >= 6 and parts[4] in ("revision", "tree"):
             repo = self._find_repo(h, parts[2:4], send_body)
             if repo is None:
@@ -326,10 +345,13 @@ class FakeHub:
                     return
             if f.lfs:
                 loc = f"{self.cdn_url}/blobs/{f.sha256}?repo={urllib.parse.quote(repo.id, safe='')}&X-Sig=abc"
+                linked = '"../../../../evil"' if repo.hostile_etag else f'"{f.sha256}"'
                 h.reply(302, {"Location": loc, "X-Repo-Commit": commit, "ETag": f'"{f.git_oid}"',
-                              "X-Linked-Etag": f'"{f.sha256}"', "X-Linked-Size": str(f.size)}, b"", send_body)
+                              "X-Linked-Etag": linked, "X-Linked-Size": str(f.size)}, b"", send_body)
                 return
             etag = f'W/"{f.git_oid}"' if repo.weak_etag else f'"{f.git_oid}"'
+            if repo.hostile_etag:
+                etag = '"../../evil"'
             self._send_bytes(h, f.served(), {"X-Repo-Commit": commit, "ETag": etag}, send_body, None)
             return
         h.error(404, "NotFound", "no such route", send_body=send_body)
@@ -354,9 +376,9 @@ class FakeHub:
             if c and c[1] > 0 and method == "GET":
                 c[1] -= 1
                 cut_after = c[0]
-        self._send_bytes(h, blob.served(), {"ETag": f'"{blob.sha256}"'}, method == "GET", cut_after)
+        self._send_bytes(h, blob.served(), {"ETag": f'"{blob.sha256}"'}, method == "GET", cut_after, self.cdn_delay)
 
-    def _send_bytes(self, h, data, headers, send_body, cut_after):
+    def _send_bytes(self, h, data, headers, send_body, cut_after, delay=0.0):
         headers = dict(headers, **{"Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"})
         rng = h.headers.get("Range")
         if rng and rng.startswith("bytes=") and rng.endswith("-"):
@@ -365,9 +387,9 @@ class FakeHub:
                 h.reply(416, dict(headers, **{"Content-Range": f"bytes */{len(data)}"}), b"", send_body)
                 return
             headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
-            h.reply(206, headers, data[start:], send_body, cut_after)
+            h.reply(206, headers, data[start:], send_body, cut_after, delay)
             return
-        h.reply(200, headers, data, send_body, cut_after)
+        h.reply(200, headers, data, send_body, cut_after, delay)
 
 
 def main():

@@ -26,12 +26,12 @@ def pulled_files(env, repo):
 
 
 def test_huggingface_hub_finds_every_file_kvad_pulled(env):
-    for spec, extra in ((TINY, {}), (GGUF + ":Q6_K", {}), (GGUF + ":README.md", {}),
+    for spec, extra in ((TINY, {}), (TINY + ":docs/notes.txt", {}), (GGUF + ":Q6_K", {}), (GGUF + ":README.md", {}),
                         (GATED, {"HF_TOKEN": fake_hub.GOOD_TOKEN})):
         p = env.kvad("pull", spec, **extra)
         assert p.returncode == 0, p.stderr
-    expect = {TINY: ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                     "tokenizer_config.json"],
+    expect = {TINY: ["config.json", "docs/notes.txt", "generation_config.json", "model.safetensors",
+                     "tokenizer.json", "tokenizer_config.json"],
               GGUF: ["README.md", "tiny-Q6_K-00001-of-00002.gguf", "tiny-Q6_K-00002-of-00002.gguf"],
               GATED: ["config.json", "model.safetensors", "tokenizer.json"]}
     for repo, names in expect.items():

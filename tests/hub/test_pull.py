@@ -212,6 +212,43 @@ def test_hostile_file_name_is_refused(env, repo, name):
     assert not os.path.exists(os.path.join(env.tmp, "escape.safetensors"))
 
 
+def test_hostile_etag_is_refused(env):
+    repo = "kvad-test/hostile-etag"
+    line = error_line(env.kvad("pull", repo))
+    assert "ETag" in line and "evil" in line
+    assert not os.path.exists(os.path.join(env.cache, "evil")) and not os.path.exists(os.path.join(env.tmp, "evil"))
+    assert env.hub.entries("cdn") == []
+
+
+def test_nested_file_gets_a_deeper_link(env):
+    p = env.kvad("pull", TINY + ":docs/notes.txt")
+    assert p.returncode == 0, p.stderr
+    check_pointer(env, TINY, "docs/notes.txt")  # ../../../blobs/<sha1>
+
+
+def test_renamed_repo_redirect_on_the_hub_keeps_the_token(env):
+    p = env.kvad("pull", "kvad-test/old-tiny-llama", HF_TOKEN=fake_hub.GOOD_TOKEN)
+    assert p.returncode == 0, p.stderr
+    commit = env.hub.repos[TINY].commit
+    assert p.stdout.strip() == os.path.join(env.repo_dir("kvad-test/old-tiny-llama"), "snapshots", commit)
+    moved = [e for e in env.hub.entries("hub") if e["status"] == 307]
+    assert moved and all(e["headers"].get("authorization") for e in moved)
+    followed = [e for e in env.hub.entries("hub") if e["path"].startswith(("/api/models/" + TINY, "/" + TINY))]
+    assert followed and all(e["headers"].get("authorization") == "Bearer " + fake_hub.GOOD_TOKEN for e in followed)
+    assert all("authorization" not in e["headers"] for e in env.hub.entries("cdn"))
+
+
+def test_two_pulls_at_once_download_each_blob_once(env):
+    env.hub.cdn_delay = 0.02  # ~1 s for the 3 MiB file, so the two overlap
+    procs = [subprocess.Popen([kvad_binary(), "pull", TINY], env=env.environ(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert outs[0][0] == outs[1][0]
+    assert len(env.hub.entries("cdn", "GET")) == 1  # the second waited on the lock and found the blob
+    check_pointer(env, TINY, "model.safetensors")
+
+
 def test_network_error(env):
     with socket_closed_port() as port:
         line = error_line(env.kvad("pull", TINY, HF_ENDPOINT=f"http://127.0.0.1:{port}"))
