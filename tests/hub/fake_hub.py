@@ -280,7 +280,7 @@ class FakeHub:
         return repo
 
     def _commit_of(self, h, repo, rev, send_body):
-        if rev in ("main", repo.commit):
+        if rev in ("main", "v1.0", "refs/pr/1", repo.commit):  # a tag and a PR ref, all at the one commit
             return repo.commit
         h.error(404, "RevisionNotFound", f"Invalid rev id: {rev}", send_body=send_body)
         return None

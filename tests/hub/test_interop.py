@@ -66,6 +66,21 @@ def test_huggingface_hub_finds_every_file_kvad_pulled(env):
     assert snapshot_download(TINY, cache_dir=env.cache, local_files_only=True) == env.snapshot(TINY)
 
 
+def test_refs_of_tags_and_pr_revisions(env):
+    for rev in ("main", "v1.0", "refs/pr/1"):
+        p = env.kvad("pull", f"{GGUF}@{rev}:Q8_0")
+        assert p.returncode == 0, p.stderr
+    assert any(e["path"] == f"/api/models/{GGUF}/revision/refs%2Fpr%2F1" for e in env.hub.entries("hub"))
+    for rev in ("v1.0", "refs/pr/1"):
+        path = try_to_load_from_cache(GGUF, "tiny-Q8_0.gguf", cache_dir=env.cache, revision=rev)
+        assert path == os.path.join(env.snapshot(GGUF), "tiny-Q8_0.gguf")
+    info = scan_cache_dir(env.cache)
+    assert info.warnings == []
+    (repo,) = info.repos
+    (rev,) = repo.revisions
+    assert rev.refs == frozenset({"main", "v1.0", "refs/pr/1"})
+
+
 def test_scan_after_a_cut_pull_reports_an_incomplete_file_and_no_warning(env):
     f = env.hub.repos[TINY].files["model.safetensors"]
     env.hub.cut[f.sha256] = [100_000, 1000]
