@@ -15,5 +15,6 @@ void add_template(CLI::App& app);
 void add_chat(CLI::App& app);
 void add_serve(CLI::App& app);
 void add_quantize(CLI::App& app);
+void add_pull(CLI::App& app);
 
 }  // namespace kvad::cli

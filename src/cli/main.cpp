@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   kvad::cli::add_chat(app);
   kvad::cli::add_serve(app);
   kvad::cli::add_quantize(app);
+  kvad::cli::add_pull(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

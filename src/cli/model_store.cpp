@@ -2,10 +2,15 @@
 
 #include <sys/resource.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include "base/error.h"
+#include "cli/download_progress.h"
+#include "hub/cache.h"
+#include "hub/pull.h"
 
 namespace fs = std::filesystem;
 
@@ -18,10 +23,37 @@ std::string model_store_dir() {
   return std::string(h && *h ? h : ".") + "/.cache/kvad/models";
 }
 
+namespace {
+
+// ORG/NAME[@REV][:SEL] through the HF cache, pulling when it is missing.
+std::string resolve_hf_model(const std::string& arg) {
+  const hub::RepoSpec spec = hub::parse_repo_spec(arg);
+  const hub::HubOptions opt = hub::HubOptions::from_env();
+  std::string why;
+  std::optional<hub::Resolved> r = hub::resolve_hf(spec, opt.cache_dir, &why);
+  if (r) {
+    std::fprintf(stderr, "kvad: %s from the HF cache: %s\n", spec.str().c_str(), r->path.c_str());
+  } else {
+    if (opt.offline) throw Error("model '" + arg + "' is not in the HF cache and HF_HUB_OFFLINE is set: " + why);
+    std::fprintf(stderr, "kvad: %s is not in the HF cache %s; pulling it from %s\n", spec.str().c_str(),
+                 opt.cache_dir.c_str(), opt.endpoint.c_str());
+    DownloadProgress progress(stderr);
+    r = hub::pull(spec, opt, &progress).resolved;
+    std::fprintf(stderr, "kvad: %s: %s\n", spec.str().c_str(), r->path.c_str());
+  }
+  if (r->selection.kind == hub::Selection::Kind::Checkpoint)
+    throw Error("'" + arg + "' is a safetensors checkpoint (" + r->path +
+                "); this kvad runs GGUF files: name a GGUF repo and its quant, e.g. ORG/NAME-GGUF:Q4_K_M");
+  return r->path;
+}
+
+}  // namespace
+
 std::string resolve_model(const std::string& arg) {
   const std::string name = arg.empty() ? kDefaultModel : arg;
   std::error_code ec;
   if (fs::is_regular_file(name, ec)) return name;
+  if (!fs::exists(name, ec) && hub::looks_like_repo_spec(name)) return resolve_hf_model(name);
   const std::string dir = model_store_dir();
   const std::string in_store = dir + "/" + name + ".gguf";
   if (name.find('/') == std::string::npos && fs::is_regular_file(in_store, ec)) return in_store;

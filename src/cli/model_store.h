@@ -12,9 +12,13 @@ inline constexpr const char* kDefaultModel = "smollm2-135m";
 std::string model_store_dir();
 
 /// A --model argument to a file path: an existing file is used as given;
-/// otherwise NAME resolves to <store>/NAME.gguf. Empty means kDefaultModel.
-/// Throws kvad::Error naming the argument, the store and the models in it
-/// when neither exists.
+/// NAME resolves to <store>/NAME.gguf; ORG/NAME[@REV][:QUANT-or-FILE]
+/// resolves in the HF cache (hub/cache.h), pulled from the Hub first when it
+/// is not there (unless HF_HUB_OFFLINE), saying so on stderr. Empty means
+/// kDefaultModel. Throws kvad::Error naming the argument, the store and the
+/// models in it when nothing matches, for a repo spec that the cache lacks
+/// offline or the pull fails on, and for a safetensors checkpoint (which
+/// only GGUF-loading callers reach for now).
 std::string resolve_model(const std::string& arg);
 
 /// Peak resident set size of this process so far, bytes.
