@@ -19,6 +19,8 @@ class GgufSource final : public TensorSource {
       t.data = ti.data;
       t.n_bytes = ti.n_bytes;
       t.origin = f_->path();
+      t.stored_dtype = dtype_name(ti.type);
+      t.shape.assign(ti.ne.rbegin(), ti.ne.rend());
       tensors_.push_back(std::move(t));
     }
     for (size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
