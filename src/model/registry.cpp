@@ -4,6 +4,7 @@
 #include "base/thread_pool.h"
 #include "io/gguf.h"
 #include "io/tensor_source.h"
+#include "model/hf.h"
 #include "tensor/ops.h"
 
 namespace kvad {
@@ -11,6 +12,7 @@ namespace kvad {
 // One loader per architecture file (model/text/).
 std::unique_ptr<Model> load_llama(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 std::unique_ptr<Model> load_gemma3(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
+extern const HfNames kLlamaHfNames, kGemma3HfNames;
 
 const char* model_kind_name(ModelKind k) {
   switch (k) {
@@ -23,8 +25,8 @@ const char* model_kind_name(ModelKind k) {
 
 const std::vector<ArchEntry>& architectures() {
   static const std::vector<ArchEntry> archs = {
-      {"llama", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama},
-      {"gemma3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gemma3},
+      {"llama", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kLlamaHfNames},
+      {"gemma3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gemma3, &kGemma3HfNames},
   };
   return archs;
 }

@@ -10,6 +10,7 @@ namespace kvad {
 
 namespace gguf { class File; }
 class TensorSource;
+struct HfNames;
 
 /// Where and how to load a model (CLI: --device, --dtype, --quant).
 struct DeviceOptions {
@@ -39,6 +40,8 @@ struct ArchEntry {
   std::vector<std::string> backends;   ///< device types it runs on: "cpu", "sim", "cuda"
   /// Builds the model from a checkpoint, its weights on o.device.
   std::unique_ptr<Model> (*load)(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
+  /// How it reads an HF checkpoint (model/hf.h), or nullptr when it reads GGUF only.
+  const HfNames* hf = nullptr;
 };
 
 /// Every architecture kvad knows, in a stable order.

@@ -62,6 +62,7 @@ Tensor WeightLoader::get_optional(const std::string& name, std::initializer_list
   if (want != have)
     throw Error(src_->path() + ": tensor " + name + " has shape " + dims_str(st->ne.data(), st->n_dims) +
                 ", expected " + dims_str(ne.begin(), ne.size()));
+  require_supported(*st);  // U8/F8 and 5-d tensors of a safetensors checkpoint, named as stored
   if (!ops::has_format(Device::cpu(), st->type))
     throw Error(src_->path() + ": tensor " + name + " is " + dtype_name(st->type) +
                 ", a format kvad cannot compute with yet");

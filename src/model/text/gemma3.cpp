@@ -36,6 +36,7 @@
 #include "io/tensor_source.h"
 #include "model/blocks.h"
 #include "model/cache.h"
+#include "model/hf.h"
 #include "model/hparams.h"
 #include "model/model.h"
 #include "model/registry.h"
@@ -150,7 +151,64 @@ class Gemma3 final : public Model {
   AttentionParams global_, local_;
 };
 
+// HF names (transformers' Gemma3ForCausalLM, model_type gemma3_text) →
+// GGUF names. Every RMSNorm weight w becomes 1 + w, as the GGUF converter
+// stores it (Gemma's norm multiplies by 1 + w).
+void hf_config(const nlohmann::json& cfg, Metadata& md) {
+  decoder_config("gemma3", cfg, md);
+  const int64_t window = config_int(cfg, "sliding_window", 0);
+  md["gemma3.attention.sliding_window"] = window;
+  // kvad runs Gemma 3's fixed pattern (Gemma3Params::is_global); a config
+  // with another one is refused rather than run wrong.
+  const std::vector<bool> local = sliding_layers(cfg, config_int(cfg, "num_hidden_layers"), kSlidingWindowPattern);
+  Gemma3Params p;
+  p.sliding_window = static_cast<int32_t>(window);
+  for (size_t il = 0; il < local.size(); ++il)
+    if (window > 0 && local[il] == p.is_global(static_cast<int64_t>(il)))
+      throw Error("config.json: layer " + std::to_string(il) + " is " + (local[il] ? "sliding" : "full") +
+                  " attention; kvad runs Gemma 3's pattern of 5 sliding layers then 1 full");
+  if (local_rope_base(cfg, kLocalRopeBase) != kLocalRopeBase)
+    throw Error("config.json: a sliding-layer rope base other than 10000 is not supported");
+  const int64_t head_dim = config_int(cfg, "head_dim");
+  if (config_int(cfg, "query_pre_attn_scalar", head_dim) != head_dim && config_int(cfg, "num_hidden_layers") != 62)
+    throw Error("config.json: query_pre_attn_scalar other than head_dim is not supported");
+}
+
+bool hf_tensor(const std::string& hf, TensorRename& r) {
+  using T = TensorTransform;
+  struct Name {
+    const char *hf, *gguf;
+    T t;
+  };
+  static const Name kLayer[] = {
+      {"input_layernorm.weight", "attn_norm.weight", T::ToF32PlusOne},
+      {"self_attn.q_proj.weight", "attn_q.weight", T::None},
+      {"self_attn.k_proj.weight", "attn_k.weight", T::None},
+      {"self_attn.v_proj.weight", "attn_v.weight", T::None},
+      {"self_attn.o_proj.weight", "attn_output.weight", T::None},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight", T::ToF32PlusOne},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight", T::ToF32PlusOne},
+      {"post_attention_layernorm.weight", "post_attention_norm.weight", T::ToF32PlusOne},
+      {"pre_feedforward_layernorm.weight", "ffn_norm.weight", T::ToF32PlusOne},
+      {"post_feedforward_layernorm.weight", "post_ffw_norm.weight", T::ToF32PlusOne},
+      {"mlp.gate_proj.weight", "ffn_gate.weight", T::None},
+      {"mlp.up_proj.weight", "ffn_up.weight", T::None},
+      {"mlp.down_proj.weight", "ffn_down.weight", T::None},
+  };
+  if (hf == "model.embed_tokens.weight") return r.name = "token_embd.weight", r.transform = T::None, true;
+  if (hf == "model.norm.weight") return r.name = "output_norm.weight", r.transform = T::ToF32PlusOne, true;
+  int64_t il;
+  std::string rest;
+  if (!hf_layer_tensor(hf, il, rest)) return false;
+  for (const Name& n : kLayer)
+    if (rest == n.hf) return r.name = "blk." + std::to_string(il) + "." + n.gguf, r.transform = n.t, true;
+  return false;
+}
+
 }  // namespace
+
+extern const HfNames kGemma3HfNames;
+const HfNames kGemma3HfNames = {{"gemma3_text"}, &hf_config, &hf_tensor};
 
 std::unique_ptr<Model> load_gemma3(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
   return std::make_unique<Gemma3>(std::move(src), o);

@@ -3,9 +3,12 @@
 //   x = x + Wo · Attn(RoPE(Wq · n), RoPE(Wk · n), Wv · n),  n = RMSNorm(x) ⊙ attn_norm
 //   x = x + Wdown · (SiLU(Wgate · n) ⊙ Wup · n),            n = RMSNorm(x) ⊙ ffn_norm
 // then RMSNorm ⊙ output_norm and the output head (tied to token_embd when
-// the file has no output.weight). RoPE pairs adjacent dims (GGUF llama
-// files store Q and K permuted for that). Tensor names as llama.cpp's GGUF
-// converter writes them (token_embd, blk.N.attn_q, ...).
+// the file has no output.weight). Tensor names as llama.cpp's GGUF converter
+// writes them (token_embd, blk.N.attn_q, ...). RoPE pairs adjacent dims in
+// GGUF files, whose converter stores Q and K rows permuted for that; an HF
+// checkpoint (transformers' modeling_llama.py, read through kLlamaHfNames
+// below) keeps HF's layout and rotates halves (NeoX pairing, rotate_half),
+// which is the same rotation of the unpermuted rows.
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "io/tensor_source.h"
 #include "model/blocks.h"
 #include "model/cache.h"
+#include "model/hf.h"
 #include "model/hparams.h"
 #include "model/model.h"
 #include "model/registry.h"
@@ -23,9 +27,11 @@
 namespace kvad {
 namespace {
 
-/// Llama's hyper-parameters: the decoder keys (hparams.h), nothing more.
+/// Llama's hyper-parameters: the decoder keys (hparams.h) and the RoPE
+/// pairing (kvad.rope.neox: set for HF checkpoints, absent in GGUF files).
 struct LlamaParams {
   HParams hp;
+  bool rope_neox = false;
 };
 
 struct Layer {
@@ -38,6 +44,7 @@ class Llama final : public Model {
   Llama(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
     source_ = src;
     cfg_.hp = read_hparams(*src);
+    cfg_.rope_neox = src->get_int("kvad.rope.neox", 0) != 0;
     hp_ = cfg_.hp;
     WeightLoader wl(src, o);
     device_ = wl.device();
@@ -67,8 +74,7 @@ class Llama final : public Model {
     attn_.n_head = hp_.n_head;
     attn_.n_head_kv = hp_.n_head_kv;
     attn_.head_dim = D;
-    attn_.rope = {hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale,
-                  /*neox=*/false};  // GGUF llama Q/K rows are permuted for adjacent pairs
+    attn_.rope = {hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale, cfg_.rope_neox};
     attn_.scale = 1.0f / std::sqrt(static_cast<float>(D));
     attn_.norm_eps = hp_.norm_eps;
   }
@@ -101,7 +107,49 @@ class Llama final : public Model {
   AttentionParams attn_;
 };
 
+// HF names (transformers' LlamaForCausalLM) → GGUF names.
+void hf_config(const nlohmann::json& cfg, Metadata& md) {
+  decoder_config("llama", cfg, md);
+  md["kvad.rope.neox"] = int64_t{1};
+}
+
+bool hf_tensor(const std::string& hf, TensorRename& r) {
+  using T = TensorTransform;
+  struct Name {
+    const char *hf, *gguf;
+    T t;
+  };
+  static const Name kTop[] = {{"model.embed_tokens.weight", "token_embd.weight", T::None},
+                              {"model.norm.weight", "output_norm.weight", T::ToF32},
+                              {"lm_head.weight", "output.weight", T::None}};
+  static const Name kLayer[] = {
+      {"input_layernorm.weight", "attn_norm.weight", T::ToF32},
+      {"self_attn.q_proj.weight", "attn_q.weight", T::None},
+      {"self_attn.k_proj.weight", "attn_k.weight", T::None},
+      {"self_attn.v_proj.weight", "attn_v.weight", T::None},
+      {"self_attn.o_proj.weight", "attn_output.weight", T::None},
+      {"self_attn.q_proj.bias", "attn_q.bias", T::ToF32},
+      {"self_attn.k_proj.bias", "attn_k.bias", T::ToF32},
+      {"self_attn.v_proj.bias", "attn_v.bias", T::ToF32},
+      {"post_attention_layernorm.weight", "ffn_norm.weight", T::ToF32},
+      {"mlp.gate_proj.weight", "ffn_gate.weight", T::None},
+      {"mlp.up_proj.weight", "ffn_up.weight", T::None},
+      {"mlp.down_proj.weight", "ffn_down.weight", T::None},
+  };
+  for (const Name& n : kTop)
+    if (hf == n.hf) return r.name = n.gguf, r.transform = n.t, true;
+  int64_t il;
+  std::string rest;
+  if (!hf_layer_tensor(hf, il, rest)) return false;
+  for (const Name& n : kLayer)
+    if (rest == n.hf) return r.name = "blk." + std::to_string(il) + "." + n.gguf, r.transform = n.t, true;
+  return false;
+}
+
 }  // namespace
+
+extern const HfNames kLlamaHfNames;
+const HfNames kLlamaHfNames = {{"llama"}, &hf_config, &hf_tensor};
 
 std::unique_ptr<Model> load_llama(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
   return std::make_unique<Llama>(std::move(src), o);

@@ -1,0 +1,164 @@
+#include "model/hf.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "io/safetensors.h"
+#include "io/tensor_source.h"
+#include "model/registry.h"
+
+namespace kvad {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+const json& field(const json& cfg, const char* key) {
+  if (!cfg.is_object() || !cfg.contains(key) || cfg[key].is_null())
+    throw Error(std::string("config.json: missing field ") + key);
+  return cfg[key];
+}
+}  // namespace
+
+int64_t config_int(const json& cfg, const char* key) {
+  const json& v = field(cfg, key);
+  if (!v.is_number_integer()) throw Error(std::string("config.json: ") + key + " is not an integer");
+  return v.get<int64_t>();
+}
+double config_float(const json& cfg, const char* key) {
+  const json& v = field(cfg, key);
+  if (!v.is_number()) throw Error(std::string("config.json: ") + key + " is not a number");
+  return v.get<double>();
+}
+int64_t config_int(const json& cfg, const char* key, int64_t def) {
+  return cfg.is_object() && cfg.contains(key) && !cfg[key].is_null() ? config_int(cfg, key) : def;
+}
+double config_float(const json& cfg, const char* key, double def) {
+  return cfg.is_object() && cfg.contains(key) && !cfg[key].is_null() ? config_float(cfg, key) : def;
+}
+
+void decoder_config(const std::string& a, const json& cfg, Metadata& md) {
+  md["general.architecture"] = a;
+  if (cfg.contains("_name_or_path") && cfg["_name_or_path"].is_string())
+    md["general.name"] = cfg["_name_or_path"].get<std::string>();
+  const int64_t n_head = config_int(cfg, "num_attention_heads");
+  md[a + ".context_length"] = config_int(cfg, "max_position_embeddings", 2048);
+  md[a + ".embedding_length"] = config_int(cfg, "hidden_size");
+  md[a + ".block_count"] = config_int(cfg, "num_hidden_layers");
+  md[a + ".feed_forward_length"] = config_int(cfg, "intermediate_size");
+  md[a + ".attention.head_count"] = n_head;
+  md[a + ".attention.head_count_kv"] = config_int(cfg, "num_key_value_heads", n_head);
+  if (cfg.contains("head_dim") && !cfg["head_dim"].is_null()) {
+    md[a + ".attention.key_length"] = config_int(cfg, "head_dim");
+    md[a + ".attention.value_length"] = config_int(cfg, "head_dim");
+  }
+  md[a + ".attention.layer_norm_rms_epsilon"] = config_float(cfg, "rms_norm_eps", 1e-6);
+  // RoPE: transformers <= 4 writes rope_theta and rope_scaling; 5 writes
+  // rope_parameters {rope_theta, rope_type, factor}, or one such object per
+  // layer type (Gemma 3: full_attention / sliding_attention).
+  json rope = cfg.contains("rope_parameters") && cfg["rope_parameters"].is_object() ? cfg["rope_parameters"] : json();
+  if (rope.is_object() && rope.contains("full_attention")) rope = rope["full_attention"];
+  if (!rope.is_object()) {
+    rope = cfg.contains("rope_scaling") && cfg["rope_scaling"].is_object() ? cfg["rope_scaling"] : json::object();
+    if (cfg.contains("rope_theta")) rope["rope_theta"] = cfg["rope_theta"];
+  }
+  md[a + ".rope.freq_base"] = config_float(rope, "rope_theta", 10000.0);
+  const std::string type = rope.value("rope_type", rope.value("type", std::string()));
+  if (type == "linear") {
+    md[a + ".rope.scaling.type"] = std::string("linear");
+    md[a + ".rope.scaling.factor"] = config_float(rope, "factor");
+  } else if (!type.empty() && type != "default") {
+    throw Error("config.json: rope type '" + type + "' is not supported yet (kvad reads default and linear)");
+  }
+}
+
+double local_rope_base(const json& cfg, double def) {
+  if (cfg.contains("rope_parameters") && cfg["rope_parameters"].is_object() &&
+      cfg["rope_parameters"].contains("sliding_attention"))
+    return config_float(cfg["rope_parameters"]["sliding_attention"], "rope_theta", def);
+  return config_float(cfg, "rope_local_base_freq", def);
+}
+
+std::vector<bool> sliding_layers(const json& cfg, int64_t n_layer, int64_t pattern) {
+  std::vector<bool> local(n_layer);
+  if (cfg.contains("layer_types") && cfg["layer_types"].is_array()) {
+    const json& lt = cfg["layer_types"];
+    if (static_cast<int64_t>(lt.size()) != n_layer) throw Error("config.json: layer_types does not list every layer");
+    for (int64_t i = 0; i < n_layer; ++i) {
+      if (!lt[i].is_string()) throw Error("config.json: layer_types[" + std::to_string(i) + "] is not a string");
+      const std::string t = lt[i].get<std::string>();
+      if (t != "sliding_attention" && t != "full_attention")
+        throw Error("config.json: layer_types[" + std::to_string(i) + "] '" + t + "' is not supported");
+      local[i] = t == "sliding_attention";
+    }
+    return local;
+  }
+  const int64_t p = config_int(cfg, "sliding_window_pattern", config_int(cfg, "_sliding_window_pattern", pattern));
+  for (int64_t i = 0; i < n_layer; ++i) local[i] = p > 0 && (i + 1) % p != 0;
+  return local;
+}
+
+bool hf_layer_tensor(const std::string& hf, int64_t& il, std::string& rest) {
+  static const std::string prefix = "model.layers.";
+  if (hf.compare(0, prefix.size(), prefix) != 0) return false;
+  size_t i = prefix.size(), j = i;
+  while (j < hf.size() && hf[j] >= '0' && hf[j] <= '9') ++j;
+  if (j == i || j - i > 6 || j >= hf.size() || hf[j] != '.') return false;
+  il = std::stoll(hf.substr(i, j - i));
+  rest = hf.substr(j + 1);
+  return true;
+}
+
+bool is_hf_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_directory(dir, ec) && fs::is_regular_file(fs::path(dir) / "config.json", ec);
+}
+
+std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir) {
+  const fs::path cfg_path = fs::path(dir) / "config.json";
+  std::ifstream in(cfg_path, std::ios::binary);
+  if (!in) throw Error(cfg_path.string() + ": cannot open");
+  json cfg;
+  try {
+    // Config files are small; a cap keeps a hostile one from costing memory.
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.size() > (16u << 20)) throw Error(cfg_path.string() + ": larger than 16 MiB, not a config");
+    cfg = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(cfg_path.string() + ": invalid JSON: " + e.what());
+  }
+  if (!cfg.is_object() || !cfg.contains("model_type") || !cfg["model_type"].is_string())
+    throw Error(cfg_path.string() + ": no model_type string");
+  const std::string model_type = cfg["model_type"].get<std::string>();
+  const ArchEntry* entry = nullptr;
+  std::string known;
+  for (const ArchEntry& a : architectures()) {
+    if (!a.hf) continue;
+    for (const std::string& t : a.hf->model_types) {
+      known += (known.empty() ? "" : ", ") + t;
+      if (t == model_type) entry = &a;
+    }
+  }
+  if (!entry)
+    throw Error(cfg_path.string() + ": model_type '" + model_type + "' is not supported (kvad reads: " + known + ")");
+  Metadata md;
+  try {
+    entry->hf->config(cfg, md);
+  } catch (const Error& e) {
+    throw Error(cfg_path.string() + ": " + e.what());
+  }
+  std::shared_ptr<const TensorSource> raw = safetensors_source(dir);
+  std::vector<TensorRename> rules;
+  for (const SourceTensor& t : raw->tensors()) {
+    TensorRename r;
+    if (!entry->hf->tensor(t.name, r))
+      throw Error(raw->path() + ": tensor " + t.name + " is not read by architecture " + entry->name);
+    r.base = t.name;
+    rules.push_back(std::move(r));
+  }
+  return mapped_source(std::move(raw), rules, std::move(md));
+}
+
+}  // namespace kvad

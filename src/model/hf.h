@@ -1,0 +1,74 @@
+// HF checkpoints (config.json + safetensors) under kvad's one naming
+// (DESIGN.md seam 9). Each architecture file gives an HfNames table: which
+// config.json model_type values it reads, config names → GGUF keys, and HF
+// tensor names → GGUF names with any reshaping. open_hf_checkpoint puts the
+// table over the checkpoint's safetensors, and the architecture then loads
+// it exactly as it loads a GGUF.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "io/mapped_source.h"
+
+namespace kvad {
+
+class TensorSource;
+
+struct HfNames {
+  std::vector<std::string> model_types;  ///< config.json "model_type" values this architecture reads
+  /// Writes the GGUF keys of the checkpoint's config.json `cfg` into md
+  /// ("{arch}.embedding_length" from "hidden_size", ...). Throws kvad::Error
+  /// naming a missing or invalid field (config_int and friends do).
+  void (*config)(const nlohmann::json& cfg, Metadata& md) = nullptr;
+  /// The GGUF name and transform of HF tensor `hf`; false for a name the
+  /// architecture does not know (which makes the load fail, naming it).
+  bool (*tensor)(const std::string& hf, TensorRename& out) = nullptr;
+};
+
+/// The checkpoint in directory `dir` (config.json and model.safetensors or
+/// its sharded index) as a TensorSource with GGUF names and keys, read by
+/// the registry architecture whose HfNames lists config.json's model_type.
+/// Throws kvad::Error naming the file and field for a malformed or
+/// unsupported config.json (listing the model types kvad reads), and as
+/// mapped_source for tensors nobody reads.
+std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir);
+
+/// True when `dir` holds a config.json (an HF checkpoint, not a GGUF).
+bool is_hf_checkpoint(const std::string& dir);
+
+// ---- helpers for the tables --------------------------------------------
+
+/// cfg[key] as an integer / number / string; throws kvad::Error naming
+/// "config.json: key" when it is absent or of another type.
+int64_t config_int(const nlohmann::json& cfg, const char* key);
+double config_float(const nlohmann::json& cfg, const char* key);
+/// The same with a default when the key is absent or null.
+int64_t config_int(const nlohmann::json& cfg, const char* key, int64_t def);
+double config_float(const nlohmann::json& cfg, const char* key, double def);
+
+/// The GGUF keys every decoder has, from their usual HF names:
+/// {arch}.context_length (max_position_embeddings), embedding_length
+/// (hidden_size), block_count (num_hidden_layers), feed_forward_length
+/// (intermediate_size), attention.head_count (num_attention_heads),
+/// head_count_kv (num_key_value_heads, default the heads),
+/// attention.key_length/value_length (head_dim, when given),
+/// attention.layer_norm_rms_epsilon (rms_norm_eps), rope.freq_base
+/// (rope_theta, or rope_parameters in transformers 5), linear rope scaling,
+/// and general.name (_name_or_path). Throws for another rope type.
+void decoder_config(const std::string& arch, const nlohmann::json& cfg, Metadata& md);
+
+/// The RoPE base of sliding-window layers: rope_parameters.sliding_attention
+/// (transformers 5) or rope_local_base_freq (4.x), else `def`.
+double local_rope_base(const nlohmann::json& cfg, double def);
+/// Which layers use a sliding window: layer_types (transformers 5), else
+/// every layer but each `sliding_window_pattern`-th (default `pattern`).
+std::vector<bool> sliding_layers(const nlohmann::json& cfg, int64_t n_layer, int64_t pattern);
+
+/// Splits "model.layers.12.self_attn.q_proj.weight" into 12 and
+/// "self_attn.q_proj.weight"; false when `hf` is not a layer tensor.
+bool hf_layer_tensor(const std::string& hf, int64_t& il, std::string& rest);
+
+}  // namespace kvad

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Tiny random HF checkpoints and transformers' logits for them.
+
+For each architecture kvad reads from HF checkpoints (llama, gemma3_text),
+makes a randomly initialised model with small dimensions but the
+architecture's real options (GQA with n_head != n_head_kv, a sliding window
+shorter than the test prompt, untied and tied heads), saves it with
+transformers' own save_pretrained (safetensors, f32, config.json), runs
+transformers on fixed token ids and writes its logits at every position:
+
+    tests/fixtures/hf_tiny/<name>/{config.json, model.safetensors, logits.json}
+
+logits.json: {"tokens": [...], "logits": [[n_vocab floats] per position]}.
+tests/model/test_hf_checkpoint.cpp compares kvad with them. Needs torch and
+transformers (a venv for tools/, never the tests):
+
+    ~/.cache/kvad/torch-venv/bin/python tools/make_tiny_hf.py
+"""
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+import transformers
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests" / "fixtures" / "hf_tiny"
+TOKENS = [1, 17, 42, 7, 99, 3, 64, 120, 5, 88, 31, 2, 77, 14]
+
+
+def save(name, model):
+    d = OUT / name
+    if d.exists():
+        shutil.rmtree(d)
+    model.save_pretrained(d, safe_serialization=True)
+    for extra in ("generation_config.json",):
+        p = d / extra
+        if p.exists():
+            p.unlink()
+    with torch.no_grad():
+        out = model(torch.tensor([TOKENS])).logits[0].float()
+    logits = [[round(float(v), 6) for v in row] for row in out]
+    (d / "logits.json").write_text(json.dumps({"tokens": TOKENS, "logits": logits}))
+    print(name, sorted(p.name for p in d.iterdir()), sum(p.stat().st_size for p in d.iterdir()), "bytes")
+
+
+def main():
+    torch.manual_seed(0)
+    llama = transformers.LlamaConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, torch_dtype="float32")
+    m = transformers.LlamaForCausalLM(llama).eval()
+    save("llama", m)
+
+    torch.manual_seed(1)
+    gemma = transformers.Gemma3TextConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=6,
+        num_attention_heads=4, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
+        sliding_window=4, rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0,
+        query_pre_attn_scalar=32, tie_word_embeddings=True, torch_dtype="float32",
+        attn_implementation="eager")
+    m = transformers.Gemma3ForCausalLM(gemma).eval()
+    # Random norms (HF initialises them to 0, i.e. 1 + w = 1): exercise the 1 + w rule.
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if "norm" in n:
+                p.normal_(0.0, 0.3)
+    save("gemma3", m)
+    print("transformers", transformers.__version__, "torch", torch.__version__)
+
+
+if __name__ == "__main__":
+    main()
