@@ -94,14 +94,21 @@ void attention_rows_f16_avx2(const AttentionRows& rows, const uint16_t* k, const
   for (int64_t b0 = lo; b0 <= hi; b0 += kBlock) {
     const int nb = static_cast<int>(std::min<int64_t>(kBlock, hi + 1 - b0));
     const int nb8 = (nb + 7) & ~7;
-    int64_t slot = rows.ring > 0 ? b0 % rows.ring : b0;
-    for (int j = 0; j < nb; ++j, ++slot) {
-      if (rows.ring > 0 && slot >= rows.ring) slot -= rows.ring;
-      const uint16_t* kr = k + slot * kv_stride;
-      const uint16_t* vr = v + slot * kv_stride;
-      for (int64_t c = 0; c < D; c += 8) {
-        _mm256_store_ps(kf + j * D + c, load_f16x8(kr + c));
-        _mm256_store_ps(vf + j * D + c, load_f16x8(vr + c));
+    // Keys b0 .. b0 + nb - 1 are rows s0 .. of k/v; in a ring (rows.ring > 0)
+    // they wrap to row 0 after row ring - 1, splitting the block in two runs.
+    const int64_t s0 = rows.ring > 0 ? b0 % rows.ring : b0;
+    const int split = rows.ring > 0 && s0 + nb > rows.ring ? static_cast<int>(rows.ring - s0) : nb;
+    for (int run = 0; run < 2; ++run) {
+      const int j0 = run == 0 ? 0 : split, j1 = run == 0 ? split : nb;
+      const uint16_t* kb = k + (run == 0 ? s0 : -static_cast<int64_t>(split)) * kv_stride;
+      const uint16_t* vb = v + (run == 0 ? s0 : -static_cast<int64_t>(split)) * kv_stride;
+      for (int j = j0; j < j1; ++j) {
+        const uint16_t* kr = kb + j * kv_stride;
+        const uint16_t* vr = vb + j * kv_stride;
+        for (int64_t c = 0; c < D; c += 8) {
+          _mm256_store_ps(kf + j * D + c, load_f16x8(kr + c));
+          _mm256_store_ps(vf + j * D + c, load_f16x8(vr + c));
+        }
       }
     }
     std::fill(kf + nb * D, kf + nb8 * D, 0.0f);  // padding keys: finite scores, masked below

@@ -43,9 +43,12 @@ void* system_alloc(size_t n) {
 }
 
 // Activations of one forward call have the same few sizes layer after layer:
-// freed blocks are kept by exact size and handed out again, so an op's
-// output costs neither a system call nor fresh page faults. Bounded: at most
-// kMaxCachedTotal bytes wait for reuse.
+// freed blocks are kept by exact size and handed out again, last freed
+// first, so an op's output is usually a block that is still in cache and
+// costs neither a system call nor fresh page faults (with blocks handed out
+// in any order, a decode step cycled through ~1 MB of distinct buffers and
+// evicted the KV rows attention reads: -6% decode at 512 positions).
+// Bounded: at most kMaxCachedTotal bytes wait for reuse.
 class BlockCache {
  public:
   void* alloc(size_t n) {
@@ -53,9 +56,9 @@ class BlockCache {
     {
       std::lock_guard<std::mutex> lk(mu_);
       auto it = free_.find(n);
-      if (it != free_.end()) {
-        void* p = it->second;
-        free_.erase(it);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
         cached_ -= n;
         return p;
       }
@@ -67,7 +70,7 @@ class BlockCache {
     if (n <= kMaxCachedBlock) {
       std::lock_guard<std::mutex> lk(mu_);
       if (cached_ + n <= kMaxCachedTotal) {
-        free_.emplace(n, p);
+        free_[n].push_back(p);
         cached_ += n;
         return;
       }
@@ -77,7 +80,7 @@ class BlockCache {
 
  private:
   std::mutex mu_;
-  std::unordered_multimap<size_t, void*> free_;
+  std::unordered_map<size_t, std::vector<void*>> free_;  // by size, a stack each
   size_t cached_ = 0;
 };
 
