@@ -72,3 +72,31 @@ std::vector<bool> sliding_layers(const nlohmann::json& cfg, int64_t n_layer, int
 bool hf_layer_tensor(const std::string& hf, int64_t& il, std::string& rest);
 
 }  // namespace kvad
+
+namespace kvad {
+
+/// Where quantize_once keeps its files and what identifies the checkpoint.
+struct QuantizeOnceKey {
+  std::string cache_dir;  ///< $KVAD_HOME/cache
+  std::string repo;       ///< "HuggingFaceTB/SmolLM2-135M-Instruct", or the directory for a local checkpoint
+  std::string commit;     ///< the snapshot's commit (or "local")
+};
+
+/// The quantize-once cache (issue 13 part 6; DESIGN.md seams 7 and 9): the
+/// checkpoint `hf` (open_hf_checkpoint's view) quantized with `quant` (one of
+/// `kvad quantize`'s types: q8_0, q4_0, q4_k_m, ...; quant/quantize.h rules)
+/// and written once as a GGUF in key.cache_dir, named by repo, commit, quant
+/// and kvad's cache format version, with llama.cpp's names and metadata
+/// (llama's Q/K rows permuted to GGUF's layout) and stamped with the
+/// checkpoint's full tensor list (`kvad.source.tensors`). A later call maps
+/// that file directly; a file whose stamp no longer matches the checkpoint
+/// (a tensor added or gone) is rewritten. Returns the GGUF's source; *hit
+/// (if given) says whether the file was already there. Throws kvad::Error
+/// for an unknown type, a tensor the type cannot take, or an unwritable cache.
+std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSource> hf, const std::string& quant,
+                                                  const QuantizeOnceKey& key, bool* hit = nullptr);
+
+/// The cache file quantize_once uses for `key` and `quant`.
+std::string quantize_once_path(const QuantizeOnceKey& key, const std::string& quant);
+
+}  // namespace kvad
