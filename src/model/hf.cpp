@@ -111,6 +111,37 @@ bool hf_layer_tensor(const std::string& hf, int64_t& il, std::string& rest) {
   return true;
 }
 
+bool hf_decoder_tensor(const std::string& hf, TensorTransform norm, const HfLayerName* layer, size_t n_layer,
+                       TensorRename& r) {
+  using T = TensorTransform;
+  if (hf == "model.embed_tokens.weight") return r.name = "token_embd.weight", r.transform = T::None, true;
+  if (hf == "model.norm.weight") return r.name = "output_norm.weight", r.transform = norm, true;
+  int64_t il;
+  std::string rest;
+  if (!hf_layer_tensor(hf, il, rest)) return false;
+  const HfLayerName common[] = {
+      {"input_layernorm.weight", "attn_norm.weight", norm},
+      {"self_attn.q_proj.weight", "attn_q.weight", T::None},
+      {"self_attn.k_proj.weight", "attn_k.weight", T::None},
+      {"self_attn.v_proj.weight", "attn_v.weight", T::None},
+      {"self_attn.o_proj.weight", "attn_output.weight", T::None},
+      {"self_attn.q_proj.bias", "attn_q.bias", T::ToF32},
+      {"self_attn.k_proj.bias", "attn_k.bias", T::ToF32},
+      {"self_attn.v_proj.bias", "attn_v.bias", T::ToF32},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight", norm},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight", norm},
+      {"mlp.gate_proj.weight", "ffn_gate.weight", T::None},
+      {"mlp.up_proj.weight", "ffn_up.weight", T::None},
+      {"mlp.down_proj.weight", "ffn_down.weight", T::None},
+  };
+  const std::string p = "blk." + std::to_string(il) + ".";
+  for (size_t i = 0; i < n_layer; ++i)
+    if (rest == layer[i].hf) return r.name = p + layer[i].gguf, r.transform = layer[i].transform, true;
+  for (const HfLayerName& n : common)
+    if (rest == n.hf) return r.name = p + n.gguf, r.transform = n.transform, true;
+  return false;
+}
+
 bool is_hf_checkpoint(const std::string& dir) {
   std::error_code ec;
   return fs::is_directory(dir, ec) && fs::is_regular_file(fs::path(dir) / "config.json", ec);

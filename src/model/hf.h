@@ -67,6 +67,20 @@ double local_rope_base(const nlohmann::json& cfg, double def);
 /// every layer but each `sliding_window_pattern`-th (default `pattern`).
 std::vector<bool> sliding_layers(const nlohmann::json& cfg, int64_t n_layer, int64_t pattern);
 
+/// The tensors every HF decoder names alike (transformers' Llama-style
+/// modules): model.embed_tokens, model.norm, and per layer input_layernorm,
+/// self_attn.{q,k,v,o}_proj (weights, and q/k/v biases), self_attn.{q,k}_norm,
+/// mlp.{gate,up,down}_proj, as GGUF's token_embd, output_norm, blk.N.attn_*,
+/// blk.N.ffn_*. Norm weights get `norm` (f32, or 1 + w for Gemma). `layer`:
+/// the architecture's own per-layer names ({hf suffix, GGUF suffix,
+/// transform}), searched first. False for a name neither knows.
+struct HfLayerName {
+  const char *hf, *gguf;
+  TensorTransform transform;
+};
+bool hf_decoder_tensor(const std::string& hf, TensorTransform norm, const HfLayerName* layer, size_t n_layer,
+                       TensorRename& out);
+
 /// Splits "model.layers.12.self_attn.q_proj.weight" into 12 and
 /// "self_attn.q_proj.weight"; false when `hf` is not a layer tensor.
 bool hf_layer_tensor(const std::string& hf, int64_t& il, std::string& rest);

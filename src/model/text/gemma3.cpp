@@ -176,33 +176,12 @@ void hf_config(const nlohmann::json& cfg, Metadata& md) {
 
 bool hf_tensor(const std::string& hf, TensorRename& r) {
   using T = TensorTransform;
-  struct Name {
-    const char *hf, *gguf;
-    T t;
-  };
-  static const Name kLayer[] = {
-      {"input_layernorm.weight", "attn_norm.weight", T::ToF32PlusOne},
-      {"self_attn.q_proj.weight", "attn_q.weight", T::None},
-      {"self_attn.k_proj.weight", "attn_k.weight", T::None},
-      {"self_attn.v_proj.weight", "attn_v.weight", T::None},
-      {"self_attn.o_proj.weight", "attn_output.weight", T::None},
-      {"self_attn.q_norm.weight", "attn_q_norm.weight", T::ToF32PlusOne},
-      {"self_attn.k_norm.weight", "attn_k_norm.weight", T::ToF32PlusOne},
+  static const HfLayerName kLayer[] = {
       {"post_attention_layernorm.weight", "post_attention_norm.weight", T::ToF32PlusOne},
       {"pre_feedforward_layernorm.weight", "ffn_norm.weight", T::ToF32PlusOne},
       {"post_feedforward_layernorm.weight", "post_ffw_norm.weight", T::ToF32PlusOne},
-      {"mlp.gate_proj.weight", "ffn_gate.weight", T::None},
-      {"mlp.up_proj.weight", "ffn_up.weight", T::None},
-      {"mlp.down_proj.weight", "ffn_down.weight", T::None},
   };
-  if (hf == "model.embed_tokens.weight") return r.name = "token_embd.weight", r.transform = T::None, true;
-  if (hf == "model.norm.weight") return r.name = "output_norm.weight", r.transform = T::ToF32PlusOne, true;
-  int64_t il;
-  std::string rest;
-  if (!hf_layer_tensor(hf, il, rest)) return false;
-  for (const Name& n : kLayer)
-    if (rest == n.hf) return r.name = "blk." + std::to_string(il) + "." + n.gguf, r.transform = n.t, true;
-  return false;
+  return hf_decoder_tensor(hf, T::ToF32PlusOne, kLayer, std::size(kLayer), r);
 }
 
 }  // namespace

@@ -114,36 +114,9 @@ void hf_config(const nlohmann::json& cfg, Metadata& md) {
 }
 
 bool hf_tensor(const std::string& hf, TensorRename& r) {
-  using T = TensorTransform;
-  struct Name {
-    const char *hf, *gguf;
-    T t;
-  };
-  static const Name kTop[] = {{"model.embed_tokens.weight", "token_embd.weight", T::None},
-                              {"model.norm.weight", "output_norm.weight", T::ToF32},
-                              {"lm_head.weight", "output.weight", T::None}};
-  static const Name kLayer[] = {
-      {"input_layernorm.weight", "attn_norm.weight", T::ToF32},
-      {"self_attn.q_proj.weight", "attn_q.weight", T::None},
-      {"self_attn.k_proj.weight", "attn_k.weight", T::None},
-      {"self_attn.v_proj.weight", "attn_v.weight", T::None},
-      {"self_attn.o_proj.weight", "attn_output.weight", T::None},
-      {"self_attn.q_proj.bias", "attn_q.bias", T::ToF32},
-      {"self_attn.k_proj.bias", "attn_k.bias", T::ToF32},
-      {"self_attn.v_proj.bias", "attn_v.bias", T::ToF32},
-      {"post_attention_layernorm.weight", "ffn_norm.weight", T::ToF32},
-      {"mlp.gate_proj.weight", "ffn_gate.weight", T::None},
-      {"mlp.up_proj.weight", "ffn_up.weight", T::None},
-      {"mlp.down_proj.weight", "ffn_down.weight", T::None},
-  };
-  for (const Name& n : kTop)
-    if (hf == n.hf) return r.name = n.gguf, r.transform = n.t, true;
-  int64_t il;
-  std::string rest;
-  if (!hf_layer_tensor(hf, il, rest)) return false;
-  for (const Name& n : kLayer)
-    if (rest == n.hf) return r.name = "blk." + std::to_string(il) + "." + n.gguf, r.transform = n.t, true;
-  return false;
+  static const HfLayerName kLayer[] = {{"post_attention_layernorm.weight", "ffn_norm.weight", TensorTransform::ToF32}};
+  if (hf == "lm_head.weight") return r.name = "output.weight", r.transform = TensorTransform::None, true;
+  return hf_decoder_tensor(hf, TensorTransform::ToF32, kLayer, std::size(kLayer), r);
 }
 
 }  // namespace
