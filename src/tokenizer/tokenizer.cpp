@@ -76,7 +76,10 @@ void Vocab::load_vocab(const gguf::File& f, const VocabDefaults& d) {
   }
   std::stable_sort(special_ids_.begin(), special_ids_.end(),
                    [&](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
+  find_eog();
+}
 
+void Vocab::find_eog() {
   // End of generation: eos, eot, eom, and special tokens that end a turn.
   static constexpr std::array<std::string_view, 12> kEnd = {
       "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "<|endoftext|>", "<|end|>",
@@ -104,6 +107,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
   if (model == "llama") return tok::make_spm(f);
   throw Error(f.path() + ": tokenizer.ggml.model = \"" + model +
               "\" is not supported (supported: \"gpt2\" byte-level BPE, \"llama\" SentencePiece)");
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json_text(std::string_view json, const std::string& name,
+                                                               std::string_view config_json,
+                                                               const std::string& config_name) {
+  return tok::make_hf(json, name, config_json, config_name);
 }
 
 bool Tokenizer::is_eog(int32_t id) const { return std::binary_search(eog_.begin(), eog_.end(), id); }
