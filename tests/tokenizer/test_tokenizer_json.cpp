@@ -169,6 +169,39 @@ TEST_P(HfFamily, StreamDecoderKeepsCharactersWhole) {
   }
 }
 
+// tokenizer_config.json beside tokenizer.json, against transformers'
+// AutoTokenizer on the same two files.
+TEST(TokenizerJson, ConfigEqualsTransformers) {
+  int n_families = 0;
+  for (const std::string& name : families()) {
+    const json fx = json::parse(gunzip(read_file(kDir + "/" + name + ".cases.json.gz")));
+    if (!fx.contains("transformers")) continue;
+    const json& tf = fx["transformers"];
+    auto tok = Tokenizer::from_tokenizer_json_text(tokenizer_text(fx.at("tokenizer")), name + ".json", tf.at("config").dump(),
+                                                   name + "_config.json");
+    auto id = [](const json& v) { return v.is_null() ? -1 : v.get<int32_t>(); };
+    EXPECT_EQ(tok->bos(), id(tf.at("bos"))) << name;
+    EXPECT_EQ(tok->eos(), id(tf.at("eos"))) << name;
+    EXPECT_EQ(tok->pad(), id(tf.at("pad"))) << name;
+    EXPECT_EQ(tok->chat_template(), tf.at("chat_template").get<std::string>()) << name;
+    size_t n = 0, equal = 0;
+    for (const json& c : tf.at("cases")) {
+      const std::string text = c[0].get<std::string>();
+      const auto expect = c[1].get<std::vector<int32_t>>();
+      const auto got = tok->encode(text, true, true);
+      ++n;
+      if (got == expect) ++equal;
+      else if (n - equal <= 5)
+        ADD_FAILURE() << name << " \"" << escaped(text) << "\"\n  expected " << ids_str(expect) << "\n  got      " << ids_str(got);
+    }
+    std::printf("[ config   ] %-20s %zu/%zu strings equal to transformers %s\n", name.c_str(), equal, n,
+                tf.value("version", "?").c_str());
+    EXPECT_EQ(equal, n);
+    ++n_families;
+  }
+  EXPECT_GE(n_families, 3);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfFamily, ::testing::ValuesIn(families()), [](const auto& info) {
   std::string n = info.param;
   for (char& ch : n)
@@ -239,18 +272,30 @@ TEST(TokenizerJson, ConfigAndPathApi) {
   EXPECT_EQ(t->bos(), 1);
   EXPECT_EQ(t->eos(), 9);
   EXPECT_EQ(t->pad(), 2);
+  // The post_processor decides (transformers 5 drops add_bos_token and
+  // add_eos_token when there is a tokenizer.json).
   EXPECT_TRUE(t->add_bos());
-  EXPECT_TRUE(t->add_eos());
-  EXPECT_EQ(ids_str(t->encode("ab", true, true)), "1 8 9");  // transformers' update_post_processor
+  EXPECT_FALSE(t->add_eos());
+  EXPECT_EQ(ids_str(t->encode("ab", true, true)), "1 8");
+  // Without a post_processor the flags apply.
+  json nopp = json::parse(kTiny);
+  nopp["post_processor"] = nullptr;
+  std::ofstream(dir / "nopp.json") << nopp.dump();
+  auto tn = Tokenizer::from_tokenizer_json((dir / "nopp.json").string(), (dir / "tokenizer_config.json").string());
+  EXPECT_TRUE(tn->add_bos());
+  EXPECT_TRUE(tn->add_eos());
+  EXPECT_EQ(ids_str(tn->encode("ab", true, true)), "1 8 9");
+  EXPECT_EQ(ids_str(Tokenizer::from_tokenizer_json((dir / "nopp.json").string())->encode("ab", true, true)), "8");
   EXPECT_EQ(t->chat_template(), "{{ messages }}");
   ASSERT_EQ(t->chat_templates().size(), 2u);
   EXPECT_EQ(t->chat_templates()[1].first, "tool_use");
   EXPECT_TRUE(t->is_eog(9));
 
   std::ofstream(dir / "c2.json") << R"({"add_bos_token": false, "bos_token": "<s>", "eos_token": "</s>", "chat_template": "X"})";
-  auto t2 = Tokenizer::from_tokenizer_json((dir / "tokenizer.json").string(), (dir / "c2.json").string());
+  auto t2 = Tokenizer::from_tokenizer_json((dir / "nopp.json").string(), (dir / "c2.json").string());
   EXPECT_EQ(ids_str(t2->encode("ab", true, true)), "8");
   EXPECT_FALSE(t2->add_bos());
+  EXPECT_EQ(t2->bos(), 1);
   EXPECT_EQ(t2->chat_template(), "X");
   EXPECT_TRUE(t2->is_eog(2));
 
