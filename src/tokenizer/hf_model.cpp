@@ -205,6 +205,7 @@ class WordPiece final : public Model {
     prefix_ = c.opt_str(j, path, "continuing_subword_prefix", "##");
     if (const json* m = c.find(j, path, "max_input_chars_per_word"))
       max_chars_ = static_cast<size_t>(c.integer(*m, path + ".max_input_chars_per_word", 0, INT64_MAX));
+    for (const auto& [t, id] : vocab_) max_len_ = std::max(max_len_, t.size());
   }
 
   void tokenize(std::string_view w, std::vector<int32_t>& out) const override {
@@ -214,7 +215,14 @@ class WordPiece final : public Model {
     const size_t mark = out.size();
     thread_local std::string sub;
     for (size_t start = 0; start < w.size();) {
+      // No piece is longer than the longest token: start the search there
+      // (on a character boundary), so that a long word costs O(length x
+      // longest token), not O(length^2).
       size_t end = w.size();
+      if (end - start > max_len_) {
+        end = start + max_len_;
+        while (end > start && (static_cast<uint8_t>(w[end]) & 0xC0) == 0x80) --end;
+      }
       int32_t found = -1;
       while (start < end) {
         sub.clear();
@@ -241,6 +249,7 @@ class WordPiece final : public Model {
   }
   std::string unk_text_, prefix_;
   size_t max_chars_ = 100;
+  size_t max_len_ = 0;  // bytes of the longest vocabulary entry
 };
 
 class WordLevel final : public Model {

@@ -315,9 +315,9 @@ void HfTokenizer::split_added(const Trie& trie, const std::string& text, bool at
       const bool stop_ok = stop == text.size() || !(uni::props(utf8::decode(text, q)) & uni::kWord);
       if (!start_ok || !stop_ok) continue;
     }
-    if (a.lstrip) {
+    if (a.lstrip) {  // back over whitespace, not into what is already split off
       size_t b = start;
-      while (b > 0) {
+      while (b > start_offset) {
         size_t k2 = b - 1;
         while (k2 > 0 && (static_cast<uint8_t>(text[k2]) & 0xC0) == 0x80) --k2;
         size_t q = k2;

@@ -155,17 +155,23 @@ TEST_P(HfFamily, StreamDecoderKeepsCharactersWhole) {
   const std::string name = GetParam();
   const json fx = json::parse(gunzip(read_file(kDir + "/" + name + ".cases.json.gz")));
   auto tok = Tokenizer::from_tokenizer_json_text(tokenizer_text(fx.at("tokenizer")), name + ".json");
+  // Byte-level families: the pieces put together are the decoded text.
+  // (Not deepseek-llm and llama3: their added tokens "ü", "ö", ... are byte
+  // symbols too, which tokenizers' decode turns into lone bytes and U+FFFD.)
+  const bool byte_level = name == "gpt2" || name == "starcoder";
   int i = 0;
   for (const json& c : fx.at("cases")) {
     if (++i > 400) break;
-    kvad::StreamDecoder dec(*tok);
+    const auto ids = c[1].get<std::vector<int32_t>>();
+    kvad::StreamDecoder dec(*tok, /*special=*/true);
     std::string all;
-    for (int32_t id : c[1].get<std::vector<int32_t>>()) {
+    for (int32_t id : ids) {
       std::string chunk = dec.push(id);
       EXPECT_EQ(kvad::utf8::incomplete_tail(chunk), 0u) << name;
       all += chunk;
     }
     all += dec.flush();
+    if (byte_level) EXPECT_EQ(all, tok->decode(ids, true)) << name << " \"" << escaped(c[0].get<std::string>()) << "\"";
   }
 }
 
