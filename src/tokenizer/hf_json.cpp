@@ -30,8 +30,6 @@ const char* kind(const json& v) {
   }
 }
 
-struct DepthError {};
-
 std::string pcre2_message(int code) {
   std::array<PCRE2_UCHAR, 256> buf{};
   pcre2_get_error_message(code, buf.data(), buf.size());
@@ -124,6 +122,11 @@ std::string onig_to_pcre2(const std::string& p) {
       } else if (e == 's' || e == 'w' || e == 'd' || e == 'S' || e == 'W' || e == 'D') {
         name = std::string(1, static_cast<char>(std::tolower(static_cast<unsigned char>(e))));
         neg = e != name[0];
+      } else if (e == 'u' && i + 6 <= p.size() &&
+                 std::all_of(p.begin() + i + 2, p.begin() + i + 6, [](char h) { return std::isxdigit(static_cast<unsigned char>(h)) != 0; })) {
+        out += "\\x{" + p.substr(i + 2, 4) + "}";  // Ruby's \uHHHH; PCRE2 spells it \x{HHHH}
+        i += 6;
+        continue;
       } else if (e == 'h' || e == 'H') {
         r = {{'0', '9'}, {'A', 'F'}, {'a', 'f'}};
         name = "h";
@@ -244,16 +247,27 @@ json parse_json(std::string_view text, const std::string& file) {
   if (text.size() > kMaxJsonBytes)
     throw Error(file + ": " + std::to_string(text.size()) + " bytes is more than the " + std::to_string(kMaxJsonBytes >> 20) +
                 " MiB a tokenizer file may have");
-  // nlohmann's parser is iterative; the callback bounds the nesting so that
-  // neither it nor the recursive destructor can exhaust the stack.
-  json::parser_callback_t cb = [](int depth, json::parse_event_t, json&) {
-    if (depth > kMaxJsonDepth) throw DepthError{};
-    return true;
-  };
+  // The nesting is bounded first (a scan that skips strings), so that
+  // neither the parser nor the recursive destructor can exhaust the stack.
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (in_string) {
+      if (ch == '\\') ++i;
+      else if (ch == '"') in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '{' || ch == '[') {
+      if (++depth > kMaxJsonDepth)
+        throw Error(file + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels (at byte " +
+                    std::to_string(i) + ")");
+    } else if (ch == '}' || ch == ']') {
+      --depth;
+    }
+  }
   try {
-    return json::parse(text.begin(), text.end(), cb);
-  } catch (const DepthError&) {
-    throw Error(file + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
     throw Error(file + ": not valid JSON: " + e.what());
   }
@@ -272,11 +286,12 @@ Pattern::Pattern(const Ctx& c, const json& j, const std::string& path) {
   int err = 0;
   PCRE2_SIZE off = 0;
   const std::string rewritten = onig_to_pcre2(re);
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &err, &off, nullptr);
+  // MATCH_INVALID_UTF: decoders may hand over bytes that are not UTF-8.
+  constexpr uint32_t kOptions = PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE | PCRE2_MATCH_INVALID_UTF;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(), kOptions, &err,
+                                   &off, nullptr);
   if (!code && rewritten != re)
-    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(re.data()), re.size(), PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE,
-                         &err, &off, nullptr);
+    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(re.data()), re.size(), kOptions, &err, &off, nullptr);
   if (!code) c.fail(path + ".Regex", "regex /" + re + "/: " + pcre2_message(err) + " at offset " + std::to_string(off));
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter when JIT is unavailable
   code_ = code;
@@ -315,7 +330,7 @@ void Pattern::find_all(std::string_view text, std::vector<std::pair<size_t, size
     return p;
   };
   while (pos <= text.size()) {
-    int rc = pcre2_match(code, subj, text.size(), pos, PCRE2_NO_UTF_CHECK, scratch.md, scratch.mctx);
+    int rc = pcre2_match(code, subj, text.size(), pos, 0, scratch.md, scratch.mctx);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) throw Error("regex match failed at byte " + std::to_string(pos) + ": " + pcre2_message(rc));
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(scratch.md);

@@ -53,7 +53,7 @@ class Ctx {
 /// Parses JSON text; kvad::Error naming `file` for bad syntax, more than
 /// kMaxJsonBytes or nesting deeper than kMaxJsonDepth.
 json parse_json(std::string_view text, const std::string& file);
-constexpr size_t kMaxJsonBytes = size_t{256} << 20;
+constexpr size_t kMaxJsonBytes = size_t{128} << 20;
 constexpr int kMaxJsonDepth = 64;
 
 /// A pattern of tokenizers' Replace and Split ({"String": s} or {"Regex": r}).

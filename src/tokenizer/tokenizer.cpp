@@ -66,6 +66,19 @@ void Vocab::load_vocab(const gguf::File& f, const VocabDefaults& d) {
   add_bos_ = f.get_bool("tokenizer.ggml.add_bos_token", d.add_bos);
   add_eos_ = f.get_bool("tokenizer.ggml.add_eos_token", d.add_eos);
   add_space_prefix_ = f.get_bool("tokenizer.ggml.add_space_prefix", d.add_space_prefix);
+  // Chat templates: `tokenizer.chat_template`, and named ones as
+  // `tokenizer.chat_template.NAME` (llama.cpp's convert_hf_to_gguf.py).
+  static constexpr std::string_view kTmpl = "tokenizer.chat_template";
+  for (const gguf::Value& v : f.metadata()) {
+    const std::string& k = v.key();
+    if (k.compare(0, kTmpl.size(), kTmpl) != 0 || v.type() != gguf::ValueType::STRING) continue;
+    if (k.size() == kTmpl.size()) {
+      chat_template_ = v.as_string();
+      chat_templates_.insert(chat_templates_.begin(), {"default", chat_template_});
+    } else if (k[kTmpl.size()] == '.') {
+      chat_templates_.emplace_back(k.substr(kTmpl.size() + 1), v.as_string());
+    }
+  }
 
   // Tokens matched in the raw text before the encoder runs, longest first.
   special_ids_.clear();

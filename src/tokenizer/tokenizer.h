@@ -51,7 +51,7 @@ class Tokenizer {
   /// ([bos] $A [eos], as transformers 4's Llama/Gemma tokenizers did).
   /// truncation and padding are ignored. Throws kvad::Error naming
   /// the file and the field for malformed or unsupported input; files over
-  /// 256 MiB or nested deeper than 64 levels are refused.
+  /// 128 MiB or nested deeper than 64 levels are refused.
   static std::unique_ptr<Tokenizer> from_tokenizer_json(const std::string& path, const std::string& config_path = "");
   /// The same from file contents in memory; `name` and `config_name` are
   /// used in error messages. An empty `config_json` means no config.
@@ -104,9 +104,10 @@ class Tokenizer {
   const std::vector<int32_t>& eog_ids() const { return eog_; }
   int32_t pad() const { return pad_; }  ///< -1 when none (tokenizer_config.json pad_token)
   /// tokenizer_config.json `chat_template`: the template itself, or the one
-  /// named "default" of the list form ("" when none).
+  /// named "default" of the list form; GGUF `tokenizer.chat_template` ("" when none).
   const std::string& chat_template() const { return chat_template_; }
-  /// Every (name, template) of the list form; one ("default", t) for the string form.
+  /// Every (name, template) of the list form; one ("default", t) for the
+  /// string form; GGUF `tokenizer.chat_template.NAME` keys after the default.
   const std::vector<std::pair<std::string, std::string>>& chat_templates() const { return chat_templates_; }
 
  protected:
