@@ -10,7 +10,7 @@
 //
 // Run (asan preset):
 //   build-asan/fuzz/fuzz_tokenizer_json -max_total_time=60 -max_len=65536 corpus/ \
-//       tests/fixtures/hf_tokenizer/broken/
+//       tests/fixtures/hf_tokenizer/seeds/ tests/fixtures/hf_tokenizer/broken/
 #include <cstddef>
 #include <cstdint>
 #include <string>

@@ -1,7 +1,7 @@
 # fuzz_tokenizer_json: libFuzzer target for the tokenizer.json reader.
 # Included from fuzz/CMakeLists.txt (after its clang check); kvad_tokenizer's
 # sources are compiled into the target for coverage. Seed corpus:
-# tests/fixtures/hf_tokenizer/broken.
+# tests/fixtures/hf_tokenizer/seeds and broken.
 find_package(nlohmann_json CONFIG REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)

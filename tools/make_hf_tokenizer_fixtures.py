@@ -24,7 +24,8 @@ Families (each a tokenizer.json built the way its models' files are):
   gpt2-added    gpt2 with added tokens using lstrip/rstrip/single_word/normalized
   gemma3        Gemma 3's SentencePiece BPE (262k tokens, byte fallback, Replace normalizer, Split on
                 spaces MergedWithPrevious), converted from the store's gemma3-270m.gguf
-Variants are stored as overlays on their base's tokenizer.json (top-level keys
+seeds/ holds three small trained tokenizer.json files (a seed corpus for the
+fuzz target). Variants are stored as overlays on their base's tokenizer.json (top-level keys
 replaced, "model" keys merged). The peer suites' expected ids (.out) are
 checked first: a converted tokenizer must reproduce its model's own tokenizer.
 
@@ -163,6 +164,37 @@ def train_clip_style(texts):
     tok.post_processor = processors.RobertaProcessing(("<|endoftext|>", 1), ("<|startoftext|>", 0),
                                                       trim_offsets=False, add_prefix_space=False)
     return tok
+
+
+def write_seeds(texts):
+    """Small valid tokenizer.json files (tests/fixtures/hf_tokenizer/seeds/): a
+    seed corpus for fuzz/fuzz_tokenizer_json.cpp, one per pipeline shape."""
+    from tokenizers import models, trainers
+    d = os.path.join(OUT, "seeds")
+    os.makedirs(d, exist_ok=True)
+    specials = ["<unk>", "<s>", "</s>"]
+    t = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    t.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    t.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                   decoders.Strip(" ", 1, 0)])
+    t.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=specials, show_progress=False))
+    t.post_processor = template(t, first="<s>")
+    t.save(os.path.join(d, "spm_bpe.json"))
+    t = Tokenizer(models.BPE())
+    t.pre_tokenizer = byte_level_seq([LLAMA3_SPLIT])
+    t.decoder = decoders.ByteLevel()
+    t.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|eot|>"], show_progress=False,
+                                                     initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    t.add_special_tokens([AddedToken("<|user|>", rstrip=True, normalized=False)])
+    t.save(os.path.join(d, "byte_level.json"))
+    t = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    t.normalizer = normalizers.BertNormalizer()
+    t.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    t.decoder = decoders.WordPiece()
+    t.train_from_iterator(texts, trainers.WordPieceTrainer(vocab_size=300, special_tokens=["[UNK]", "[CLS]", "[SEP]"],
+                                                           show_progress=False))
+    t.post_processor = processors.BertProcessing(("[SEP]", t.token_to_id("[SEP]")), ("[CLS]", t.token_to_id("[CLS]")))
+    t.save(os.path.join(d, "wordpiece.json"))
 
 
 def build_families(peer, minilm):
@@ -440,6 +472,7 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     fam = build_families(a.peer, a.minilm)
     base_texts = peer_strings(a.peer)
+    write_seeds(base_texts)
     index, total = [], 0
     for name, (tok, base, suite) in fam.items():
         if suite:

@@ -357,6 +357,19 @@ TEST(TokenizerJson, BrokenCorpus) {
   EXPECT_GE(n, 20);
 }
 
+// The fuzz target's seed corpus: small valid files, which must load.
+TEST(TokenizerJson, SeedsLoad) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(kDir + "/seeds")) {
+    auto t = Tokenizer::from_tokenizer_json(e.path().string());
+    const auto ids = t->encode("Hello world, 123 caf\xC3\xA9!", true, true);
+    EXPECT_FALSE(ids.empty()) << e.path();
+    for (int32_t id : ids) EXPECT_TRUE(id >= 0 && id < t->n_vocab());
+    ++n;
+  }
+  EXPECT_GE(n, 3);
+}
+
 TEST(TokenizerJson, MutationsNeverCrash) {
   const std::string good = kTiny;
   uint64_t state = 0x2545F4914F6CDD1Dull;
