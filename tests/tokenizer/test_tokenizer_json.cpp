@@ -148,7 +148,7 @@ TEST_P(HfFamily, EqualsTokenizers) {
   std::printf("[ hf       ] %-20s %zu/%zu strings equal to tokenizers %s (load %.0f ms, encode %.1f ms)\n", name.c_str(), equal,
               n, fx.value("tokenizers", "?").c_str(), load_ms, enc_ms);
   EXPECT_EQ(equal, n);
-  EXPECT_GE(n, 3000u);
+  EXPECT_GE(n, 1000u);
 }
 
 TEST_P(HfFamily, StreamDecoderKeepsCharactersWhole) {
