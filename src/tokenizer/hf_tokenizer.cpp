@@ -142,8 +142,9 @@ HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::st
     present_[id] = 1;
     if (model_impl_->byte_fallback() && parse_byte_token(t) >= 0) types_[id] = TokenType::BYTE;
   }
+  // The model's unk_token is UNKNOWN when it is also a special added token
+  // (then decode skips it, as tokenizers does); otherwise it decodes as text.
   unk_ = model_impl_->unk();
-  if (unk_ >= 0) types_[unk_] = TokenType::UNKNOWN;
   std::vector<std::string> specials;
   for (const Added& a : added_) {
     tokens_[a.id] = a.content;
