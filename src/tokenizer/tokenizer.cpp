@@ -66,6 +66,19 @@ void Vocab::load_vocab(const gguf::File& f, const VocabDefaults& d) {
   add_bos_ = f.get_bool("tokenizer.ggml.add_bos_token", d.add_bos);
   add_eos_ = f.get_bool("tokenizer.ggml.add_eos_token", d.add_eos);
   add_space_prefix_ = f.get_bool("tokenizer.ggml.add_space_prefix", d.add_space_prefix);
+  // Chat templates: `tokenizer.chat_template`, and named ones as
+  // `tokenizer.chat_template.NAME` (llama.cpp's convert_hf_to_gguf.py).
+  static constexpr std::string_view kTmpl = "tokenizer.chat_template";
+  for (const gguf::Value& v : f.metadata()) {
+    const std::string& k = v.key();
+    if (k.compare(0, kTmpl.size(), kTmpl) != 0 || v.type() != gguf::ValueType::STRING) continue;
+    if (k.size() == kTmpl.size()) {
+      chat_template_ = v.as_string();
+      chat_templates_.insert(chat_templates_.begin(), {"default", chat_template_});
+    } else if (k[kTmpl.size()] == '.') {
+      chat_templates_.emplace_back(k.substr(kTmpl.size() + 1), v.as_string());
+    }
+  }
 
   // Tokens matched in the raw text before the encoder runs, longest first.
   special_ids_.clear();
@@ -76,7 +89,10 @@ void Vocab::load_vocab(const gguf::File& f, const VocabDefaults& d) {
   }
   std::stable_sort(special_ids_.begin(), special_ids_.end(),
                    [&](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
+  find_eog();
+}
 
+void Vocab::find_eog() {
   // End of generation: eos, eot, eom, and special tokens that end a turn.
   static constexpr std::array<std::string_view, 12> kEnd = {
       "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "<|endoftext|>", "<|end|>",
@@ -104,6 +120,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
   if (model == "llama") return tok::make_spm(f);
   throw Error(f.path() + ": tokenizer.ggml.model = \"" + model +
               "\" is not supported (supported: \"gpt2\" byte-level BPE, \"llama\" SentencePiece)");
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json_text(std::string_view json, const std::string& name,
+                                                               std::string_view config_json,
+                                                               const std::string& config_name) {
+  return tok::make_hf(json, name, config_json, config_name);
 }
 
 bool Tokenizer::is_eog(int32_t id) const { return std::binary_search(eog_.begin(), eog_.end(), id); }

@@ -1,4 +1,5 @@
-// Tokenizers built from GGUF metadata (`tokenizer.ggml.*` keys).
+// Tokenizers built from GGUF metadata (`tokenizer.ggml.*` keys), or from
+// HF `tokenizers` files (tokenizer.json, tokenizer_config.json).
 //
 // Supported: byte-level BPE (`tokenizer.ggml.model = "gpt2"`, GPT-2's byte to
 // unicode map and merge ranks from `tokenizer.ggml.merges`) with the
@@ -8,6 +9,12 @@
 // results kvad matches (tests/tokenizer). Implementation: bpe.cpp, spm.cpp,
 // pretokenizer.cpp (PCRE2), tokenizer.cpp. encode() and decode() are
 // thread-safe.
+//
+// tokenizer.json (hf_tokenizer.cpp and the hf_*.cpp parts): the pipeline of
+// HF `tokenizers` (PyPI) -- added tokens, normalizer, pre-tokenizer, model
+// (BPE, WordPiece, WordLevel), post-processor, decoder -- whose results kvad
+// matches id for id (tests/tokenizer/test_tokenizer_json.cpp, fixtures made
+// by tools/make_hf_tokenizer_fixtures.py).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -15,6 +22,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace kvad {
@@ -31,6 +39,25 @@ class Tokenizer {
   /// Builds the tokenizer a GGUF describes. Throws kvad::Error naming the file
   /// and key for a missing/unsupported model or pre-tokenizer.
   static std::unique_ptr<Tokenizer> from_gguf(const gguf::File& f);
+  /// Builds the tokenizer an HF tokenizer.json describes, with BOS/EOS/pad
+  /// and chat templates from a tokenizer_config.json when `config_path` is
+  /// not empty. encode(text, add_special, parse_special) is tokenizers'
+  /// `encode(text, add_special_tokens=add_special)` with
+  /// `encode_special_tokens = !parse_special`; decode(ids, special) is its
+  /// `decode(ids, skip_special_tokens=!special)`. add_special adds what the
+  /// post_processor adds (transformers 5 ignores the config's add_bos_token
+  /// and add_eos_token when there is a tokenizer.json); only when
+  /// tokenizer.json has no post_processor do those flags add BOS/EOS
+  /// ([bos] $A [eos], as transformers 4's Llama/Gemma tokenizers did).
+  /// truncation and padding are ignored. Throws kvad::Error naming
+  /// the file and the field for malformed or unsupported input; files over
+  /// 128 MiB or nested deeper than 64 levels are refused.
+  static std::unique_ptr<Tokenizer> from_tokenizer_json(const std::string& path, const std::string& config_path = "");
+  /// The same from file contents in memory; `name` and `config_name` are
+  /// used in error messages. An empty `config_json` means no config.
+  static std::unique_ptr<Tokenizer> from_tokenizer_json_text(std::string_view json, const std::string& name,
+                                                             std::string_view config_json = {},
+                                                             const std::string& config_name = "tokenizer_config.json");
   virtual ~Tokenizer() = default;
 
   /// Text -> token ids. `add_special`: add BOS/EOS as the file's
@@ -64,7 +91,8 @@ class Tokenizer {
   TokenType token_type(int32_t id) const;
   /// Exact vocabulary lookup of a token's text; nullopt when absent.
   std::optional<int32_t> find_token(std::string_view text) const;
-  /// `tokenizer.ggml.model`, `tokenizer.ggml.pre`.
+  /// `tokenizer.ggml.model`, `tokenizer.ggml.pre`; for tokenizer.json the
+  /// model's and the pre-tokenizer's "type" ("BPE", "ByteLevel", ...).
   const std::string& model() const { return model_; }
   const std::string& pre() const { return pre_; }
   int32_t unk() const { return unk_; }   ///< -1 when none
@@ -74,6 +102,13 @@ class Tokenizer {
   bool add_space_prefix() const { return add_space_prefix_; }
   /// All end-of-generation ids (sorted).
   const std::vector<int32_t>& eog_ids() const { return eog_; }
+  int32_t pad() const { return pad_; }  ///< -1 when none (tokenizer_config.json pad_token)
+  /// tokenizer_config.json `chat_template`: the template itself, or the one
+  /// named "default" of the list form; GGUF `tokenizer.chat_template` ("" when none).
+  const std::string& chat_template() const { return chat_template_; }
+  /// Every (name, template) of the list form; one ("default", t) for the
+  /// string form; GGUF `tokenizer.chat_template.NAME` keys after the default.
+  const std::vector<std::pair<std::string, std::string>>& chat_templates() const { return chat_templates_; }
 
  protected:
   /// Pieces of the input after special-token matching: a run of plain text
@@ -97,9 +132,11 @@ class Tokenizer {
   std::vector<std::string> tokens_;
   std::vector<TokenType> types_;
   std::vector<int32_t> eog_;
-  int32_t bos_ = -1, eos_ = -1;
+  int32_t bos_ = -1, eos_ = -1, pad_ = -1;
   bool add_bos_ = false, add_eos_ = false;
   std::string model_, pre_;
+  std::string chat_template_;
+  std::vector<std::pair<std::string, std::string>> chat_templates_;
 };
 
 /// Turns a stream of token ids into text that never ends inside a UTF-8

@@ -21,6 +21,9 @@ class Vocab : public Tokenizer {
   /// Reads tokens, types, special ids and flags; builds the lookup tables.
   /// Throws kvad::Error naming the file and key.
   void load_vocab(const gguf::File& f, const VocabDefaults& d);
+  /// eog_ from eos_, eot_, eom_ and the CONTROL / USER_DEFINED tokens whose
+  /// text is a known end-of-turn marker.
+  void find_eog();
   /// "<path>: " for error messages.
   std::string where_;
 };
@@ -30,5 +33,8 @@ int parse_byte_token(std::string_view text);
 
 std::unique_ptr<Tokenizer> make_bpe(const gguf::File& f);
 std::unique_ptr<Tokenizer> make_spm(const gguf::File& f);
+/// tokenizer.json (hf_tokenizer.cpp); `config` may be null.
+std::unique_ptr<Tokenizer> make_hf(std::string_view json, const std::string& name, std::string_view config,
+                                   const std::string& config_name);
 
 }  // namespace kvad::tok

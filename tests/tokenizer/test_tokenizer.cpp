@@ -501,6 +501,8 @@ TEST(Tokenizer, SmolLM2MatchesLlamaCpp) {
   EXPECT_TRUE(t->is_eog(2));  // <|im_end|>
   EXPECT_TRUE(t->is_eog(0));  // <|endoftext|>
   EXPECT_FALSE(t->is_eog(1));
+  EXPECT_EQ(t->chat_template(), f->get_string("tokenizer.chat_template", ""));
+  EXPECT_NE(t->chat_template().find("im_start"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,289 @@
+// tokenizer.json models: BPE, WordPiece, WordLevel.
+//
+// BPE. Source: tokenizers/src/models/bpe/model.rs (merge_word: one symbol
+// per character, continuing_subword_prefix / end_of_word_suffix, byte_fallback
+// to <0xXX> tokens, unk_token with fuse_unk; ignore_merges) and word.rs
+// (merge_all: lowest rank first, leftmost among equal ranks; a queued merge
+// is stale when the pair now at its place no longer makes the same token).
+// The same order as kvad's GGUF BPE (bpe.cpp), in token-id space: the merges
+// of a tokenizer.json name vocabulary tokens only.
+//
+// WordPiece. Source: models/wordpiece/mod.rs: greedy longest match from the
+// left, later pieces with the continuing_subword_prefix; a word with a part
+// no piece covers, or longer than max_input_chars_per_word characters, is one
+// unk_token.
+#include <algorithm>
+#include <cstdio>
+
+#include "base/error.h"
+#include "base/utf8.h"
+#include "tokenizer/hf_parts.h"
+
+namespace kvad::tok::hf {
+
+namespace {
+
+void read_vocab(const Ctx& c, const json& j, const std::string& path, VocabMap& vocab) {
+  const json& v = c.object(c.at(j, path, "vocab"), path + ".vocab");
+  vocab.reserve(v.size());
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const int64_t id = c.integer(it.value(), path + ".vocab[\"" + it.key() + "\"]", 0, kMaxTokenId);
+    vocab[it.key()] = static_cast<int32_t>(id);
+  }
+}
+
+int32_t lookup(const VocabMap& v, std::string_view s) {
+  auto it = v.find(s);
+  return it == v.end() ? -1 : it->second;
+}
+
+class Bpe final : public Model {
+ public:
+  Bpe(const Ctx& c, const json& j, const std::string& path) {
+    type_ = "BPE";
+    read_vocab(c, j, path, vocab_);
+    byte_fallback_ = c.opt_bool(j, path, "byte_fallback", false);
+    fuse_unk_ = c.opt_bool(j, path, "fuse_unk", false);
+    ignore_merges_ = c.opt_bool(j, path, "ignore_merges", false);
+    prefix_ = c.opt_str(j, path, "continuing_subword_prefix", "");
+    suffix_ = c.opt_str(j, path, "end_of_word_suffix", "");
+    if (const json* u = c.find(j, path, "unk_token")) {
+      unk_text_ = c.str(*u, path + ".unk_token");
+      has_unk_ = true;
+      unk_ = lookup(vocab_, unk_text_);
+    }
+    if (byte_fallback_) {
+      for (int b = 0; b < 256; ++b) {
+        char name[8];
+        std::snprintf(name, sizeof name, "<0x%02X>", b);
+        byte_id_[b] = lookup(vocab_, name);
+      }
+    }
+    // Merges: "a b" strings (lines starting "#version" skipped) or [a, b]
+    // pairs; rank = position. A later duplicate wins (tokenizers collects
+    // them into a hash map).
+    const std::string mp = path + ".merges";
+    const json& merges = c.array(c.at(j, path, "merges"), mp);
+    merges_.reserve(merges.size());
+    std::string a, b, joined;
+    uint32_t rank = 0;
+    for (size_t i = 0; i < merges.size(); ++i) {
+      const json& m = merges[i];
+      const std::string p = mp + "[" + std::to_string(i) + "]";
+      if (m.is_string()) {
+        const std::string& s = m.get_ref<const std::string&>();
+        if (s.rfind("#version", 0) == 0) continue;
+        const size_t sp = s.find(' ');
+        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+          c.fail(p, "\"" + s + "\" is not \"left right\"");
+        a = s.substr(0, sp);
+        b = s.substr(sp + 1);
+      } else if (m.is_array()) {
+        if (m.size() != 2) c.fail(p, "expected [left, right]");
+        a = c.str(m[0], p + "[0]");
+        b = c.str(m[1], p + "[1]");
+      } else {
+        c.fail(p, "expected \"left right\" or [left, right]");
+      }
+      const int32_t ai = lookup(vocab_, a), bi = lookup(vocab_, b);
+      if (ai < 0) c.fail(p, "token \"" + a + "\" is not in the vocabulary");
+      if (bi < 0) c.fail(p, "token \"" + b + "\" is not in the vocabulary");
+      if (!prefix_.empty() && b.size() < prefix_.size()) c.fail(p, "\"" + b + "\" is shorter than continuing_subword_prefix");
+      joined.assign(a).append(b, prefix_.size(), std::string::npos);
+      const int32_t ji = lookup(vocab_, joined);
+      if (ji < 0) c.fail(p, "merged token \"" + joined + "\" is not in the vocabulary");
+      merges_[key(ai, bi)] = Merge{rank++, ji};
+    }
+  }
+
+  void tokenize(std::string_view w, std::vector<int32_t>& out) const override {
+    if (ignore_merges_) {
+      if (int32_t id = lookup(vocab_, w); id >= 0) {
+        out.push_back(id);
+        return;
+      }
+    }
+    thread_local std::vector<Symbol> sy;
+    thread_local std::vector<Entry> heap;
+    thread_local std::string s;
+    sy.clear();
+    heap.clear();
+    int32_t pending_unk = -1;  // merge_word's `unk`: added before the next known character
+    auto add = [&](int32_t id) {
+      const auto n = static_cast<int32_t>(sy.size());
+      if (n > 0) sy.back().next = n;
+      sy.push_back({id, n - 1, -1, true});
+    };
+    for (size_t i = 0; i < w.size();) {
+      const size_t b = i;
+      (void)utf8::decode(w, i);
+      s.assign(w.substr(b, i - b));
+      if (b > 0 && !prefix_.empty()) s.insert(0, prefix_);
+      if (i == w.size() && !suffix_.empty()) s += suffix_;
+      if (int32_t id = lookup(vocab_, s); id >= 0) {
+        if (pending_unk >= 0) add(pending_unk);
+        pending_unk = -1;
+        add(id);
+        continue;
+      }
+      if (byte_fallback_) {
+        bool all = true;
+        for (char ch : s) all = all && byte_id_[static_cast<uint8_t>(ch)] >= 0;
+        if (all) {
+          for (char ch : s) add(byte_id_[static_cast<uint8_t>(ch)]);
+          continue;
+        }
+      }
+      if (has_unk_) {
+        if (unk_ < 0) throw Error("tokenizer.json: unk_token \"" + unk_text_ + "\" is not in the vocabulary");
+        if (pending_unk >= 0 && !fuse_unk_) add(pending_unk);
+        pending_unk = unk_;
+      }
+    }
+    if (pending_unk >= 0) add(pending_unk);
+    if (sy.empty()) return;
+
+    for (size_t i = 0; i + 1 < sy.size(); ++i) push(heap, sy[i].id, sy[i + 1].id, static_cast<int32_t>(i));
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end());
+      const Entry top = heap.back();
+      heap.pop_back();
+      Symbol& cur = sy[top.pos];
+      if (!cur.live || cur.next < 0) continue;
+      Symbol& right = sy[cur.next];
+      auto it = merges_.find(key(cur.id, right.id));
+      if (it == merges_.end() || it->second.result != top.result) continue;  // stale
+      cur.id = top.result;
+      right.live = false;
+      cur.next = right.next;
+      if (right.next >= 0) sy[right.next].prev = top.pos;
+      if (cur.prev >= 0) push(heap, sy[cur.prev].id, cur.id, cur.prev);
+      if (cur.next >= 0) push(heap, cur.id, sy[cur.next].id, top.pos);
+    }
+    for (int32_t i = 0; i >= 0; i = sy[i].next) out.push_back(sy[i].id);
+  }
+
+ private:
+  struct Merge {
+    uint32_t rank;
+    int32_t result;
+  };
+  struct Symbol {
+    int32_t id, prev, next;
+    bool live;
+  };
+  struct Entry {
+    uint32_t rank;
+    int32_t pos, result;
+    // Max-heap order: lowest rank, then leftmost, on top.
+    bool operator<(const Entry& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+
+  static uint64_t key(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  void push(std::vector<Entry>& heap, int32_t a, int32_t b, int32_t pos) const {
+    auto it = merges_.find(key(a, b));
+    if (it == merges_.end()) return;
+    heap.push_back({it->second.rank, pos, it->second.result});
+    std::push_heap(heap.begin(), heap.end());
+  }
+
+  std::unordered_map<uint64_t, Merge> merges_;
+  std::string prefix_, suffix_, unk_text_;
+  bool has_unk_ = false, fuse_unk_ = false, ignore_merges_ = false;
+  std::array<int32_t, 256> byte_id_{};
+};
+
+class WordPiece final : public Model {
+ public:
+  WordPiece(const Ctx& c, const json& j, const std::string& path) {
+    type_ = "WordPiece";
+    read_vocab(c, j, path, vocab_);
+    unk_text_ = c.opt_str(j, path, "unk_token", "[UNK]");
+    unk_ = lookup(vocab_, unk_text_);
+    prefix_ = c.opt_str(j, path, "continuing_subword_prefix", "##");
+    if (const json* m = c.find(j, path, "max_input_chars_per_word"))
+      max_chars_ = static_cast<size_t>(c.integer(*m, path + ".max_input_chars_per_word", 0, INT64_MAX));
+    for (const auto& [t, id] : vocab_) max_len_ = std::max(max_len_, t.size());
+  }
+
+  void tokenize(std::string_view w, std::vector<int32_t>& out) const override {
+    size_t n_chars = 0;
+    for (char ch : w) n_chars += (static_cast<uint8_t>(ch) & 0xC0) != 0x80;
+    if (n_chars > max_chars_) return push_unk(out);
+    const size_t mark = out.size();
+    thread_local std::string sub;
+    for (size_t start = 0; start < w.size();) {
+      // No piece is longer than the longest token: start the search there
+      // (on a character boundary), so that a long word costs O(length x
+      // longest token), not O(length^2).
+      size_t end = w.size();
+      if (end - start > max_len_) {
+        end = start + max_len_;
+        while (end > start && (static_cast<uint8_t>(w[end]) & 0xC0) == 0x80) --end;
+      }
+      int32_t found = -1;
+      while (start < end) {
+        sub.clear();
+        if (start > 0) sub = prefix_;
+        sub.append(w.substr(start, end - start));
+        if ((found = lookup(vocab_, sub)) >= 0) break;
+        // Drop the last character.
+        --end;
+        while (end > start && (static_cast<uint8_t>(w[end]) & 0xC0) == 0x80) --end;
+      }
+      if (found < 0) {
+        out.resize(mark);
+        return push_unk(out);
+      }
+      out.push_back(found);
+      start = end;
+    }
+  }
+
+ private:
+  void push_unk(std::vector<int32_t>& out) const {
+    if (unk_ < 0) throw Error("tokenizer.json: WordPiece unk_token \"" + unk_text_ + "\" is not in the vocabulary");
+    out.push_back(unk_);
+  }
+  std::string unk_text_, prefix_;
+  size_t max_chars_ = 100;
+  size_t max_len_ = 0;  // bytes of the longest vocabulary entry
+};
+
+class WordLevel final : public Model {
+ public:
+  WordLevel(const Ctx& c, const json& j, const std::string& path) {
+    type_ = "WordLevel";
+    read_vocab(c, j, path, vocab_);
+    unk_text_ = c.opt_str(j, path, "unk_token", "<unk>");
+    unk_ = lookup(vocab_, unk_text_);
+  }
+  void tokenize(std::string_view w, std::vector<int32_t>& out) const override {
+    if (int32_t id = lookup(vocab_, w); id >= 0) return out.push_back(id);
+    if (unk_ < 0) throw Error("tokenizer.json: WordLevel unk_token \"" + unk_text_ + "\" is not in the vocabulary");
+    out.push_back(unk_);
+  }
+
+ private:
+  std::string unk_text_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_model(const Ctx& c, const json& j, const std::string& path) {
+  c.object(j, path);
+  // Old files have no "type": tokenizers then tries each model in turn.
+  std::string t;
+  if (c.find(j, path, "type")) t = c.type(j, path);
+  else if (j.contains("merges")) t = "BPE";
+  else if (j.contains("continuing_subword_prefix") || j.contains("max_input_chars_per_word")) t = "WordPiece";
+  else t = "WordLevel";
+  if (t == "BPE") return std::make_unique<Bpe>(c, j, path);
+  if (t == "WordPiece") return std::make_unique<WordPiece>(c, j, path);
+  if (t == "WordLevel") return std::make_unique<WordLevel>(c, j, path);
+  c.fail(path + ".type", "model \"" + t + "\" is not supported (supported: BPE, WordPiece, WordLevel)");
+}
+
+}  // namespace kvad::tok::hf

@@ -1,0 +1,419 @@
+// tokenizer.json tokenizers against HF `tokenizers` (PyPI): the fixtures in
+// tests/fixtures/hf_tokenizer/ (made by tools/make_hf_tokenizer_fixtures.py)
+// hold tokenizer.json files of several families and, for ~3,000 strings
+// each, the ids `tokenizers` gives (with and without add_special_tokens, with
+// special-token text parsed or not) and its decode with and without
+// skip_special_tokens. Every string must be equal. Also: tokenizer_config.json,
+// the path API, and a corpus of broken files (errors, never crashes).
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/utf8.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using kvad::Tokenizer;
+
+namespace {
+
+const std::string kDir = std::string(KVAD_SOURCE_DIR) + "/tests/fixtures/hf_tokenizer";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string gunzip(const std::string& gz) {
+  z_stream zs{};
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw std::runtime_error("inflateInit2");
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
+  zs.avail_in = static_cast<uInt>(gz.size());
+  std::string out;
+  char buf[1 << 16];
+  int rc;
+  do {
+    zs.next_out = reinterpret_cast<Bytef*>(buf);
+    zs.avail_out = sizeof buf;
+    rc = inflate(&zs, Z_NO_FLUSH);
+    if (rc != Z_OK && rc != Z_STREAM_END) {
+      inflateEnd(&zs);
+      throw std::runtime_error("bad gzip data");
+    }
+    out.append(buf, sizeof buf - zs.avail_out);
+  } while (rc != Z_STREAM_END);
+  inflateEnd(&zs);
+  return out;
+}
+
+std::string ids_str(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += (s.empty() ? "" : " ") + std::to_string(id);
+  return s;
+}
+
+std::string escaped(const std::string& s) {
+  std::string o;
+  for (unsigned char c : s) {
+    if (c == '\n') o += "\\n";
+    else if (c == '\t') o += "\\t";
+    else if (c < 0x20 || c == 0x7F) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02X", c);
+      o += b;
+    } else o += static_cast<char>(c);
+  }
+  return o;
+}
+
+// The tokenizer.json text of a family: its own file, or its base's with the
+// overlay applied (top-level keys replaced, "model" keys merged).
+std::string tokenizer_text(const json& ref) {
+  if (ref.contains("file")) return gunzip(read_file(kDir + "/" + ref.at("file").get<std::string>()));
+  json base = json::parse(gunzip(read_file(kDir + "/" + ref.at("base").get<std::string>())));
+  for (const auto& [k, v] : ref.at("overlay").items()) {
+    if (k == "model")
+      for (const auto& [mk, mv] : v.items()) base["model"][mk] = mv;
+    else
+      base[k] = v;
+  }
+  return base.dump();
+}
+
+std::vector<std::string> families() {
+  std::vector<std::string> out;
+  std::istringstream in(read_file(kDir + "/families.txt"));
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(line);
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+
+class HfFamily : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfFamily, EqualsTokenizers) {
+  const std::string name = GetParam();
+  const json fx = json::parse(gunzip(read_file(kDir + "/" + name + ".cases.json.gz")));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<Tokenizer> tok = Tokenizer::from_tokenizer_json_text(tokenizer_text(fx.at("tokenizer")), name + ".json");
+  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  size_t n = 0, equal = 0, reported = 0;
+  double enc_ms = 0;
+  for (const json& c : fx.at("cases")) {
+    const std::string text = c[0].get<std::string>();
+    const auto ids = c[1].get<std::vector<int32_t>>();
+    const auto ids_sp = c[2].is_null() ? ids : c[2].get<std::vector<int32_t>>();
+    const auto ids_np = c[3].is_null() ? ids : c[3].get<std::vector<int32_t>>();
+    const std::string dec = c[4].get<std::string>();
+    const std::string dec_skip = c[5].is_null() ? dec : c[5].get<std::string>();
+    const auto e0 = std::chrono::steady_clock::now();
+    const auto got = tok->encode(text, false, true);
+    enc_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - e0).count();
+    const auto got_sp = tok->encode(text, true, true);
+    const auto got_np = tok->encode(text, false, false);
+    const std::string got_dec = tok->decode(ids_sp, true), got_skip = tok->decode(ids_sp, false);
+    ++n;
+    const bool ok = got == ids && got_sp == ids_sp && got_np == ids_np && got_dec == dec && got_skip == dec_skip;
+    if (ok) {
+      ++equal;
+      continue;
+    }
+    if (++reported > 12) continue;
+    std::ostringstream m;
+    m << name << " \"" << escaped(text) << "\"";
+    if (got != ids) m << "\n  encode:              expected " << ids_str(ids) << "\n                      got      " << ids_str(got);
+    if (got_sp != ids_sp)
+      m << "\n  add_special:         expected " << ids_str(ids_sp) << "\n                      got      " << ids_str(got_sp);
+    if (got_np != ids_np)
+      m << "\n  parse_special=false: expected " << ids_str(ids_np) << "\n                      got      " << ids_str(got_np);
+    if (got_dec != dec) m << "\n  decode:      expected \"" << escaped(dec) << "\"\n               got      \"" << escaped(got_dec) << "\"";
+    if (got_skip != dec_skip)
+      m << "\n  decode skip: expected \"" << escaped(dec_skip) << "\"\n               got      \"" << escaped(got_skip) << "\"";
+    ADD_FAILURE() << m.str();
+  }
+  std::printf("[ hf       ] %-20s %zu/%zu strings equal to tokenizers %s (load %.0f ms, encode %.1f ms)\n", name.c_str(), equal,
+              n, fx.value("tokenizers", "?").c_str(), load_ms, enc_ms);
+  EXPECT_EQ(equal, n);
+  EXPECT_GE(n, 1000u);
+}
+
+TEST_P(HfFamily, StreamDecoderKeepsCharactersWhole) {
+  const std::string name = GetParam();
+  const json fx = json::parse(gunzip(read_file(kDir + "/" + name + ".cases.json.gz")));
+  auto tok = Tokenizer::from_tokenizer_json_text(tokenizer_text(fx.at("tokenizer")), name + ".json");
+  // Byte-level families: the pieces put together are the decoded text.
+  // (Not deepseek-llm and llama3: their added tokens "ü", "ö", ... are byte
+  // symbols too, which tokenizers' decode turns into lone bytes and U+FFFD.)
+  const bool byte_level = name == "gpt2" || name == "starcoder";
+  int i = 0;
+  for (const json& c : fx.at("cases")) {
+    if (++i > 400) break;
+    const auto ids = c[1].get<std::vector<int32_t>>();
+    kvad::StreamDecoder dec(*tok, /*special=*/true);
+    std::string all;
+    for (int32_t id : ids) {
+      std::string chunk = dec.push(id);
+      EXPECT_EQ(kvad::utf8::incomplete_tail(chunk), 0u) << name;
+      all += chunk;
+    }
+    all += dec.flush();
+    if (byte_level) EXPECT_EQ(all, tok->decode(ids, true)) << name << " \"" << escaped(c[0].get<std::string>()) << "\"";
+  }
+}
+
+// tokenizer_config.json beside tokenizer.json, against transformers'
+// AutoTokenizer on the same two files.
+TEST(TokenizerJson, ConfigEqualsTransformers) {
+  int n_families = 0;
+  for (const std::string& name : families()) {
+    const json fx = json::parse(gunzip(read_file(kDir + "/" + name + ".cases.json.gz")));
+    if (!fx.contains("transformers")) continue;
+    const json& tf = fx["transformers"];
+    auto tok = Tokenizer::from_tokenizer_json_text(tokenizer_text(fx.at("tokenizer")), name + ".json", tf.at("config").dump(),
+                                                   name + "_config.json");
+    auto id = [](const json& v) { return v.is_null() ? -1 : v.get<int32_t>(); };
+    EXPECT_EQ(tok->bos(), id(tf.at("bos"))) << name;
+    EXPECT_EQ(tok->eos(), id(tf.at("eos"))) << name;
+    EXPECT_EQ(tok->pad(), id(tf.at("pad"))) << name;
+    EXPECT_EQ(tok->chat_template(), tf.at("chat_template").get<std::string>()) << name;
+    size_t n = 0, equal = 0;
+    for (const json& c : tf.at("cases")) {
+      const std::string text = c[0].get<std::string>();
+      const auto expect = c[1].get<std::vector<int32_t>>();
+      const auto got = tok->encode(text, true, true);
+      ++n;
+      if (got == expect) ++equal;
+      else if (n - equal <= 5)
+        ADD_FAILURE() << name << " \"" << escaped(text) << "\"\n  expected " << ids_str(expect) << "\n  got      " << ids_str(got);
+    }
+    std::printf("[ config   ] %-20s %zu/%zu strings equal to transformers %s\n", name.c_str(), equal, n,
+                tf.value("version", "?").c_str());
+    EXPECT_EQ(equal, n);
+    ++n_families;
+  }
+  EXPECT_GE(n_families, 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfFamily, ::testing::ValuesIn(families()), [](const auto& info) {
+  std::string n = info.param;
+  for (char& ch : n)
+    if (ch == '-') ch = '_';
+  return n;
+});
+
+// ---------------------------------------------------------------------------
+// A small tokenizer written here, for tokenizer_config.json and the path API.
+
+const char* kTiny = R"({
+  "version": "1.0", "truncation": null, "padding": null,
+  "added_tokens": [
+    {"id": 0, "content": "<unk>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+    {"id": 1, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+    {"id": 2, "content": "</s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+    {"id": 9, "content": "<|im_end|>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}
+  ],
+  "normalizer": null,
+  "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": false},
+  "post_processor": {"type": "TemplateProcessing", "single": ["<s>", "$A"], "pair": ["<s>", "$A", "$B"],
+                     "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+  "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+              {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+  "model": {"type": "BPE", "dropout": null, "unk_token": "<unk>", "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": true, "byte_fallback": false, "ignore_merges": false,
+            "vocab": {"<unk>": 0, "<s>": 1, "</s>": 2, "\u2581": 3, "a": 4, "b": 5, "\u2581a": 6, "ab": 7, "\u2581ab": 8, "<|im_end|>": 9},
+            "merges": ["\u2581 a", ["a", "b"], "\u2581a b"]}
+})";
+
+TEST(TokenizerJson, TinyModel) {
+  auto t = Tokenizer::from_tokenizer_json_text(kTiny, "tiny.json");
+  EXPECT_EQ(t->n_vocab(), 10);
+  EXPECT_EQ(t->model(), "BPE");
+  EXPECT_EQ(t->pre(), "Metaspace");
+  EXPECT_EQ(ids_str(t->encode("ab ab", false, true)), "8 8");
+  EXPECT_EQ(ids_str(t->encode("ab", true, true)), "1 8");
+  EXPECT_EQ(ids_str(t->encode("ab</s>x", false, true)), "8 2 0");   // x: unknown
+  EXPECT_EQ(ids_str(t->encode("xxab", false, true)), "3 0 7");      // fused unknowns
+  EXPECT_EQ(t->decode({1, 8, 8, 2}), "ab ab");
+  EXPECT_EQ(t->decode({8, 8}), "ab ab");
+  EXPECT_EQ(t->decode({1, 8, 2}, true), "<s> ab</s>");
+  EXPECT_EQ(t->bos(), 1);
+  EXPECT_TRUE(t->add_bos());
+  EXPECT_FALSE(t->add_eos());
+  EXPECT_TRUE(t->is_eog(9));
+  EXPECT_EQ(t->token_type(1), kvad::TokenType::CONTROL);
+  EXPECT_EQ(t->token_type(0), kvad::TokenType::UNKNOWN);
+  EXPECT_EQ(t->token_type(4), kvad::TokenType::NORMAL);
+  EXPECT_EQ(t->token_to_piece(8), " ab");
+  EXPECT_EQ(t->token_to_piece(1), "");
+  EXPECT_EQ(t->token_to_piece(1, true), "<s>");
+  EXPECT_THROW(t->token_to_piece(10), kvad::Error);
+  EXPECT_THROW(t->decode({99}), kvad::Error);
+}
+
+TEST(TokenizerJson, ConfigAndPathApi) {
+  const fs::path dir = fs::temp_directory_path() / ("kvad-tokjson-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << kTiny;
+  std::ofstream(dir / "tokenizer_config.json") << R"({
+    "add_bos_token": true, "add_eos_token": true,
+    "bos_token": {"__type": "AddedToken", "content": "<s>", "lstrip": false, "normalized": false},
+    "eos_token": "<|im_end|>", "pad_token": "</s>", "unk_token": null,
+    "chat_template": [{"name": "default", "template": "{{ messages }}"}, {"name": "tool_use", "template": "T"}]
+  })";
+  auto t = Tokenizer::from_tokenizer_json((dir / "tokenizer.json").string(), (dir / "tokenizer_config.json").string());
+  EXPECT_EQ(t->bos(), 1);
+  EXPECT_EQ(t->eos(), 9);
+  EXPECT_EQ(t->pad(), 2);
+  // The post_processor decides (transformers 5 drops add_bos_token and
+  // add_eos_token when there is a tokenizer.json).
+  EXPECT_TRUE(t->add_bos());
+  EXPECT_FALSE(t->add_eos());
+  EXPECT_EQ(ids_str(t->encode("ab", true, true)), "1 8");
+  // Without a post_processor the flags apply.
+  json nopp = json::parse(kTiny);
+  nopp["post_processor"] = nullptr;
+  std::ofstream(dir / "nopp.json") << nopp.dump();
+  auto tn = Tokenizer::from_tokenizer_json((dir / "nopp.json").string(), (dir / "tokenizer_config.json").string());
+  EXPECT_TRUE(tn->add_bos());
+  EXPECT_TRUE(tn->add_eos());
+  EXPECT_EQ(ids_str(tn->encode("ab", true, true)), "1 8 9");
+  EXPECT_EQ(ids_str(Tokenizer::from_tokenizer_json((dir / "nopp.json").string())->encode("ab", true, true)), "8");
+  EXPECT_EQ(t->chat_template(), "{{ messages }}");
+  ASSERT_EQ(t->chat_templates().size(), 2u);
+  EXPECT_EQ(t->chat_templates()[1].first, "tool_use");
+  EXPECT_TRUE(t->is_eog(9));
+
+  std::ofstream(dir / "c2.json") << R"({"add_bos_token": false, "bos_token": "<s>", "eos_token": "</s>", "chat_template": "X"})";
+  auto t2 = Tokenizer::from_tokenizer_json((dir / "nopp.json").string(), (dir / "c2.json").string());
+  EXPECT_EQ(ids_str(t2->encode("ab", true, true)), "8");
+  EXPECT_FALSE(t2->add_bos());
+  EXPECT_EQ(t2->bos(), 1);
+  EXPECT_EQ(t2->chat_template(), "X");
+  EXPECT_TRUE(t2->is_eog(2));
+
+  // No flags: the post_processor decides.
+  std::ofstream(dir / "c3.json") << R"({"bos_token": "<s>", "eos_token": "</s>"})";
+  auto t3 = Tokenizer::from_tokenizer_json((dir / "tokenizer.json").string(), (dir / "c3.json").string());
+  EXPECT_EQ(ids_str(t3->encode("ab", true, true)), "1 8");
+
+  for (const char* bad : {R"({"bos_token": "<nope>"})", R"({"add_bos_token": "yes"})", R"({"chat_template": [{"name": 1}]})",
+                          R"({"chat_template": 5})", R"([1, 2])", "{"}) {
+    std::ofstream(dir / "bad.json") << bad;
+    try {
+      Tokenizer::from_tokenizer_json((dir / "tokenizer.json").string(), (dir / "bad.json").string());
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const kvad::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("bad.json"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(Tokenizer::from_tokenizer_json((dir / "missing.json").string()), kvad::Error);
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------------------
+// Broken input: each file of the corpus must give a kvad::Error that names
+// the file (and, where the corpus file says so in its "expect" member, the
+// field); mutated versions of a valid file must give an error or a working
+// tokenizer, never a crash, in bounded time.
+
+TEST(TokenizerJson, BrokenCorpus) {
+  const fs::path dir = kDir + "/broken";
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string path = e.path().string();
+    const std::string text = read_file(path);
+    std::string expect;
+    try {
+      json j = json::parse(text);
+      if (j.is_object() && j.contains("_expect")) expect = j["_expect"].get<std::string>();
+    } catch (const json::exception&) {
+    }
+    try {
+      auto t = Tokenizer::from_tokenizer_json(path);
+      ADD_FAILURE() << path << " was accepted";
+    } catch (const kvad::Error& err) {
+      const std::string m = err.what();
+      std::printf("[ broken   ] %s\n", m.substr(0, 160).c_str());
+      EXPECT_NE(m.find(e.path().filename().string()), std::string::npos) << m;
+      if (!expect.empty()) EXPECT_NE(m.find(expect), std::string::npos) << path << ": " << m;
+    }
+    ++n;
+  }
+  std::printf("[ broken   ] %d broken tokenizer.json files rejected\n", n);
+  EXPECT_GE(n, 20);
+}
+
+// The fuzz target's seed corpus: small valid files, which must load.
+TEST(TokenizerJson, SeedsLoad) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(kDir + "/seeds")) {
+    auto t = Tokenizer::from_tokenizer_json(e.path().string());
+    const auto ids = t->encode("Hello world, 123 caf\xC3\xA9!", true, true);
+    EXPECT_FALSE(ids.empty()) << e.path();
+    for (int32_t id : ids) EXPECT_TRUE(id >= 0 && id < t->n_vocab());
+    ++n;
+  }
+  EXPECT_GE(n, 3);
+}
+
+TEST(TokenizerJson, MutationsNeverCrash) {
+  const std::string good = kTiny;
+  uint64_t state = 0x2545F4914F6CDD1Dull;
+  auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  int loaded = 0, rejected = 0;
+  auto attempt = [&](const std::string& s) {
+    try {
+      auto t = Tokenizer::from_tokenizer_json_text(s, "m.json");
+      for (const char* text : {"ab ab", "x</s>ab", "", " \xF0\x9F\xA6\x99"}) {
+        auto ids = t->encode(text, true, true);
+        (void)t->decode(ids, true);
+        (void)t->decode(ids, false);
+      }
+      ++loaded;
+    } catch (const kvad::Error&) {
+      ++rejected;
+    }
+  };
+  for (size_t cut = 0; cut < good.size(); cut += 7) attempt(good.substr(0, cut));
+  for (int i = 0; i < 3000; ++i) {
+    std::string s = good;
+    const int edits = 1 + static_cast<int>(next() % 3);
+    for (int k = 0; k < edits; ++k) {
+      const size_t p = next() % s.size();
+      static const char kChars[] = "{}[]\":,0123456789-abtn \\u";
+      switch (next() % 3) {
+        case 0: s[p] = kChars[next() % (sizeof kChars - 1)]; break;
+        case 1: s.erase(p, 1 + next() % 4); break;
+        default: s.insert(p, 1, kChars[next() % (sizeof kChars - 1)]); break;
+      }
+    }
+    attempt(s);
+  }
+  // Deep nesting and a huge id.
+  attempt(std::string(100000, '[') + std::string(100000, ']'));
+  attempt(R"({"model": {"type": "BPE", "vocab": {"a": 4000000000}, "merges": []}})");
+  attempt(R"({"model": {"type": "WordPiece", "vocab": {"a": 3999999}}})");
+  std::printf("[ mutation ] %d loaded, %d rejected with kvad::Error\n", loaded, rejected);
+  EXPECT_GT(rejected, 0);
+}
+
+}  // namespace
