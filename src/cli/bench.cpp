@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/generation_options.h"
 #include "cli/loaded_model.h"
+#include "io/tensor_source.h"
 #include "cli/model_store.h"
 #include "engine/session.h"
 #include "io/gguf.h"
@@ -60,7 +61,7 @@ double stddev(const std::vector<double>& v) {
 }
 
 // The format most of the weight bytes are in ("Q4_1"), as llama-bench names the model type.
-std::string main_format(const gguf::File& f) {
+std::string main_format(const TensorSource& f) {
   std::map<std::string, size_t> bytes;
   for (const auto& t : f.tensors()) bytes[dtype_name(t.type)] += t.n_bytes;
   std::string best;
@@ -127,8 +128,8 @@ void bench(const BenchOptions& o) {
     results.push_back(r);
   }
 
-  const std::string fmt = main_format(*m.file);
-  const std::string label = m.file->get_string("general.size_label", params_str(hp.n_params));
+  const std::string fmt = main_format(m.model->source());
+  const std::string label = m.model->source().get_string("general.size_label", params_str(hp.n_params));
   const std::string model_type = hp.arch + " " + label + " " + fmt;
   const size_t size = m.model->weight_bytes();
   const size_t rss = peak_rss_bytes();

@@ -45,7 +45,7 @@ using json = nlohmann::ordered_json;
 class Chat {
  public:
   Chat(const ChatOptions& o, LoadedModel m)
-      : o_(o), m_(std::move(m)), prompt_(ChatPrompt::from_gguf(*m_.file, *m_.tokenizer)) {
+      : o_(o), m_(std::move(m)), prompt_(chat_prompt(m_)) {
     const HParams& hp = m_.model->hparams();
     n_ctx_ = o.context_size(hp);
     session_ = std::make_unique<Session>(m_.model, n_ctx_, 1, o.threads);

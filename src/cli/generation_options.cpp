@@ -34,9 +34,11 @@ void add_device_options(CLI::App* c, DeviceOptions& d) {
       ->check(CLI::IsMember({"bf16", "f16", "f32"}))
       ->capture_default_str();
   c->add_option("--quant", d.quant,
-                "cuda: requantize every matrix (q8_0, q4_0, q4_k, q6_k), or none (all --dtype); "
-                "default: keep the file's formats the GPU reads")
-      ->check(CLI::IsMember({"none", "q8_0", "q4_0", "q4_k", "q6_k"}));
+                "HF checkpoints: quantize once at load into $KVAD_HOME/cache (any kvad quantize type: q8_0, "
+                "q4_0, q4_k_m, ...), or none (default: weights as stored); cuda with a GGUF: requantize every "
+                "matrix (q8_0, q4_0, q4_k, q6_k), or none (all --dtype); default: keep the file's formats the GPU reads")
+      ->check(CLI::IsMember({"none", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m", "q4_k", "q4_k_s",
+                             "q4_k_m", "q5_k_m", "q6_k", "iq4_nl", "tq2_0"}));
 }
 
 SamplerParams GenerationOptions::sampler_params() const {

@@ -8,6 +8,9 @@
 #include "cli/model_store.h"
 #include "base/error.h"
 #include "io/gguf.h"
+#include "engine/chat_prompt.h"
+#include "io/tensor_source.h"
+#include "model/hf.h"
 #include "model/registry.h"
 #include "tokenizer/tokenizer.h"
 #ifdef KVAD_WITH_CUDA
@@ -42,13 +45,42 @@ LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev)
   LoadedModel m;
   // Refuse an unusable device before mapping anything.
   if (const std::string why = backend_unavailable(dev.device); !why.empty()) throw Error(why);
-  m.path = resolve_model(model_arg);
-  m.file = gguf::File::open(m.path);
-  m.model = load_model(m.file, dev);
+  const ResolvedModel r = resolve_model_full(model_arg);
+  m.path = r.path;
+  if (!r.checkpoint) {
+    m.file = gguf::File::open(m.path);
+    m.model = load_model(m.file, dev);
+    m.tokenizer = Tokenizer::from_gguf(*m.file);
+  } else {
+    std::shared_ptr<const TensorSource> src = open_hf_checkpoint(r.path);
+    DeviceOptions d = dev;
+    // --quant none (the default for checkpoints): bf16/f16/f32 weights as stored.
+    const std::string quant = dev.quant.empty() ? "none" : dev.quant;
+    if (quant != "none") {
+      const QuantizeOnceKey key{kvad_home() + "/cache", r.repo, r.commit};
+      const auto q0 = std::chrono::steady_clock::now();
+      bool hit = false;
+      src = quantize_once(src, quant, key, &hit);
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - q0).count();
+      const std::string file = quantize_once_path(key, quant);
+      if (hit)
+        std::fprintf(stderr, "kvad: %s from the quantize-once cache: %s\n", quant.c_str(), file.c_str());
+      else
+        std::fprintf(stderr, "kvad: quantized to %s once (%.1f s): %s\n", quant.c_str(), secs, file.c_str());
+      d.quant = "";  // the cache's formats, as stored, on every device
+    }
+    m.model = load_model(src, d);
+    const std::string dir = r.path;
+    m.tokenizer = Tokenizer::from_tokenizer_json(dir + "/tokenizer.json", dir + "/tokenizer_config.json");
+  }
   if (dev.device == "cpu") maybe_enable_offload();
-  m.tokenizer = Tokenizer::from_gguf(*m.file);
   m.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
+}
+
+ChatPrompt chat_prompt(const LoadedModel& m) {
+  if (m.file) return ChatPrompt::from_gguf(*m.file, *m.tokenizer);
+  return ChatPrompt::from_tokenizer(*m.tokenizer, m.path + "/tokenizer_config.json");
 }
 
 }  // namespace kvad::cli

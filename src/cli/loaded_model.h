@@ -6,6 +6,7 @@
 #include "model/registry.h"
 
 namespace kvad {
+class ChatPrompt;
 class Model;
 class Tokenizer;
 namespace gguf { class File; }
@@ -15,15 +16,23 @@ namespace kvad::cli {
 
 struct LoadedModel {
   std::string path;
+  /// The GGUF file (nullptr for an HF checkpoint: its weights come through
+  /// model->source(), its tokenizer from tokenizer.json).
   std::shared_ptr<const gguf::File> file;
   std::shared_ptr<Model> model;
   std::shared_ptr<Tokenizer> tokenizer;
   double load_s = 0;  ///< seconds to map, parse and set up
 };
 
-/// Resolves --model (model_store.h), maps the GGUF, loads the architecture
-/// from the registry on the device `dev` asks for (--device, --dtype,
-/// --quant) and the tokenizer. Throws kvad::Error, e.g. "kvad was built
+/// The model's chat format (its chat template), or an error when it has none.
+ChatPrompt chat_prompt(const LoadedModel& m);
+
+/// Resolves --model (model_store.h), maps the GGUF or opens the HF checkpoint
+/// (safetensors through the architecture's name table; with --quant other
+/// than none, through the quantize-once cache in $KVAD_HOME/cache), loads the
+/// architecture from the registry on the device `dev` asks for (--device,
+/// --dtype, --quant) and the tokenizer (GGUF keys, or tokenizer.json +
+/// tokenizer_config.json). Throws kvad::Error, e.g. "kvad was built
 /// without CUDA" or "no CUDA device: ..." for --device cuda.
 LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev = {});
 

@@ -16,17 +16,19 @@ namespace fs = std::filesystem;
 
 namespace kvad::cli {
 
-std::string model_store_dir() {
+std::string kvad_home() {
   const char* home = std::getenv("KVAD_HOME");
-  if (home && *home) return std::string(home) + "/models";
+  if (home && *home) return home;
   const char* h = std::getenv("HOME");
-  return std::string(h && *h ? h : ".") + "/.cache/kvad/models";
+  return std::string(h && *h ? h : ".") + "/.cache/kvad";
 }
+
+std::string model_store_dir() { return kvad_home() + "/models"; }
 
 namespace {
 
 // ORG/NAME[@REV][:SEL] through the HF cache, pulling when it is missing.
-std::string resolve_hf_model(const std::string& arg) {
+hub::Resolved resolve_hf_model(const std::string& arg) {
   const hub::RepoSpec spec = hub::parse_repo_spec(arg);
   const hub::HubOptions opt = hub::HubOptions::from_env();
   std::string why;
@@ -41,22 +43,27 @@ std::string resolve_hf_model(const std::string& arg) {
     r = hub::pull(spec, opt, &progress).resolved;
     std::fprintf(stderr, "kvad: %s: %s\n", spec.str().c_str(), r->path.c_str());
   }
-  if (r->selection.kind == hub::Selection::Kind::Checkpoint)
-    throw Error("'" + arg + "' is a safetensors checkpoint (" + r->path +
-                "); this kvad runs GGUF files: name a GGUF repo and its quant, e.g. ORG/NAME-GGUF:Q4_K_M");
-  return r->path;
+  return *r;
 }
 
 }  // namespace
 
-std::string resolve_model(const std::string& arg) {
+std::string resolve_model(const std::string& arg) { return resolve_model_full(arg).path; }
+
+ResolvedModel resolve_model_full(const std::string& arg) {
   const std::string name = arg.empty() ? kDefaultModel : arg;
   std::error_code ec;
-  if (fs::is_regular_file(name, ec)) return name;
-  if (!fs::exists(name, ec) && hub::looks_like_repo_spec(name)) return resolve_hf_model(name);
+  if (fs::is_regular_file(name, ec)) return {name, false, name, "local"};
+  if (fs::is_directory(name, ec) && fs::is_regular_file(fs::path(name) / "config.json", ec))
+    return {name, true, fs::absolute(name, ec).string(), "local"};
+  if (!fs::exists(name, ec) && hub::looks_like_repo_spec(name)) {
+    const hub::Resolved r = resolve_hf_model(name);
+    const bool ckpt = r.selection.kind == hub::Selection::Kind::Checkpoint;
+    return {r.path, ckpt, hub::parse_repo_spec(name).repo, r.commit};
+  }
   const std::string dir = model_store_dir();
   const std::string in_store = dir + "/" + name + ".gguf";
-  if (name.find('/') == std::string::npos && fs::is_regular_file(in_store, ec)) return in_store;
+  if (name.find('/') == std::string::npos && fs::is_regular_file(in_store, ec)) return {in_store, false, in_store, "local"};
   std::string have;
   if (fs::is_directory(dir, ec))
     for (const auto& e : fs::directory_iterator(dir, ec))

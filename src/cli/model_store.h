@@ -21,6 +21,21 @@ std::string model_store_dir();
 /// only GGUF-loading callers reach for now).
 std::string resolve_model(const std::string& arg);
 
+/// A --model argument resolved: a GGUF file, or an HF checkpoint directory
+/// (config.json + safetensors) with the repo and commit that name it.
+struct ResolvedModel {
+  std::string path;
+  bool checkpoint = false;  ///< an HF checkpoint directory, not a GGUF
+  std::string repo;         ///< "org/name" for the HF cache, else the path
+  std::string commit;       ///< the snapshot's commit, else "local"
+};
+/// As resolve_model, and also ORG/NAME of a safetensors checkpoint (from the
+/// HF cache, pulled when missing) or a local checkpoint directory.
+ResolvedModel resolve_model_full(const std::string& arg);
+
+/// $KVAD_HOME (default ~/.cache/kvad).
+std::string kvad_home();
+
 /// Peak resident set size of this process so far, bytes.
 size_t peak_rss_bytes();
 

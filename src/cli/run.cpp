@@ -38,8 +38,8 @@ void run(const RunOptions& o) {
   if (o.raw) {
     ids = m.tokenizer->encode(o.prompt, /*add_special=*/true, /*parse_special=*/false);
   } else {
-    if (!m.file->get_string("tokenizer.chat_template", "").empty()) {
-      const ChatPrompt chat = ChatPrompt::from_gguf(*m.file, *m.tokenizer);
+    if (!m.tokenizer->chat_template().empty()) {
+      const ChatPrompt chat = chat_prompt(m);
       ids = chat.tokenize(nlohmann::ordered_json::array({{{"role", "user"}, {"content", o.prompt}}}), true);
     } else {
       // A file without a template is a completion model (e.g. a GGUF of a

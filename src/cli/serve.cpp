@@ -54,7 +54,7 @@ void serve(const ServeOptions& o) {
   so.api_key = o.api_key;
   so.model_id = std::filesystem::path(m.path).stem().string();  // the store name, or the file's stem
   try {
-    so.chat = std::make_shared<const ChatPrompt>(ChatPrompt::from_gguf(*m.file, *m.tokenizer));
+    so.chat = std::make_shared<const ChatPrompt>(chat_prompt(m));
   } catch (const std::exception& e) {
     so.chat_error = e.what();
   }

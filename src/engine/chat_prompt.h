@@ -22,6 +22,10 @@ class ChatPrompt {
   /// the vocabulary. Throws kvad::Error when the file has no template (the
   /// caller may then offer raw prompts) or ChatTemplateError when it does not parse.
   static ChatPrompt from_gguf(const gguf::File& f, const Tokenizer& tok);
+  /// The template the tokenizer carries (Tokenizer::chat_template(): GGUF's
+  /// tokenizer.chat_template or tokenizer_config.json's chat_template).
+  /// Throws kvad::Error naming `origin` when it has none.
+  static ChatPrompt from_tokenizer(const Tokenizer& tok, const std::string& origin);
 
   /// Renders OpenAI-style messages ([{"role", "content", ...}]) as
   /// transformers' apply_chat_template does. Throws ChatTemplateError.

@@ -1,0 +1,132 @@
+// Real weights in HF layout against transformers: the store's SmolLM2-135M
+// and Gemma 3 270M as HF checkpoints (tools/make_hf_checkpoint.py, run by
+// scripts/setup into $KVAD_HOME/hf-cache), and transformers' own greedy
+// continuations and top-10 logits on them (tests/fixtures/hf_reference/,
+// made by tools/make_hf_reference.py with torch). kvad reads the checkpoint
+// through the HF path (safetensors, config.json, tokenizer.json) at
+// --quant none (bf16 as stored) and through the quantize-once cache at q8_0:
+// the prompt ids equal transformers' exactly, free-running greedy decoding
+// equals transformers' up to the first near-tie (top-2 margin < 0.5), and
+// the listed logits are within the tolerance of the GGUF reference tests.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/chat_prompt.h"
+#include "engine/session.h"
+#include "io/tensor_source.h"
+#include "model/hf.h"
+#include "model/registry.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+std::string kvad_home() {
+  const char* h = std::getenv("KVAD_HOME");
+  if (h && *h) return h;
+  return std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") + "/.cache/kvad";
+}
+
+struct Stats {
+  int prompts = 0, full_equal = 0;
+  double max_diff = 0;
+};
+
+void run(const char* fixture, const std::string& quant, double logit_tol) {
+  std::ifstream in(fs::path(KVAD_SOURCE_DIR) / "tests" / "fixtures" / "hf_reference" / fixture);
+  const json ref = json::parse(in);
+  const std::string repo = ref["repo"], commit = ref["commit"];
+  const fs::path snap = fs::path(kvad_home()) / "hf-cache" / ("models--" + repo.substr(0, repo.find('/')) + "--" +
+                                                               repo.substr(repo.find('/') + 1)) / "snapshots" / commit;
+  if (!fs::exists(snap / "model.safetensors"))
+    GTEST_SKIP() << snap << " is missing (scripts/setup makes it with tools/make_hf_checkpoint.py)";
+  // The checkpoint is the one the reference was computed from.
+  const std::string blob = fs::read_symlink(snap / "model.safetensors").filename().string();
+  ASSERT_EQ(blob, ref["files"]["model.safetensors"]["blob"].get<std::string>());
+
+  std::shared_ptr<const kvad::TensorSource> src = kvad::open_hf_checkpoint(snap.string());
+  if (quant != "none") {
+    const fs::path cache = fs::temp_directory_path() / ("kvad-hfref-" + std::to_string(::getpid()));
+    src = kvad::quantize_once(src, quant, {cache.string(), repo, commit});
+    fs::remove_all(cache);  // the file stays mapped
+  }
+  std::shared_ptr<kvad::Model> model = kvad::load_model(src, kvad::DeviceOptions{});
+  auto tok = kvad::Tokenizer::from_tokenizer_json((snap / "tokenizer.json").string(),
+                                                  (snap / "tokenizer_config.json").string());
+  Stats st;
+  for (const json& p : ref["prompts"]) {
+    std::vector<int32_t> ids;
+    if (p["kind"] == "chat")
+      ids = kvad::ChatPrompt::from_tokenizer(*tok, repo).tokenize(p["messages"], true);
+    else
+      // HF tokenizers split added special tokens out of any text, raw or not.
+      ids = tok->encode(p["text"].get<std::string>(), /*add_special=*/true, /*parse_special=*/true);
+    ASSERT_EQ(ids, p["prompt_ids"].get<std::vector<int32_t>>()) << "tokenization of " << p.dump().substr(0, 80);
+    auto prefill = [&](kvad::Session& s) {
+      kvad::Batch b;
+      for (size_t i = 0; i < ids.size(); ++i) b.add(ids[i], static_cast<int32_t>(i), 0, i + 1 == ids.size());
+      return s.forward(b);
+    };
+    auto step = [&](kvad::Session& s, int32_t t, size_t k) {
+      kvad::Batch d;
+      d.add(t, static_cast<int32_t>(ids.size() + k), 0, true);
+      return s.forward(d);
+    };
+    const auto greedy = p["greedy_ids"].get<std::vector<int32_t>>();
+    const auto margins = p["margins"].get<std::vector<double>>();
+    const int first_tie = p["first_near_tie"];
+    // Teacher-forced on transformers' tokens: the listed logits at every step.
+    {
+      kvad::Session s(model, 1024, 1, 2);
+      std::vector<float> logits = prefill(s);
+      for (size_t k = 0; k < greedy.size(); ++k) {
+        for (const json& e : p["steps"][k]) {
+          const double d = std::fabs(logits[e[0].get<int>()] - e[1].get<double>());
+          st.max_diff = std::max(st.max_diff, d);
+          EXPECT_LE(d, logit_tol) << fixture << " prompt " << st.prompts << " step " << k;
+        }
+        logits = step(s, greedy[k], k);
+      }
+    }
+    // Free-running greedy: equal up to the first near-tie.
+    kvad::Session s(model, 1024, 1, 2);
+    std::vector<float> logits = prefill(s);
+    bool same = true;
+    for (size_t k = 0; k < greedy.size(); ++k) {
+      const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      if (next != greedy[k]) {
+        if (static_cast<int>(k) < first_tie)
+          ADD_FAILURE() << fixture << " prompt " << st.prompts << ": step " << k << " kvad " << next
+                        << ", transformers " << greedy[k] << " (margin " << margins[k] << ")";
+        same = false;
+        break;
+      }
+      logits = step(s, next, k);
+    }
+    st.full_equal += same;
+    ++st.prompts;
+  }
+  std::printf("%s --quant %s: %d of %d greedy continuations equal transformers' over 16 tokens; max |logit diff| "
+              "(top-10, teacher-forced, 16 steps) %.4f\n",
+              fixture, quant.c_str(), st.full_equal, st.prompts, st.max_diff);
+}
+
+// Tolerances on the top-10 logits. --quant none: the GGUF reference tests'
+// 1.0 (measured 0.23 SmolLM2, 0.29 Gemma 3: kvad's bf16 weights are the
+// reference's). q8_0: 2.0 (measured 1.27 and 1.55): here kvad's weights are
+// q8_0 and transformers' bf16, so the difference is the quantization's, not
+// the engine's (the GGUF tests compare the same quantized weights in both
+// engines); greedy decoding still equals transformers' up to every near-tie.
+TEST(HfReference, SmolLM2None) { run("smollm2-135m.json", "none", 1.0); }
+TEST(HfReference, SmolLM2Q8_0) { run("smollm2-135m.json", "q8_0", 2.0); }
+TEST(HfReference, Gemma3None) { run("gemma3-270m.json", "none", 1.0); }
+TEST(HfReference, Gemma3Q8_0) { run("gemma3-270m.json", "q8_0", 2.0); }
+
+}  // namespace
