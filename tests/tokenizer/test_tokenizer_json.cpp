@@ -9,6 +9,7 @@
 #include <zlib.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -27,7 +28,13 @@ using kvad::Tokenizer;
 
 namespace {
 
-const std::string kDir = std::string(KVAD_SOURCE_DIR) + "/tests/fixtures/hf_tokenizer";
+// KVAD_HF_FIXTURES overrides the folder (fixtures made elsewhere, e.g. with
+// another tokenizers version, by make_hf_tokenizer_fixtures.py --out).
+const std::string kDir = [] {
+  const char* e = std::getenv("KVAD_HF_FIXTURES");
+  return e && *e ? std::string(e) : std::string(KVAD_SOURCE_DIR) + "/tests/fixtures/hf_tokenizer";
+}();
+const std::string kSrcDir = std::string(KVAD_SOURCE_DIR) + "/tests/fixtures/hf_tokenizer";  // broken/, seeds/
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -155,9 +162,12 @@ TEST_P(HfFamily, StreamDecoderKeepsCharactersWhole) {
   const std::string name = GetParam();
   const json fx = json::parse(gunzip(read_file(kDir + "/" + name + ".cases.json.gz")));
   auto tok = Tokenizer::from_tokenizer_json_text(tokenizer_text(fx.at("tokenizer")), name + ".json");
-  // Byte-level families: the pieces put together are the decoded text.
-  // (Not deepseek-llm and llama3: their added tokens "ü", "ö", ... are byte
-  // symbols too, which tokenizers' decode turns into lone bytes and U+FFFD.)
+  // deepseek-llm and llama3 have added tokens "ü", "ö", ... that are byte
+  // symbols too: tokenizers' decode turns them into lone bytes (and U+FFFD),
+  // so their token streams need not be valid UTF-8. For the other families
+  // every chunk is whole characters, and for byte-level ones the chunks put
+  // together are the decoded text.
+  const bool valid = name != "deepseek-llm" && name != "llama3";
   const bool byte_level = name == "gpt2" || name == "starcoder";
   int i = 0;
   for (const json& c : fx.at("cases")) {
@@ -167,7 +177,7 @@ TEST_P(HfFamily, StreamDecoderKeepsCharactersWhole) {
     std::string all;
     for (int32_t id : ids) {
       std::string chunk = dec.push(id);
-      EXPECT_EQ(kvad::utf8::incomplete_tail(chunk), 0u) << name;
+      if (valid) EXPECT_EQ(kvad::utf8::incomplete_tail(chunk), 0u) << name;
       all += chunk;
     }
     all += dec.flush();
@@ -331,7 +341,7 @@ TEST(TokenizerJson, ConfigAndPathApi) {
 // tokenizer, never a crash, in bounded time.
 
 TEST(TokenizerJson, BrokenCorpus) {
-  const fs::path dir = kDir + "/broken";
+  const fs::path dir = kSrcDir + "/broken";
   int n = 0;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string path = e.path().string();
@@ -360,7 +370,7 @@ TEST(TokenizerJson, BrokenCorpus) {
 // The fuzz target's seed corpus: small valid files, which must load.
 TEST(TokenizerJson, SeedsLoad) {
   int n = 0;
-  for (const auto& e : fs::directory_iterator(kDir + "/seeds")) {
+  for (const auto& e : fs::directory_iterator(kSrcDir + "/seeds")) {
     auto t = Tokenizer::from_tokenizer_json(e.path().string());
     const auto ids = t->encode("Hello world, 123 caf\xC3\xA9!", true, true);
     EXPECT_FALSE(ids.empty()) << e.path();
