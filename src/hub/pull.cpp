@@ -241,8 +241,18 @@ void make_pointer(const fs::path& pointer, const fs::path& blob) {
   } else if (fs::exists(pointer, ec)) {
     fs::remove(pointer, ec);
   }
-  fs::create_symlink(rel, pointer, ec);
-  if (ec) throw Error("cannot link " + pointer.string() + " -> " + rel.string() + ": " + ec.message());
+  // Made under a temporary name and renamed over the pointer, so that two
+  // pulls of the same repo at once both succeed (rename replaces atomically).
+  const fs::path tmp = pointer.string() + ".kvad-link-" + std::to_string(::getpid());
+  fs::remove(tmp, ec);
+  fs::create_symlink(rel, tmp, ec);
+  if (!ec) fs::rename(tmp, pointer, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    std::error_code ec2;
+    if (fs::is_symlink(pointer, ec2) && fs::read_symlink(pointer, ec2) == rel) return;  // the other pull made it
+    throw Error("cannot link " + pointer.string() + " -> " + rel.string() + ": " + ec.message());
+  }
 }
 
 // refs/<revision> holds the commit with no newline (scan_cache_dir compares
