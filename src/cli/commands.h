@@ -16,5 +16,6 @@ void add_chat(CLI::App& app);
 void add_serve(CLI::App& app);
 void add_quantize(CLI::App& app);
 void add_pull(CLI::App& app);
+void add_cache(CLI::App& app);
 
 }  // namespace kvad::cli

@@ -85,6 +85,7 @@ std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSo
       std::shared_ptr<const gguf::File> f = gguf::File::open(path);
       if (f->get_string("kvad.source.tensors", "") == stamp && f->get_int("kvad.cache.version", 0) == kCacheVersion) {
         if (hit) *hit = true;
+        fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // "last used", for kvad cache
         return gguf_source(std::move(f));
       }
     } catch (const Error&) {
@@ -116,6 +117,7 @@ std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSo
   meta.push_back(gguf::make_string("kvad.source.repo", key.repo));
   meta.push_back(gguf::make_string("kvad.source.commit", key.commit));
   meta.push_back(gguf::make_string("kvad.source.tensors", stamp));
+  meta.push_back(gguf::make_string("kvad.cache.quant", type.name));
   meta.push_back(gguf::make_uint("kvad.cache.version", gguf::ValueType::UINT32, kCacheVersion));
   quant::Options opt;  // all cores
   quant::quantize_tensors(3, meta, in, plan, type.file_type, path, opt, hf->path());

@@ -128,6 +128,17 @@ std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json_text(std::string_view 
   return tok::make_hf(json, name, config_json, config_name);
 }
 
+void Tokenizer::add_eog_ids(const std::vector<int32_t>& ids) {
+  for (int32_t id : ids) {
+    if (id < 0 || id >= n_vocab())
+      throw Error("end-of-generation id " + std::to_string(id) + " is outside the vocabulary (" +
+                  std::to_string(n_vocab()) + " tokens)");
+    eog_.push_back(id);
+  }
+  std::sort(eog_.begin(), eog_.end());
+  eog_.erase(std::unique(eog_.begin(), eog_.end()), eog_.end());
+}
+
 bool Tokenizer::is_eog(int32_t id) const { return std::binary_search(eog_.begin(), eog_.end(), id); }
 
 TokenType Tokenizer::token_type(int32_t id) const {

@@ -102,6 +102,9 @@ class Tokenizer {
   bool add_space_prefix() const { return add_space_prefix_; }
   /// All end-of-generation ids (sorted).
   const std::vector<int32_t>& eog_ids() const { return eog_; }
+  /// Adds end-of-generation ids (an HF checkpoint's generation_config.json
+  /// eos_token_id list); ids outside the vocabulary throw kvad::Error.
+  void add_eog_ids(const std::vector<int32_t>& ids);
   int32_t pad() const { return pad_; }  ///< -1 when none (tokenizer_config.json pad_token)
   /// tokenizer_config.json `chat_template`: the template itself, or the one
   /// named "default" of the list form; GGUF `tokenizer.chat_template` ("" when none).
