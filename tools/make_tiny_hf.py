@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Tiny random HF checkpoints and transformers' logits for them.
 
-For each architecture kvad reads from HF checkpoints (llama, gemma3_text),
+For each architecture kvad reads from HF checkpoints (llama, gemma3_text,
+qwen2, qwen3),
 makes a randomly initialised model with small dimensions but the
 architecture's real options (GQA with n_head != n_head_kv, a sliding window
 shorter than the test prompt, untied and tied heads), saves it with
@@ -68,6 +69,29 @@ def main():
             if "norm" in n:
                 p.normal_(0.0, 0.3)
     save("gemma3", m)
+    torch.manual_seed(2)
+    qwen2 = transformers.Qwen2Config(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, torch_dtype="float32")
+    m = transformers.Qwen2ForCausalLM(qwen2).eval()
+    with torch.no_grad():  # random biases (HF initialises them to 0)
+        for n, p in m.named_parameters():
+            if n.endswith(".bias"):
+                p.normal_(0.0, 0.5)
+    save("qwen2", m)
+
+    torch.manual_seed(3)
+    qwen3 = transformers.Qwen3Config(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=256,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False, torch_dtype="float32")
+    m = transformers.Qwen3ForCausalLM(qwen3).eval()
+    with torch.no_grad():  # random QK-norm weights (HF initialises them to 1)
+        for n, p in m.named_parameters():
+            if "q_norm" in n or "k_norm" in n:
+                p.normal_(1.0, 0.3)
+    save("qwen3", m)
     print("transformers", transformers.__version__, "torch", torch.__version__)
 
 

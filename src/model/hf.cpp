@@ -39,6 +39,12 @@ double config_float(const json& cfg, const char* key, double def) {
   return cfg.is_object() && cfg.contains(key) && !cfg[key].is_null() ? config_float(cfg, key) : def;
 }
 
+bool config_bool(const json& cfg, const char* key, bool def) {
+  if (!cfg.is_object() || !cfg.contains(key) || cfg[key].is_null()) return def;
+  if (!cfg[key].is_boolean()) throw Error(std::string("config.json: ") + key + " is not true or false");
+  return cfg[key].get<bool>();
+}
+
 void decoder_config(const std::string& a, const json& cfg, Metadata& md) {
   md["general.architecture"] = a;
   if (cfg.contains("_name_or_path") && cfg["_name_or_path"].is_string())

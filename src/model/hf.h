@@ -48,6 +48,7 @@ double config_float(const nlohmann::json& cfg, const char* key);
 /// The same with a default when the key is absent or null.
 int64_t config_int(const nlohmann::json& cfg, const char* key, int64_t def);
 double config_float(const nlohmann::json& cfg, const char* key, double def);
+bool config_bool(const nlohmann::json& cfg, const char* key, bool def);
 
 /// The GGUF keys every decoder has, from their usual HF names:
 /// {arch}.context_length (max_position_embeddings), embedding_length

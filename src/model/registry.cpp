@@ -12,7 +12,7 @@ namespace kvad {
 // One loader per architecture file (model/text/).
 std::unique_ptr<Model> load_llama(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 std::unique_ptr<Model> load_gemma3(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
-extern const HfNames kLlamaHfNames, kGemma3HfNames;
+extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kGemma3HfNames;
 
 const char* model_kind_name(ModelKind k) {
   switch (k) {
@@ -26,6 +26,8 @@ const char* model_kind_name(ModelKind k) {
 const std::vector<ArchEntry>& architectures() {
   static const std::vector<ArchEntry> archs = {
       {"llama", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kLlamaHfNames},
+      {"qwen2", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kQwen2HfNames},
+      {"qwen3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kQwen3HfNames},
       {"gemma3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gemma3, &kGemma3HfNames},
   };
   return archs;

@@ -90,6 +90,16 @@ TEST(HfCheckpoint, Gemma3MatchesTransformers) {
   check("gemma3", "sim");
 }
 
+TEST(HfCheckpoint, Qwen2MatchesTransformers) {  // Q/K/V biases, tied head
+  check("qwen2", "cpu");
+  check("qwen2", "sim");
+}
+
+TEST(HfCheckpoint, Qwen3MatchesTransformers) {  // QK-norm, head_dim != n_embd / n_head, untied head
+  check("qwen3", "cpu");
+  check("qwen3", "sim");
+}
+
 TEST(HfCheckpoint, NamesAreGgufNames) {
   auto src = kvad::open_hf_checkpoint((kDir / "llama").string());
   EXPECT_NE(src->find("blk.1.attn_q.weight"), nullptr);
@@ -156,7 +166,7 @@ namespace {
 TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
   const fs::path cache = fs::temp_directory_path() / ("kvad-qcache-" + std::to_string(::getpid()));
   fs::remove_all(cache);
-  for (const char* name : {"llama", "gemma3"}) {
+  for (const char* name : {"llama", "gemma3", "qwen2", "qwen3"}) {
     SCOPED_TRACE(name);
     const fs::path dir = kDir / name;
     const kvad::QuantizeOnceKey key{cache.string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};

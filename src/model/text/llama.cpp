@@ -1,14 +1,20 @@
 // Llama (Touvron et al. 2023, "LLaMA"; GGUF architecture "llama"), which
-// SmolLM and Mistral files also use: pre-norm decoder blocks of
+// SmolLM and Mistral files also use, and its variants Qwen2/2.5 (GGUF "qwen2":
+// Q/K/V biases; Bai et al. 2023 "Qwen Technical Report", transformers'
+// modeling_qwen2.py) and Qwen3 (GGUF "qwen3": per-head RMSNorm of q and k
+// before RoPE, no biases; Qwen Team 2025, modeling_qwen3.py) as flags of the
+// same decoder: pre-norm decoder blocks of
 //   x = x + Wo · Attn(RoPE(Wq · n), RoPE(Wk · n), Wv · n),  n = RMSNorm(x) ⊙ attn_norm
 //   x = x + Wdown · (SiLU(Wgate · n) ⊙ Wup · n),            n = RMSNorm(x) ⊙ ffn_norm
-// then RMSNorm ⊙ output_norm and the output head (tied to token_embd when
-// the file has no output.weight). Tensor names as llama.cpp's GGUF converter
-// writes them (token_embd, blk.N.attn_q, ...). RoPE pairs adjacent dims in
-// GGUF files, whose converter stores Q and K rows permuted for that; an HF
-// checkpoint (transformers' modeling_llama.py, read through kLlamaHfNames
-// below) keeps HF's layout and rotates halves (NeoX pairing, rotate_half),
-// which is the same rotation of the unpermuted rows.
+// (q, k, v with their biases when the file has them; q and k RMSNormed per
+// head when it has attn_q_norm/attn_k_norm), then RMSNorm ⊙ output_norm and
+// the output head (tied to token_embd when the file has no output.weight).
+// Tensor names as llama.cpp's GGUF converter writes them (token_embd,
+// blk.N.attn_q, ...). RoPE: GGUF llama files pair adjacent dims (the
+// converter stores Q and K rows permuted for that); qwen2/qwen3 files and
+// every HF checkpoint (read through the HfNames tables below) keep HF's
+// layout and rotate halves (NeoX pairing, rotate_half), which is the same
+// rotation of the unpermuted rows.
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -28,7 +34,8 @@ namespace kvad {
 namespace {
 
 /// Llama's hyper-parameters: the decoder keys (hparams.h) and the RoPE
-/// pairing (kvad.rope.neox: set for HF checkpoints, absent in GGUF files).
+/// pairing: NeoX for qwen2/qwen3, and for llama when kvad.rope.neox is set
+/// (HF checkpoints; absent in GGUF files).
 struct LlamaParams {
   HParams hp;
   bool rope_neox = false;
@@ -44,7 +51,7 @@ class Llama final : public Model {
   Llama(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
     source_ = src;
     cfg_.hp = read_hparams(*src);
-    cfg_.rope_neox = src->get_int("kvad.rope.neox", 0) != 0;
+    cfg_.rope_neox = cfg_.hp.arch != "llama" || src->get_int("kvad.rope.neox", 0) != 0;
     hp_ = cfg_.hp;
     WeightLoader wl(src, o);
     device_ = wl.device();
@@ -113,6 +120,16 @@ void hf_config(const nlohmann::json& cfg, Metadata& md) {
   md["kvad.rope.neox"] = int64_t{1};
 }
 
+// Qwen2 and Qwen3 checkpoints name their tensors as Llama's do (the biases
+// and QK-norm weights are in the shared table); only the GGUF architecture
+// differs, and Qwen2's optional sliding window is refused.
+void hf_config_qwen2(const nlohmann::json& cfg, Metadata& md) {
+  if (config_bool(cfg, "use_sliding_window", false))
+    throw Error("config.json: use_sliding_window is not supported yet for qwen2");
+  decoder_config("qwen2", cfg, md);
+}
+void hf_config_qwen3(const nlohmann::json& cfg, Metadata& md) { decoder_config("qwen3", cfg, md); }
+
 bool hf_tensor(const std::string& hf, TensorRename& r) {
   static const HfLayerName kLayer[] = {{"post_attention_layernorm.weight", "ffn_norm.weight", TensorTransform::ToF32}};
   if (hf == "lm_head.weight") return r.name = "output.weight", r.transform = TensorTransform::None, true;
@@ -121,8 +138,10 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
 
 }  // namespace
 
-extern const HfNames kLlamaHfNames;
+extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames;
 const HfNames kLlamaHfNames = {{"llama"}, &hf_config, &hf_tensor};
+const HfNames kQwen2HfNames = {{"qwen2"}, &hf_config_qwen2, &hf_tensor};
+const HfNames kQwen3HfNames = {{"qwen3"}, &hf_config_qwen3, &hf_tensor};
 
 std::unique_ptr<Model> load_llama(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
   return std::make_unique<Llama>(std::move(src), o);
