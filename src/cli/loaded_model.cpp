@@ -75,6 +75,10 @@ LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev)
   const ResolvedModel r = resolve_model_full(model_arg);
   m.path = r.path;
   if (!r.checkpoint) {
+    // A GGUF is quantized already; only the GPU converts formats at load.
+    if (!dev.quant.empty() && dev.quant != "none" && dev.device.rfind("cuda", 0) != 0)
+      throw Error("--quant " + dev.quant + " applies to HF checkpoints and to --device cuda; " + m.path +
+                  " is a GGUF (make another with kvad quantize)");
     m.file = gguf::File::open(m.path);
     m.model = load_model(m.file, dev);
     m.tokenizer = Tokenizer::from_gguf(*m.file);
