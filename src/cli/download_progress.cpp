@@ -28,15 +28,6 @@ std::string eta_str(double s) {
 
 }  // namespace
 
-std::string human_bytes(uint64_t n) {
-  char buf[32];
-  if (n < 1024) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(n));
-  else if (n < (1ull << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", n / 1024.0);
-  else if (n < (1ull << 30)) std::snprintf(buf, sizeof buf, "%.1f MiB", n / 1048576.0);
-  else std::snprintf(buf, sizeof buf, "%.2f GiB", n / 1073741824.0);
-  return buf;
-}
-
 DownloadProgress::DownloadProgress(FILE* out) : out_(out) {
   const char* term = std::getenv("TERM");
   tty_ = ::isatty(::fileno(out)) && !(term && std::strcmp(term, "dumb") == 0);

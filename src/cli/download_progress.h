@@ -38,7 +38,6 @@ class DownloadProgress : public hub::PullObserver {
   Clock::time_point start_, last_draw_;
 };
 
-/// "1.5 MiB", "312 B": bytes for people.
-std::string human_bytes(uint64_t n);
+using hub::human_bytes;  // hub/pull.h
 
 }  // namespace kvad::cli

@@ -20,15 +20,6 @@ namespace fs = std::filesystem;
 
 namespace kvad::hub {
 
-namespace {
-
-// huggingface_hub _local_folder.CACHEDIR_TAG_CONTENT (bford.info/cachedir).
-constexpr const char* kCachedirTag =
-    "Signature: 8a477f597d28d172789f06886806bc55\n"
-    "# This file is a cache directory tag created by huggingface_hub.\n"
-    "# For information about cache directory tags, see:\n"
-    "#\thttps://bford.info/cachedir/\n";
-
 std::string human_bytes(uint64_t n) {
   char buf[32];
   if (n < 1024) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(n));
@@ -37,6 +28,15 @@ std::string human_bytes(uint64_t n) {
   else std::snprintf(buf, sizeof buf, "%.2f GiB", n / 1073741824.0);
   return buf;
 }
+
+namespace {
+
+// huggingface_hub _local_folder.CACHEDIR_TAG_CONTENT (bford.info/cachedir).
+constexpr const char* kCachedirTag =
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This file is a cache directory tag created by huggingface_hub.\n"
+    "# For information about cache directory tags, see:\n"
+    "#\thttps://bford.info/cachedir/\n";
 
 void make_dirs(const fs::path& p) {
   std::error_code ec;

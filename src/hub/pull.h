@@ -65,4 +65,7 @@ struct PullResult {
 /// not enough disk space, offline and not cached.
 PullResult pull(const RepoSpec& spec, const HubOptions& opt, PullObserver* observer = nullptr);
 
+/// n bytes for people: "512 B", "3.5 KiB", "269.1 MiB", "1.25 GiB".
+std::string human_bytes(uint64_t n);
+
 }  // namespace kvad::hub
