@@ -72,7 +72,8 @@ void list(const std::string& dir) {
                 e.commit.substr(0, 12).c_str(), when);
     total += e.bytes;
   }
-  std::printf("%zu entries, %.1f MiB in %s\n", es.size(), total / 1048576.0, dir.c_str());
+  std::printf("%zu %s, %.1f MiB in %s\n", es.size(), es.size() == 1 ? "entry" : "entries", total / 1048576.0,
+              dir.c_str());
 }
 
 void forget(const std::string& dir, const std::string& repo) {

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "io/gguf.h"
 #include "engine/chat_prompt.h"
+#include "io/quantize.h"
 #include "io/tensor_source.h"
 #include "model/hf.h"
 #include "model/registry.h"
@@ -91,6 +92,13 @@ LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev)
       const QuantizeOnceKey key{kvad_home() + "/cache", r.repo, r.commit};
       const auto q0 = std::chrono::steady_clock::now();
       bool hit = false;
+      try {
+        (void)quant::find_quant_type(quant);
+      } catch (const Error&) {
+        std::string types;
+        for (const quant::QuantType& t : quant::quant_types()) types += (types.empty() ? "" : ", ") + std::string(t.name);
+        throw Error("--quant " + quant + " is not a type an HF checkpoint can be quantized to (" + types + ", or none)");
+      }
       src = quantize_once(src, quant, key, &hit);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - q0).count();
       const std::string file = quantize_once_path(key, quant);
