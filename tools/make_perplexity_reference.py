@@ -10,6 +10,13 @@ true: every chunk's first token becomes BOS).
   python3 tools/make_perplexity_reference.py --llama-perplexity /path/to/llama-perplexity \
       [--models-dir ~/.cache/kvad/models]
 
+--kl also writes reference-kl-smollm2-135m.json: llama-perplexity's
+--kl-divergence numbers with the unquantized SmolLM2 as the base (the HF
+checkpoint scripts/setup makes from the store's GGUF, converted to an f32
+GGUF with llama.cpp's convert_hf_to_gguf.py; --torch-python names a Python
+with torch, numpy, transformers) and the store's Q4_1 smollm2-135m.gguf as
+the quantized model.
+
 llama-perplexity is built from llama-cpp-python's sdist (vendor/llama.cpp,
 cmake -DLLAMA_CURL=OFF -DGGML_NATIVE=ON, target llama-perplexity). Only the
 text and the numbers are committed; the test (tests/cli/test_perplexity.cpp)
@@ -68,6 +75,12 @@ def main():
     ap.add_argument("--models-dir", default=os.path.expanduser("~/.cache/kvad/models"))
     ap.add_argument("--models", nargs="+", default=["smollm2-135m", "gemma3-270m"])
     ap.add_argument("--sdist-version", default="0.3.36", help="llama-cpp-python version llama-perplexity came from")
+    ap.add_argument("--kl", action="store_true")
+    ap.add_argument("--llama-cpp-dir", help="vendor/llama.cpp of the sdist (for convert_hf_to_gguf.py)")
+    ap.add_argument("--torch-python", default=os.path.expanduser("~/.cache/kvad/torch-venv/bin/python"))
+    ap.add_argument("--hf-snapshot", default=os.path.expanduser(
+        "~/.cache/kvad/hf-cache/models--HuggingFaceTB--SmolLM2-135M-Instruct/snapshots/"
+        "445506d8557cf6aae3c041117e8d4135ec426989"))
     ap.add_argument("--ctx", type=int, default=128)
     ap.add_argument("--chunks", type=int, default=8)
     a = ap.parse_args()
@@ -81,6 +94,50 @@ def main():
         sys.exit("--llama-perplexity PATH is needed (or --text-only)")
     for name in a.models:
         reference(a, name, text_path)
+    if a.kl:
+        kl_reference(a, text_path)
+
+
+def kl_reference(a, text_path):
+    import tempfile
+    tmp = tempfile.mkdtemp()
+    f32 = os.path.join(tmp, "smollm2-f32.gguf")
+    env = dict(os.environ, PYTHONPATH=os.path.join(a.llama_cpp_dir, "gguf-py"))
+    subprocess.run([a.torch_python, os.path.join(a.llama_cpp_dir, "convert_hf_to_gguf.py"), a.hf_snapshot,
+                    "--outtype", "f32", "--outfile", f32], check=True, env=env, capture_output=True)
+    base = os.path.join(tmp, "base.dat")
+    common = ["-c", str(a.ctx), "--chunks", str(a.chunks), "-t", "2", "--kl-divergence-base", base]
+    p = subprocess.run([a.llama_perplexity, "-m", f32, "-f", text_path] + common, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(p.stdout + p.stderr)
+    q = os.path.join(a.models_dir, "smollm2-135m.gguf")
+    p = subprocess.run([a.llama_perplexity, "-m", q, "--kl-divergence"] + common, capture_output=True, text=True)
+    log = p.stdout + p.stderr
+    if p.returncode != 0:
+        sys.exit(log)
+
+    def num(pattern):
+        return float(re.search(pattern, log).group(1))
+
+    ref = {
+        "source": "llama-perplexity --kl-divergence from llama-cpp-python %s's sdist" % a.sdist_version,
+        "base": "HuggingFaceTB/SmolLM2-135M-Instruct@%s as f32 GGUF (convert_hf_to_gguf.py)"
+                % os.path.basename(a.hf_snapshot.rstrip("/")),
+        "repo": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "commit": os.path.basename(a.hf_snapshot.rstrip("/")),
+        "quantized": "smollm2-135m.gguf",
+        "ctx": a.ctx,
+        "chunks": a.chunks,
+        "ppl": num(r"Mean PPL\(Q\)\s*:\s*([0-9.]+)"),
+        "ppl_base": num(r"Mean PPL\(base\)\s*:\s*([0-9.]+)"),
+        "delta_ppl": num(r"Mean PPL\(Q\)-PPL\(base\)\s*:\s*([-0-9.]+)"),
+        "mean_kld": num(r"Mean\s+KLD:\s*([0-9.]+)"),
+        "same_top": num(r"Same top p:\s*([0-9.]+)"),
+    }
+    with open(os.path.join(HERE, "reference-kl-smollm2-135m.json"), "w") as f:
+        json.dump(ref, f, indent=2)
+        f.write("\n")
+    print(json.dumps(ref, indent=2))
 
 
 def reference(a, name, text_path):

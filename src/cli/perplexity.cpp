@@ -61,6 +61,7 @@ struct PerplexityOptions {
   std::string model;
   std::string file;
   int32_t n_ctx = 512;
+  bool ctx_given = false;  ///< -c on the command line
   int32_t n_batch = 2048;
   int threads = 0;
   int32_t chunks = -1;
@@ -142,7 +143,7 @@ void perplexity(const PerplexityOptions& o) {
   if (kl_read) {
     tokens = base.tokens;
     n_ctx = base.n_ctx;
-    if (o.n_ctx != 512 && o.n_ctx != n_ctx)
+    if (o.ctx_given && o.n_ctx != n_ctx)
       std::fprintf(stderr, "kvad: -c %d ignored: %s was made with -c %d\n", o.n_ctx, o.kl_file.c_str(), n_ctx);
   } else {
     if (n_ctx < 4) throw Error("-c must be at least 4");
@@ -272,7 +273,8 @@ void add_perplexity(CLI::App& app) {
   c->add_option("-m,--model", o->model,
                 "GGUF file, model-store name or HF repo (default: " + std::string(kDefaultModel) + ")");
   c->add_option("-f,--file", o->file, "The text file");
-  c->add_option("-c,--ctx-size", o->n_ctx, "Tokens per chunk")->capture_default_str();
+  CLI::Option* ctx = c->add_option("-c,--ctx-size", o->n_ctx, "Tokens per chunk (--kl-divergence: the base file's)")
+                         ->capture_default_str();
   c->add_option("-b,--batch-size", o->n_batch, "Tokens per forward call (capped at -c; must divide -c)")
       ->capture_default_str();
   c->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
@@ -282,7 +284,10 @@ void add_perplexity(CLI::App& app) {
   c->add_option("--kl-divergence", o->kl_file,
                 "Compare with a --kl-divergence-base FILE: mean KLD, same top token %, delta PPL");
   add_device_options(c, o->device);
-  c->callback([o] { perplexity(*o); });
+  c->callback([o, ctx] {
+    o->ctx_given = ctx->count() > 0;
+    perplexity(*o);
+  });
 }
 
 }  // namespace kvad::cli

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <regex>
 #include <string>
+#include <unistd.h>
 
 #include "model_path.h"
 #include "run_kvad.h"
@@ -83,6 +84,58 @@ TEST(Perplexity, KlDivergenceAgainstItselfIsZero) {
   EXPECT_LT(std::stod(m[1]), 1e-4) << b.out;
   ASSERT_TRUE(std::regex_search(b.out, m, std::regex("Same top token: +([0-9.]+)"))) << b.out;
   EXPECT_GT(std::stod(m[1]), 99.0) << b.out;
+}
+
+std::string kvad_home() {
+  const char* h = std::getenv("KVAD_HOME");
+  if (h && *h) return h;
+  return std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") + "/.cache/kvad";
+}
+
+std::string json_string(const std::string& json, const std::string& key) {
+  std::smatch m;
+  if (!std::regex_search(json, m, std::regex("\"" + key + "\"\\s*:\\s*\"([^\"]*)\""))) return "";
+  return m[1];
+}
+
+double stat(const std::string& out, const std::string& label) {
+  std::smatch m;
+  if (!std::regex_search(out, m, std::regex(label + " +([-+0-9.]+)"))) return NAN;
+  return std::stod(m[1]);
+}
+
+// The unquantized SmolLM2 (the HF checkpoint scripts/setup makes from the
+// store's GGUF, bf16, --quant none) as the base, the store's Q4_1 GGUF as
+// the quantized model, against llama-perplexity --kl-divergence on the same
+// pair (the checkpoint converted to an f32 GGUF). Measured: mean KLD kvad
+// 0.002531, llama.cpp 0.002594; same top 96.63% / 95.44%; delta PPL
+// +0.087 / +0.065 on a base PPL of 22.15.
+TEST(Perplexity, KlDivergenceMatchesLlamaPerplexity) {
+  const std::string model = kvad::test::find_model("smollm2-135m");
+  if (model.empty()) GTEST_SKIP() << "smollm2-135m is not installed (scripts/setup)";
+  const std::string ref = kvad::test::slurp(kDir + "/reference-kl-smollm2-135m.json");
+  ASSERT_FALSE(ref.empty());
+  const std::string repo = json_string(ref, "repo"), commit = json_string(ref, "commit");
+  const std::string snap = kvad_home() + "/hf-cache/models--" + repo.substr(0, repo.find('/')) + "--" +
+                           repo.substr(repo.find('/') + 1) + "/snapshots/" + commit;
+  if (kvad::test::slurp(snap + "/config.json").empty())
+    GTEST_SKIP() << snap << " is missing (scripts/setup makes it with tools/make_hf_checkpoint.py)";
+  const int ctx = static_cast<int>(json_number(ref, "ctx"));
+  const int chunks = static_cast<int>(json_number(ref, "chunks"));
+  const std::string base = ::testing::TempDir() + "/kvad_ppl_kl_" + std::to_string(getpid()) + ".kld";
+  Out a = run_kvad("perplexity -m " + snap + " --quant none -f " + kDir + "/text.txt -c " + std::to_string(ctx) +
+                   " --chunks " + std::to_string(chunks) + " --kl-divergence-base " + base);
+  ASSERT_EQ(a.status, 0) << a.err;
+  Out b = run_kvad("perplexity -m " + model + " --kl-divergence " + base);
+  std::remove(base.c_str());
+  ASSERT_EQ(b.status, 0) << b.err;
+  const double ppl_base = json_number(ref, "ppl_base");
+  EXPECT_NEAR(stat(b.out, "Base PPL:"), ppl_base, 0.005 * ppl_base) << b.out;
+  EXPECT_NEAR(final_ppl(b.out), json_number(ref, "ppl"), 0.005 * json_number(ref, "ppl")) << b.out;
+  EXPECT_NEAR(stat(b.out, "Delta PPL:"), json_number(ref, "delta_ppl"), 0.005 * ppl_base) << b.out;
+  const double kld = json_number(ref, "mean_kld");
+  EXPECT_NEAR(stat(b.out, "Mean KLD:"), kld, 0.15 * kld) << b.out;
+  EXPECT_NEAR(stat(b.out, "Same top token:"), json_number(ref, "same_top"), 2.5) << b.out;
 }
 
 TEST(Perplexity, TooShortTextIsOneLineError) {
