@@ -17,5 +17,6 @@ void add_serve(CLI::App& app);
 void add_quantize(CLI::App& app);
 void add_pull(CLI::App& app);
 void add_cache(CLI::App& app);
+void add_perplexity(CLI::App& app);
 
 }  // namespace kvad::cli
