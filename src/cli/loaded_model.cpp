@@ -80,8 +80,10 @@ LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev)
     if (!dev.quant.empty() && dev.quant != "none" && dev.device.rfind("cuda", 0) != 0)
       throw Error("--quant " + dev.quant + " applies to HF checkpoints and to --device cuda; " + m.path +
                   " is a GGUF (make another with kvad quantize)");
-    m.file = gguf::File::open(m.path);
-    m.model = load_model(m.file, dev);
+    // A split GGUF (NAME-00001-of-0000N.gguf) loads as one model.
+    std::shared_ptr<const TensorSource> src = gguf_split_source(m.path);
+    m.file = gguf_file(*src);
+    m.model = load_model(src, dev);
     m.tokenizer = Tokenizer::from_gguf(*m.file);
   } else {
     std::shared_ptr<const TensorSource> src = open_hf_checkpoint(r.path);

@@ -84,6 +84,16 @@ class TensorSource {
 
 /// A GGUF file as a TensorSource (names and keys as stored).
 std::shared_ptr<const TensorSource> gguf_source(std::shared_ptr<const gguf::File> f);
+/// A GGUF model split into parts NAME-00001-of-0000N.gguf (llama.cpp's
+/// gguf-split, gguf-py's writer): given any part's path, every part opened,
+/// metadata from the first, tensors from all. A path not named that way is
+/// one ordinary GGUF. Throws kvad::Error for a missing part, parts whose
+/// split.count / split.no / split.tensors.count disagree, or a tensor in two parts.
+std::shared_ptr<const TensorSource> gguf_split_source(const std::string& any_part);
+/// True when `path` is named as a part of a split GGUF; then *prefix is the
+/// name before "-0000i-of-0000N.gguf" and *n the number of parts.
+bool gguf_split_name(const std::string& path, std::string* prefix, int* n);
+
 /// The GGUF file behind a source made by gguf_source, or nullptr.
 std::shared_ptr<const gguf::File> gguf_file(const TensorSource& s);
 
