@@ -109,10 +109,16 @@ int32_t Sampler::sample_unsorted(float mx) {
   idx_.clear();
   double sum = 0;  // weights at temperature 1 over all tokens
   const double floor_w = p_.min_p > 0.0f ? static_cast<double>(p_.min_p) : 0.0;
-  for (int32_t i = 0; i < n_vocab; ++i) {
-    const double w = std::exp(static_cast<double>(work_[i] - mx));
-    sum += w;
-    if (w > 0 && w >= floor_w) idx_.push_back(i);
+  if (p_.top_p >= 1.0f && floor_w <= 0) {
+    // Nothing to cut: every token with a finite logit is a candidate.
+    for (int32_t i = 0; i < n_vocab; ++i)
+      if (work_[i] != -std::numeric_limits<float>::infinity()) idx_.push_back(i);
+  } else {
+    for (int32_t i = 0; i < n_vocab; ++i) {
+      const double w = std::exp(static_cast<double>(work_[i] - mx));
+      sum += w;
+      if (w > 0 && w >= floor_w) idx_.push_back(i);
+    }
   }
   auto by_logit = [&](int32_t a, int32_t b) { return work_[a] > work_[b] || (work_[a] == work_[b] && a < b); };
   size_t n = idx_.size();

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/generate.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -426,4 +428,33 @@ TEST_F(SchedulerTest, CancelTakesEffectWithinOneStep) {
                 static_cast<unsigned long long>(eval1 - eval0), p.size());
     EXPECT_LE(eval1 - eval0, 8u);
   }
+}
+
+namespace {
+
+// A BPE tokenizer of n plain tokens "t0".."t{n-1}".
+std::shared_ptr<Tokenizer> plain_tokenizer(int n) {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int i = 0; i < n; ++i) vocab["t" + std::to_string(i)] = i;
+  const nlohmann::json j = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  return std::shared_ptr<Tokenizer>(Tokenizer::from_tokenizer_json_text(j.dump(), "plain.json"));
+}
+
+}  // namespace
+
+// Issue 15, finding 12: n_vocab against the tokenizer at load. More
+// tokenizer ids than logits is refused; more logits than ids (padded
+// embeddings) never samples an id the tokenizer lacks.
+TEST_F(SchedulerTest, VocabularySizesCheckedAtLoad) {
+  const int nv = static_cast<int>(m_->model->hparams().n_vocab);
+  EXPECT_THROW(Scheduler(m_->model, plain_tokenizer(nv + 1), opts(1)), kvad::Error);
+  Scheduler sched(m_->model, plain_tokenizer(100), opts(1));
+  GenParams g = greedy(16);
+  g.sampling.temp = 1.0f;  // sampling, not argmax: any id could come up
+  g.sampling.top_k = 0;
+  g.sampling.top_p = 1.0f;
+  g.sampling.min_p = 0.0f;
+  GenEvent ev = drain(*sched.submit({1, 2, 3, 4}, g));
+  EXPECT_EQ(ev.finish_reason, "length") << ev.error;
+  EXPECT_EQ(ev.usage.completion_tokens, 16);
 }
