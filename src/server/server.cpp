@@ -28,7 +28,7 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-constexpr auto kPoll = std::chrono::milliseconds(50);
+constexpr auto kPoll = std::chrono::milliseconds(10);  // a client that left is seen within this while no token comes (prefill, queue)
 
 // ------------------------------------------------------------ connections
 
