@@ -32,6 +32,7 @@ struct ServeOptions {
   int parallel = 4;
   int32_t ctx_size = 0;
   std::string api_key;
+  std::string cache_reuse = "key";
   int threads = 0;
   size_t queue = 64;
   int32_t batch = 256;
@@ -63,6 +64,7 @@ void serve(const ServeOptions& o) {
   so.sched.n_threads = o.threads;
   so.sched.max_queue = o.queue;
   so.sched.max_prompt_per_step = o.batch;
+  so.sched.cache_reuse_all = o.cache_reuse == "all";
   so.log_requests = !o.quiet;
 
   server::Server srv(m.model, m.tokenizer, so);
@@ -112,6 +114,12 @@ void add_serve(CLI::App& app) {
   c->add_option("--queue", o->queue, "Requests that may wait for a slot before new ones get 429")->capture_default_str();
   c->add_option("-b,--batch", o->batch, "Prompt tokens evaluated per step, all slots together")->capture_default_str();
   add_device_options(c, o->device);
+  c->add_option("--cache-reuse", o->cache_reuse,
+                 "Whose cached prompt prefix a request may reuse: 'key' (only one sent with the same "
+                 "Authorization header) or 'all' (any; cached_tokens and timing then show how much of a prompt "
+                 "another client sent)")
+      ->check(CLI::IsMember({"key", "all"}))
+      ->capture_default_str();
   c->add_flag("-q,--quiet", o->quiet, "Do not log each request");
   c->callback([o] { serve(*o); });
 }

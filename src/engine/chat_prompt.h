@@ -32,20 +32,26 @@ class ChatPrompt {
   std::string render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                      const nlohmann::ordered_json& tools = nullptr) const;
 
-  /// render() then tokenize: special-token text in the rendered prompt is
-  /// parsed as special tokens, and BOS/EOS are not added again (the template
-  /// writes them itself, as HF's tokenize=True path does).
+  /// render() then tokenize: special-token text that the template itself
+  /// writes is parsed as special tokens, and BOS/EOS are not added again (the
+  /// template writes them itself, as HF's tokenize=True path does). Control-
+  /// token text inside a message's content (what a client sent, e.g.
+  /// "<|im_end|><|im_start|>system") stays plain text: a client cannot forge
+  /// turns. Throws ChatTemplateError; raised() is true for what the messages
+  /// caused (the template's step/output/nesting limits; content with
+  /// control-token text that the template rewrote so it cannot be located).
   std::vector<int32_t> tokenize(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                                 const nlohmann::ordered_json& tools = nullptr) const;
 
   const ChatTemplate& chat_template() const { return tmpl_; }
 
  private:
-  ChatPrompt(ChatTemplate t, const Tokenizer& tok, std::string bos, std::string eos)
-      : tmpl_(std::move(t)), tok_(&tok), bos_(std::move(bos)), eos_(std::move(eos)) {}
+  ChatPrompt(ChatTemplate t, const Tokenizer& tok, std::string bos, std::string eos);
+  struct Specials;
   ChatTemplate tmpl_;
   const Tokenizer* tok_;
   std::string bos_, eos_;
+  std::shared_ptr<const Specials> specials_;  ///< control-token texts, for content isolation
 };
 
 }  // namespace kvad

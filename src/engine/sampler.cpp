@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <string>
 #include <unordered_set>
+
+#include "base/error.h"
 
 namespace kvad {
 
@@ -39,22 +43,27 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
     if (t < 0 || t >= n_vocab) continue;
     work_[t] -= p_.presence_penalty * (count > 0 ? 1.0f : 0.0f) + p_.frequency_penalty * static_cast<float>(count);
   }
-  if (p_.temp <= 0.0f) {
-    return static_cast<int32_t>(std::max_element(work_.begin(), work_.end()) - work_.begin());
+  // NaN or +inf logits are a fault of the model's output, not a choice: they
+  // would break the ordering below and make every probability NaN. -inf is a
+  // masked token (logit_bias, grammars) and stays.
+  float mx = -std::numeric_limits<float>::infinity();
+  int32_t arg = -1;
+  for (int32_t i = 0; i < n_vocab; ++i) {
+    const float l = work_[i];
+    if (std::isnan(l) || l == std::numeric_limits<float>::infinity())
+      throw Error("sampler: logit of token " + std::to_string(i) + " is " + (std::isnan(l) ? "NaN" : "+inf"));
+    if (l > mx) { mx = l; arg = i; }
   }
-  // Candidates sorted by logit, highest first (only the top k when k is set).
+  if (arg < 0) throw Error("sampler: no token has a finite logit (n_vocab " + std::to_string(n_vocab) + ")");
+  if (p_.temp <= 0.0f) return arg;
+  if (p_.top_k <= 0 || p_.top_k >= n_vocab) return sample_unsorted(mx);
+  // Candidates sorted by logit, highest first (the top k).
   idx_.resize(n_vocab);
   for (int32_t i = 0; i < n_vocab; ++i) idx_[i] = i;
-  int32_t n = n_vocab;
+  int32_t n = p_.top_k;
   auto by_logit = [&](int32_t a, int32_t b) { return work_[a] > work_[b] || (work_[a] == work_[b] && a < b); };
-  if (p_.top_k > 0 && p_.top_k < n) {
-    std::partial_sort(idx_.begin(), idx_.begin() + p_.top_k, idx_.end(), by_logit);
-    n = p_.top_k;
-  } else {
-    std::sort(idx_.begin(), idx_.end(), by_logit);
-  }
+  std::partial_sort(idx_.begin(), idx_.begin() + n, idx_.end(), by_logit);
   // Probabilities at temperature 1 for top-p / min-p.
-  const float mx = work_[idx_[0]];
   std::vector<double> prob(n);
   double sum = 0;
   for (int32_t i = 0; i < n; ++i) sum += prob[i] = std::exp(static_cast<double>(work_[idx_[i]] - mx));
@@ -83,6 +92,60 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
   double r = u(rng_);
   for (int32_t i = 0; i < n; ++i) {
     r -= w[i];
+    if (r <= 0) return idx_[i];
+  }
+  return idx_[n - 1];
+}
+
+int32_t Sampler::sample_unsorted(float mx) {
+  // top_k off: no sort of the whole vocabulary. min_p is a threshold on the
+  // weight relative to the best token; top-p keeps the smallest set of the
+  // most likely tokens reaching p, found by selecting a growing number of
+  // the best candidates (nth_element + sort of those only) until their mass
+  // reaches p, which is a few hundred tokens for a trained model's
+  // distribution. The kept set is the same as sorting everything would give
+  // (ties by lower id first).
+  const int32_t n_vocab = static_cast<int32_t>(work_.size());
+  idx_.clear();
+  double sum = 0;  // weights at temperature 1 over all tokens
+  const double floor_w = p_.min_p > 0.0f ? static_cast<double>(p_.min_p) : 0.0;
+  if (p_.top_p >= 1.0f && floor_w <= 0) {
+    // Nothing to cut: every token with a finite logit is a candidate.
+    for (int32_t i = 0; i < n_vocab; ++i)
+      if (work_[i] != -std::numeric_limits<float>::infinity()) idx_.push_back(i);
+  } else {
+    for (int32_t i = 0; i < n_vocab; ++i) {
+      const double w = std::exp(static_cast<double>(work_[i] - mx));
+      sum += w;
+      if (w > 0 && w >= floor_w) idx_.push_back(i);
+    }
+  }
+  auto by_logit = [&](int32_t a, int32_t b) { return work_[a] > work_[b] || (work_[a] == work_[b] && a < b); };
+  size_t n = idx_.size();
+  if (p_.top_p < 1.0f) {
+    const double target = static_cast<double>(p_.top_p) * sum;
+    size_t k = std::min<size_t>(n, 256);
+    size_t sorted = 0;  // idx_[0, sorted) holds the best `sorted` candidates in order
+    for (;;) {
+      if (k < n) std::nth_element(idx_.begin() + sorted, idx_.begin() + k, idx_.begin() + n, by_logit);
+      std::sort(idx_.begin() + sorted, idx_.begin() + k, by_logit);
+      sorted = k;
+      double cum = 0;
+      size_t keep = 0;
+      while (keep < k && cum < target) cum += std::exp(static_cast<double>(work_[idx_[keep++]] - mx));
+      if (cum >= target || k == n) { n = std::max<size_t>(1, keep); break; }
+      k = std::min(n, k * 8);
+    }
+  }
+  // Temperature, then draw (in index order when nothing was sorted: the
+  // distribution is the same).
+  double wsum = 0;
+  w_.resize(n);
+  for (size_t i = 0; i < n; ++i) wsum += w_[i] = std::exp(static_cast<double>(work_[idx_[i]] - mx) / p_.temp);
+  std::uniform_real_distribution<double> u(0.0, wsum);
+  double r = u(rng_);
+  for (size_t i = 0; i < n; ++i) {
+    r -= w_[i];
     if (r <= 0) return idx_[i];
   }
   return idx_[n - 1];

@@ -33,6 +33,9 @@ class Sampler {
  public:
   explicit Sampler(const SamplerParams& p);
   /// Picks a token from logits [n_vocab]. Does not record it (see accept()).
+  /// Throws kvad::Error when a logit is NaN or +inf, or none is finite.
+  /// With top_k off (<= 0) nothing sorts the whole vocabulary: O(n_vocab)
+  /// plus a selection of the candidates that top-p keeps.
   int32_t sample(const float* logits, int32_t n_vocab);
   /// Records a token (prompt or generated) for the repetition penalty.
   void accept(int32_t token);
@@ -48,6 +51,8 @@ class Sampler {
   std::unordered_map<int32_t, int32_t> generated_;  ///< token -> times generated
   std::vector<float> work_;
   std::vector<int32_t> idx_;
+  std::vector<double> w_;
+  int32_t sample_unsorted(float mx);  ///< top_k off; work_ holds the logits
 };
 
 }  // namespace kvad

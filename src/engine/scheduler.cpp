@@ -109,6 +109,7 @@ struct Scheduler::Slot {
   GenUsage usage;
   uint64_t last_used = 0;        ///< use_clock_ at admission (least recently used goes first)
   uint64_t admitted = 0;         ///< admission order, for prompt chunks
+  std::string tenant;            ///< whose prompt `tokens` holds
 };
 
 // --------------------------------------------------------------- Scheduler
@@ -118,6 +119,13 @@ Scheduler::Scheduler(std::shared_ptr<Model> model, std::shared_ptr<const Tokeniz
   if (opts_.max_prompt_per_step <= 0)
     throw Error("max_prompt_per_step must be positive, got " + std::to_string(opts_.max_prompt_per_step));
   session_ = std::make_unique<Session>(std::move(model), opts_.n_ctx, opts_.n_slots, opts_.n_threads);
+  // A sampled id the tokenizer does not know would throw while decoding it;
+  // a prompt id the model has no row for is refused by submit(), so a
+  // tokenizer larger than the model could not be served at all.
+  if (tok_->n_vocab() > session_->n_vocab())
+    throw Error("the tokenizer has " + std::to_string(tok_->n_vocab()) + " tokens but the model only " +
+                std::to_string(session_->n_vocab()) + " logits (n_vocab)");
+  n_sample_ = tok_->n_vocab();
   for (int i = 0; i < opts_.n_slots; ++i) {
     slots_.push_back(std::make_unique<Slot>());
     slots_.back()->id = i;
@@ -195,7 +203,8 @@ void Scheduler::admit(Slot& slot, std::shared_ptr<Job> job) {
   const std::vector<int32_t>& prompt = job->prompt_;
   // Reuse the cached prefix, but always evaluate the last prompt token: its
   // logits give the first generated token.
-  const size_t lcp = std::min(common_prefix(slot.tokens, prompt), prompt.size() - 1);
+  const bool same_tenant = opts_.cache_reuse_all || slot.tenant == job->params_.tenant;
+  const size_t lcp = same_tenant ? std::min(common_prefix(slot.tokens, prompt), prompt.size() - 1) : 0;
   const int32_t landed = session_->truncate(slot.id, static_cast<int32_t>(lcp));
   slot.tokens.resize(static_cast<size_t>(landed));
   slot.next_prompt = static_cast<size_t>(landed);
@@ -208,6 +217,7 @@ void Scheduler::admit(Slot& slot, std::shared_ptr<Job> job) {
   slot.usage.prompt_tokens = static_cast<int32_t>(prompt.size());
   slot.usage.cached_tokens = landed;
   slot.usage.queue_s = seconds_since(job->submitted_);
+  slot.tenant = job->params_.tenant;
   slot.last_used = ++use_clock_;
   slot.admitted = use_clock_;
   slot.job = std::move(job);
@@ -266,12 +276,56 @@ void Scheduler::emit_token(Slot& slot, int32_t id) {
   slot.pending = id;
 }
 
+void Scheduler::step(const Batch& batch, const std::vector<Slot*>& rows) {
+  const size_t nv = static_cast<size_t>(session_->n_vocab());
+  const std::vector<float>& logits = session_->forward(batch);
+  for (size_t j = 0; j < rows.size(); ++j) {
+    Slot& s = *rows[j];
+    if (!s.job) continue;
+    try {
+      emit_token(s, s.sampler->sample(logits.data() + j * nv, n_sample_));
+    } catch (const std::exception& e) {
+      // Its cache holds what was evaluated; only its request ends.
+      if (s.job) finish(s, "error", e.what());
+    }
+  }
+}
+
+void Scheduler::retry_alone(const Batch& batch, const std::vector<Slot*>& in_batch, const std::vector<Slot*>& rows,
+                            const std::string& error) {
+  for (Slot* s : in_batch) {
+    // This step's entries of s, and where s stood before them.
+    Batch mine;
+    for (size_t i = 0, o = 0; i < batch.size(); ++i) {
+      while (o < batch.out.size() && static_cast<size_t>(batch.out[o]) < i) ++o;
+      const bool logits = o < batch.out.size() && static_cast<size_t>(batch.out[o]) == i;
+      if (batch.seq[i] == s->id) mine.add(batch.token[i], batch.pos[i], batch.seq[i], logits);
+    }
+    const int32_t before = mine.size() ? mine.pos[0] : static_cast<int32_t>(s->tokens.size());
+    const int32_t landed = session_->truncate(s->id, before);
+    if (!s->job || landed != before) {
+      // The cache cannot go back exactly there: this request cannot go on.
+      if (s->job) finish(*s, "error", error);
+      s->tokens.resize(static_cast<size_t>(session_->truncate(s->id, 0)));
+      continue;
+    }
+    const bool has_row = std::find(rows.begin(), rows.end(), s) != rows.end();
+    std::vector<Slot*> my_rows;
+    if (has_row) my_rows.push_back(s);
+    try {
+      step(mine, my_rows);
+    } catch (const std::exception& e) {
+      if (s->job) finish(*s, "error", e.what());
+      s->tokens.resize(static_cast<size_t>(session_->truncate(s->id, 0)));
+    }
+  }
+}
+
 void Scheduler::loop() {
   Batch batch;
   std::vector<Slot*> rows;      // the slot of each logits row
   std::vector<Slot*> in_batch;  // slots with entries in the batch
   std::vector<Slot*> order;
-  const int nv = session_->n_vocab();
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(mu_);
@@ -312,7 +366,10 @@ void Scheduler::loop() {
         size_t best_lcp = 0;
         for (auto& s : slots_) {
           if (s->job) continue;
-          const size_t lcp = common_prefix(s->tokens, queue_.front()->prompt_);
+          const Job& front = *queue_.front();
+          const size_t lcp = opts_.cache_reuse_all || s->tenant == front.params_.tenant
+                                 ? common_prefix(s->tokens, front.prompt_)
+                                 : 0;
           if (!best || lcp > best_lcp || (lcp == best_lcp && s->last_used < best->last_used)) {
             best = s.get();
             best_lcp = lcp;
@@ -321,7 +378,21 @@ void Scheduler::loop() {
         if (!best) break;
         std::shared_ptr<Job> job = std::move(queue_.front());
         queue_.pop_front();
-        admit(*best, std::move(job));
+        try {
+          admit(*best, job);
+        } catch (const std::exception& e) {  // bad_alloc among them: this request only
+          const bool counted = best->job != nullptr;
+          best->job.reset();
+          best->dec.reset();
+          best->tokens.resize(static_cast<size_t>(session_->truncate(best->id, 0)));
+          if (counted) --metrics_.active_slots;
+          GenEvent ev;
+          ev.done = true;
+          ev.finish_reason = "error";
+          ev.error = std::string("admission failed: ") + e.what();
+          ev.usage.prompt_tokens = static_cast<int32_t>(job->prompt_.size());
+          job->push(std::move(ev));
+        }
       }
     }
     for (auto& s : slots_)
@@ -365,17 +436,18 @@ void Scheduler::loop() {
 
     const auto t0 = Clock::now();
     try {
-      const std::vector<float>& logits = session_->forward(batch);
-      for (size_t j = 0; j < rows.size(); ++j) {
-        Slot& s = *rows[j];
-        const int32_t id = s.sampler->sample(logits.data() + j * static_cast<size_t>(nv), nv);
-        emit_token(s, id);
-      }
+      step(batch, rows);
     } catch (const std::exception& e) {
-      // The cache of every slot in this batch is in an unknown state: forget it.
-      for (Slot* s : in_batch) {
+      // forward() failed: every cache in the batch is in an unknown state.
+      // With one slot that slot's request is the one at fault; with more,
+      // each is rewound to where it was and evaluated alone, so only the
+      // failing one ends.
+      if (in_batch.size() == 1) {
+        Slot* s = in_batch[0];
         if (s->job) finish(*s, "error", e.what());
         s->tokens.resize(static_cast<size_t>(session_->truncate(s->id, 0)));
+      } else {
+        retry_alone(batch, in_batch, rows, e.what());
       }
     }
     const double dt = seconds_since(t0);

@@ -35,6 +35,7 @@ namespace kvad {
 
 class Model;
 class Session;
+struct Batch;
 class Tokenizer;
 
 /// Thrown by Scheduler::submit when max_queue requests are already waiting.
@@ -74,6 +75,11 @@ struct GenParams {
   SamplerParams sampling;
   int32_t max_tokens = -1;          ///< -1: until end of generation or the context is full
   std::vector<std::string> stop;    ///< stop strings (not emitted)
+  /// Who asks (the server passes the API key's identity). A slot's cached
+  /// prefix is reused only by a request of the same tenant, unless
+  /// SchedulerOptions::cache_reuse_all: neither the time to first token nor
+  /// cached_tokens can tell one tenant what another's prompt was.
+  std::string tenant;
 };
 
 /// Token counts and times of one request, final in its last event.
@@ -129,6 +135,7 @@ struct SchedulerOptions {
   int n_threads = 0;                 ///< CPU threads for the Session (0: all cores)
   int32_t max_prompt_per_step = 256; ///< prompt tokens evaluated per step, all slots together
   size_t max_queue = 64;             ///< requests waiting for a slot before submit() refuses
+  bool cache_reuse_all = false;      ///< reuse cached prefixes across tenants (`--cache-reuse all`)
 };
 
 /// Counters and gauges for /metrics. Totals count since start.
@@ -158,8 +165,10 @@ struct SchedulerMetrics {
 
 class Scheduler {
  public:
-  /// Builds the Session (throws kvad::Error for bad sizes) and starts the
-  /// scheduler thread.
+  /// Builds the Session (throws kvad::Error for bad sizes, or a tokenizer
+  /// with more ids than the model has logits) and starts the scheduler
+  /// thread. A model with more logits than the tokenizer has ids (padded
+  /// embeddings) samples only the tokenizer's ids.
   Scheduler(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tok, const SchedulerOptions& o);
   /// shutdown(), then joins the thread.
   ~Scheduler();
@@ -187,6 +196,13 @@ class Scheduler {
   void admit(Slot& slot, std::shared_ptr<Job> job);
   void finish(Slot& slot, const std::string& reason, const std::string& error = "");
   void emit_token(Slot& slot, int32_t id);
+  /// Evaluates `batch` and samples the rows of `rows`; a failure of one
+  /// slot (sampling, decoding) ends only that slot. Throws what forward throws.
+  void step(const Batch& batch, const std::vector<Slot*>& rows);
+  /// After a failed step: rewinds each slot of the batch and evaluates its
+  /// part alone; a slot that fails alone (or cannot be rewound) ends with an error.
+  void retry_alone(const Batch& batch, const std::vector<Slot*>& in_batch, const std::vector<Slot*>& rows,
+                   const std::string& error);
 
   SchedulerOptions opts_;
   std::shared_ptr<const Tokenizer> tok_;
@@ -200,6 +216,7 @@ class Scheduler {
   SchedulerMetrics metrics_;
   struct StepSample { double t, seconds; int32_t n_prompt, n_decode; };
   std::deque<StepSample> recent_;
+  int32_t n_sample_ = 0;             ///< ids sampled: the tokenizer's (<= the model's n_vocab)
   uint64_t use_clock_ = 0;           ///< for least-recently-used slot choice
 
   std::thread thread_;

@@ -28,7 +28,7 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-constexpr auto kPoll = std::chrono::milliseconds(50);
+constexpr auto kPoll = std::chrono::milliseconds(10);  // a client that left is seen within this while no token comes (prefill, queue)
 
 // ------------------------------------------------------------ connections
 
@@ -164,6 +164,7 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
                    "invalid_request_error", pparam, "context_length_exceeded");
   std::shared_ptr<Job> job;
   try {
+    r.gen.tenant = req.get_header_value("Authorization");  // prefix-cache isolation (issue 15, finding 6)
     job = sched.submit(std::move(prompt), r.gen);
   } catch (const QueueFullError& e) {
     throw ApiError(429, std::string(e.what()) + "; retry later.", "rate_limit_error", "", "rate_limit_exceeded");
@@ -183,15 +184,15 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
     GenEvent last;
     for (;;) {
       std::optional<GenEvent> ev = job->wait(kPoll);
-      if (!ev) {
-        if (peer_closed(fd)) {
-          job->cancel();
-          metrics.count_finish("cancelled");
-          res.status = 499;  // nginx's "client closed request"; nobody reads it
-          return;
-        }
-        continue;
+      // After every event too, not only when none came: tokens arriving
+      // faster than kPoll must not hide a client that left.
+      if (peer_closed(fd) && !(ev && ev->done)) {
+        job->cancel();
+        metrics.count_finish("cancelled");
+        res.status = 499;  // nginx's "client closed request"; nobody reads it
+        return;
       }
+      if (!ev) continue;
       text += ev->text;
       if (ev->done) {
         last = std::move(*ev);

@@ -5,10 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/generate.h"
 #include "engine/sampler.h"
@@ -341,4 +345,116 @@ TEST_F(SchedulerTest, SeededSamplingIsReproducibleUnderBatching) {
   EXPECT_EQ(drain(*y).text, alone);
   drain(*x);
   drain(*z);
+}
+
+// Issue 15, finding 12: a request whose sampling fails (here NaN logits from
+// a NaN penalty) ends alone; the request batched next to it is untouched.
+TEST_F(SchedulerTest, AFailingRequestEndsOnlyItself) {
+  Scheduler sched(m_->model, m_->tok, opts(2));
+  const std::vector<int32_t> good = ids("The capital of France is");
+  const std::string want = reference(good, 8);
+  GenParams bad = greedy(8);
+  bad.sampling.temp = 0.8f;
+  bad.sampling.frequency_penalty = std::nanf("");
+  auto jb = sched.submit(ids(kCounting), bad);
+  auto jg = sched.submit(good, greedy(8));
+  GenEvent eb = drain(*jb), eg = drain(*jg);
+  EXPECT_EQ(eb.finish_reason, "error");
+  EXPECT_NE(eb.error.find("NaN"), std::string::npos) << eb.error;
+  EXPECT_EQ(eg.finish_reason, "length");
+  EXPECT_EQ(eg.text, want);
+  // Both slots serve again.
+  EXPECT_EQ(drain(*sched.submit(good, greedy(8))).text, want);
+  EXPECT_EQ(sched.metrics().active_slots, 0);
+}
+
+// Issue 15, finding 6: a cached prefix is reused only by the same tenant.
+TEST_F(SchedulerTest, PrefixCacheIsPerTenant) {
+  const std::vector<int32_t> p = ids("The history of the Roman Empire begins with the founding of Rome");
+  for (bool reuse_all : {false, true}) {
+    SchedulerOptions o = opts(2);
+    o.cache_reuse_all = reuse_all;
+    Scheduler sched(m_->model, m_->tok, o);
+    GenParams a = greedy(4), b = greedy(4);
+    a.tenant = "key-a";
+    b.tenant = "key-b";
+    GenEvent a1 = drain(*sched.submit(p, a));
+    EXPECT_EQ(a1.usage.cached_tokens, 0);
+    GenEvent b1 = drain(*sched.submit(p, b));
+    EXPECT_EQ(b1.usage.cached_tokens, reuse_all ? static_cast<int32_t>(p.size()) - 1 : 0) << reuse_all;
+    EXPECT_EQ(b1.text, a1.text);
+    // The owner still finds its prefix (the other tenant took the other slot).
+    GenEvent a2 = drain(*sched.submit(p, a));
+    EXPECT_EQ(a2.usage.cached_tokens, static_cast<int32_t>(p.size()) - 1);
+    EXPECT_EQ(sched.metrics().cached_tokens_total, static_cast<uint64_t>(p.size() - 1) * (reuse_all ? 2 : 1));
+  }
+}
+
+// Issue 15, finding 4: cancel() ends a request within one step, while it
+// decodes and while its prompt is still being evaluated in chunks.
+TEST_F(SchedulerTest, CancelTakesEffectWithinOneStep) {
+  {
+    Scheduler sched(m_->model, m_->tok, opts(1));
+    auto job = sched.submit(ids(kCounting), greedy(-1));
+    std::string got;
+    while (got.size() < 10) {
+      auto ev = job->wait(std::chrono::milliseconds(100));
+      if (ev) got += ev->text;
+      ASSERT_FALSE(ev && ev->done);
+    }
+    const uint64_t steps0 = sched.metrics().steps_total;
+    job->cancel();
+    EXPECT_EQ(drain(*job).finish_reason, "cancelled");
+    const uint64_t steps1 = sched.metrics().steps_total;
+    std::printf("decoding: %llu step(s) after cancel()\n", static_cast<unsigned long long>(steps1 - steps0));
+    EXPECT_LE(steps1 - steps0, 1u);
+  }
+  {
+    // 8 prompt tokens a step: a long prompt takes many steps.
+    Scheduler sched(m_->model, m_->tok, opts(1, 512, 8));
+    std::string text;
+    for (int i = 0; i < 12; ++i) text += kCounting;
+    const std::vector<int32_t> p = ids(text);
+    ASSERT_GT(p.size(), 100u);
+    auto job = sched.submit(p, greedy(4));
+    while (sched.metrics().steps_total < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const uint64_t eval0 = sched.metrics().prompt_eval_tokens_total;
+    job->cancel();
+    GenEvent end = drain(*job);
+    EXPECT_EQ(end.finish_reason, "cancelled");
+    EXPECT_EQ(end.usage.completion_tokens, 0);
+    const uint64_t eval1 = sched.metrics().prompt_eval_tokens_total;
+    std::printf("prefilling: %llu prompt tokens evaluated after cancel() of %zu\n",
+                static_cast<unsigned long long>(eval1 - eval0), p.size());
+    EXPECT_LE(eval1 - eval0, 8u);
+  }
+}
+
+namespace {
+
+// A BPE tokenizer of n plain tokens "t0".."t{n-1}".
+std::shared_ptr<Tokenizer> plain_tokenizer(int n) {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int i = 0; i < n; ++i) vocab["t" + std::to_string(i)] = i;
+  const nlohmann::json j = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  return std::shared_ptr<Tokenizer>(Tokenizer::from_tokenizer_json_text(j.dump(), "plain.json"));
+}
+
+}  // namespace
+
+// Issue 15, finding 12: n_vocab against the tokenizer at load. More
+// tokenizer ids than logits is refused; more logits than ids (padded
+// embeddings) never samples an id the tokenizer lacks.
+TEST_F(SchedulerTest, VocabularySizesCheckedAtLoad) {
+  const int nv = static_cast<int>(m_->model->hparams().n_vocab);
+  EXPECT_THROW(Scheduler(m_->model, plain_tokenizer(nv + 1), opts(1)), kvad::Error);
+  Scheduler sched(m_->model, plain_tokenizer(100), opts(1));
+  GenParams g = greedy(16);
+  g.sampling.temp = 1.0f;  // sampling, not argmax: any id could come up
+  g.sampling.top_k = 0;
+  g.sampling.top_p = 1.0f;
+  g.sampling.min_p = 0.0f;
+  GenEvent ev = drain(*sched.submit({1, 2, 3, 4}, g));
+  EXPECT_EQ(ev.finish_reason, "length") << ev.error;
+  EXPECT_EQ(ev.usage.completion_tokens, 16);
 }
