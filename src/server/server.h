@@ -41,7 +41,10 @@
 //
 // A client that disconnects cancels its generation: the handler polls its
 // socket while it waits for tokens (and a failed write does the same), and
-// the slot is freed at the next scheduler step.
+// the slot is freed at the next scheduler step. A half-closed client (it shut
+// its sending side and still reads) gets no answer: cpp-httplib 0.11.4's
+// SocketStream::write() refuses to write once the peer's FIN has arrived
+// (test_hardening.py's strict xfail test_half_closed_client_gets_its_answer).
 #pragma once
 #include <cstddef>
 #include <memory>

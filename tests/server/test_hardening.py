@@ -369,3 +369,36 @@ def test_cli_limits_are_validated(args):
     assert r.stderr.startswith("kvad: error: "), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert time.time() - t0 < 5
+
+
+# ------------------------------------------------- half-closed sockets (5)
+
+# cpp-httplib 0.11.4 cannot: SocketStream::write() first calls
+# detail::is_socket_alive(), which peeks and takes the client's FIN for a
+# closed connection, so nothing is written to a half-closed socket (and kvad's
+# handler, which sees the same FIN as POLLRDHUP, cancels the generation).
+# Strict xfail: this test starts failing (XPASS) once the library can.
+@pytest.mark.xfail(strict=True, reason="cpp-httplib 0.11.4 writes nothing to a half-closed socket")
+@pytest.mark.parametrize("stream", [False, True])
+def test_half_closed_client_gets_its_answer(small, stream):
+    body = json.dumps({"model": MODEL_NAME, "prompt": "1, 2, 3,", "max_tokens": 8, "temperature": 0,
+                       "stream": stream}).encode()
+    s = connect(small, timeout=60)
+    s.sendall(header_block(COMPLETIONS, {"Content-Type": "application/json", "Content-Length": str(len(body)),
+                                         "Connection": "close"}) + body)
+    s.shutdown(socket.SHUT_WR)  # done sending; still reading
+    buf = b""
+    while True:
+        part = s.recv(65536)
+        if not part:
+            break
+        buf += part
+    s.close()
+    final = buf
+    while final.startswith(b"HTTP/1.1 100"):  # the server's interim probe
+        final = final.split(b"\r\n\r\n", 1)[1]
+    assert status_of(final) == 200, buf[:500]
+    if stream:
+        assert b"[DONE]" in final
+    else:
+        assert json.loads(final.split(b"\r\n\r\n", 1)[1])["usage"]["completion_tokens"] == 8
