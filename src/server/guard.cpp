@@ -3,10 +3,15 @@
 #include <dirent.h>
 #include <malloc.h>
 #include <netdb.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <cctype>
 #include <cstdio>
+#include <cstddef>
 #include <cstdlib>
 #include <set>
 
@@ -98,6 +103,19 @@ std::string connection_key(int fd, int local_port) {
   return phost + " " + std::to_string(pport);
 }
 
+// Bytes of the connection the process has read (received less still queued).
+uint64_t bytes_read(int fd) {
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+      len < offsetof(tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+    return 0;
+  int queued = 0;
+  if (ioctl(fd, SIOCINQ, &queued) != 0) queued = 0;
+  const uint64_t got = ti.tcpi_bytes_received;
+  return got > static_cast<uint64_t>(queued) ? got - static_cast<uint64_t>(queued) : 0;
+}
+
 }  // namespace
 
 void ConnectionWatchdog::start(int local_port) {
@@ -121,10 +139,19 @@ void ConnectionWatchdog::busy(const std::string& addr, int port) {
   c.since = std::chrono::steady_clock::now();
 }
 
+void ConnectionWatchdog::body(const std::string& addr, int port) {
+  std::lock_guard<std::mutex> l(mu_);
+  // Created here when the scan has not seen the connection yet (it is new).
+  Conn& c = conns_.try_emplace(addr + " " + std::to_string(port), Conn{std::chrono::steady_clock::now()}).first->second;
+  c.in_body = true;
+}
+
 void ConnectionWatchdog::done(const std::string& addr, int port) {
   std::lock_guard<std::mutex> l(mu_);
   Conn& c = conns_[addr + " " + std::to_string(port)];
   c.busy = false;
+  c.in_body = false;
+  c.rebase = true;
   c.since = std::chrono::steady_clock::now();
 }
 
@@ -135,14 +162,19 @@ void ConnectionWatchdog::loop() {
     if (stop_) break;
     l.unlock();
     if (trim_.exchange(false)) malloc_trim(0);
-    std::vector<std::pair<int, std::string>> open;  // fd, key
+    struct Open {
+      int fd;
+      std::string key;
+      uint64_t read;
+    };
+    std::vector<Open> open;
     if (DIR* d = opendir("/proc/self/fd")) {
       while (dirent* e = readdir(d)) {
         char* end = nullptr;
         const long fd = std::strtol(e->d_name, &end, 10);
         if (end == e->d_name || *end != '\0' || fd == dirfd(d)) continue;
         std::string key = connection_key(static_cast<int>(fd), port_);
-        if (!key.empty()) open.emplace_back(static_cast<int>(fd), std::move(key));
+        if (!key.empty()) open.push_back({static_cast<int>(fd), std::move(key), bytes_read(static_cast<int>(fd))});
       }
       closedir(d);
     }
@@ -150,10 +182,16 @@ void ConnectionWatchdog::loop() {
     std::vector<std::pair<int, std::string>> late;
     l.lock();
     std::set<std::string> seen;
-    for (const auto& [fd, key] : open) {
+    for (const auto& [fd, key, read] : open) {
       seen.insert(key);
-      auto [it, added] = conns_.try_emplace(key, Conn{now, false});
-      if (!it->second.busy && now - it->second.since > deadline_) late.emplace_back(fd, key);
+      auto [it, added] = conns_.try_emplace(key, Conn{now});
+      Conn& c = it->second;
+      if (c.rebase) {
+        c.rebase = false;
+        c.base = read;
+      }
+      const bool headers_too_big = !c.busy && !c.in_body && read > c.base + kMaxHeaderBytes;
+      if ((!c.busy && now - c.since > deadline_) || headers_too_big) late.emplace_back(fd, key);
     }
     for (auto it = conns_.begin(); it != conns_.end();)
       it = seen.count(it->first) ? std::next(it) : conns_.erase(it);
@@ -167,6 +205,7 @@ void ConnectionWatchdog::loop() {
       l.lock();
       ++shut_down_;
       l.unlock();
+      trim_.store(true);  // what its headers held, at the next tick
     }
     l.lock();
   }

@@ -46,11 +46,17 @@ bool host_allowed(std::string_view host_header, const std::vector<std::string>& 
 /// headers, body) and for keep-alive idleness: a connection that is not in
 /// a handler and has not made progress (entered a handler, finished a
 /// response) for `deadline` is shut down (shutdown(2); the library's read
-/// then fails and its thread is free). It finds connections by scanning
+/// then fails and its thread is free). A connection whose request line and
+// headers have made the server read more than kMaxHeaderBytes (cpp-httplib
+// 0.11.4 has no header count limit and buffers a header line whole before
+// checking its length: 117 MB of headers cost 1.6 GB) is shut down too; the
+// bytes read are TCP_INFO's bytes received less those still queued
+// (FIONREAD). It finds connections by scanning
 /// /proc/self/fd every `interval` for TCP sockets whose local port is the
 /// server's. Thread-safe.
 class ConnectionWatchdog {
  public:
+  static constexpr uint64_t kMaxHeaderBytes = 64 << 10;
   ConnectionWatchdog(std::chrono::milliseconds deadline, std::chrono::milliseconds interval)
       : deadline_(deadline), interval_(interval) {}
   ~ConnectionWatchdog() { stop(); }
@@ -59,6 +65,9 @@ class ConnectionWatchdog {
   /// The handler for the connection from remote_port began (exempt from the
   /// deadline until done()).
   void busy(const std::string& remote_addr, int remote_port);
+  /// The front door accepted the request's headers: the library now reads
+  /// its body (Content-Length, already checked against the body limit).
+  void body(const std::string& remote_addr, int remote_port);
   /// A response on that connection was written: its clock starts again
   /// (keep-alive idle, the next request's headers).
   void done(const std::string& remote_addr, int remote_port);
@@ -75,6 +84,9 @@ class ConnectionWatchdog {
   struct Conn {
     std::chrono::steady_clock::time_point since;
     bool busy = false;
+    bool in_body = false;
+    bool rebase = false;   ///< take `base` afresh at the next scan
+    uint64_t base = 0;     ///< bytes the server had read when the current request began
   };
   std::chrono::milliseconds deadline_, interval_;
   int port_ = -1;

@@ -114,7 +114,7 @@ struct Server::Impl {
       : o(std::move(opts)),
         tok(std::move(t)),
         sched(std::move(model), tok, o.sched),
-        watchdog(std::chrono::milliseconds(o.request_timeout_ms), std::chrono::milliseconds(200)),
+        watchdog(std::chrono::milliseconds(o.request_timeout_ms), std::chrono::milliseconds(100)),
         created(static_cast<int64_t>(std::time(nullptr))) {
     // The most bytes one token can cover: a prompt of more bytes than
     // n_ctx x this (x 2 for normalizers that shrink text, e.g. NFKC) cannot
@@ -378,6 +378,7 @@ httplib::Server::HandlerResponse Server::Impl::front_door(const httplib::Request
       return refuse(ApiError(415, "Content-Type must be application/json, got '" + sanitize_for_log(ct, 64) + "'.",
                              "invalid_request_error", "", "unsupported_media_type"));
   }
+  watchdog.body(req.remote_addr, req.remote_port);
   return HR::Unhandled;
 }
 

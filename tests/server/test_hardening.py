@@ -265,6 +265,28 @@ def test_slowloris_does_not_starve_health(small):
     ok(small)
 
 
+@pytest.mark.parametrize("flood", [b"X-a: b\r\n" * 131072, b"a" * MB], ids=["many_headers", "endless_line"])
+def test_header_flood_is_cut_off(small, flood):
+    before = warm_rss_mb(small)
+    s = connect(small, timeout=2)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    t0 = time.time()
+    sent = 0
+    try:
+        while sent < 300 * MB and time.time() - t0 < 8:
+            s.sendall(flood)
+            sent += len(flood)
+    except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        pass
+    peak = rss_mb(small)
+    s.close()
+    assert sent < 100 * MB, sent  # the server stopped reading: 64 KB of headers at most
+    assert peak - before < 60, (before, peak)
+    t0 = time.time()
+    assert small.request("GET", "/health", timeout=5)[0] == 200
+    assert time.time() - t0 < 1
+
+
 # ------------------------------------------------------ browsers (7, 8)
 
 def test_host_allow_list_and_cors(start_server):
