@@ -9,6 +9,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstddef>
@@ -182,7 +183,9 @@ void ConnectionWatchdog::loop() {
     std::vector<std::pair<int, std::string>> late;
     l.lock();
     std::set<std::string> seen;
-    for (const auto& [fd, key, read] : open) {
+    std::vector<std::pair<std::chrono::steady_clock::time_point, size_t>> waiting;  // header phase, by age
+    for (size_t i = 0; i < open.size(); ++i) {
+      const auto& [fd, key, read] = open[i];
       seen.insert(key);
       auto [it, added] = conns_.try_emplace(key, Conn{now});
       Conn& c = it->second;
@@ -191,12 +194,37 @@ void ConnectionWatchdog::loop() {
         c.base = read;
       }
       const bool headers_too_big = !c.busy && !c.in_body && read > c.base + kMaxHeaderBytes;
-      if ((!c.busy && now - c.since > deadline_) || headers_too_big) late.emplace_back(fd, key);
+      if ((!c.busy && now - c.since > deadline_) || headers_too_big)
+        late.emplace_back(fd, key);
+      else if (!c.busy && !c.in_body)
+        waiting.emplace_back(c.since, i);
+    }
+    std::vector<std::pair<int, std::string>> shed;
+    if (open.size() - late.size() > max_open_) {
+      std::sort(waiting.begin(), waiting.end());
+      const size_t excess = std::min(waiting.size(), open.size() - late.size() - max_open_);
+      for (size_t j = 0; j < excess; ++j) {
+        shed.emplace_back(open[waiting[j].second].fd, open[waiting[j].second].key);
+        conns_.erase(open[waiting[j].second].key);
+      }
     }
     for (auto it = conns_.begin(); it != conns_.end();)
       it = seen.count(it->first) ? std::next(it) : conns_.erase(it);
     for (const auto& [fd, key] : late) conns_.erase(key);
     l.unlock();
+    for (const auto& [fd, key] : shed) {
+      if (connection_key(fd, port_) != key) continue;
+      static const char k503[] =
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
+          "Content-Length: 131\r\n\r\n"
+          "{\"error\":{\"message\":\"Too many connections at once; retry later.\",\"type\":\"server_error\","
+          "\"param\":null,\"code\":\"too_many_connections\"}}";
+      (void)::send(fd, k503, sizeof k503 - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::shutdown(fd, SHUT_RDWR);
+      l.lock();
+      ++shut_down_;
+      l.unlock();
+    }
     for (const auto& [fd, key] : late) {
       // Check it is still the same connection (the fd may have been closed
       // and reused since the scan).

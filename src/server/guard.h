@@ -57,8 +57,11 @@ bool host_allowed(std::string_view host_header, const std::vector<std::string>& 
 class ConnectionWatchdog {
  public:
   static constexpr uint64_t kMaxHeaderBytes = 64 << 10;
-  ConnectionWatchdog(std::chrono::milliseconds deadline, std::chrono::milliseconds interval)
-      : deadline_(deadline), interval_(interval) {}
+  /// Beyond `max_open` connections at once, the oldest still sending their
+  /// request line or headers are answered 503 (written directly: nothing
+  /// else has written to them) and shut down, so new ones find a thread.
+  ConnectionWatchdog(std::chrono::milliseconds deadline, std::chrono::milliseconds interval, size_t max_open)
+      : deadline_(deadline), interval_(interval), max_open_(max_open) {}
   ~ConnectionWatchdog() { stop(); }
   void start(int local_port);
   void stop();
@@ -89,6 +92,7 @@ class ConnectionWatchdog {
     uint64_t base = 0;     ///< bytes the server had read when the current request began
   };
   std::chrono::milliseconds deadline_, interval_;
+  size_t max_open_;
   int port_ = -1;
   std::mutex mu_;
   std::condition_variable cv_;

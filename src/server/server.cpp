@@ -114,7 +114,8 @@ struct Server::Impl {
       : o(std::move(opts)),
         tok(std::move(t)),
         sched(std::move(model), tok, o.sched),
-        watchdog(std::chrono::milliseconds(o.request_timeout_ms), std::chrono::milliseconds(100)),
+        watchdog(std::chrono::milliseconds(o.request_timeout_ms), std::chrono::milliseconds(100),
+                 http_threads() > 8 ? http_threads() - 4 : http_threads()),
         created(static_cast<int64_t>(std::time(nullptr))) {
     // The most bytes one token can cover: a prompt of more bytes than
     // n_ctx x this (x 2 for normalizers that shrink text, e.g. NFKC) cannot
@@ -126,6 +127,11 @@ struct Server::Impl {
   }
 
   void routes();
+  /// Threads serving connections: each waiting request holds one.
+  size_t http_threads() const {
+    return o.http_threads > 0 ? static_cast<size_t>(o.http_threads)
+                              : static_cast<size_t>(o.sched.n_slots) + o.sched.max_queue + 64;
+  }
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
   std::vector<int32_t> tokenize(const CompletionRequest& r) const;
   std::vector<int32_t> tokenize_chat(const std::vector<ChatMessage>& messages) const;
@@ -383,8 +389,7 @@ httplib::Server::HandlerResponse Server::Impl::front_door(const httplib::Request
 }
 
 void Server::Impl::routes() {
-  const size_t n_threads =
-      o.http_threads > 0 ? static_cast<size_t>(o.http_threads) : static_cast<size_t>(o.sched.n_slots) + o.sched.max_queue + 64;
+  const size_t n_threads = http_threads();
   http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
   http.set_payload_max_length(o.max_body_bytes);
   // cpp-httplib's default also sets SO_REUSEPORT, which lets a second server

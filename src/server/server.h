@@ -18,7 +18,9 @@
 // the body limit (413); Transfer-Encoding gets 501 and Content-Encoding 415.
 // A connection refused that way is closed after the answer. Range headers
 // are ignored (no multipart range responses). Each connection has a deadline
-// for its headers and body (request_timeout_ms).
+// for its headers and body (request_timeout_ms), at most 64 KiB of request
+// line and headers, and beyond (HTTP threads - 4) connections at once the
+// oldest still sending headers get 503 too_many_connections.
 //
 // Cheap rejection before templating and tokenizing: JSON nested deeper than
 // 64 (openai.h); more messages than n_ctx, or more prompt bytes than

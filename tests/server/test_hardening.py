@@ -265,6 +265,41 @@ def test_slowloris_does_not_starve_health(small):
     ok(small)
 
 
+def test_more_connections_than_threads_get_503(start_server):
+    # --parallel 1 --queue 2: 67 HTTP threads; 150 connections that never finish their headers.
+    # (Connecting takes seconds: cpp-httplib listens with a backlog of 5.)
+    small = start_server("--parallel", "1", "--queue", "2", "--ctx-size", "128", "--request-timeout", "10")
+    conns = []
+    t0 = time.time()
+    for _ in range(150):
+        s = connect(small)
+        s.sendall(b"GET /health HTTP/1.1\r\nX-a: b\r\n")
+        conns.append(s)
+    worst = 0.0
+    for _ in range(5):
+        t1 = time.time()
+        assert small.request("GET", "/health", timeout=5)[0] == 200
+        worst = max(worst, time.time() - t1)
+    assert worst < 1.0, worst
+    time.sleep(0.3)
+    assert time.time() - t0 < 9.5  # before the 10 s deadline could close any of them
+    answered = refused = 0
+    for s in conns:
+        s.setblocking(False)
+        try:
+            data = s.recv(4096)
+            refused += 1  # closed by the server (EOF)
+            answered += b"503 Service Unavailable" in data
+        except BlockingIOError:
+            pass  # still open: within the bound
+        except ConnectionResetError:
+            refused += 1
+        s.close()
+    assert refused >= 150 - 67, (refused, answered)
+    assert answered > 0
+    ok(small)
+
+
 @pytest.mark.parametrize("flood", [b"X-a: b\r\n" * 131072, b"a" * MB], ids=["many_headers", "endless_line"])
 def test_header_flood_is_cut_off(small, flood):
     before = warm_rss_mb(small)
