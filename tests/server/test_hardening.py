@@ -122,6 +122,7 @@ def test_chunked_200mb_body_is_refused_unread(small):
     # ...and the connection is closed: 200 MB of chunks cannot go in.
     sent = blast(s, 200 * MB, b"100000\r\n" + b"[" * 0x100000 + b"\r\n")
     s.close()
+    print("chunked: %d MB taken, %.2f s, RSS %+.1f MB" % (sent >> 20, time.time() - t0, rss_mb(small) - before))
     assert sent < 200 * MB
     assert time.time() - t0 < 5
     assert rss_mb(small) - before < 20
@@ -138,6 +139,7 @@ def test_gzip_bomb_is_refused_uninflated(small):
     st, resp, sent = refused_unread(small, CHAT, {"Content-Type": "application/json", "Content-Encoding": "gzip",
                                                   "Content-Length": str(len(bomb))}, bomb)
     assert st == 415 and b"unsupported_content_encoding" in resp
+    print("gzip bomb: %.2f s, RSS %+.1f MB" % (time.time() - t0, rss_mb(small) - before))
     assert sent < len(bomb) + MB
     assert time.time() - t0 < 5
     assert rss_mb(small) - before < 20
@@ -177,6 +179,7 @@ def test_16mb_of_brackets(small):
     t0 = time.time()
     st, text = small.request("POST", CHAT, raw=b"[" * (16 * 1000 * 1000))
     assert st == 400 and "invalid_json" in text and "nested" in text
+    print("16 MB of [: %.2f s, RSS %+.1f MB" % (time.time() - t0, rss_mb(small) - before))
     assert time.time() - t0 < 3
     assert rss_mb(small) - before < 60  # the 16 MB body itself, not 600 MB of JSON nodes
     over = b"[" * (17 * MB)  # over the body limit
@@ -202,6 +205,7 @@ def test_huge_prompts_are_refused_before_tokenizing(small):
     elapsed = time.time() - t0
     time.sleep(0.5)  # the watchdog's next tick trims the freed bodies
     after = rss_mb(small)
+    print("30 x 4 MB prompts: %.2f s, RSS %.1f -> %.1f MB" % (elapsed, before, after))
     assert elapsed < 30, elapsed  # 30 x 4 MB through loopback and the JSON parser, no tokenizer
     assert after - before < 60, (before, after)
     # Many tiny messages: refused by count, not rendered.
@@ -242,6 +246,7 @@ def test_slowloris_does_not_starve_health(small):
             worst = max(worst, time.time() - t0)
             assert st == 200
             time.sleep(0.2)
+        print("slowloris x40: /health worst %.3f s" % worst)
         assert worst < 1.0, worst
         # The request deadline (--request-timeout 2) closes every slow connection.
         deadline = time.time() + 10
@@ -295,6 +300,7 @@ def test_more_connections_than_threads_get_503(start_server):
         except ConnectionResetError:
             refused += 1
         s.close()
+    print("150 conns: refused %d (503 read by %d), /health worst %.3f s" % (refused, answered, worst))
     assert refused >= 150 - 67, (refused, answered)
     assert answered > 0
     ok(small)
@@ -315,6 +321,7 @@ def test_header_flood_is_cut_off(small, flood):
         pass
     peak = rss_mb(small)
     s.close()
+    print("header flood: %d MB taken, RSS %+.1f MB" % (sent >> 20, peak - before))
     assert sent < 100 * MB, sent  # the server stopped reading: 64 KB of headers at most
     assert peak - before < 60, (before, peak)
     t0 = time.time()
