@@ -278,13 +278,21 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   }
 
   if (const json* stop = field(body, "stop")) {
+    // Each stop sequence is matched against the text after every token: bound its length.
+    auto check_len = [](const std::string& s) {
+      if (s.size() > kMaxStopBytes)
+        bad_value("stop", "a stop sequence is at most " + std::to_string(kMaxStopBytes) + " bytes, got " +
+                              std::to_string(s.size()) + ".");
+    };
     if (stop->is_string()) {
       g.stop.push_back(stop->get<std::string>());
+      check_len(g.stop.back());
     } else if (stop->is_array()) {
       if (stop->size() > 16) bad_value("stop", "expected at most 16 stop sequences, got " + std::to_string(stop->size()) + ".");
       for (const json& s : *stop) {
         if (!s.is_string()) bad_type("stop", "a string or an array of strings", s);
         g.stop.push_back(s.get<std::string>());
+        check_len(g.stop.back());
       }
     } else {
       bad_type("stop", "a string or an array of strings", *stop);

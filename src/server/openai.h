@@ -52,6 +52,8 @@ struct CompletionRequest {
 
 /// Arrays and objects nested deeper than this in a request body: 400 invalid_json.
 inline constexpr int kMaxJsonDepth = 64;
+/// The longest stop sequence accepted, in bytes (400 invalid_value, param stop).
+inline constexpr size_t kMaxStopBytes = 1024;
 
 /// Parses and validates a request body. Fields follow the OpenAI API:
 /// model (required), messages | prompt (required), max_tokens /

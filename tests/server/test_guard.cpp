@@ -52,3 +52,18 @@ TEST(Guard, DeepJsonIsRefusedBeforeParsing) {
   const std::string in_string = R"({"model": "m", "prompt": ")" + std::string(1000, '[') + R"("})";
   EXPECT_EQ(parse_completion_request(in_string, false).prompt.size(), 1000u);
 }
+
+TEST(Guard, StopSequencesAreBounded) {
+  const std::string ok = R"({"model": "m", "prompt": "x", "stop": [")" + std::string(1024, 'a') + R"("]})";
+  EXPECT_EQ(parse_completion_request(ok, false).gen.stop.size(), 1u);
+  for (const std::string& body : {R"({"model": "m", "prompt": "x", "stop": ")" + std::string(1025, 'a') + R"("})",
+                                  R"({"model": "m", "prompt": "x", "stop": ["a", ")" + std::string(1 << 20, 'a') + R"("]})"}) {
+    try {
+      parse_completion_request(body, false);
+      FAIL();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_EQ(e.param, "stop");
+    }
+  }
+}
