@@ -6,6 +6,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "cli/model_store.h"
 #include "io/gguf.h"
 #include "model/model.h"
+#include "server/guard.h"
 #include "server/server.h"
 #include "engine/chat_prompt.h"
 #include "tokenizer/tokenizer.h"
@@ -33,8 +35,10 @@ struct ServeOptions {
   int32_t ctx_size = 0;
   std::string api_key;
   std::string cache_reuse = "key";
+  std::string cors_origin;
+  double request_timeout = 10;
   int threads = 0;
-  size_t queue = 64;
+  int64_t queue = 64;
   int32_t batch = 256;
   bool quiet = false;
 };
@@ -44,8 +48,17 @@ std::atomic<int> g_signal{0};
 extern "C" void on_signal(int sig) { g_signal.store(sig); }
 
 void serve(const ServeOptions& o) {
-  if (o.parallel < 1) throw Error("--parallel must be at least 1, got " + std::to_string(o.parallel));
+  // Limits checked before the model loads: each slot and each queued
+  // request holds an HTTP thread, and slots x ctx-size is the KV cache.
+  if (o.parallel < 1 || o.parallel > 256)
+    throw Error("--parallel must be in [1, 256], got " + std::to_string(o.parallel));
+  if (o.queue < 0 || o.queue > 1024) throw Error("--queue must be in [0, 1024], got " + std::to_string(o.queue));
+  if (o.ctx_size < 0 || o.ctx_size > (1 << 20))
+    throw Error("--ctx-size must be in [0, 1048576] (0: the model's, at most 4096), got " + std::to_string(o.ctx_size));
   if (o.port < 0 || o.port > 65535) throw Error("--port must be in [0, 65535], got " + std::to_string(o.port));
+  if (!(o.request_timeout > 0 && o.request_timeout <= 3600))
+    throw Error("--request-timeout must be in (0, 3600] seconds, got " + std::to_string(o.request_timeout));
+  if (o.batch < 1) throw Error("--batch must be at least 1, got " + std::to_string(o.batch));
   LoadedModel m = load_for_cli(o.model, o.device);
   const HParams& hp = m.model->hparams();
 
@@ -53,6 +66,16 @@ void serve(const ServeOptions& o) {
   so.host = o.host;
   so.port = o.port;
   so.api_key = o.api_key;
+  if (so.api_key.empty())
+    if (const char* k = std::getenv("KVAD_API_KEY")) so.api_key = k;
+  so.cors_origin = o.cors_origin;
+  so.request_timeout_ms = static_cast<int>(o.request_timeout * 1000);
+  // Host header allow-list (DNS rebinding): the loopback names, and the
+  // address listened on; a wildcard address accepts any Host.
+  if (o.host == "0.0.0.0" || o.host == "::" || o.host.empty())
+    so.allowed_hosts.clear();
+  else
+    so.allowed_hosts.push_back(server::host_name_of(o.host));
   so.model_id = std::filesystem::path(m.path).stem().string();  // the store name, or the file's stem
   try {
     so.chat = std::make_shared<const ChatPrompt>(chat_prompt(m));
@@ -62,7 +85,7 @@ void serve(const ServeOptions& o) {
   so.sched.n_slots = o.parallel;
   so.sched.n_ctx = o.ctx_size > 0 ? o.ctx_size : static_cast<int32_t>(std::min<int64_t>(4096, hp.n_ctx_train));
   so.sched.n_threads = o.threads;
-  so.sched.max_queue = o.queue;
+  so.sched.max_queue = static_cast<size_t>(o.queue);
   so.sched.max_prompt_per_step = o.batch;
   so.sched.cache_reuse_all = o.cache_reuse == "all";
   so.log_requests = !o.quiet;
@@ -74,9 +97,9 @@ void serve(const ServeOptions& o) {
                "kvad serve: listening on http://%s:%d (chat page at /, OpenAI API at /v1)%s\n",
                so.model_id.c_str(), m.path.c_str(), so.sched.n_slots, so.sched.n_ctx,
                so.chat ? "the model's" : ("none (" + so.chat_error + ")").c_str(),
-               o.host.c_str(), port, o.api_key.empty() ? "" : ", API key required");
+               o.host.c_str(), port, so.api_key.empty() ? "" : ", API key required");
 
-  if (o.api_key.empty() && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1")
+  if (so.api_key.empty() && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1")
     std::fprintf(stderr, "kvad serve: warning: listening on %s without --api-key: anyone who can reach it can use it\n",
                  o.host.c_str());
 
@@ -109,7 +132,12 @@ void add_serve(CLI::App& app) {
   c->add_option("--parallel", o->parallel, "Requests decoded at once (slots)")->capture_default_str();
   c->add_option("-c,--ctx-size", o->ctx_size, "Context size per slot in tokens (0: min(4096, model's))")
       ->capture_default_str();
-  c->add_option("--api-key", o->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+  c->add_option("--api-key", o->api_key,
+                 "Require 'Authorization: Bearer KEY' on every path but /health (default: $KVAD_API_KEY)");
+  c->add_option("--cors-origin", o->cors_origin, "Let web pages from ORIGIN (or '*') call the API (default: none)");
+  c->add_option("--request-timeout", o->request_timeout,
+                "Seconds a connection may take to send a request's headers and body, or sit idle")
+      ->capture_default_str();
   c->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
   c->add_option("--queue", o->queue, "Requests that may wait for a slot before new ones get 429")->capture_default_str();
   c->add_option("-b,--batch", o->batch, "Prompt tokens evaluated per step, all slots together")->capture_default_str();

@@ -172,7 +172,33 @@ json error_body(const ApiError& e) {
   return json{{"error", err}};
 }
 
+namespace {
+// The deepest nesting of arrays and objects in `text` outside strings,
+// stopping once it passes `limit` (nlohmann's parser recurses per level and
+// builds every level: 8 MB of '[' cost 600 MB before this check).
+int json_depth_over(const std::string& text, int limit) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > limit) return depth;
+    } else if (c == ']' || c == '}') --depth;
+  }
+  return 0;
+}
+}  // namespace
+
 CompletionRequest parse_completion_request(const std::string& body_text, bool chat) {
+  if (json_depth_over(body_text, kMaxJsonDepth) != 0)
+    throw ApiError(400, "The JSON body of your request is nested more than " + std::to_string(kMaxJsonDepth) +
+                            " levels deep.", "invalid_request_error", "", "invalid_json");
   json body;
   try {
     body = json::parse(body_text);
@@ -252,13 +278,21 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   }
 
   if (const json* stop = field(body, "stop")) {
+    // Each stop sequence is matched against the text after every token: bound its length.
+    auto check_len = [](const std::string& s) {
+      if (s.size() > kMaxStopBytes)
+        bad_value("stop", "a stop sequence is at most " + std::to_string(kMaxStopBytes) + " bytes, got " +
+                              std::to_string(s.size()) + ".");
+    };
     if (stop->is_string()) {
       g.stop.push_back(stop->get<std::string>());
+      check_len(g.stop.back());
     } else if (stop->is_array()) {
       if (stop->size() > 16) bad_value("stop", "expected at most 16 stop sequences, got " + std::to_string(stop->size()) + ".");
       for (const json& s : *stop) {
         if (!s.is_string()) bad_type("stop", "a string or an array of strings", s);
         g.stop.push_back(s.get<std::string>());
+        check_len(g.stop.back());
       }
     } else {
       bad_type("stop", "a string or an array of strings", *stop);

@@ -50,6 +50,11 @@ struct CompletionRequest {
   bool include_usage = false;         ///< stream_options.include_usage
 };
 
+/// Arrays and objects nested deeper than this in a request body: 400 invalid_json.
+inline constexpr int kMaxJsonDepth = 64;
+/// The longest stop sequence accepted, in bytes (400 invalid_value, param stop).
+inline constexpr size_t kMaxStopBytes = 1024;
+
 /// Parses and validates a request body. Fields follow the OpenAI API:
 /// model (required), messages | prompt (required), max_tokens /
 /// max_completion_tokens (>= 0; default: until the model stops or the

@@ -13,9 +13,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <algorithm>
 
 #include "model/model.h"
 #include "server/chat_page.h"
+#include "server/guard.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "engine/chat_prompt.h"
@@ -91,6 +93,18 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(dump(error_body(e)), "application/json");
 }
 
+// Set by the pre-routing handler when it refused a request whose body (if
+// any) is still unread; the logger, which runs on the same connection thread
+// after the answer is written, then shuts the connection down so the library
+// does not read the body as further requests.
+thread_local bool t_close_after_answer = false;
+
+bool same_origin(const std::string& origin, const std::string& host) {
+  for (const char* scheme : {"http://", "https://"})
+    if (origin == scheme + host) return true;
+  return false;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------ Impl
@@ -100,9 +114,24 @@ struct Server::Impl {
       : o(std::move(opts)),
         tok(std::move(t)),
         sched(std::move(model), tok, o.sched),
-        created(static_cast<int64_t>(std::time(nullptr))) {}
+        watchdog(std::chrono::milliseconds(o.request_timeout_ms), std::chrono::milliseconds(100),
+                 http_threads() > 8 ? http_threads() - 4 : http_threads()),
+        created(static_cast<int64_t>(std::time(nullptr))) {
+    // The most bytes one token can cover: a prompt of more bytes than
+    // n_ctx x this (x 2 for normalizers that shrink text, e.g. NFKC) cannot
+    // fit, and is refused before it is templated and tokenized.
+    size_t longest = 1;
+    for (int32_t id = 0; id < tok->n_vocab(); ++id)
+      longest = std::max({longest, tok->token_text(id).size(), tok->token_to_piece(id, true).size()});
+    max_token_bytes = longest;
+  }
 
   void routes();
+  /// Threads serving connections: each waiting request holds one.
+  size_t http_threads() const {
+    return o.http_threads > 0 ? static_cast<size_t>(o.http_threads)
+                              : static_cast<size_t>(o.sched.n_slots) + o.sched.max_queue + 64;
+  }
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
   std::vector<int32_t> tokenize(const CompletionRequest& r) const;
   std::vector<int32_t> tokenize_chat(const std::vector<ChatMessage>& messages) const;
@@ -114,7 +143,10 @@ struct Server::Impl {
   httplib::Server http;
   std::atomic<bool> stopping{false};
   std::atomic<int> open_streams{0};  ///< streamed responses not yet finished
+  ConnectionWatchdog watchdog;
+  size_t max_token_bytes = 1;
   int64_t created;
+  httplib::Server::HandlerResponse front_door(const httplib::Request& req, httplib::Response& res);
 };
 
 std::vector<int32_t> Server::Impl::tokenize_chat(const std::vector<ChatMessage>& messages) const {
@@ -151,8 +183,22 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
   if (r.model != o.model_id)
     throw ApiError(404, "The model '" + r.model + "' does not exist; this server has '" + o.model_id + "'.",
                    "invalid_request_error", "model", "model_not_found");
-  std::vector<int32_t> prompt = tokenize(r);
   const char* pparam = is_chat ? "messages" : "prompt";
+  {
+    // Cheap bounds before the template and the tokenizer see the text.
+    const int64_t n_ctx = sched.n_ctx();
+    size_t bytes = r.prompt.size();
+    for (const auto& m : r.messages) bytes += m.role.size() + m.content.size();
+    const uint64_t max_bytes = static_cast<uint64_t>(n_ctx) * max_token_bytes * 2;
+    if ((r.chat && static_cast<int64_t>(r.messages.size()) >= n_ctx) || bytes > max_bytes ||
+        (r.prompt_is_ids && static_cast<int64_t>(r.prompt_ids.size()) >= n_ctx))
+      throw ApiError(400,
+                     "This model's maximum context length is " + std::to_string(n_ctx) + " tokens. However, your " +
+                         pparam + " (" + std::to_string(bytes) + " bytes, " + std::to_string(r.messages.size()) +
+                         " messages) cannot fit in it. Shorten the prompt or raise --ctx-size.",
+                     "invalid_request_error", pparam, "context_length_exceeded");
+  }
+  std::vector<int32_t> prompt = tokenize(r);
   if (prompt.empty())
     throw ApiError(400, "The prompt is empty (0 tokens).", "invalid_request_error", pparam, "invalid_value");
   if (static_cast<int64_t>(prompt.size()) >= sched.n_ctx())
@@ -262,9 +308,89 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
       });
 }
 
+// The checks made after the headers and before the body is read (guard.h).
+httplib::Server::HandlerResponse Server::Impl::front_door(const httplib::Request& req, httplib::Response& res) {
+  using HR = httplib::Server::HandlerResponse;
+  t_close_after_answer = false;
+  auto refuse = [&](const ApiError& e) {
+    send_error(res, e);
+    res.set_header("Connection", "close");
+    t_close_after_answer = true;
+    return HR::Handled;
+  };
+  // Ranges: served whole (cpp-httplib would build multipart/byteranges of
+  // any number of overlapping ranges). The Request object is not const in
+  // the library; only this callback's view of it is.
+  const_cast<httplib::Request&>(req).ranges.clear();
+
+  const std::string host = req.get_header_value("Host");
+  if (!host_allowed(host, o.allowed_hosts))
+    return refuse(ApiError(403, "Host '" + sanitize_for_log(host, 64) + "' is not served here (allowed: the "
+                           "loopback names and --host).", "invalid_request_error", "", "host_not_allowed"));
+
+  const std::string origin = req.get_header_value("Origin");
+  const bool cors_ok = !origin.empty() && !o.cors_origin.empty() && (o.cors_origin == "*" || origin == o.cors_origin);
+  if (cors_ok) {
+    res.set_header("Access-Control-Allow-Origin", o.cors_origin == "*" ? "*" : origin);
+    res.set_header("Vary", "Origin");
+  }
+  if (!origin.empty() && !cors_ok && !same_origin(origin, host))
+    return refuse(ApiError(403, "Cross-origin requests from '" + sanitize_for_log(origin, 64) +
+                                    "' are not allowed (see --cors-origin).",
+                           "invalid_request_error", "", "origin_not_allowed"));
+  if (req.method == "OPTIONS") {
+    res.status = 204;
+    res.set_header("Allow", "GET, POST, OPTIONS");
+    if (cors_ok) {
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+      res.set_header("Access-Control-Max-Age", "600");
+    }
+    t_close_after_answer = req.has_header("Content-Length") || req.has_header("Transfer-Encoding");
+    return HR::Handled;
+  }
+
+  if (!o.api_key.empty() && req.path != "/health") {
+    const std::string auth = req.get_header_value("Authorization");
+    if (!constant_time_equal(auth, "Bearer " + o.api_key))
+      return refuse(ApiError(401,
+                             auth.empty() ? "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'."
+                                          : "Incorrect API key provided.",
+                             "invalid_request_error", "", "invalid_api_key"));
+  }
+
+  // Body framing: only identity bodies with a length (cpp-httplib 0.11.4
+  // reads chunked and compressed bodies without its payload limit).
+  if (req.has_header("Transfer-Encoding"))
+    return refuse(ApiError(501, "Transfer-Encoding is not supported; send the body with a Content-Length.",
+                           "invalid_request_error", "", "unsupported_transfer_encoding"));
+  if (req.has_header("Content-Encoding"))
+    return refuse(ApiError(415, "Content-Encoding is not supported; send the body uncompressed.",
+                           "invalid_request_error", "", "unsupported_content_encoding"));
+  const bool has_length = req.has_header("Content-Length");
+  if (has_length) {
+    const std::string v = req.get_header_value("Content-Length");
+    if (v.empty() || v.size() > 19 || v.find_first_not_of("0123456789") != std::string::npos)
+      return refuse(ApiError(400, "Content-Length is not a number.", "invalid_request_error", "", "invalid_length"));
+    if (std::stoull(v) > o.max_body_bytes)
+      return refuse(ApiError(413, "The request body is too large (" + v + " bytes; the limit is " +
+                                      std::to_string(o.max_body_bytes) + ").",
+                             "invalid_request_error", "", "payload_too_large"));
+  }
+  if (req.method == "POST") {
+    if (!has_length)
+      return refuse(ApiError(411, "A POST needs a Content-Length.", "invalid_request_error", "", "length_required"));
+    const std::string ct = req.get_header_value("Content-Type");
+    if (ct.rfind("application/json", 0) != 0)
+      return refuse(ApiError(415, "Content-Type must be application/json, got '" + sanitize_for_log(ct, 64) + "'.",
+                             "invalid_request_error", "", "unsupported_media_type"));
+  }
+  watchdog.body(req.remote_addr, req.remote_port);
+  return HR::Unhandled;
+}
+
 void Server::Impl::routes() {
-  const size_t n_threads =
-      o.http_threads > 0 ? static_cast<size_t>(o.http_threads) : static_cast<size_t>(o.sched.n_slots) + o.sched.max_queue + 8;
+  const size_t n_threads = http_threads();
   http.new_task_queue = [n_threads] { return new httplib::ThreadPool(n_threads); };
   http.set_payload_max_length(o.max_body_bytes);
   // cpp-httplib's default also sets SO_REUSEPORT, which lets a second server
@@ -279,17 +405,8 @@ void Server::Impl::routes() {
   http.set_keep_alive_timeout(5);
   http.set_keep_alive_max_count(1000);
 
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (o.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
-    const std::string want = "Bearer " + o.api_key;
-    if (auth == want) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, ApiError(401,
-                             auth.empty() ? "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'."
-                                          : "Incorrect API key provided.",
-                             "invalid_request_error", "", "invalid_api_key"));
-    return httplib::Server::HandlerResponse::Handled;
-  });
+  http.set_pre_routing_handler(
+      [this](const httplib::Request& req, httplib::Response& res) { return front_door(req, res); });
 
   http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // our own JSON error
@@ -321,15 +438,23 @@ void Server::Impl::routes() {
 
   http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics.count_request(endpoint_label(req.path), res.status);
+    watchdog.done(req.remote_addr, req.remote_port);
+    if (req.body.size() > (1u << 20)) watchdog.request_trim();
+    if (t_close_after_answer) {
+      t_close_after_answer = false;
+      const int fd = find_connection_fd(req);
+      if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+    }
     if (o.log_requests)
-      std::fprintf(stderr, "kvad serve: %s %s %d (%s:%d)\n", req.method.c_str(), req.path.c_str(), res.status,
-                   req.remote_addr.c_str(), req.remote_port);
+      std::fprintf(stderr, "kvad serve: %s %s %d (%s:%d)\n", sanitize_for_log(req.method, 16).c_str(),
+                   sanitize_for_log(req.path).c_str(), res.status, req.remote_addr.c_str(), req.remote_port);
   });
 
   // Handlers catch their own errors: cpp-httplib's exception handler only
   // runs when it was built with exceptions enabled for handlers.
-  auto guarded = [](auto fn) {
-    return [fn](const httplib::Request& req, httplib::Response& res) {
+  auto guarded = [this](auto fn) {
+    return [this, fn](const httplib::Request& req, httplib::Response& res) {
+      watchdog.busy(req.remote_addr, req.remote_port);  // generating: no deadline until the answer is written
       try {
         fn(req, res);
       } catch (const ApiError& e) {
@@ -393,6 +518,7 @@ int Server::bind() {
   } else if (!impl_->http.bind_to_port(o.host, port)) {
     throw Error("cannot listen on " + o.host + ":" + std::to_string(port) + " (in use, or not an address of this machine)");
   }
+  impl_->watchdog.start(port);
   return port;
 }
 
@@ -407,6 +533,7 @@ void Server::stop() {
   while (impl_->open_streams.load() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   impl_->http.stop();
+  impl_->watchdog.stop();
 }
 
 }  // namespace kvad::server

@@ -7,7 +7,24 @@
 //   GET  /health     {"status": "ok"} (503 while shutting down)
 //   GET  /metrics    Prometheus text format (server/metrics.h)
 //   GET  /           the chat page (server/chat_page.html)
-// With an API key, every /v1/* request needs `Authorization: Bearer KEY`.
+// With an API key, every request except GET /health needs
+// `Authorization: Bearer KEY` (compared in constant time).
+//
+// The front door (guard.h), before any body is read: Host must be an allowed
+// name (403 host_not_allowed: DNS rebinding); a cross-origin request (Origin
+// not the page's own and not --cors-origin) gets 403 origin_not_allowed;
+// OPTIONS is answered 204 (with CORS headers for an allowed origin); a POST
+// needs Content-Type application/json (415), a Content-Length (411) within
+// the body limit (413); Transfer-Encoding gets 501 and Content-Encoding 415.
+// A connection refused that way is closed after the answer. Range headers
+// are ignored (no multipart range responses). Each connection has a deadline
+// for its headers and body (request_timeout_ms), at most 64 KiB of request
+// line and headers, and beyond (HTTP threads - 4) connections at once the
+// oldest still sending headers get 503 too_many_connections.
+//
+// Cheap rejection before templating and tokenizing: JSON nested deeper than
+// 64 (openai.h); more messages than n_ctx, or more prompt bytes than
+// n_ctx x the longest token's bytes, get 400 context_length_exceeded.
 //
 // Errors are OpenAI's JSON {"error": {"message", "type", "param", "code"}}:
 //   400 invalid_request_error: bad JSON, wrong field types or values, n > 1
@@ -26,11 +43,15 @@
 //
 // A client that disconnects cancels its generation: the handler polls its
 // socket while it waits for tokens (and a failed write does the same), and
-// the slot is freed at the next scheduler step.
+// the slot is freed at the next scheduler step. A half-closed client (it shut
+// its sending side and still reads) gets no answer: cpp-httplib 0.11.4's
+// SocketStream::write() refuses to write once the peer's FIN has arrived
+// (test_hardening.py's strict xfail test_half_closed_client_gets_its_answer).
 #pragma once
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/scheduler.h"
 
@@ -55,6 +76,15 @@ struct ServerOptions {
   SchedulerOptions sched;          ///< slots, context per slot, threads, queue bound
   int http_threads = 0;            ///< 0: n_slots + max_queue + 8 (a waiting request holds one)
   size_t max_body_bytes = 16u << 20;
+  /// Host header names accepted (lower case, no port); loopback names plus
+  /// --host by default (serve.cpp). Empty: any Host (a wildcard --host).
+  std::vector<std::string> allowed_hosts = {"localhost", "127.0.0.1", "::1"};
+  /// An origin allowed to call the API from a browser (CORS), "*" for any;
+  /// "": only same-origin pages (the chat page).
+  std::string cors_origin;
+  /// Deadline for a request's line, headers and body, and for keep-alive
+  /// idleness (slowloris); a handler running (generation) is exempt.
+  int request_timeout_ms = 10000;
   bool log_requests = true;        ///< one line per request on stderr
 };
 

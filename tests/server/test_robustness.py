@@ -169,10 +169,11 @@ def test_api_key(start_server):
     assert good.models.list().data[0].id == MODEL_NAME
     r = good.completions.create(model=MODEL_NAME, prompt="Hi", max_tokens=1)
     assert r.usage.completion_tokens == 1
-    # Outside /v1: no key needed.
+    # Every path but /health needs the key.
     assert server.request("GET", "/health")[0] == 200
-    assert server.request("GET", "/metrics")[0] == 200
-    assert server.request("GET", "/")[0] == 200
+    assert server.request("GET", "/metrics")[0] == 401
+    assert server.request("GET", "/")[0] == 401
+    assert server.request("GET", "/metrics", headers={"Authorization": "Bearer s3cret"})[0] == 200
 
 
 # ------------------------------------------------------------ disconnects
