@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "base/error.h"
-#include "io/tensor_source.h"
 #include "model/weights.h"
 
 namespace kvad {
