@@ -82,6 +82,10 @@ void serve(const ServeOptions& o) {
   } catch (const std::exception& e) {
     so.chat_error = e.what();
   }
+  so.sampling_defaults = with_generation_config(server::openai_sampling_defaults(), m.generation_config);
+  if (m.generation_config.has_sampling())
+    std::fprintf(stderr, "kvad serve: sampling defaults from generation_config.json: %s\n",
+                 m.generation_config.sampling_summary().c_str());
   so.sched.n_slots = o.parallel;
   so.sched.n_ctx = o.ctx_size > 0 ? o.ctx_size : static_cast<int32_t>(std::min<int64_t>(4096, hp.n_ctx_train));
   so.sched.n_threads = o.threads;

@@ -7,8 +7,19 @@
 #include <unordered_set>
 
 #include "base/error.h"
+#include "io/generation_config.h"
 
 namespace kvad {
+
+SamplerParams with_generation_config(SamplerParams p, const GenerationConfig& gc) {
+  if (gc.temperature) p.temp = *gc.temperature;
+  if (gc.top_k) p.top_k = *gc.top_k;
+  if (gc.top_p) p.top_p = *gc.top_p;
+  if (gc.min_p) p.min_p = *gc.min_p;
+  if (gc.repetition_penalty) p.repeat_penalty = *gc.repetition_penalty;
+  if (gc.do_sample && !*gc.do_sample) p.temp = 0.0f;
+  return p;
+}
 
 Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {}
 
@@ -31,6 +42,8 @@ void Sampler::accept_generated(int32_t token) {
 
 int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
   work_.assign(logits, logits + n_vocab);
+  for (const auto& [t, bias] : p_.logit_bias)
+    if (t >= 0 && t < n_vocab) work_[t] += bias;
   if (p_.repeat_penalty != 1.0f && !recent_.empty()) {
     std::unordered_set<int32_t> seen(recent_.begin(), recent_.end());
     for (int32_t t : seen) {

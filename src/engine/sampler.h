@@ -4,6 +4,7 @@
 #include <deque>
 #include <random>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace kvad {
@@ -23,9 +24,22 @@ struct SamplerParams {
   /// presence penalties).
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  /// Added to the logits of these token ids before anything else (OpenAI's
+  /// and llama.cpp's `logit_bias`; -100 in practice bans a token, -inf
+  /// always does). Ids outside the vocabulary are skipped by sample();
+  /// callers validate them (the server answers 400).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
-/// Chain, in llama.cpp's order: repetition penalty, presence/frequency
+struct GenerationConfig;
+
+/// `base` with the sampling fields `gc` sets in their place (HF
+/// generation_config.json names -> llama.cpp's: temperature -> temp,
+/// repetition_penalty -> repeat_penalty, top_k, top_p, min_p); do_sample
+/// false makes it greedy (temp 0), as transformers' generate() does.
+SamplerParams with_generation_config(SamplerParams base, const GenerationConfig& gc);
+
+/// Chain, in llama.cpp's order: logit bias, repetition penalty, presence/frequency
 /// penalties, top-k, top-p, min-p,
 /// temperature, then a draw from the distribution (or argmax when temp <= 0).
 /// top-k/top-p/min-p act on probabilities at temperature 1.

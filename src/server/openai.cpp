@@ -195,7 +195,7 @@ int json_depth_over(const std::string& text, int limit) {
 }
 }  // namespace
 
-CompletionRequest parse_completion_request(const std::string& body_text, bool chat) {
+CompletionRequest parse_completion_request(const std::string& body_text, bool chat, const SamplerParams& defaults) {
   if (json_depth_over(body_text, kMaxJsonDepth) != 0)
     throw ApiError(400, "The JSON body of your request is nested more than " + std::to_string(kMaxJsonDepth) +
                             " levels deep.", "invalid_request_error", "", "invalid_json");
@@ -262,13 +262,32 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   g.max_tokens = static_cast<int32_t>(max_tokens);
 
   SamplerParams& sp = g.sampling;
-  sp.temp = static_cast<float>(number_in(body, "temperature", 0, 2, 1.0));
-  sp.top_p = static_cast<float>(number_in(body, "top_p", 0, 1, 1.0));
+  sp.temp = static_cast<float>(number_in(body, "temperature", 0, 2, defaults.temp));
+  sp.top_p = static_cast<float>(number_in(body, "top_p", 0, 1, defaults.top_p));
   sp.presence_penalty = static_cast<float>(number_in(body, "presence_penalty", -2, 2, 0));
   sp.frequency_penalty = static_cast<float>(number_in(body, "frequency_penalty", -2, 2, 0));
-  sp.top_k = static_cast<int32_t>(integer_in(body, "top_k", 0, INT32_MAX, 0));
-  sp.min_p = static_cast<float>(number_in(body, "min_p", 0, 1, 0));
-  sp.repeat_penalty = static_cast<float>(number_in(body, "repeat_penalty", 0.01, 100, 1.0));
+  sp.top_k = static_cast<int32_t>(integer_in(body, "top_k", 0, INT32_MAX, defaults.top_k));
+  sp.min_p = static_cast<float>(number_in(body, "min_p", 0, 1, defaults.min_p));
+  sp.repeat_penalty = static_cast<float>(number_in(body, "repeat_penalty", 0.01, 100, defaults.repeat_penalty));
+  if (const json* lb = field(body, "logit_bias")) {
+    // {"token id as a string": bias in [-100, 100]} (OpenAI). Applied, not
+    // ignored; bounded, because the sampler walks it at every token.
+    if (!lb->is_object()) bad_type("logit_bias", "an object mapping token ids to numbers", *lb);
+    if (lb->size() > kMaxLogitBias)
+      bad_value("logit_bias", "expected at most " + std::to_string(kMaxLogitBias) + " entries, got " +
+                                  std::to_string(lb->size()) + ".");
+    for (const auto& [key, v] : lb->items()) {
+      const bool digits = !key.empty() && key.size() <= 10 &&
+                          key.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || std::stoll(key) > INT32_MAX)
+        bad_value("logit_bias", "keys must be token ids (non-negative integers as strings), got \"" +
+                                    key.substr(0, 64) + "\".");
+      if (!v.is_number()) bad_type("logit_bias", "an object mapping token ids to numbers", v);
+      const double b = v.get<double>();
+      if (!(b >= -100 && b <= 100)) bad_value("logit_bias", "a bias is a number in [-100, 100], got " + v.dump() + ".");
+      sp.logit_bias.emplace_back(static_cast<int32_t>(std::stoll(key)), static_cast<float>(b));
+    }
+  }
   if (const json* seed = field(body, "seed")) {
     if (!is_int(*seed)) bad_type("seed", "an integer", *seed);
     sp.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());

@@ -54,6 +54,20 @@ struct CompletionRequest {
 inline constexpr int kMaxJsonDepth = 64;
 /// The longest stop sequence accepted, in bytes (400 invalid_value, param stop).
 inline constexpr size_t kMaxStopBytes = 1024;
+/// The most logit_bias entries accepted (400 invalid_value, param logit_bias).
+inline constexpr size_t kMaxLogitBias = 1024;
+
+/// OpenAI's defaults for what a request leaves out: temperature 1, top_p 1;
+/// top_k, min_p and repeat_penalty (llama.cpp's extensions) off.
+inline SamplerParams openai_sampling_defaults() {
+  SamplerParams p;
+  p.temp = 1.0f;
+  p.top_p = 1.0f;
+  p.top_k = 0;
+  p.min_p = 0.0f;
+  p.repeat_penalty = 1.0f;
+  return p;
+}
 
 /// Parses and validates a request body. Fields follow the OpenAI API:
 /// model (required), messages | prompt (required), max_tokens /
@@ -61,12 +75,17 @@ inline constexpr size_t kMaxStopBytes = 1024;
 /// context is full), temperature [0, 2] (default 1), top_p [0, 1] (default 1),
 /// presence_penalty / frequency_penalty [-2, 2], seed (integer), stop (string
 /// or up to 16 strings), n (1 only), stream, stream_options.include_usage.
-/// Also llama.cpp's extensions top_k, min_p and repeat_penalty. A null field
+/// Also llama.cpp's extensions top_k, min_p and repeat_penalty, and
+/// logit_bias ({"id": bias in [-100, 100]}, at most kMaxLogitBias entries;
+/// the caller checks the ids against the vocabulary). `defaults` gives the
+/// sampling fields a request leaves out (openai_sampling_defaults(), or a
+/// model's generation_config.json over them). A null field
 /// is as if absent; unknown fields are ignored.
 /// Throws ApiError 400: invalid_json, invalid_type, invalid_value,
 /// missing_required_parameter, unsupported_value (n > 1, logprobs, echo,
 /// best_of > 1, suffix, tools, non-text content parts or response formats).
-CompletionRequest parse_completion_request(const std::string& body, bool chat);
+CompletionRequest parse_completion_request(const std::string& body, bool chat,
+                                           const SamplerParams& defaults = openai_sampling_defaults());
 
 /// Token counts for `usage`.
 nlohmann::ordered_json usage_json(const GenUsage& u);

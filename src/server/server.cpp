@@ -179,7 +179,12 @@ std::vector<int32_t> Server::Impl::tokenize(const CompletionRequest& r) const {
 }
 
 void Server::Impl::completion(const httplib::Request& req, httplib::Response& res, bool is_chat) {
-  CompletionRequest r = parse_completion_request(req.body, is_chat);
+  CompletionRequest r = parse_completion_request(req.body, is_chat, o.sampling_defaults);
+  for (const auto& [id, bias] : r.gen.sampling.logit_bias)
+    if (id >= tok->n_vocab())
+      throw ApiError(400, "Invalid value for 'logit_bias': token id " + std::to_string(id) +
+                              " is not in the vocabulary (" + std::to_string(tok->n_vocab()) + " tokens).",
+                     "invalid_request_error", "logit_bias", "invalid_value");
   if (r.model != o.model_id)
     throw ApiError(404, "The model '" + r.model + "' does not exist; this server has '" + o.model_id + "'.",
                    "invalid_request_error", "model", "model_not_found");

@@ -174,3 +174,31 @@ TEST(OpenAIRequest, BrokenBodiesCorpus) {
   }
   EXPECT_GE(n, 15);
 }
+
+TEST(OpenAIRequest, ModelSamplingDefaultsFillWhatTheRequestLeavesOut) {
+  kvad::SamplerParams d = kvad::server::openai_sampling_defaults();
+  d.temp = 0.7f;
+  d.top_k = 20;
+  d.top_p = 0.8f;
+  d.repeat_penalty = 1.05f;
+  CompletionRequest r = parse_completion_request(chat(R"("top_p": 0.5)"), true, d);
+  EXPECT_FLOAT_EQ(r.gen.sampling.temp, 0.7f);
+  EXPECT_EQ(r.gen.sampling.top_k, 20);
+  EXPECT_FLOAT_EQ(r.gen.sampling.top_p, 0.5f);  // the request's own
+  EXPECT_FLOAT_EQ(r.gen.sampling.repeat_penalty, 1.05f);
+}
+
+TEST(OpenAIRequest, LogitBias) {
+  CompletionRequest r = parse_completion_request(chat(R"("logit_bias": {"5": -100, "17": 2.5})"), true);
+  ASSERT_EQ(r.gen.sampling.logit_bias.size(), 2u);
+  float b5 = 0, b17 = 0;
+  for (const auto& [id, b] : r.gen.sampling.logit_bias) (id == 5 ? b5 : b17) = b;
+  EXPECT_FLOAT_EQ(b5, -100.0f);
+  EXPECT_FLOAT_EQ(b17, 2.5f);
+  for (const char* bad : {R"("logit_bias": {"x": 1})", R"("logit_bias": {"": 1})", R"("logit_bias": {"99999999999": 1})",
+                          R"("logit_bias": {"1": -101})", R"("logit_bias": {"1": "a"})", R"("logit_bias": 3)"}) {
+    const Expect e = error_of(chat(bad), true);
+    EXPECT_EQ(e.status, 400) << bad;
+    EXPECT_EQ(e.param, "logit_bias") << bad;
+  }
+}

@@ -103,6 +103,14 @@ BAD_BODIES = [
     (COMPLETIONS, {"model": MODEL_NAME, "prompt": "x", "echo": True}, 400, "unsupported_value", "echo"),
     (COMPLETIONS, {"model": MODEL_NAME, "prompt": "x", "best_of": 3}, 400, "unsupported_value", "best_of"),
     (COMPLETIONS, {"model": "nope", "prompt": "x"}, 404, "model_not_found", "model"),
+    (COMPLETIONS, {"model": MODEL_NAME, "prompt": "x", "logit_bias": [1]}, 400, "invalid_type", "logit_bias"),
+    (COMPLETIONS, {"model": MODEL_NAME, "prompt": "x", "logit_bias": {"a": 1}}, 400, "invalid_value", "logit_bias"),
+    (COMPLETIONS, {"model": MODEL_NAME, "prompt": "x", "logit_bias": {"-1": 1}}, 400, "invalid_value", "logit_bias"),
+    (COMPLETIONS, {"model": MODEL_NAME, "prompt": "x", "logit_bias": {"5": 101}}, 400, "invalid_value", "logit_bias"),
+    (COMPLETIONS, {"model": MODEL_NAME, "prompt": "x", "logit_bias": {"5": "x"}}, 400, "invalid_type", "logit_bias"),
+    (CHAT, {"model": MODEL_NAME, "messages": HI, "logit_bias": {"99999999": 1}}, 400, "invalid_value", "logit_bias"),
+    (CHAT, {"model": MODEL_NAME, "messages": HI, "logit_bias": {str(i): 1 for i in range(1025)}}, 400,
+     "invalid_value", "logit_bias"),
 ]
 
 
