@@ -78,6 +78,7 @@ std::optional<GenEvent> Job::wait(std::chrono::milliseconds timeout) {
   while (!events_.empty()) {
     GenEvent& e = events_.front();
     ev.text += e.text;
+    for (GenTokenLogprobs& t : e.logprobs) ev.logprobs.push_back(std::move(t));
     ev.done = e.done;
     ev.finish_reason = std::move(e.finish_reason);
     ev.error = std::move(e.error);
@@ -261,10 +262,11 @@ void Scheduler::emit_token(Slot& slot, int32_t id) {
     ++metrics_.ttft_count;
   }
   if (tok_->is_eog(id)) return finish(slot, "stop");
-  const std::string text = slot.stop->push(slot.dec->push(id));
-  if (!text.empty()) {
-    GenEvent ev;
-    ev.text = text;
+  GenEvent ev;
+  if (job.params_.logprobs >= 0)
+    ev.logprobs.push_back({id, slot.sampler->logprob(id), slot.sampler->top_logprobs(job.params_.logprobs)});
+  ev.text = slot.stop->push(slot.dec->push(id));
+  if (!ev.text.empty() || !ev.logprobs.empty()) {
     ev.usage = slot.usage;
     job.push(std::move(ev));
   }

@@ -80,6 +80,17 @@ struct GenParams {
   /// SchedulerOptions::cache_reuse_all: neither the time to first token nor
   /// cached_tokens can tell one tenant what another's prompt was.
   std::string tenant;
+  /// -1: no logprobs; otherwise each sampled token's log-probability and
+  /// its `logprobs` most likely alternatives (0..20) come with the events
+  /// (Sampler::logprob: after logit bias and penalties).
+  int32_t logprobs = -1;
+};
+
+/// A sampled token's log-probability and the most likely alternatives.
+struct GenTokenLogprobs {
+  int32_t id = -1;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;
 };
 
 /// Token counts and times of one request, final in its last event.
@@ -101,6 +112,10 @@ struct GenEvent {
   std::string finish_reason;
   std::string error;   ///< message when finish_reason == "error"
   GenUsage usage;      ///< counts so far; final when done
+  /// With GenParams::logprobs >= 0: the tokens sampled since the last event,
+  /// in order (their text may still be held back by a stop string or an
+  /// unfinished UTF-8 character). End-of-generation tokens are not listed.
+  std::vector<GenTokenLogprobs> logprobs;
 };
 
 /// A submitted request: the caller's handle and the scheduler's record.
@@ -109,7 +124,7 @@ class Job {
  public:
   /// Waits up to `timeout` for output. Returns nullopt on timeout; otherwise
   /// everything produced since the last call merged into one event (texts
-  /// concatenated, done/finish_reason/usage from the latest).
+  /// and logprobs concatenated, done/finish_reason/usage from the latest).
   std::optional<GenEvent> wait(std::chrono::milliseconds timeout);
   /// Asks the scheduler to stop this request; its slot is freed at the next
   /// step and a last event with finish_reason "cancelled" follows.

@@ -1,5 +1,7 @@
 #include "server/openai.h"
 
+#include <algorithm>
+#include <functional>
 #include <random>
 
 namespace kvad::server {
@@ -236,10 +238,16 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
     if (!s->is_string()) bad_type("suffix", "a string", *s);
     if (!s->get<std::string>().empty()) unsupported("suffix", "suffix is not supported.");
   }
-  if (const json* lp = field(body, "logprobs")) {
-    const bool on = chat ? (lp->is_boolean() ? lp->get<bool>() : (bad_type("logprobs", "a boolean", *lp), false))
-                         : (is_int(*lp) ? true : (bad_type("logprobs", "an integer", *lp), false));
-    if (on) unsupported("logprobs", "logprobs are not supported.");
+  // logprobs: chat takes `logprobs: true` and `top_logprobs` 0..20; the
+  // legacy endpoint takes `logprobs: N` alternatives (OpenAI allows 0..5,
+  // llama.cpp more: 0..20 here).
+  if (chat) {
+    const bool on = boolean(body, "logprobs", false);
+    const int64_t top = integer_in(body, "top_logprobs", 0, kMaxTopLogprobs, -1);
+    if (top >= 0 && !on) bad_value("top_logprobs", "top_logprobs needs logprobs: true.");
+    if (on) r.gen.logprobs = static_cast<int32_t>(std::max<int64_t>(top, 0));
+  } else {
+    r.gen.logprobs = static_cast<int32_t>(integer_in(body, "logprobs", 0, kMaxTopLogprobs, -1));
   }
   if (const json* t = field(body, "tools")) {
     if (!t->is_array()) bad_type("tools", "an array", *t);
@@ -343,22 +351,60 @@ json response_base(const ResponseMeta& m, bool chunk) {
               {"model", m.model}};
 }
 
+json logprobs_json(bool chat, const std::vector<GenTokenLogprobs>& tokens,
+                   const std::function<std::string(int32_t)>& piece, size_t* text_offset) {
+  auto bytes = [](const std::string& t) {
+    json b = json::array();
+    for (unsigned char c : t) b.push_back(static_cast<int>(c));
+    return b;
+  };
+  if (chat) {
+    json content = json::array();
+    for (const GenTokenLogprobs& t : tokens) {
+      const std::string p = piece(t.id);
+      json top = json::array();
+      for (const TokenLogprob& a : t.top) {
+        const std::string ap = piece(a.id);
+        top.push_back({{"token", ap}, {"logprob", a.logprob}, {"bytes", bytes(ap)}});
+      }
+      content.push_back({{"token", p}, {"logprob", t.logprob}, {"bytes", bytes(p)}, {"top_logprobs", top}});
+    }
+    return json{{"content", content}, {"refusal", nullptr}};
+  }
+  json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  for (const GenTokenLogprobs& t : tokens) {
+    const std::string p = piece(t.id);
+    toks.push_back(p);
+    lps.push_back(t.logprob);
+    json top = json::object();
+    for (const TokenLogprob& a : t.top) {
+      const std::string ap = piece(a.id);
+      if (!top.contains(ap)) top[ap] = a.logprob;  // two ids with one text: the likelier
+    }
+    tops.push_back(top);
+    offs.push_back(*text_offset);
+    *text_offset += p.size();
+  }
+  return json{{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
 json completion_response(const ResponseMeta& m, const std::string& text, const std::string& finish_reason,
-                         const GenUsage& usage) {
+                         const GenUsage& usage, const json& logprobs) {
   json out = response_base(m, false);
   json choice = {{"index", 0}};
   if (m.chat)
     choice["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
   else
     choice["text"] = text;
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   choice["finish_reason"] = finish_reason;
   out["choices"] = json::array({choice});
   out["usage"] = usage_json(usage);
   return out;
 }
 
-json completion_chunk(const ResponseMeta& m, const std::string& text, const json& finish_reason, bool include_usage) {
+json completion_chunk(const ResponseMeta& m, const std::string& text, const json& finish_reason, bool include_usage,
+                      const json& logprobs) {
   json c = response_base(m, true);
   json choice = {{"index", 0}};
   if (m.chat) {
@@ -366,7 +412,7 @@ json completion_chunk(const ResponseMeta& m, const std::string& text, const json
   } else {
     choice["text"] = text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   choice["finish_reason"] = finish_reason;
   c["choices"] = json::array({choice});
   if (include_usage) c["usage"] = nullptr;

@@ -7,6 +7,7 @@
 // package's types, which tests/server drive the server with.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,12 +49,16 @@ struct CompletionRequest {
   GenParams gen;                      ///< sampling (seed drawn at random when absent), max_tokens, stop
   bool stream = false;
   bool include_usage = false;         ///< stream_options.include_usage
+  // gen.logprobs: -1 none; else the alternatives per token (chat:
+  // logprobs true + top_logprobs; completions: logprobs N).
 };
 
 /// Arrays and objects nested deeper than this in a request body: 400 invalid_json.
 inline constexpr int kMaxJsonDepth = 64;
 /// The longest stop sequence accepted, in bytes (400 invalid_value, param stop).
 inline constexpr size_t kMaxStopBytes = 1024;
+/// The most alternatives per token `top_logprobs` / `logprobs` may ask for.
+inline constexpr int64_t kMaxTopLogprobs = 20;
 /// The most logit_bias entries accepted (400 invalid_value, param logit_bias).
 inline constexpr size_t kMaxLogitBias = 1024;
 
@@ -84,6 +89,8 @@ inline SamplerParams openai_sampling_defaults() {
 /// Throws ApiError 400: invalid_json, invalid_type, invalid_value,
 /// missing_required_parameter, unsupported_value (n > 1, logprobs, echo,
 /// best_of > 1, suffix, tools, non-text content parts or response formats).
+/// logprobs: chat `logprobs` (boolean) with `top_logprobs` 0..20 (400 when
+/// given without logprobs: true); completions `logprobs` 0..20.
 CompletionRequest parse_completion_request(const std::string& body, bool chat,
                                            const SamplerParams& defaults = openai_sampling_defaults());
 
@@ -102,15 +109,28 @@ struct ResponseMeta {
 /// "chat.completion.chunk" (chunk) or "text_completion".
 nlohmann::ordered_json response_base(const ResponseMeta& m, bool chunk);
 
+/// A choice's `logprobs` object for `tokens` (GenEvent::logprobs), as
+/// OpenAI shapes it: chat {"content": [{"token", "logprob", "bytes",
+/// "top_logprobs": [{"token", "logprob", "bytes"}]}], "refusal": null};
+/// completions {"tokens", "token_logprobs", "top_logprobs": [{text:
+/// logprob}], "text_offset"}. `piece` gives a token id's text;
+/// `text_offset` (completions) is the byte offset of the first token's text
+/// and is advanced past the tokens.
+nlohmann::ordered_json logprobs_json(bool chat, const std::vector<GenTokenLogprobs>& tokens,
+                                     const std::function<std::string(int32_t)>& piece, size_t* text_offset);
+
 /// A whole (not streamed) response: one choice with the assistant message
-/// (chat) or the text, its finish_reason, and the usage.
+/// (chat) or the text, its finish_reason, its logprobs (null when not asked
+/// for), and the usage.
 nlohmann::ordered_json completion_response(const ResponseMeta& m, const std::string& text,
-                                           const std::string& finish_reason, const GenUsage& usage);
+                                           const std::string& finish_reason, const GenUsage& usage,
+                                           const nlohmann::ordered_json& logprobs = nullptr);
 
 /// A streamed chunk with one choice: a text delta while `finish_reason` is
 /// null, then an empty delta with it. "usage": null when include_usage.
 nlohmann::ordered_json completion_chunk(const ResponseMeta& m, const std::string& text,
-                                        const nlohmann::ordered_json& finish_reason, bool include_usage);
+                                        const nlohmann::ordered_json& finish_reason, bool include_usage,
+                                        const nlohmann::ordered_json& logprobs = nullptr);
 
 /// The first chunk of a streamed chat completion: the assistant role with
 /// empty content. "usage": null when include_usage.

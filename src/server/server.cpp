@@ -230,8 +230,17 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
   const int fd = find_connection_fd(req);
   const ResponseMeta meta{id, created_at, o.model_id, is_chat};
 
+  // Token texts for logprobs: control tokens by their text (<|im_end|>).
+  std::shared_ptr<const Tokenizer> toks = tok;
+  auto piece = [toks](int32_t id) { return toks->token_to_piece(id, /*special=*/true); };
+  const bool want_logprobs = r.gen.logprobs >= 0;
+  // completions' text_offset counts from the start of the prompt text, as
+  // llama-cpp-python does (without echo).
+  const size_t offset0 = r.chat || r.prompt_is_ids ? 0 : r.prompt.size();
+
   if (!r.stream) {
     std::string text;
+    std::vector<GenTokenLogprobs> lps;
     GenEvent last;
     for (;;) {
       std::optional<GenEvent> ev = job->wait(kPoll);
@@ -245,6 +254,7 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
       }
       if (!ev) continue;
       text += ev->text;
+      for (GenTokenLogprobs& t : ev->logprobs) lps.push_back(std::move(t));
       if (ev->done) {
         last = std::move(*ev);
         break;
@@ -252,7 +262,9 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
     }
     metrics.count_finish(last.finish_reason);
     if (last.finish_reason == "error") throw generation_error(last.error);
-    res.set_content(dump(completion_response(meta, text, last.finish_reason, last.usage)), "application/json");
+    size_t offset = offset0;
+    const json lp = want_logprobs ? logprobs_json(r.chat, lps, piece, &offset) : json(nullptr);
+    res.set_content(dump(completion_response(meta, text, last.finish_reason, last.usage, lp)), "application/json");
     return;
   }
 
@@ -262,16 +274,19 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
   struct State {
     std::shared_ptr<Job> job;
     bool started = false, finished = false;
+    std::vector<GenTokenLogprobs> pending;  ///< logprobs of tokens whose text is not out yet
+    size_t text_offset = 0;
   };
   auto st = std::make_shared<State>();
   st->job = job;
+  st->text_offset = offset0;
   ++open_streams;
   const bool include_usage = r.include_usage;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, st, fd, meta, include_usage](size_t, httplib::DataSink& sink) -> bool {
+      [this, st, fd, meta, include_usage, want_logprobs, piece](size_t, httplib::DataSink& sink) -> bool {
         auto send = [&](const json& j) {
           const std::string s = "data: " + dump(j) + "\n\n";
           return sink.write(s.data(), s.size());
@@ -287,7 +302,18 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
         }
         std::optional<GenEvent> ev = st->job->wait(kPoll);
         if (!ev) return peer_closed(fd) ? drop() : true;
-        if (!ev->text.empty() && !send(completion_chunk(meta, ev->text, nullptr, include_usage))) return drop();
+        for (GenTokenLogprobs& t : ev->logprobs) st->pending.push_back(std::move(t));
+        // A token's logprobs go out with the chunk that carries its text
+        // (or with the last one, for text a stop string swallowed).
+        if (!ev->text.empty() || (ev->done && !st->pending.empty() && ev->finish_reason != "error" &&
+                                  ev->finish_reason != "cancelled")) {
+          json lp = nullptr;
+          if (want_logprobs) {
+            lp = logprobs_json(meta.chat, st->pending, piece, &st->text_offset);
+            st->pending.clear();
+          }
+          if (!send(completion_chunk(meta, ev->text, nullptr, include_usage, lp))) return drop();
+        }
         if (!ev->done) return true;
         st->finished = true;
         metrics.count_finish(ev->finish_reason);

@@ -92,7 +92,7 @@ BAD_BODIES = [
         {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]}, 400, "unsupported_value", None),
     (CHAT, {"model": MODEL_NAME, "messages": HI, "n": 2}, 400, "unsupported_value", "n"),
     (CHAT, {"model": MODEL_NAME, "messages": HI, "n": 0}, 400, "invalid_value", "n"),
-    (CHAT, {"model": MODEL_NAME, "messages": HI, "logprobs": True}, 400, "unsupported_value", "logprobs"),
+    (CHAT, {"model": MODEL_NAME, "messages": HI, "logprobs": 3}, 400, "invalid_type", "logprobs"),
     (CHAT, {"model": MODEL_NAME, "messages": HI, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400,
      "unsupported_value", "tools"),
     (CHAT, {"model": "gpt-4o", "messages": HI}, 404, "model_not_found", "model"),
