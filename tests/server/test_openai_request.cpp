@@ -128,7 +128,9 @@ TEST(OpenAIRequest, Errors) {
       {R"({"model": "m", "prompt": 5})", false, {400, "invalid_type", "prompt"}},
       {R"({"model": "m", "prompt": []})", false, {400, "invalid_value", "prompt"}},
       {R"({"model": "m", "prompt": [1, "a"]})", false, {400, "invalid_type", "prompt"}},
-      {R"({"model": "m", "prompt": "x", "logprobs": 2})", false, {400, "unsupported_value", "logprobs"}},
+      {R"({"model": "m", "prompt": "x", "logprobs": 21})", false, {400, "invalid_value", "logprobs"}},
+      {R"({"model": "m", "prompt": "x", "logprobs": true})", false, {400, "invalid_type", "logprobs"}},
+      {chat(R"("top_logprobs": 2)"), true, {400, "invalid_value", "top_logprobs"}},
       {R"({"model": "m", "prompt": "x", "suffix": "y"})", false, {400, "unsupported_value", "suffix"}},
   };
   for (const auto& c : cases) {
