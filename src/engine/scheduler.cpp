@@ -17,6 +17,11 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Copy a prefix from another slot when it saves at least this many
+// evaluated tokens (a copy is a conversion of rows, far cheaper than a
+// forward pass over them).
+constexpr int32_t kMinPrefixCopy = 1;
+
 size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   const size_t n = std::min(a.size(), b.size());
   size_t i = 0;
@@ -184,6 +189,44 @@ std::shared_ptr<Job> Scheduler::submit(std::vector<int32_t> prompt, const GenPar
   return job;
 }
 
+std::vector<std::shared_ptr<Job>> Scheduler::submit_n(std::vector<int32_t> prompt, const GenParams& params, int n) {
+  if (n < 1) throw Error("n must be at least 1, got " + std::to_string(n));
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (queue_.size() + static_cast<size_t>(n) > opts_.max_queue)
+      throw QueueFullError("too many requests: " + std::to_string(queue_.size()) + " already wait for a slot and " +
+                           std::to_string(n) + " more do not fit");
+  }
+  // The first goes through submit(): its checks, and max_tokens 0.
+  std::vector<std::shared_ptr<Job>> jobs{submit(prompt, params)};
+  std::vector<std::shared_ptr<Job>> siblings;
+  for (int i = 1; i < n; ++i) {
+    auto j = std::make_shared<Job>();
+    j->prompt_ = prompt;
+    j->params_ = params;
+    j->params_.sampling.seed = params.sampling.seed + static_cast<uint64_t>(i);
+    j->submitted_ = Clock::now();
+    j->leader_ = jobs[0];
+    if (params.max_tokens == 0) {
+      GenEvent ev;
+      ev.done = true;
+      ev.finish_reason = "length";
+      ev.usage.prompt_tokens = static_cast<int32_t>(prompt.size());
+      j->push(std::move(ev));
+    } else {
+      siblings.push_back(j);
+    }
+    jobs.push_back(std::move(j));
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) throw ShuttingDownError("the server is shutting down");
+    for (auto& j : siblings) queue_.push_back(j);
+  }
+  cv_.notify_all();
+  return jobs;
+}
+
 SchedulerMetrics Scheduler::metrics() const {
   std::lock_guard<std::mutex> lk(mu_);
   SchedulerMetrics m = metrics_;
@@ -200,14 +243,41 @@ SchedulerMetrics Scheduler::metrics() const {
   return m;
 }
 
+Scheduler::Slot* Scheduler::prefix_source(const Slot& dst, const std::vector<int32_t>& prompt,
+                                           const std::string& tenant, size_t* lcp) {
+  Slot* best = nullptr;
+  *lcp = 0;
+  for (auto& s : slots_) {
+    if (s.get() == &dst || !(opts_.cache_reuse_all || s->tenant == tenant)) continue;
+    // A slot's tokens are what its cache holds between steps (admission
+    // runs between steps).
+    const size_t l = common_prefix(s->tokens, prompt);
+    if (l > *lcp) {
+      best = s.get();
+      *lcp = l;
+    }
+  }
+  return best;
+}
+
 void Scheduler::admit(Slot& slot, std::shared_ptr<Job> job) {
   const std::vector<int32_t>& prompt = job->prompt_;
   // Reuse the cached prefix, but always evaluate the last prompt token: its
   // logits give the first generated token.
   const bool same_tenant = opts_.cache_reuse_all || slot.tenant == job->params_.tenant;
   const size_t lcp = same_tenant ? std::min(common_prefix(slot.tokens, prompt), prompt.size() - 1) : 0;
-  const int32_t landed = session_->truncate(slot.id, static_cast<int32_t>(lcp));
+  int32_t landed = session_->truncate(slot.id, static_cast<int32_t>(lcp));
   slot.tokens.resize(static_cast<size_t>(landed));
+  // Another slot (busy or free) may hold more of the prompt: copy it rather
+  // than evaluate it again (n > 1 siblings, shared system prompts).
+  size_t src_lcp = 0;
+  if (Slot* src = prefix_source(slot, prompt, job->params_.tenant, &src_lcp)) {
+    const int32_t n = static_cast<int32_t>(std::min(src_lcp, prompt.size() - 1));
+    if (n >= landed + kMinPrefixCopy && session_->copy_prefix(src->id, slot.id, n)) {
+      slot.tokens.assign(prompt.begin(), prompt.begin() + n);
+      landed = n;
+    }
+  }
   slot.next_prompt = static_cast<size_t>(landed);
   slot.pending = -1;
   slot.sampler.emplace(job->params_.sampling);
@@ -241,6 +311,7 @@ void Scheduler::finish(Slot& slot, const std::string& reason, const std::string&
   slot.usage.total_s = seconds_since(slot.job->submitted_);
   ev.usage = slot.usage;
   std::shared_ptr<Job> job = std::move(slot.job);
+  job->prefilled_ = true;  // siblings wait no longer
   slot.pending = -1;
   slot.dec.reset();
   {
@@ -254,6 +325,7 @@ void Scheduler::finish(Slot& slot, const std::string& reason, const std::string&
 void Scheduler::emit_token(Slot& slot, int32_t id) {
   Job& job = *slot.job;
   slot.sampler->accept_generated(id);
+  job.prefilled_ = true;
   ++slot.usage.completion_tokens;
   if (slot.usage.ttft_s < 0) {
     slot.usage.ttft_s = seconds_since(job.submitted_);
@@ -355,6 +427,7 @@ void Scheduler::loop() {
           ev.done = true;
           ev.finish_reason = "cancelled";
           ev.usage.prompt_tokens = static_cast<int32_t>((*it)->prompt_.size());
+          (*it)->prefilled_ = true;
           (*it)->push(std::move(ev));
           it = queue_.erase(it);
         } else {
@@ -363,12 +436,19 @@ void Scheduler::loop() {
       }
       // Admission: each queued request, in order, takes the free slot with
       // the longest common prefix (ties: least recently used).
-      while (!queue_.empty()) {
+      // A sibling of submit_n waits (others pass it) until its leader's
+      // prompt is in a cache, so that it copies the prompt instead of
+      // evaluating it.
+      for (auto qit = queue_.begin(); qit != queue_.end();) {
+        if ((*qit)->leader_ && !(*qit)->leader_->prefilled_) {
+          ++qit;
+          continue;
+        }
         Slot* best = nullptr;
         size_t best_lcp = 0;
         for (auto& s : slots_) {
           if (s->job) continue;
-          const Job& front = *queue_.front();
+          const Job& front = **qit;
           const size_t lcp = opts_.cache_reuse_all || s->tenant == front.params_.tenant
                                  ? common_prefix(s->tokens, front.prompt_)
                                  : 0;
@@ -378,8 +458,9 @@ void Scheduler::loop() {
           }
         }
         if (!best) break;
-        std::shared_ptr<Job> job = std::move(queue_.front());
-        queue_.pop_front();
+        std::shared_ptr<Job> job = std::move(*qit);
+        qit = queue_.erase(qit);
+        job->leader_.reset();
         try {
           admit(*best, job);
         } catch (const std::exception& e) {  // bad_alloc among them: this request only
@@ -392,6 +473,7 @@ void Scheduler::loop() {
           ev.done = true;
           ev.finish_reason = "error";
           ev.error = std::string("admission failed: ") + e.what();
+          job->prefilled_ = true;
           ev.usage.prompt_tokens = static_cast<int32_t>(job->prompt_.size());
           job->push(std::move(ev));
         }

@@ -137,6 +137,10 @@ class Job {
 
   std::vector<int32_t> prompt_;
   GenParams params_;
+  // Scheduler thread only: a sibling of submit_n waits for its leader's
+  // prompt to be evaluated, then copies it (Session::copy_prefix).
+  std::shared_ptr<Job> leader_;
+  bool prefilled_ = false;  ///< the prompt is in a slot's cache (or this job ended)
   std::chrono::steady_clock::time_point submitted_;
   std::atomic<bool> cancel_{false};
   std::mutex mu_;
@@ -195,6 +199,13 @@ class Scheduler {
   /// vocabulary; QueueFullError when max_queue requests wait; and
   /// ShuttingDownError after shutdown().
   std::shared_ptr<Job> submit(std::vector<int32_t> prompt, const GenParams& params);
+  /// n requests for one prompt (OpenAI's `n`): job i samples with seed
+  /// params.sampling.seed + i. The prompt is evaluated once: the others wait
+  /// until the first job's prompt is in its slot's cache and copy it from
+  /// there (Session::copy_prefix), evaluating only the last prompt token
+  /// themselves. Throws as submit(); QueueFullError when the n do not fit
+  /// the queue together (none is queued then).
+  std::vector<std::shared_ptr<Job>> submit_n(std::vector<int32_t> prompt, const GenParams& params, int n);
 
   /// Refuses new requests and ends queued and running ones (finish_reason
   /// "error", "server is shutting down"). Idempotent; returns at once.
@@ -209,6 +220,9 @@ class Scheduler {
   struct Slot;
   void loop();
   void admit(Slot& slot, std::shared_ptr<Job> job);
+  /// The slot (other than `dst`) whose cached tokens share the longest
+  /// prefix with `prompt` among those `tenant` may reuse; its length in *lcp.
+  Slot* prefix_source(const Slot& dst, const std::vector<int32_t>& prompt, const std::string& tenant, size_t* lcp);
   void finish(Slot& slot, const std::string& reason, const std::string& error = "");
   void emit_token(Slot& slot, int32_t id);
   /// Evaluates `batch` and samples the rows of `rows`; a failure of one
