@@ -229,8 +229,7 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   else
     parse_prompt(body, r);
 
-  if (integer_in(body, "n", 1, 128, 1) != 1)
-    unsupported("n", "Only n = 1 is supported: this server returns one choice per request.");
+  r.n = static_cast<int>(integer_in(body, "n", 1, kMaxChoices, 1));
   if (!chat && integer_in(body, "best_of", 1, 128, 1) != 1)
     unsupported("best_of", "Only best_of = 1 is supported.");
   if (!chat && boolean(body, "echo", false)) unsupported("echo", "echo is not supported.");

@@ -49,6 +49,7 @@ struct CompletionRequest {
   GenParams gen;                      ///< sampling (seed drawn at random when absent), max_tokens, stop
   bool stream = false;
   bool include_usage = false;         ///< stream_options.include_usage
+  int n = 1;                          ///< choices (OpenAI's n), 1..kMaxChoices
   // gen.logprobs: -1 none; else the alternatives per token (chat:
   // logprobs true + top_logprobs; completions: logprobs N).
 };
@@ -57,6 +58,9 @@ struct CompletionRequest {
 inline constexpr int kMaxJsonDepth = 64;
 /// The longest stop sequence accepted, in bytes (400 invalid_value, param stop).
 inline constexpr size_t kMaxStopBytes = 1024;
+/// The most choices one request may ask for (`n`): each holds a slot or a
+/// queue place while it runs (more than the queue takes: 429).
+inline constexpr int64_t kMaxChoices = 16;
 /// The most alternatives per token `top_logprobs` / `logprobs` may ask for.
 inline constexpr int64_t kMaxTopLogprobs = 20;
 /// The most logit_bias entries accepted (400 invalid_value, param logit_bias).
@@ -79,7 +83,7 @@ inline SamplerParams openai_sampling_defaults() {
 /// max_completion_tokens (>= 0; default: until the model stops or the
 /// context is full), temperature [0, 2] (default 1), top_p [0, 1] (default 1),
 /// presence_penalty / frequency_penalty [-2, 2], seed (integer), stop (string
-/// or up to 16 strings), n (1 only), stream, stream_options.include_usage.
+/// or up to 16 strings), n (1..16), stream, stream_options.include_usage.
 /// Also llama.cpp's extensions top_k, min_p and repeat_penalty, and
 /// logit_bias ({"id": bias in [-100, 100]}, at most kMaxLogitBias entries;
 /// the caller checks the ids against the vocabulary). `defaults` gives the
@@ -87,7 +91,7 @@ inline SamplerParams openai_sampling_defaults() {
 /// model's generation_config.json over them). A null field
 /// is as if absent; unknown fields are ignored.
 /// Throws ApiError 400: invalid_json, invalid_type, invalid_value,
-/// missing_required_parameter, unsupported_value (n > 1, logprobs, echo,
+/// missing_required_parameter, unsupported_value (echo,
 /// best_of > 1, suffix, tools, non-text content parts or response formats).
 /// logprobs: chat `logprobs` (boolean) with `top_logprobs` 0..20 (400 when
 /// given without logprobs: true); completions `logprobs` 0..20.

@@ -133,6 +133,10 @@ struct Server::Impl {
                               : static_cast<size_t>(o.sched.n_slots) + o.sched.max_queue + 64;
   }
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  /// n > 1 choices of one request (Scheduler::submit_n: the prompt is
+  /// evaluated once), streamed or not; each choice carries its index.
+  void completion_n(const httplib::Request& req, httplib::Response& res, const CompletionRequest& r,
+                    std::vector<int32_t> prompt);
   std::vector<int32_t> tokenize(const CompletionRequest& r) const;
   std::vector<int32_t> tokenize_chat(const std::vector<ChatMessage>& messages) const;
 
@@ -213,9 +217,10 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
                        std::to_string(prompt.size()) + " tokens, which leaves no room for the completion. " +
                        "Shorten the prompt or raise --ctx-size.",
                    "invalid_request_error", pparam, "context_length_exceeded");
+  r.gen.tenant = req.get_header_value("Authorization");  // prefix-cache isolation (issue 15, finding 6)
+  if (r.n > 1) return completion_n(req, res, r, std::move(prompt));
   std::shared_ptr<Job> job;
   try {
-    r.gen.tenant = req.get_header_value("Authorization");  // prefix-cache isolation (issue 15, finding 6)
     job = sched.submit(std::move(prompt), r.gen);
   } catch (const QueueFullError& e) {
     throw ApiError(429, std::string(e.what()) + "; retry later.", "rate_limit_error", "", "rate_limit_exceeded");
@@ -333,6 +338,174 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
       [this, st](bool) {
         if (!st->finished) {
           st->job->cancel();
+          metrics.count_finish("cancelled");
+        }
+        --open_streams;
+      });
+}
+
+void Server::Impl::completion_n(const httplib::Request& req, httplib::Response& res, const CompletionRequest& r,
+                                std::vector<int32_t> prompt) {
+  const size_t n = static_cast<size_t>(r.n);
+  std::vector<std::shared_ptr<Job>> jobs;
+  try {
+    jobs = sched.submit_n(std::move(prompt), r.gen, r.n);
+  } catch (const QueueFullError& e) {
+    throw ApiError(429, std::string(e.what()) + "; retry later or ask for fewer choices (n).", "rate_limit_error", "",
+                   "rate_limit_exceeded");
+  } catch (const ShuttingDownError& e) {
+    throw ApiError(503, e.what(), "server_error", "", "server_shutting_down");
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), "invalid_request_error", r.chat ? "messages" : "prompt", "invalid_value");
+  }
+  const ResponseMeta meta{new_response_id(r.chat ? "chatcmpl-" : "cmpl-"), static_cast<int64_t>(std::time(nullptr)),
+                          o.model_id, r.chat};
+  const int fd = find_connection_fd(req);
+  std::shared_ptr<const Tokenizer> toks = tok;
+  auto piece = [toks](int32_t id) { return toks->token_to_piece(id, /*special=*/true); };
+  const bool want_logprobs = r.gen.logprobs >= 0;
+  const size_t offset0 = r.chat || r.prompt_is_ids ? 0 : r.prompt.size();
+  const auto poll = std::chrono::milliseconds(std::max<int64_t>(1, kPoll.count() / static_cast<int64_t>(n)));
+  // usage: the prompt once, the completions summed (OpenAI's accounting).
+  auto total_usage = [n](const std::vector<GenUsage>& u) {
+    GenUsage t = u[0];
+    for (size_t i = 1; i < n; ++i) t.completion_tokens += u[i].completion_tokens;
+    return t;
+  };
+  auto with_index = [](json j, size_t i) {
+    if (!j["choices"].empty()) j["choices"][0]["index"] = i;
+    return j;
+  };
+
+  if (!r.stream) {
+    std::vector<std::string> text(n);
+    std::vector<std::vector<GenTokenLogprobs>> lps(n);
+    std::vector<GenEvent> last(n);
+    std::vector<bool> done(n, false);
+    for (size_t left = n; left > 0;) {
+      for (size_t i = 0; i < n; ++i) {
+        if (done[i]) continue;
+        std::optional<GenEvent> ev = jobs[i]->wait(poll);
+        if (!ev) continue;
+        text[i] += ev->text;
+        for (GenTokenLogprobs& t : ev->logprobs) lps[i].push_back(std::move(t));
+        if (ev->done) {
+          last[i] = std::move(*ev);
+          done[i] = true;
+          --left;
+        }
+      }
+      if (left > 0 && peer_closed(fd)) {
+        for (auto& j : jobs) j->cancel();
+        metrics.count_finish("cancelled");
+        res.status = 499;
+        return;
+      }
+    }
+    std::vector<GenUsage> usage;
+    for (size_t i = 0; i < n; ++i) {
+      metrics.count_finish(last[i].finish_reason);
+      if (last[i].finish_reason == "error") throw generation_error(last[i].error);
+      usage.push_back(last[i].usage);
+    }
+    json out;
+    for (size_t i = 0; i < n; ++i) {
+      size_t offset = offset0;
+      const json lp = want_logprobs ? logprobs_json(r.chat, lps[i], piece, &offset) : json(nullptr);
+      json one = completion_response(meta, text[i], last[i].finish_reason, last[i].usage, lp);
+      if (i == 0) {
+        out = one;
+      } else {
+        one["choices"][0]["index"] = i;
+        out["choices"].push_back(one["choices"][0]);
+      }
+    }
+    out["usage"] = usage_json(total_usage(usage));
+    res.set_content(dump(out), "application/json");
+    return;
+  }
+
+  struct State {
+    std::vector<std::shared_ptr<Job>> jobs;
+    std::vector<std::vector<GenTokenLogprobs>> pending;
+    std::vector<size_t> text_offset;
+    std::vector<bool> done;
+    std::vector<GenUsage> usage;
+    size_t left = 0;
+    bool started = false, finished = false;
+  };
+  auto st = std::make_shared<State>();
+  st->jobs = std::move(jobs);
+  st->pending.resize(n);
+  st->text_offset.assign(n, offset0);
+  st->done.assign(n, false);
+  st->usage.resize(n);
+  st->left = n;
+  ++open_streams;
+  const bool include_usage = r.include_usage;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, st, fd, meta, include_usage, want_logprobs, piece, poll, n, with_index,
+       total_usage](size_t, httplib::DataSink& sink) -> bool {
+        auto send = [&](const json& j) {
+          const std::string s = "data: " + dump(j) + "\n\n";
+          return sink.write(s.data(), s.size());
+        };
+        auto drop = [&] {
+          for (auto& j : st->jobs) j->cancel();
+          return false;
+        };
+        if (!st->started) {
+          st->started = true;
+          if (meta.chat)
+            for (size_t i = 0; i < n; ++i)
+              if (!send(with_index(chat_role_chunk(meta, include_usage), i))) return drop();
+          return true;
+        }
+        bool any = false;
+        for (size_t i = 0; i < n; ++i) {
+          if (st->done[i]) continue;
+          std::optional<GenEvent> ev = st->jobs[i]->wait(poll);
+          if (!ev) continue;
+          any = true;
+          for (GenTokenLogprobs& t : ev->logprobs) st->pending[i].push_back(std::move(t));
+          const bool failed = ev->finish_reason == "error" || ev->finish_reason == "cancelled";
+          if (!ev->text.empty() || (ev->done && !st->pending[i].empty() && !failed)) {
+            json lp = nullptr;
+            if (want_logprobs) {
+              lp = logprobs_json(meta.chat, st->pending[i], piece, &st->text_offset[i]);
+              st->pending[i].clear();
+            }
+            if (!send(with_index(completion_chunk(meta, ev->text, nullptr, include_usage, lp), i))) return drop();
+          }
+          if (!ev->done) continue;
+          st->done[i] = true;
+          --st->left;
+          st->usage[i] = ev->usage;
+          metrics.count_finish(ev->finish_reason);
+          if (ev->finish_reason == "cancelled") return drop();
+          if (ev->finish_reason == "error") {
+            st->finished = true;
+            for (auto& j : st->jobs) j->cancel();
+            send(error_body(generation_error(ev->error)));
+            sink.done();
+            return true;
+          }
+          if (!send(with_index(completion_chunk(meta, "", ev->finish_reason, include_usage), i))) return drop();
+        }
+        if (st->left > 0) return any || !peer_closed(fd) ? true : drop();
+        st->finished = true;
+        if (include_usage && !send(usage_chunk(meta, total_usage(st->usage)))) return false;
+        const std::string done = "data: [DONE]\n\n";
+        if (!sink.write(done.data(), done.size())) return false;
+        sink.done();
+        return true;
+      },
+      [this, st](bool) {
+        if (!st->finished) {
+          for (auto& j : st->jobs) j->cancel();
           metrics.count_finish("cancelled");
         }
         --open_streams;

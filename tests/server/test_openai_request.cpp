@@ -119,7 +119,7 @@ TEST(OpenAIRequest, Errors) {
       {chat(R"("temperature": -0.1)"), true, {400, "invalid_value", "temperature"}},
       {chat(R"("max_tokens": 3000000000)"), true, {400, "invalid_value", "max_tokens"}},
       {chat(R"("max_tokens": 18446744073709551615)"), true, {400, "invalid_value", "max_tokens"}},
-      {chat(R"("n": 3)"), true, {400, "unsupported_value", "n"}},
+      {chat(R"("n": 17)"), true, {400, "invalid_value", "n"}},
       {chat(R"("stop": [1])"), true, {400, "invalid_type", "stop"}},
       {chat(R"("stream_options": 1)"), true, {400, "invalid_type", "stream_options"}},
       {chat(R"("stream_options": {"include_usage": "yes"})"), true, {400, "invalid_type", "stream_options.include_usage"}},

@@ -90,7 +90,7 @@ BAD_BODIES = [
     (CHAT, {"model": MODEL_NAME, "messages": ["hi"]}, 400, "invalid_type", "messages[0]"),
     (CHAT, {"model": MODEL_NAME, "messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]}, 400, "unsupported_value", None),
-    (CHAT, {"model": MODEL_NAME, "messages": HI, "n": 2}, 400, "unsupported_value", "n"),
+    (CHAT, {"model": MODEL_NAME, "messages": HI, "n": 17}, 400, "invalid_value", "n"),
     (CHAT, {"model": MODEL_NAME, "messages": HI, "n": 0}, 400, "invalid_value", "n"),
     (CHAT, {"model": MODEL_NAME, "messages": HI, "logprobs": 3}, 400, "invalid_type", "logprobs"),
     (CHAT, {"model": MODEL_NAME, "messages": HI, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400,
@@ -138,8 +138,8 @@ def test_openai_client_sees_the_errors(server):
         c.chat.completions.create(model="gpt-4o", messages=HI, max_tokens=1)
     assert e.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError) as e:
-        c.chat.completions.create(model=MODEL_NAME, messages=HI, max_tokens=1, n=2)
-    assert e.value.code == "unsupported_value" and e.value.param == "n"
+        c.chat.completions.create(model=MODEL_NAME, messages=HI, max_tokens=1, n=99)
+    assert e.value.code == "invalid_value" and e.value.param == "n"
     with pytest.raises(openai.BadRequestError) as e:
         c.chat.completions.create(model=MODEL_NAME, messages=HI, max_tokens=1, temperature=9, stream=True)
     assert e.value.param == "temperature"
