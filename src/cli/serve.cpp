@@ -94,6 +94,12 @@ void serve(const ServeOptions& o) {
   so.sched.cache_reuse_all = o.cache_reuse == "all";
   so.log_requests = !o.quiet;
 
+  // Handlers before the "listening" line: a client that reads it may signal
+  // at once (a signal before the handlers would kill the process instead of
+  // shutting it down cleanly).
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGPIPE, SIG_IGN);
   server::Server srv(m.model, m.tokenizer, so);
   const int port = srv.bind();
   std::fprintf(stderr,
@@ -109,9 +115,6 @@ void serve(const ServeOptions& o) {
 
   // SIGINT/SIGTERM: a watcher thread turns the flag into stop(), which ends
   // running generations and makes run() return.
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGPIPE, SIG_IGN);
   std::atomic<bool> done{false};
   std::thread watcher([&] {
     while (!done.load() && g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -146,6 +146,7 @@ struct Server::Impl {
   Metrics metrics;
   httplib::Server http;
   std::atomic<bool> stopping{false};
+  std::atomic<bool> in_run{false}, run_done{false};  ///< Server::run() entered / returned
   std::atomic<int> open_streams{0};  ///< streamed responses not yet finished
   ConnectionWatchdog watchdog;
   size_t max_token_bytes = 1;
@@ -726,7 +727,14 @@ int Server::bind() {
   return port;
 }
 
-void Server::run() { impl_->http.listen_after_bind(); }
+void Server::run() {
+  // stop() may come first (a signal right after bind()): then it has set
+  // `stopping` before this reads it, or it sees in_run and stops the loop
+  // once it runs (cpp-httplib's stop() does nothing before listening began).
+  impl_->in_run = true;
+  if (!impl_->stopping) impl_->http.listen_after_bind();
+  impl_->run_done = true;
+}
 
 void Server::stop() {
   impl_->stopping = true;
@@ -737,6 +745,10 @@ void Server::stop() {
   while (impl_->open_streams.load() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   impl_->http.stop();
+  for (int i = 0; i < 500 && impl_->in_run && !impl_->run_done; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    impl_->http.stop();
+  }
   impl_->watchdog.stop();
 }
 

@@ -290,3 +290,13 @@ def test_port_in_use_is_a_one_line_error(start_server):
     assert r.returncode == 1
     assert r.stderr.startswith("kvad: error: cannot listen on 127.0.0.1:%d" % server.port), r.stderr
     assert server.request("GET", "/health")[0] == 200
+
+
+def test_a_signal_right_after_listening_stops_the_server(start_server):
+    # A signal that lands between bind() and the HTTP loop's start used to be
+    # lost (cpp-httplib's stop() does nothing before it listens).
+    import signal
+    for i in range(5):
+        s = start_server("--parallel", "1", "--ctx-size", "256")
+        s.proc.send_signal(signal.SIGINT if i % 2 == 0 else signal.SIGTERM)
+        assert s.proc.wait(timeout=15) == 0, i
