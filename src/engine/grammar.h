@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "base/error.h"
@@ -173,6 +174,8 @@ class TokenGrammar {
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<uint32_t> path_;
   std::vector<uint8_t> allowed_;
+  static constexpr size_t kMaskCache = 64;  ///< masks kept, n_vocab bytes each
+  std::unordered_map<uint32_t, std::vector<uint8_t>> cache_;  ///< state -> mask, until compaction
   double mask_s_ = 0;
   int64_t n_masks_ = 0;
 };

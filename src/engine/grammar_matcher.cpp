@@ -281,9 +281,16 @@ TokenGrammar::TokenGrammar(std::shared_ptr<const Grammar> g, std::shared_ptr<con
 
 void TokenGrammar::mask(std::vector<uint8_t>& allowed) {
   const auto t0 = std::chrono::steady_clock::now();
-  m_.maybe_compact();
-  allowed.assign(static_cast<size_t>(trie_->n_vocab()), 0);
+  if (m_.maybe_compact()) cache_.clear();
   const uint32_t s0 = m_.state();
+  // Masks of states seen before (a JSON string's content is one state).
+  if (auto it = cache_.find(s0); it != cache_.end()) {
+    allowed = it->second;
+    mask_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++n_masks_;
+    return;
+  }
+  allowed.assign(static_cast<size_t>(trie_->n_vocab()), 0);
   path_[0] = s0;
   const auto& nodes = trie_->nodes();
   const auto& ids = trie_->ids();
@@ -297,6 +304,7 @@ void TokenGrammar::mask(std::vector<uint8_t>& allowed) {
   }
   if (m_.state_accepting(s0))
     for (int32_t id : trie_->eog()) allowed[static_cast<size_t>(id)] = 1;
+  if (cache_.size() < kMaskCache) cache_.emplace(s0, allowed);
   mask_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++n_masks_;
 }
