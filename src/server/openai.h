@@ -63,9 +63,14 @@ inline constexpr size_t kMaxStopBytes = 1024;
 /// or up to 16 strings), n (1 only), stream, stream_options.include_usage.
 /// Also llama.cpp's extensions top_k, min_p and repeat_penalty. A null field
 /// is as if absent; unknown fields are ignored.
+/// Constrained output (gen.grammar, engine/grammar.h): response_format
+/// {type: text | json_object | json_schema {name, schema, strict}}, or
+/// llama.cpp's `grammar` (GBNF text) or `json_schema` (a schema); at most one.
 /// Throws ApiError 400: invalid_json, invalid_type, invalid_value,
-/// missing_required_parameter, unsupported_value (n > 1, logprobs, echo,
-/// best_of > 1, suffix, tools, non-text content parts or response formats).
+/// missing_required_parameter, invalid_schema (a keyword the schema compiler
+/// cannot enforce, named in the message), invalid_grammar, unsupported_value
+/// (n > 1, logprobs, echo, best_of > 1, suffix, tools, non-text content
+/// parts, other response formats).
 CompletionRequest parse_completion_request(const std::string& body, bool chat);
 
 /// Token counts for `usage`.
