@@ -8,7 +8,7 @@ find_package(nlohmann_json CONFIG REQUIRED)
 set(KVAD_GRAMMAR_SOURCES
   ${PROJECT_SOURCE_DIR}/src/engine/gbnf.cpp
   ${PROJECT_SOURCE_DIR}/src/engine/grammar_matcher.cpp
-  ${PROJECT_SOURCE_DIR}/src/engine/json_schema.cpp
+  ${PROJECT_SOURCE_DIR}/src/engine/json_schema.cpp ${PROJECT_SOURCE_DIR}/src/engine/json_schema_merge.cpp
   ${PROJECT_SOURCE_DIR}/src/engine/json_schema_text.cpp)
 foreach(t fuzz_gbnf fuzz_json_schema)
   add_executable(${t} ${CMAKE_CURRENT_LIST_DIR}/${t}.cpp ${KVAD_GRAMMAR_SOURCES})

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/json_schema_merge.h"
 #include "engine/json_schema_text.h"
 
 namespace kvad {
@@ -24,17 +25,15 @@ namespace {
 
 using oj = nlohmann::ordered_json;
 using schema_text::lit;
+using schema_merge::kIgnored;
+using schema_merge::kMaxDepth;
+using schema_merge::kTypes;
 
-const std::set<std::string> kIgnored = {
-    "title", "description", "default", "examples", "$comment", "$schema", "$id", "$anchor", "deprecated",
-    "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema", "$defs", "definitions"};
 const std::set<std::string> kSupported = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",
     "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref"};
-const std::set<std::string> kTypes = {"null", "boolean", "object", "array", "string", "number", "integer"};
 
-constexpr int kMaxDepth = 64;
 constexpr size_t kMaxRules = 4096;
 constexpr int64_t kMaxCount = 10000;
 constexpr double kMaxBound = 1e18;
@@ -63,7 +62,7 @@ bool is_int_value(const oj& v) {
 
 class Compiler {
  public:
-  explicit Compiler(const oj& root) : root_(root) {}
+  Compiler(const oj& root, bool any_order) : root_(root), mg_(root), any_order_(any_order) {}
 
   std::string run() {
     const std::string r = gen(root_, "", 0);
@@ -78,6 +77,8 @@ class Compiler {
 
  private:
   const oj& root_;
+  schema_merge::Merger mg_;
+  bool any_order_;
   std::vector<std::pair<std::string, std::string>> rules_;
   std::map<std::string, size_t> index_;         // name -> rules_ index
   std::map<std::string, std::string> by_body_;  // body -> name
@@ -136,137 +137,6 @@ class Compiler {
     return d;
   }
 
-  const oj& resolve(const oj& ref, const std::string& path, std::string& ptr) {
-    if (!ref.is_string()) refuse("$ref", path, "must be a string");
-    std::string r = ref.get<std::string>();
-    if (r.empty() || r[0] != '#') refuse("$ref", path, "only references inside the document ('#...') are supported");
-    // Percent-decoding (URI fragment), then JSON pointer (RFC 6901).
-    std::string dec;
-    for (size_t i = 1; i < r.size(); ++i) {
-      if (r[i] == '%' && i + 2 < r.size() + 0 && std::isxdigit(static_cast<unsigned char>(r[i + 1])) &&
-          i + 2 < r.size() && std::isxdigit(static_cast<unsigned char>(r[i + 2]))) {
-        dec += static_cast<char>(std::stoi(r.substr(i + 1, 2), nullptr, 16));
-        i += 2;
-      } else {
-        dec += r[i];
-      }
-    }
-    if (!dec.empty() && dec[0] != '/') refuse("$ref", path, "anchors ('#name') are not supported");
-    const oj* cur = &root_;
-    size_t i = 0;
-    while (i < dec.size()) {
-      size_t j = dec.find('/', i + 1);
-      if (j == std::string::npos) j = dec.size();
-      std::string tok = dec.substr(i + 1, j - i - 1), t;
-      for (size_t k = 0; k < tok.size(); ++k) {
-        if (tok[k] == '~' && k + 1 < tok.size() && tok[k + 1] == '1') { t += '/'; ++k; }
-        else if (tok[k] == '~' && k + 1 < tok.size() && tok[k + 1] == '0') { t += '~'; ++k; }
-        else t += tok[k];
-      }
-      if (cur->is_object() && cur->contains(t)) cur = &(*cur)[t];
-      else if (cur->is_array() && !t.empty() && t.find_first_not_of("0123456789") == std::string::npos && t.size() < 9 &&
-               std::stoul(t) < cur->size()) cur = &(*cur)[std::stoul(t)];
-      else refuse("$ref", path, "'" + r + "' does not resolve in this document");
-      i = j;
-    }
-    ptr = "#" + dec;
-    return *cur;
-  }
-
-  // A schema with its $ref replaced by the target merged in (for allOf and
-  // $ref with siblings).
-  oj inline_ref(const oj& s, const std::string& path, int depth) {
-    if (!s.is_object() || !s.contains("$ref")) return s;
-    if (depth > 16) refuse("$ref", path, "references nested deeper than 16 next to other keywords");
-    std::string ptr;
-    oj target = inline_ref(resolve(s["$ref"], path, ptr), ptr, depth + 1);
-    oj rest = s;
-    rest.erase("$ref");
-    return merge(rest, target, path, depth + 1);
-  }
-
-  oj merge(const oj& a0, const oj& b0, const std::string& path, int depth) {
-    if (depth > kMaxDepth) refuse("allOf", path, "nested deeper than 64");
-    if (a0.is_boolean()) return a0.get<bool>() ? inline_ref(b0, path, depth) : a0;
-    if (b0.is_boolean()) return b0.get<bool>() ? inline_ref(a0, path, depth) : b0;
-    if (!a0.is_object() || !b0.is_object()) refuse("allOf", path, "a schema must be an object or a boolean");
-    const oj a = inline_ref(a0, path, depth), b = inline_ref(b0, path, depth);
-    if (a.is_boolean() || b.is_boolean()) return merge(a, b, path, depth + 1);
-    // `items` applies past its own schema's prefixItems: merged next to a
-    // longer prefixItems it would constrain fewer elements.
-    auto plen = [](const oj& x) { return x.contains("prefixItems") && x["prefixItems"].is_array() ? x["prefixItems"].size() : size_t{0}; };
-    if ((a.contains("items") && plen(b) > plen(a)) || (b.contains("items") && plen(a) > plen(b)))
-      refuse("allOf", path, "'items' next to a longer 'prefixItems' of another branch cannot be combined");
-    oj r = a;
-    for (auto& [k, v] : b.items()) {
-      if (kIgnored.count(k) || k == "properties" || k == "additionalProperties") continue;
-      if (!r.contains(k)) { r[k] = v; continue; }
-      oj& u = r[k];
-      if (u == v) continue;
-      if (k == "type") {
-        auto set = [](const oj& t) {
-          std::set<std::string> s;
-          if (t.is_string()) s.insert(t.get<std::string>());
-          else if (t.is_array()) for (auto& x : t) if (x.is_string()) s.insert(x.get<std::string>());
-          return s;
-        };
-        auto x = set(u), y = set(v);
-        oj out = oj::array();
-        for (auto& t : x) {
-          if (y.count(t)) out.push_back(t);
-          else if (t == "integer" && y.count("number")) out.push_back(t);
-          else if (t == "number" && y.count("integer")) out.push_back("integer");
-        }
-        if (out.empty()) return oj(false);
-        u = out;
-      } else if (k == "minimum" || k == "exclusiveMinimum" || k == "minLength" || k == "minItems") {
-        if (!u.is_number() || !v.is_number()) refuse(k, path, "must be a number");
-        if (v.get<double>() > u.get<double>()) u = v;
-      } else if (k == "maximum" || k == "exclusiveMaximum" || k == "maxLength" || k == "maxItems") {
-        if (!u.is_number() || !v.is_number()) refuse(k, path, "must be a number");
-        if (v.get<double>() < u.get<double>()) u = v;
-      } else if (k == "required") {
-        if (!u.is_array() || !v.is_array()) refuse(k, path, "must be an array");
-        for (auto& x : v) if (std::find(u.begin(), u.end(), x) == u.end()) u.push_back(x);
-      } else if (k == "enum") {
-        if (!u.is_array() || !v.is_array()) refuse(k, path, "must be an array");
-        oj out = oj::array();
-        for (auto& x : u) if (std::find(v.begin(), v.end(), x) != v.end()) out.push_back(x);
-        u = out;
-      } else if (k == "const") {
-        return oj(false);
-      } else if (k == "items") {
-        u = merge(u, v, path + "/items", depth + 1);
-      } else if (k == "prefixItems") {
-        if (!u.is_array() || !v.is_array() || u.size() != v.size())
-          refuse(k, path, "prefixItems of different lengths in allOf cannot be combined");
-        for (size_t i = 0; i < u.size(); ++i) u[i] = merge(u[i], v[i], path + "/prefixItems", depth + 1);
-      } else if (k == "allOf") {
-        for (auto& x : v) u.push_back(x);
-      } else {
-        refuse(k, path, "two different '" + k + "' values in allOf cannot be combined");
-      }
-    }
-    // properties / additionalProperties: a key declared on one side only is
-    // also checked by the other side's additionalProperties.
-    if (b.contains("properties") || b.contains("additionalProperties")) {
-      const oj empty = oj::object();
-      const oj& pa = a.contains("properties") ? a["properties"] : empty;
-      const oj& pb = b.contains("properties") ? b["properties"] : empty;
-      if (!pa.is_object() || !pb.is_object()) refuse("properties", path, "must be an object");
-      const oj ta = a.contains("additionalProperties") ? a["additionalProperties"] : oj(true);
-      const oj tb = b.contains("additionalProperties") ? b["additionalProperties"] : oj(true);
-      oj props = oj::object();
-      for (auto& [k, v] : pa.items()) props[k] = pb.contains(k) ? merge(v, pb[k], path, depth + 1) : merge(v, tb, path, depth + 1);
-      for (auto& [k, v] : pb.items()) if (!pa.contains(k)) props[k] = merge(ta, v, path, depth + 1);
-      if (!props.empty()) r["properties"] = props;
-      const oj add = merge(ta, tb, path, depth + 1);
-      if (!(add.is_boolean() && add.get<bool>())) r["additionalProperties"] = add;
-      else r.erase("additionalProperties");
-    }
-    return r;
-  }
-
   // -------------------------------------------------------------- gen
   std::string gen(const oj& s, const std::string& path, int depth) {
     if (depth > kMaxDepth) refuse("", path, "schemas nested deeper than 64");
@@ -274,7 +144,7 @@ class Compiler {
     if (!s.is_object()) refuse("", path, "a schema must be an object or a boolean");
     bool constraining = false;
     for (auto& [k, v] : s.items()) {
-      if (k == "$schema") check_metaschema(v, path);
+      if (k == "$schema") schema_merge::check_metaschema(v, path);
       if (kIgnored.count(k)) continue;
       if (!kSupported.count(k)) refuse(k, path, "not supported by the grammar compiler");
       if (k == "uniqueItems" && !(v.is_boolean() && !v.get<bool>()))
@@ -286,14 +156,14 @@ class Compiler {
       bool siblings = false;
       for (auto& [k, v] : s.items()) if (!kIgnored.count(k) && k != "$ref") siblings = true;
       if (!siblings) return ref_rule(s["$ref"], path, depth);
-      return gen(inline_ref(s, path, 0), path, depth + 1);
+      return gen(mg_.inline_ref(s, path, 0), path, depth + 1);
     }
     if (s.contains("allOf")) {
       const oj& all = s["allOf"];
       if (!all.is_array() || all.empty()) refuse("allOf", path, "must be a non-empty array");
       oj merged = s;
       merged.erase("allOf");
-      for (size_t i = 0; i < all.size(); ++i) merged = merge(merged, all[i], path + "/allOf/" + std::to_string(i), depth);
+      for (size_t i = 0; i < all.size(); ++i) merged = mg_.merge(merged, all[i], path + "/allOf/" + std::to_string(i), depth);
       return gen(merged, path, depth + 1);
     }
     for (const char* kw : {"anyOf", "oneOf"}) {
@@ -303,8 +173,8 @@ class Compiler {
       oj rest = s;
       rest.erase(kw);
       std::vector<oj> merged;
-      for (size_t i = 0; i < br.size(); ++i) merged.push_back(merge(rest, br[i], path + "/" + kw + "/" + std::to_string(i), depth));
-      if (std::string(kw) == "oneOf") check_disjoint(merged, path);
+      for (size_t i = 0; i < br.size(); ++i) merged.push_back(mg_.merge(rest, br[i], path + "/" + kw + "/" + std::to_string(i), depth));
+      if (std::string(kw) == "oneOf") schema_merge::check_disjoint(merged, path);
       std::vector<std::string> alts;
       for (size_t i = 0; i < merged.size(); ++i)
         alts.push_back(gen(merged[i], path + "/" + kw + "/" + std::to_string(i), depth + 1));
@@ -314,67 +184,9 @@ class Compiler {
     return gen_types(s, path, depth);
   }
 
-  // A custom metaschema may switch vocabularies off: only the published
-  // drafts' metaschemas are known.
-  static void check_metaschema(const oj& v, const std::string& path) {
-    static const std::set<std::string> known = {
-        "https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2019-09/schema",
-        "http://json-schema.org/draft-07/schema", "http://json-schema.org/draft-06/schema",
-        "http://json-schema.org/draft-04/schema"};
-    std::string m = v.is_string() ? v.get<std::string>() : "";
-    if (!m.empty() && m.back() == '#') m.pop_back();
-    if (!known.count(m)) refuse("$schema", path, "unknown metaschema " + v.dump());
-  }
-
-  // oneOf is anyOf when no value can match two branches: shown here by
-  // disjoint types, or by const/enum values no other branch lists.
-  void check_disjoint(const std::vector<oj>& br, const std::string& path) {
-    auto types = [](const oj& s) -> std::set<std::string> {
-      if (s.is_boolean()) return s.get<bool>() ? kTypes : std::set<std::string>{};
-      std::set<std::string> t;
-      if (s.contains("type")) {
-        const oj& v = s["type"];
-        if (v.is_string()) t.insert(v.get<std::string>());
-        else if (v.is_array()) for (auto& x : v) if (x.is_string()) t.insert(x.get<std::string>());
-      } else if (s.contains("const") || s.contains("enum")) {
-        oj vals = s.contains("const") ? oj::array({s["const"]}) : s["enum"];
-        for (auto& x : vals) {
-          t.insert(x.is_null() ? "null" : x.is_boolean() ? "boolean" : x.is_object() ? "object" : x.is_array() ? "array" :
-                   x.is_string() ? "string" : "number");
-        }
-      } else {
-        t = kTypes;
-      }
-      if (t.count("integer")) t.insert("number");
-      if (t.count("number")) t.insert("integer");
-      return t;
-    };
-    auto values = [](const oj& s) -> std::optional<oj> {
-      if (!s.is_object()) return std::nullopt;
-      if (s.contains("const")) return oj::array({s["const"]});
-      if (s.contains("enum") && s["enum"].is_array()) return s["enum"];
-      return std::nullopt;
-    };
-    for (size_t i = 0; i < br.size(); ++i)
-      for (size_t j = i + 1; j < br.size(); ++j) {
-        const auto ti = types(br[i]), tj = types(br[j]);
-        bool overlap = false;
-        for (auto& t : ti) if (tj.count(t)) overlap = true;
-        if (!overlap) continue;
-        const auto vi = values(br[i]), vj = values(br[j]);
-        if (vi && vj) {
-          bool common = false;
-          for (auto& x : *vi) if (std::find(vj->begin(), vj->end(), x) != vj->end()) common = true;
-          if (!common) continue;
-        }
-        refuse("oneOf", path, "branches " + std::to_string(i) + " and " + std::to_string(j) +
-                                  " may both match; only branches of disjoint types or values are supported");
-      }
-  }
-
   std::string ref_rule(const oj& ref, const std::string& path, int depth) {
     std::string ptr;
-    const oj& target = resolve(ref, path, ptr);
+    const oj& target = mg_.resolve(ref, path, ptr);
     auto it = refs_.find(ptr);
     if (it != refs_.end()) return it->second;
     const std::string name = reserve("ref" + ptr.substr(ptr.rfind('/') == std::string::npos ? 1 : ptr.rfind('/') + 1));
@@ -403,7 +215,7 @@ class Compiler {
     }
     std::vector<Member> ms;
     for (auto& [k, x] : v.items()) ms.push_back({lit(oj(k).dump()) + " ws \":\" ws " + lit_value(x), true});
-    return members(ms, "");
+    return members(ms, "", true);
   }
 
   // Does the grammar of `expr` (rules so far) accept `v`'s compact text?
@@ -704,21 +516,21 @@ class Compiler {
     }
     std::vector<Member> ms;
     for (auto& p : live) ms.push_back({rule("kv", lit(oj(p.name).dump()) + " ws \":\" ws " + p.value), p.req});
-    return members(ms, ex);
+    return members(ms, ex, any_order_);
   }
 
   // An object of the members `ms` (each "key": value, required or not) and
-  // of any number of `ex` members (none when empty). Up to 6 members: in
-  // any order, each at most once (one rule per subset written so far);
-  // more: in the order given, `ex` members anywhere between them.
+  // of any number of `ex` members (none when empty). `any_order` and up to
+  // 6 members: in any order, each at most once (one rule per subset written
+  // so far); else in the order given, `ex` members anywhere between them.
   struct Member { std::string kv; bool req; };
-  std::string members(const std::vector<Member>& ms, const std::string& ex) {
+  std::string members(const std::vector<Member>& ms, const std::string& ex, bool any_order) {
     const std::string sep = "ws \",\" ws";
     const size_t n = ms.size();
     bool any_req = false;
     for (auto& m : ms) any_req |= m.req;
     std::string F;  // at least one member
-    if (n <= 6) {
+    if (any_order && n <= 6) {
       uint32_t req_mask = 0;
       for (size_t i = 0; i < n; ++i) if (ms[i].req) req_mask |= 1u << i;
       // S[mask]: members after at least one, `mask` the ones written.
@@ -780,24 +592,85 @@ class Compiler {
 
 }  // namespace
 
-std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema) { return Compiler(schema).run(); }
+namespace {
+// Prefixes every rule name of GBNF text (identifiers outside literals,
+// classes and repetition counts).
+std::string prefix_names(const std::string& text, const std::string& prefix) {
+  if (prefix.empty()) return text;
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (c == '"' || c == '[') {
+      const char end = c == '"' ? '"' : ']';
+      size_t j = i + 1;
+      while (j < text.size() && text[j] != end) j += text[j] == '\\' ? 2 : 1;
+      out.append(text, i, j + 1 - i);
+      i = j + 1;
+    } else if (c == '{') {
+      const size_t j = text.find('}', i);
+      out.append(text, i, j + 1 - i);
+      i = j + 1;
+    } else if (std::isalpha(static_cast<unsigned char>(c))) {
+      size_t j = i;
+      while (j < text.size() && (std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '-' || text[j] == '_')) ++j;
+      out += prefix;
+      out.append(text, i, j - i);
+      i = j;
+    } else {
+      out += c;
+      ++i;
+    }
+  }
+  return out;
+}
+}  // namespace
 
-std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema) {
-  const std::string text = json_schema_to_gbnf(schema);
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opt) {
+  for (char c : opt.prefix)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_')
+      throw SchemaError("", "", "rule prefix '" + opt.prefix + "' has characters other than [A-Za-z0-9_-]");
+  if (!opt.prefix.empty() && !std::isalpha(static_cast<unsigned char>(opt.prefix[0])))
+    throw SchemaError("", "", "rule prefix '" + opt.prefix + "' must start with a letter");
+  return prefix_names(Compiler(schema, opt.key_order == JsonSchemaOptions::KeyOrder::kAny).run(), opt.prefix);
+}
+
+std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opt) {
+  const std::string text = json_schema_to_gbnf(schema, opt);
   try {
-    return Grammar::parse(text);
+    return Grammar::parse(text, opt.prefix + "root");
   } catch (const SchemaError&) {
     throw;
   } catch (const GrammarError& e) {
     const std::string what = e.what();
     if (what.find("left recursive") != std::string::npos) {
-      const bool ref = what.find("rule 'ref") != std::string::npos;
+      const bool ref = what.find("rule '" + opt.prefix + "ref") != std::string::npos;
       throw SchemaError(ref ? "$ref" : "pattern", "",
                         ref ? "a reference that recurses without consuming input"
                             : "a repetition of something that can match the empty string");
     }
-    throw SchemaError("", "", std::string("internal grammar error: ") + e.what());
+    throw SchemaError("", "", std::string("the compiled grammar is over a limit: ") + e.what());
   }
+}
+
+nlohmann::ordered_json tool_call_schema(const nlohmann::ordered_json& tools, const std::string& name_key,
+                                        const std::string& args_key) {
+  using oj = nlohmann::ordered_json;
+  if (!tools.is_array() || tools.empty()) throw SchemaError("", "tools", "tools must be a non-empty array");
+  oj branches = oj::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string at = "tools/" + std::to_string(i);
+    const oj& t = tools[i];
+    const oj* fn = t.is_object() && t.contains("function") ? &t["function"] : nullptr;
+    if (!fn || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string())
+      throw SchemaError("", at, "a tool must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": ...}}");
+    oj params = fn->contains("parameters") ? (*fn)["parameters"] : oj{{"type", "object"}};
+    oj props = oj::object();
+    props[name_key] = {{"const", (*fn)["name"]}};
+    props[args_key] = params;
+    branches.push_back({{"type", "object"}, {"properties", props}, {"required", {name_key, args_key}},
+                        {"additionalProperties", false}});
+  }
+  return branches.size() == 1 ? branches[0] : oj{{"anyOf", branches}};
 }
 
 std::string json_any_gbnf(bool object_only) {

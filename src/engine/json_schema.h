@@ -3,18 +3,19 @@
 //
 // The grammar accepts JSON text of values valid under the schema: compact,
 // or with up to 20 whitespace characters ([ \t\n\r]) around structural
-// characters; no whitespace before or after the whole value. Keys of an
-// object come in the order of the schema's `properties` (required ones
-// mandatory), with additional properties (when allowed) anywhere between
-// them. Supported keywords (semantics from the JSON Schema 2020-12 Core and
+// characters; no whitespace before or after the whole value; strings as
+// Python's json.dumps writes them (no \u escapes but for control
+// characters, in the keys of additional properties). Keys of an object come
+// as JsonSchemaOptions::key_order says. Numbers with bounds are written
+// without an exponent. Supported keywords (semantics from the JSON Schema 2020-12 Core and
 // Validation specifications, json-schema.org):
 //   type, enum, const, properties, required, additionalProperties, items,
 //   prefixItems, minItems, maxItems, uniqueItems: false, minLength,
 //   maxLength, pattern (an ECMA-262 regex subset: literals, escapes, classes,
 //   \d \w \s, ., groups, |, * + ? {m} {m,} {m,n}, ^ and $ at the ends),
 //   format (date-time, date, time, uuid, email, ipv4), minimum, maximum,
-//   exclusiveMinimum, exclusiveMaximum (integers, and numbers bounded by
-//   integers), multipleOf (integer divisors of integers), anyOf, oneOf
+//   exclusiveMinimum, exclusiveMaximum (integers, and numbers with integer
+//   bounds), multipleOf (integer divisors of integers), anyOf, oneOf
 //   (branches of disjoint types or values), allOf (when the branches merge),
 //   $ref to "#" and JSON pointers into the document ($defs, definitions,
 //   recursion included), boolean schemas; annotations (title, description,
@@ -45,14 +46,43 @@ class SchemaError : public GrammarError {
   std::string path;
 };
 
-/// GBNF text (start rule "root") for JSON values valid under `schema`.
-/// Limits: schemas nested at most 64 deep, at most 4096 rules, counts
-/// (minLength, maxItems, ...) at most 10000. Throws SchemaError.
-std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);
+struct JsonSchemaOptions {
+  /// Keys of an object with `properties`: in the schema's order (as OpenAI's
+  /// structured outputs write them; a "reasoning" key before an "answer" key
+  /// stays first), or in any order (each key once; objects of at most 6
+  /// declared properties, more fall back to the schema's order).
+  /// Additional properties may come anywhere either way.
+  enum class KeyOrder { kSchema, kAny };
+  KeyOrder key_order = KeyOrder::kSchema;
+  /// Prepended to every rule name (the start rule is prefix + "root"), so
+  /// that several schemas can live in one grammar, e.g. tool calls:
+  ///   root ::= "<tool_call>" call-root "</tool_call>"   + the rules of
+  ///   json_schema_to_gbnf(tool_call_schema(tools), {.prefix = "call-"}).
+  /// Letters, digits, '-' and '_', starting with a letter.
+  std::string prefix;
+};
 
-/// The same, parsed: the grammar for the sampler. Throws SchemaError (also
-/// for recursion that consumes nothing, e.g. {"$ref": "#"}).
-std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema);
+/// GBNF text (start rule opt.prefix + "root") for JSON values valid under
+/// `schema`. Limits: schemas nested at most 64 deep, at most 4096 rules,
+/// counts (minLength, maxItems, ...) at most 10000, enum at most 1024
+/// values. Throws SchemaError.
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opt = {});
+
+/// The same, parsed: the grammar for the sampler (GenParams::grammar).
+/// Throws SchemaError (also for recursion that consumes nothing, e.g.
+/// {"$ref": "#"}, and for a grammar over Grammar::parse's limits).
+std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema,
+                                                   const JsonSchemaOptions& opt = {});
+
+/// A schema for one call of one of OpenAI `tools`
+/// ([{"type": "function", "function": {"name", "parameters"}}]): an object
+/// {name_key: <the tool's name>, args_key: <valid under its parameters>},
+/// keys in that order, nothing else (anyOf over the tools). For
+/// tool_choice "required" (all tools) or a named function (a one-element
+/// array). Llama 3.x writes args_key "parameters". Throws SchemaError for a
+/// tool that is not a function with a string name.
+nlohmann::ordered_json tool_call_schema(const nlohmann::ordered_json& tools, const std::string& name_key = "name",
+                                        const std::string& args_key = "arguments");
 
 /// GBNF for any JSON value (`object_only`: any JSON object, OpenAI's
 /// response_format {"type": "json_object"}).

@@ -150,6 +150,36 @@ TEST(Gbnf, Errors) {
   EXPECT_NE(msg(flat + "\n").find("elements"), std::string::npos);
 }
 
+// A grammar for tool calls built from the pieces the schema compiler
+// exposes: Hermes-style <tool_call> wrapping, several tools in one grammar.
+TEST(JsonSchemaApi, ToolCallGrammar) {
+  const oj tools = oj::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}, "unit": {"enum": ["C", "F"]}}, "required": ["city"],
+      "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+      "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}])");
+  JsonSchemaOptions o;
+  o.prefix = "call-";
+  const std::string text = "root ::= \"<tool_call>\\n\" call-root \"\\n</tool_call>\"\n" +
+                           json_schema_to_gbnf(tool_call_schema(tools), o);
+  auto g = Grammar::parse(text);
+  EXPECT_TRUE(accepts(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"));
+  EXPECT_TRUE(accepts(g, "<tool_call>\n{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":-2}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(g, "<tool_call>\n{\"name\":\"add\",\"arguments\":{\"a\":1}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(g, "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":1}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(g, "<tool_call>\n{\"name\":\"nope\",\"arguments\":{}}\n</tool_call>"));
+  // The name comes first (a streaming parser can announce the call early).
+  EXPECT_FALSE(accepts(g, "<tool_call>\n{\"arguments\":{\"a\":1,\"b\":2},\"name\":\"add\"}\n</tool_call>"));
+  // A named function: a one-element tools array; parameters "parameters".
+  auto one = json_schema_grammar(tool_call_schema(oj::array({tools[1]}), "name", "parameters"));
+  EXPECT_TRUE(accepts(one, "{\"name\":\"add\",\"parameters\":{\"a\":1,\"b\":2}}"));
+  EXPECT_FALSE(accepts(one, "{\"name\":\"get_weather\",\"parameters\":{\"city\":\"x\"}}"));
+  EXPECT_THROW(tool_call_schema(oj::parse(R"([{"type": "function"}])")), SchemaError);
+  o.prefix = "9bad";
+  EXPECT_THROW(json_schema_to_gbnf(oj::object(), o), SchemaError);
+}
+
 // Every file of the broken corpus fails cleanly: *.gbnf with GrammarError,
 // *.json (schemas) with SchemaError naming a keyword or a limit.
 TEST(GrammarCorpus, BrokenInputsFailCleanly) {
