@@ -112,6 +112,7 @@ struct Scheduler::Slot {
   std::optional<Sampler> sampler;
   std::unique_ptr<StreamDecoder> dec;
   std::optional<StopText> stop;
+  std::optional<TokenGrammar> grammar;
   GenUsage usage;
   uint64_t last_used = 0;        ///< use_clock_ at admission (least recently used goes first)
   uint64_t admitted = 0;         ///< admission order, for prompt chunks
@@ -284,6 +285,11 @@ void Scheduler::admit(Slot& slot, std::shared_ptr<Job> job) {
   for (int32_t t : prompt) slot.sampler->accept(t);
   slot.dec = std::make_unique<StreamDecoder>(*tok_);
   slot.stop.emplace(job->params_.stop);
+  slot.grammar.reset();
+  if (job->params_.grammar) {
+    if (!trie_) trie_ = std::make_shared<TokenTrie>(*tok_);
+    slot.grammar.emplace(job->params_.grammar, trie_);
+  }
   slot.usage = GenUsage{};
   slot.usage.prompt_tokens = static_cast<int32_t>(prompt.size());
   slot.usage.cached_tokens = landed;
@@ -314,6 +320,7 @@ void Scheduler::finish(Slot& slot, const std::string& reason, const std::string&
   job->prefilled_ = true;  // siblings wait no longer
   slot.pending = -1;
   slot.dec.reset();
+  slot.grammar.reset();
   {
     // Before the last event: whoever sees it finds the slot free.
     std::lock_guard<std::mutex> lk(mu_);
@@ -333,6 +340,7 @@ void Scheduler::emit_token(Slot& slot, int32_t id) {
     metrics_.ttft_s_sum += slot.usage.ttft_s;
     ++metrics_.ttft_count;
   }
+  if (slot.grammar && !slot.grammar->accept(id)) return finish(slot, "error", "grammar: the sampled token is not allowed");
   if (tok_->is_eog(id)) return finish(slot, "stop");
   GenEvent ev;
   if (job.params_.logprobs >= 0)
@@ -343,6 +351,7 @@ void Scheduler::emit_token(Slot& slot, int32_t id) {
     job.push(std::move(ev));
   }
   if (slot.stop->stopped()) return finish(slot, "stop");
+  if (slot.grammar && slot.grammar->finished()) return finish(slot, "stop");  // nothing can follow
   const int32_t max_tokens = job.params_.max_tokens;
   if (max_tokens >= 0 && slot.usage.completion_tokens >= max_tokens) return finish(slot, "length");
   // The token is evaluated at position tokens.size(), which must fit.
@@ -357,7 +366,15 @@ void Scheduler::step(const Batch& batch, const std::vector<Slot*>& rows) {
     Slot& s = *rows[j];
     if (!s.job) continue;
     try {
-      emit_token(s, s.sampler->sample(logits.data() + j * nv, n_sample_));
+      const float* row = logits.data() + j * nv;
+      if (s.grammar) {
+        masked_.assign(row, row + n_sample_);
+        const double before = s.grammar->mask_seconds();
+        s.grammar->apply(masked_.data(), n_sample_);
+        s.usage.grammar_s += s.grammar->mask_seconds() - before;
+        row = masked_.data();
+      }
+      emit_token(s, s.sampler->sample(row, n_sample_));
     } catch (const std::exception& e) {
       // Its cache holds what was evaluated; only its request ends.
       if (s.job) finish(s, "error", e.what());

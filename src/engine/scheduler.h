@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "engine/grammar.h"
 #include "engine/sampler.h"
 
 namespace kvad {
@@ -80,6 +81,11 @@ struct GenParams {
   /// SchedulerOptions::cache_reuse_all: neither the time to first token nor
   /// cached_tokens can tell one tenant what another's prompt was.
   std::string tenant;
+  /// Constrains the output to this grammar's sentences (engine/grammar.h):
+  /// tokens that cannot continue it are masked before sampling,
+  /// end-of-generation is allowed only when the text is a whole sentence, and
+  /// generation ends ("stop") once no byte can follow. Null: unconstrained.
+  std::shared_ptr<const Grammar> grammar;
   /// -1: no logprobs; otherwise each sampled token's log-probability and
   /// its `logprobs` most likely alternatives (0..20) come with the events
   /// (Sampler::logprob: after logit bias and penalties).
@@ -101,6 +107,7 @@ struct GenUsage {
   double queue_s = 0;               ///< seconds from submit to admission into a slot
   double ttft_s = -1;               ///< seconds from submit to the first sampled token (-1: none)
   double total_s = 0;               ///< seconds from submit to the end
+  double grammar_s = 0;             ///< seconds spent computing grammar masks (GenParams::grammar)
 };
 
 /// A piece of a request's output. Text is whole UTF-8 characters.
@@ -235,6 +242,8 @@ class Scheduler {
 
   SchedulerOptions opts_;
   std::shared_ptr<const Tokenizer> tok_;
+  std::shared_ptr<const TokenTrie> trie_;  ///< built at the first request with a grammar
+  std::vector<float> masked_;              ///< a logits row with a grammar's mask applied
   std::unique_ptr<Session> session_;
   std::vector<std::unique_ptr<Slot>> slots_;
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <functional>
+#include "engine/json_schema.h"
+
 #include <random>
 
 namespace kvad::server {
@@ -197,7 +199,60 @@ int json_depth_over(const std::string& text, int limit) {
 }
 }  // namespace
 
+// response_format (OpenAI) and grammar / json_schema (llama.cpp's server):
+// the grammar that constrains the output, or null. A schema or grammar the
+// compiler refuses is a 400 naming the keyword (never ignored).
+static std::shared_ptr<const Grammar> parse_grammar_fields(const json& body) {
+  std::shared_ptr<const Grammar> out;
+  std::string from;
+  auto set = [&](const std::string& param, auto make) {
+    if (out) bad_value(param, "only one of response_format, grammar and json_schema may constrain the output (" +
+                                  from + " is already given).");
+    try {
+      out = make();
+    } catch (const SchemaError& e) {
+      throw ApiError(400, std::string("Invalid schema for ") + param + ": " + e.what(), "invalid_request_error", param,
+                     "invalid_schema");
+    } catch (const GrammarError& e) {
+      throw ApiError(400, std::string("Invalid ") + param + ": " + e.what(), "invalid_request_error", param,
+                     "invalid_grammar");
+    }
+    from = param;
+  };
+  if (const json* rf = field(body, "response_format")) {
+    if (!rf->is_object()) bad_type("response_format", "an object", *rf);
+    const json* t = field(*rf, "type");
+    if (!t || !t->is_string()) bad_type("response_format.type", "a string", t ? *t : json());
+    const std::string type = t->get<std::string>();
+    if (type == "json_object") {
+      static const std::shared_ptr<const Grammar> any_object = Grammar::parse(json_any_gbnf(true));
+      set("response_format", [] { return any_object; });
+    } else if (type == "json_schema") {
+      const json* js = field(*rf, "json_schema");
+      if (!js || !js->is_object()) bad_type("response_format.json_schema", "an object", js ? *js : json());
+      if (const json* name = field(*js, "name"); name && !name->is_string())
+        bad_type("response_format.json_schema.name", "a string", *name);
+      if (const json* strict = field(*js, "strict"); strict && !strict->is_boolean())
+        bad_type("response_format.json_schema.strict", "a boolean", *strict);
+      const json* schema = field(*js, "schema");
+      if (!schema) throw ApiError(400, "Missing required parameter: 'response_format.json_schema.schema'.",
+                                  "invalid_request_error", "response_format.json_schema.schema",
+                                  "missing_required_parameter");
+      set("response_format.json_schema.schema", [&] { return json_schema_grammar(*schema); });
+    } else if (type != "text") {
+      unsupported("response_format", "response_format '" + type + "' is not supported; use 'text', 'json_object' or 'json_schema'.");
+    }
+  }
+  if (const json* gr = field(body, "grammar")) {
+    if (!gr->is_string()) bad_type("grammar", "a string", *gr);
+    set("grammar", [&] { return Grammar::parse(gr->get<std::string>()); });
+  }
+  if (const json* js = field(body, "json_schema")) set("json_schema", [&] { return json_schema_grammar(*js); });
+  return out;
+}
+
 CompletionRequest parse_completion_request(const std::string& body_text, bool chat, const SamplerParams& defaults) {
+
   if (json_depth_over(body_text, kMaxJsonDepth) != 0)
     throw ApiError(400, "The JSON body of your request is nested more than " + std::to_string(kMaxJsonDepth) +
                             " levels deep.", "invalid_request_error", "", "invalid_json");
@@ -254,15 +309,8 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   }
   if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty()))
     unsupported("functions", "Function calling is not supported by this server.");
-  if (const json* rf = field(body, "response_format")) {
-    if (!rf->is_object()) bad_type("response_format", "an object", *rf);
-    const json* t = field(*rf, "type");
-    if (!t || !t->is_string()) bad_type("response_format.type", "a string", t ? *t : json());
-    if (t->get<std::string>() != "text")
-      unsupported("response_format", "response_format '" + t->get<std::string>() + "' is not supported; only 'text'.");
-  }
-
   GenParams& g = r.gen;
+  g.grammar = parse_grammar_fields(body);
   int64_t max_tokens = integer_in(body, "max_tokens", 0, INT32_MAX, -1);
   if (chat) max_tokens = integer_in(body, "max_completion_tokens", 0, INT32_MAX, max_tokens);
   if (!chat && max_tokens < 0) max_tokens = 16;  // the legacy endpoint's documented default

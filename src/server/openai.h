@@ -90,9 +90,14 @@ inline SamplerParams openai_sampling_defaults() {
 /// sampling fields a request leaves out (openai_sampling_defaults(), or a
 /// model's generation_config.json over them). A null field
 /// is as if absent; unknown fields are ignored.
+/// Constrained output (gen.grammar, engine/grammar.h): response_format
+/// {type: text | json_object | json_schema {name, schema, strict}}, or
+/// llama.cpp's `grammar` (GBNF text) or `json_schema` (a schema); at most one.
 /// Throws ApiError 400: invalid_json, invalid_type, invalid_value,
-/// missing_required_parameter, unsupported_value (echo,
-/// best_of > 1, suffix, tools, non-text content parts or response formats).
+/// missing_required_parameter, invalid_schema (a keyword the schema compiler
+/// cannot enforce, named in the message), invalid_grammar, unsupported_value
+/// (echo, best_of > 1, suffix, tools, non-text content parts, other response
+/// formats).
 /// logprobs: chat `logprobs` (boolean) with `top_logprobs` 0..20 (400 when
 /// given without logprobs: true); completions `logprobs` 0..20.
 CompletionRequest parse_completion_request(const std::string& body, bool chat,

@@ -123,7 +123,19 @@ TEST(OpenAIRequest, Errors) {
       {chat(R"("stop": [1])"), true, {400, "invalid_type", "stop"}},
       {chat(R"("stream_options": 1)"), true, {400, "invalid_type", "stream_options"}},
       {chat(R"("stream_options": {"include_usage": "yes"})"), true, {400, "invalid_type", "stream_options.include_usage"}},
-      {chat(R"("response_format": {"type": "json_schema"})"), true, {400, "unsupported_value", "response_format"}},
+      {chat(R"("response_format": {"type": "json_schema"})"), true, {400, "invalid_type", "response_format.json_schema"}},
+      {chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})"), true,
+       {400, "missing_required_parameter", "response_format.json_schema.schema"}},
+      {chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}})"), true,
+       {400, "invalid_schema", "response_format.json_schema.schema"}},
+      {chat(R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "array", "uniqueItems": true}}})"),
+       true, {400, "invalid_schema", "response_format.json_schema.schema"}},
+      {chat(R"("response_format": {"type": "xml"})"), true, {400, "unsupported_value", "response_format"}},
+      {chat(R"("grammar": "root ::= foo")"), true, {400, "invalid_grammar", "grammar"}},
+      {chat(R"("grammar": 5)"), true, {400, "invalid_type", "grammar"}},
+      {chat(R"("grammar": "root ::= [a]", "response_format": {"type": "json_object"})"), true,
+       {400, "invalid_value", "grammar"}},
+      {R"({"model": "m", "prompt": "x", "json_schema": {"$ref": "#/nowhere"}})", false, {400, "invalid_schema", "json_schema"}},
       {chat(R"("logprobs": 1)"), true, {400, "invalid_type", "logprobs"}},
       {R"({"model": "m", "prompt": 5})", false, {400, "invalid_type", "prompt"}},
       {R"({"model": "m", "prompt": []})", false, {400, "invalid_value", "prompt"}},
@@ -138,6 +150,36 @@ TEST(OpenAIRequest, Errors) {
     EXPECT_EQ(got.status, c.want.status) << c.body;
     EXPECT_EQ(got.code, c.want.code) << c.body;
     EXPECT_EQ(got.param, c.want.param) << c.body;
+  }
+}
+
+TEST(OpenAIRequest, ResponseFormatAndGrammar) {
+  EXPECT_EQ(parse_completion_request(chat(R"("response_format": {"type": "text"})"), true).gen.grammar, nullptr);
+  auto accepts = [](const CompletionRequest& r, const std::string& text) {
+    kvad::GrammarMatcher m(r.gen.grammar);
+    return m.accept(text) && m.accepting();
+  };
+  const auto obj = parse_completion_request(chat(R"("response_format": {"type": "json_object"})"), true);
+  ASSERT_NE(obj.gen.grammar, nullptr);
+  EXPECT_TRUE(accepts(obj, R"({"a": [1, {"b": null}]})"));
+  EXPECT_FALSE(accepts(obj, "[1]"));
+  const auto sch = parse_completion_request(
+      chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true,
+           "schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+                      "additionalProperties": false}}})"),
+      true);
+  EXPECT_TRUE(accepts(sch, R"({"n": 3})"));
+  EXPECT_FALSE(accepts(sch, R"({"n": "3"})"));
+  const auto gr = parse_completion_request(R"({"model": "m", "prompt": "x", "grammar": "root ::= [ab]+"})", false);
+  EXPECT_TRUE(accepts(gr, "abba"));
+  EXPECT_FALSE(accepts(gr, "abc"));
+  // The refused keyword is named in the message.
+  try {
+    parse_completion_request(chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
+        "schema": {"type": "object", "patternProperties": {"^a": {}}}}})"), true);
+    ADD_FAILURE() << "no error";
+  } catch (const ApiError& e) {
+    EXPECT_NE(std::string(e.what()).find("'patternProperties'"), std::string::npos) << e.what();
   }
 }
 
