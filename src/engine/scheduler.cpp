@@ -211,7 +211,7 @@ void Scheduler::admit(Slot& slot, std::shared_ptr<Job> job) {
   slot.pending = -1;
   slot.sampler.emplace(job->params_.sampling);
   for (int32_t t : prompt) slot.sampler->accept(t);
-  slot.dec = std::make_unique<StreamDecoder>(*tok_);
+  slot.dec = std::make_unique<StreamDecoder>(*tok_, job->params_.special_text);
   slot.stop.emplace(job->params_.stop);
   slot.usage = GenUsage{};
   slot.usage.prompt_tokens = static_cast<int32_t>(prompt.size());

@@ -80,6 +80,10 @@ struct GenParams {
   /// SchedulerOptions::cache_reuse_all: neither the time to first token nor
   /// cached_tokens can tell one tenant what another's prompt was.
   std::string tenant;
+  /// Control tokens' text is part of the output (tool-call markers that are
+  /// special tokens, e.g. <|python_tag|>); end-of-generation tokens still
+  /// end it unseen.
+  bool special_text = false;
 };
 
 /// Token counts and times of one request, final in its last event.

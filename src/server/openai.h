@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "engine/scheduler.h"
+#include "server/tool_calls.h"
 
 namespace kvad::server {
 
@@ -35,6 +36,9 @@ nlohmann::ordered_json error_body(const ApiError& e);
 struct ChatMessage {
   std::string role;     ///< "system", "user", "assistant", "tool" ("developer" becomes "system")
   std::string content;  ///< text parts joined
+  bool content_null = false;         ///< an assistant turn with tool calls and no content
+  std::vector<ToolCall> tool_calls;  ///< assistant: the calls it made (arguments: JSON text)
+  std::string tool_call_id;          ///< tool: the call this result answers
 };
 
 /// A validated /v1/chat/completions or /v1/completions request.
@@ -48,10 +52,16 @@ struct CompletionRequest {
   GenParams gen;                      ///< sampling (seed drawn at random when absent), max_tokens, stop
   bool stream = false;
   bool include_usage = false;         ///< stream_options.include_usage
+  std::vector<ToolSpec> tools;        ///< tools[i].function
+  ToolChoice tool_choice;             ///< default: auto with tools, none without
+  bool parallel_tool_calls = true;
+  bool reasoning = true;              ///< reasoning_format != "none": <think> goes to reasoning_content
 };
 
 /// Arrays and objects nested deeper than this in a request body: 400 invalid_json.
 inline constexpr int kMaxJsonDepth = 64;
+/// The most tools one request may offer (OpenAI's limit).
+inline constexpr size_t kMaxTools = 128;
 /// The longest stop sequence accepted, in bytes (400 invalid_value, param stop).
 inline constexpr size_t kMaxStopBytes = 1024;
 
@@ -63,10 +73,36 @@ inline constexpr size_t kMaxStopBytes = 1024;
 /// or up to 16 strings), n (1 only), stream, stream_options.include_usage.
 /// Also llama.cpp's extensions top_k, min_p and repeat_penalty. A null field
 /// is as if absent; unknown fields are ignored.
+/// Chat also takes tools (at most kMaxTools functions: name
+/// [a-zA-Z0-9_-]{1,64}, description, parameters as a JSON Schema object),
+/// tool_choice ("none", "auto", "required" or {"type": "function",
+/// "function": {"name"}} naming one of the tools), parallel_tool_calls,
+/// assistant messages with tool_calls ({id, type: "function", function:
+/// {name, arguments: JSON text}}) and null content, tool messages with
+/// tool_call_id, and reasoning_format ("none" keeps <think> in content).
 /// Throws ApiError 400: invalid_json, invalid_type, invalid_value,
 /// missing_required_parameter, unsupported_value (n > 1, logprobs, echo,
-/// best_of > 1, suffix, tools, non-text content parts or response formats).
+/// best_of > 1, suffix, non-text content parts or response formats).
 CompletionRequest parse_completion_request(const std::string& body, bool chat);
+
+/// Parses `tools` ([{type: "function", function: {name, description,
+/// parameters}}], or with `flat` the Responses API's [{type: "function",
+/// name, description, parameters}]) and `tool_choice` of an OpenAI body into
+/// r.tools / r.tool_choice / r.parallel_tool_calls. Throws ApiError 400.
+void parse_tools(const nlohmann::ordered_json& body, CompletionRequest& r, bool flat = false);
+
+/// One tool definition's checks, shared by the OpenAI, Responses and
+/// Anthropic parsers: name [a-zA-Z0-9_-]{1,64}, parameters an object.
+/// Throws ApiError 400 naming `param`.
+ToolSpec tool_spec(const nlohmann::ordered_json* name, const nlohmann::ordered_json* description,
+                   const nlohmann::ordered_json* parameters, const std::string& param);
+
+/// parse_completion_request's body checks (depth, JSON, an object); throws ApiError 400.
+nlohmann::ordered_json parse_body(const std::string& body_text);
+
+/// The sampling fields common to all endpoints (temperature, top_p, top_k,
+/// min_p, penalties, seed) into g.sampling. Throws ApiError 400.
+void parse_sampling(const nlohmann::ordered_json& body, GenParams& g);
 
 /// Token counts for `usage`.
 nlohmann::ordered_json usage_json(const GenUsage& u);
@@ -87,6 +123,20 @@ nlohmann::ordered_json response_base(const ResponseMeta& m, bool chunk);
 /// (chat) or the text, its finish_reason, and the usage.
 nlohmann::ordered_json completion_response(const ResponseMeta& m, const std::string& text,
                                            const std::string& finish_reason, const GenUsage& usage);
+
+/// A whole chat completion whose reply was split by parse_output: the
+/// message has content (null when empty and there are calls),
+/// reasoning_content (when any) and tool_calls (when any: [{id, type:
+/// "function", function: {name, arguments}}]). (chat_output.cpp)
+nlohmann::ordered_json chat_response(const ResponseMeta& m, const ParsedOutput& out,
+                                     const std::string& finish_reason, const GenUsage& usage);
+
+/// The chunks that send `d` in a chat stream: a reasoning_content delta, a
+/// content delta, and for each call a delta with tool_calls [{index, id,
+/// type, function: {name, arguments: ""}}] then one with its arguments.
+/// (chat_output.cpp)
+std::vector<nlohmann::ordered_json> chat_delta_chunks(const ResponseMeta& m, const OutputDelta& d,
+                                                      bool include_usage);
 
 /// A streamed chunk with one choice: a text delta while `finish_reason` is
 /// null, then an empty delta with it. "usage": null when include_usage.
