@@ -63,11 +63,14 @@ class StopText {
   /// The text held back (at the end of generation, when no stop can follow).
   std::string flush();
   bool stopped() const { return stopped_; }
+  /// The stop string that stopped it ("" until stopped()).
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string text_;     ///< generated text not yet emitted
   bool stopped_ = false;
+  std::string matched_;
 };
 
 /// What one request asks for.
@@ -104,6 +107,7 @@ struct GenEvent {
   /// (max_tokens or the context is full), "cancelled", or "error".
   std::string finish_reason;
   std::string error;   ///< message when finish_reason == "error"
+  std::string stop_sequence;  ///< when done with "stop" because of a stop string: that string
   GenUsage usage;      ///< counts so far; final when done
 };
 

@@ -69,7 +69,9 @@ class ChatEmitter : public StreamEmitter {
     for (const json& c : chat_delta_chunks(m_, d, usage_)) s += sse_data(c);
     return s;
   }
-  std::string end(const std::string& finish_reason, const GenUsage& usage, const OutputStream& os) override {
+  std::string end(const GenEvent& last, const OutputStream& os) override {
+    const std::string& finish_reason = last.finish_reason;
+    const GenUsage& usage = last.usage;
     if (forced_ && os.n_calls() == 0)
       return error(ApiError(500, "tool_choice requires a tool call but the model's reply holds none that parses.",
                             "server_error", "tool_choice", "tool_call_failed"));
@@ -91,7 +93,9 @@ class TextEmitter : public StreamEmitter {
   std::string delta(const OutputDelta& d) override {
     return d.content.empty() ? "" : sse_data(completion_chunk(m_, d.content, nullptr, usage_));
   }
-  std::string end(const std::string& finish_reason, const GenUsage& usage, const OutputStream&) override {
+  std::string end(const GenEvent& last, const OutputStream&) override {
+    const std::string& finish_reason = last.finish_reason;
+    const GenUsage& usage = last.usage;
     std::string s = sse_data(completion_chunk(m_, "", finish_reason, usage_));
     if (usage_) s += sse_data(usage_chunk(m_, usage));
     return s + "data: [DONE]\n\n";

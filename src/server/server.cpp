@@ -19,6 +19,7 @@
 #include "server/chat_page.h"
 #include "server/guard.h"
 #include "server/metrics.h"
+#include "server/anthropic.h"
 #include "server/openai.h"
 #include "server/stream.h"
 #include "server/tool_prompt.h"
@@ -84,15 +85,19 @@ bool peer_closed(int fd) {
 }
 
 std::string endpoint_label(const std::string& path) {
-  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics", "/"})
+  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses", "/v1/models",
+                            "/health", "/metrics", "/"})
     if (path == known) return known;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   return "other";
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
+/// Anthropic's clients read errors in Anthropic's shape.
+bool anthropic_path(const std::string& path) { return path == "/v1/messages"; }
+
+void send_error(httplib::Response& res, const ApiError& e, bool anthropic = false) {
   res.status = e.status;
-  res.set_content(dump(error_body(e)), "application/json");
+  res.set_content(dump(anthropic ? anthropic_error_body(e) : error_body(e)), "application/json");
 }
 
 // Set by the pre-routing handler when it refused a request whose body (if
@@ -147,6 +152,7 @@ struct Server::Impl {
     OutputFormat fmt;
     int fd = -1;
     int64_t created = 0;
+    int32_t n_prompt = 0;  ///< prompt tokens
   };
   /// Checks the model and the prompt's size, renders and tokenizes it,
   /// submits it. Throws ApiError.
@@ -244,6 +250,7 @@ Server::Impl::Prepared Server::Impl::prepare(const httplib::Request& req, Comple
     // prefix-cache isolation (issue 15, finding 6): the key, whichever header carried it
     r.gen.tenant = req.get_header_value("Authorization") + "|" + req.get_header_value("x-api-key");
     r.gen.special_text = p.fmt.tools;
+    p.n_prompt = static_cast<int32_t>(prompt.size());
     p.job = sched.submit(std::move(prompt), r.gen);
   } catch (const QueueFullError& e) {
     throw ApiError(429, std::string(e.what()) + "; retry later.", "rate_limit_error", "", "rate_limit_exceeded");
@@ -335,7 +342,7 @@ void Server::Impl::stream(Prepared p, httplib::Response& res, std::shared_ptr<St
         }
         const OutputDelta d = st->os.finish();
         if (!d.empty() && !send(st->em->delta(d))) return false;
-        if (!send(st->em->end(ev->finish_reason, ev->usage, st->os))) return false;
+        if (!send(st->em->end(*ev, st->os))) return false;
         sink.done();
         return true;
       },
@@ -371,12 +378,35 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
   res.set_content(dump(chat_response(meta, out, finish, last.usage)), "application/json");
 }
 
+void Server::Impl::anthropic_messages(const httplib::Request& req, httplib::Response& res) {
+  CompletionRequest r = parse_anthropic_request(req.body);
+  Prepared p = prepare(req, r);
+  const std::string id = new_response_id("msg_");
+  const bool forced = p.fmt.tools && (r.tool_choice.kind == ToolChoice::required || r.tool_choice.kind == ToolChoice::named);
+  if (r.stream) {
+    const int32_t n_prompt = p.n_prompt;
+    stream(std::move(p), res, anthropic_emitter(id, o.model_id, n_prompt, forced));
+    return;
+  }
+  std::string text;
+  GenEvent last;
+  if (!collect(p, res, &text, &last)) return;
+  const ParsedOutput out = parse_output(text, p.fmt);
+  if (p.fmt.tools) check_tool_choice(r, out, p.fmt.prefix + text);
+  res.set_content(dump(anthropic_message(id, o.model_id, out, last.finish_reason, last.stop_sequence, last.usage)),
+                  "application/json");
+}
+
+void Server::Impl::responses(const httplib::Request&, httplib::Response&) {
+  throw ApiError(501, "/v1/responses is not implemented yet.", "invalid_request_error", "", "not_implemented");
+}
+
 // The checks made after the headers and before the body is read (guard.h).
 httplib::Server::HandlerResponse Server::Impl::front_door(const httplib::Request& req, httplib::Response& res) {
   using HR = httplib::Server::HandlerResponse;
   t_close_after_answer = false;
   auto refuse = [&](const ApiError& e) {
-    send_error(res, e);
+    send_error(res, e, anthropic_path(req.path));
     res.set_header("Connection", "close");
     t_close_after_answer = true;
     return HR::Handled;
@@ -521,19 +551,23 @@ void Server::Impl::routes() {
   auto guarded = [this](auto fn) {
     return [this, fn](const httplib::Request& req, httplib::Response& res) {
       watchdog.busy(req.remote_addr, req.remote_port);  // generating: no deadline until the answer is written
+      const bool anthropic = anthropic_path(req.path);
       try {
         fn(req, res);
       } catch (const ApiError& e) {
-        send_error(res, e);
+        send_error(res, e, anthropic);
       } catch (const std::exception& e) {
-        send_error(res, ApiError(500, std::string("Internal error: ") + e.what(), "server_error", "", "internal_error"));
+        send_error(res, ApiError(500, std::string("Internal error: ") + e.what(), "server_error", "", "internal_error"),
+                   anthropic);
       }
     };
   };
 
   http.Post("/v1/chat/completions", guarded([this](const auto& req, auto& res) { completion(req, res, true); }));
   http.Post("/v1/completions", guarded([this](const auto& req, auto& res) { completion(req, res, false); }));
-  for (const char* p : {"/v1/chat/completions", "/v1/completions"})
+  http.Post("/v1/messages", guarded([this](const auto& req, auto& res) { anthropic_messages(req, res); }));
+  http.Post("/v1/responses", guarded([this](const auto& req, auto& res) { responses(req, res); }));
+  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"})
     http.Get(p, [](const httplib::Request& req, httplib::Response& res) {
       send_error(res, ApiError(405, "Method not allowed: use POST " + req.path + ".", "invalid_request_error", "",
                                "method_not_allowed"));

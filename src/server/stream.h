@@ -24,10 +24,11 @@ class StreamEmitter {
   virtual std::string begin() = 0;
   /// Sent for each part of the reply as it comes.
   virtual std::string delta(const OutputDelta& d) = 0;
-  /// Sent once generation ended with `finish_reason` ("stop", "length");
-  /// `os` has the whole parse (calls sent, malformed). May be an error
-  /// event (a tool_choice the reply did not meet).
-  virtual std::string end(const std::string& finish_reason, const GenUsage& usage, const OutputStream& os) = 0;
+  /// Sent once generation ended: `last` is the final event (finish_reason
+  /// "stop" or "length", stop_sequence, usage); `os` has the whole parse
+  /// (calls sent, malformed). May be an error event (a tool_choice the
+  /// reply did not meet).
+  virtual std::string end(const GenEvent& last, const OutputStream& os) = 0;
   /// Sent when generation failed after the stream began.
   virtual std::string error(const ApiError& e) = 0;
 };
