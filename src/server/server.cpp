@@ -21,6 +21,7 @@
 #include "server/metrics.h"
 #include "server/anthropic.h"
 #include "server/openai.h"
+#include "server/responses.h"
 #include "server/stream.h"
 #include "server/tool_prompt.h"
 #include "engine/chat_prompt.h"
@@ -397,8 +398,24 @@ void Server::Impl::anthropic_messages(const httplib::Request& req, httplib::Resp
                   "application/json");
 }
 
-void Server::Impl::responses(const httplib::Request&, httplib::Response&) {
-  throw ApiError(501, "/v1/responses is not implemented yet.", "invalid_request_error", "", "not_implemented");
+void Server::Impl::responses(const httplib::Request& req, httplib::Response& res) {
+  ResponsesEcho echo;
+  CompletionRequest r = parse_responses_request(req.body, &echo);
+  Prepared p = prepare(req, r);
+  const std::string id = new_response_id("resp_");
+  const bool forced = p.fmt.tools && (r.tool_choice.kind == ToolChoice::required || r.tool_choice.kind == ToolChoice::named);
+  if (r.stream) {
+    const int64_t created = p.created;
+    stream(std::move(p), res, responses_emitter(id, created, o.model_id, echo, forced));
+    return;
+  }
+  std::string text;
+  GenEvent last;
+  if (!collect(p, res, &text, &last)) return;
+  const ParsedOutput out = parse_output(text, p.fmt);
+  if (p.fmt.tools) check_tool_choice(r, out, p.fmt.prefix + text);
+  res.set_content(dump(responses_object(id, p.created, o.model_id, out, last.finish_reason, last.usage, echo)),
+                  "application/json");
 }
 
 // The checks made after the headers and before the body is read (guard.h).
