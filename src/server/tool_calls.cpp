@@ -25,6 +25,7 @@ constexpr int kMaxDepth = 64;
 /// A name or a header between markers longer than this: not a call.
 constexpr size_t kMaxName = 256;
 
+// Model output may hold invalid UTF-8: dumps replace it (U+FFFD) rather than throw.
 bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
 size_t skip_ws(std::string_view t, size_t p) {
@@ -87,10 +88,10 @@ json parse_json(std::string_view t) {
 /// not an object (nor a string holding one). Absent arguments are {}.
 std::string arguments_text(const json* args) {
   if (!args || args->is_null()) return "{}";
-  if (args->is_object()) return args->dump();
+  if (args->is_object()) return args->dump(-1, ' ', false, json::error_handler_t::replace);
   if (args->is_string()) {
     json inner = parse_json(args->get_ref<const std::string&>());
-    if (inner.is_object()) return inner.dump();
+    if (inner.is_object()) return inner.dump(-1, ' ', false, json::error_handler_t::replace);
   }
   return "";
 }
@@ -248,7 +249,7 @@ CallResult xml_call(std::string_view t, size_t p, bool final, const std::vector<
     args[pname] = param_value(std::string(raw), c.name, pname, specs);
     p = close + kParamClose.size();
   }
-  c.arguments = args.dump();
+  c.arguments = args.dump(-1, ' ', false, json::error_handler_t::replace);
   return {CallResult::ok, p, {std::move(c)}};
 }
 
@@ -276,7 +277,7 @@ CallResult calls_after_marker(std::string_view t, size_t p, bool final, const Ou
         if (!a.value.is_object()) return invalid();
         std::string name = trim(t.substr(q, e - q));
         if (name.empty()) return invalid();
-        return {CallResult::ok, a.end, {ToolCall{"", std::move(name), a.value.dump()}}};
+        return {CallResult::ok, a.end, {ToolCall{"", std::move(name), a.value.dump(-1, ' ', false, json::error_handler_t::replace)}}};
       }
       return json_calls(t, q, final, true, false);
     }
@@ -336,9 +337,12 @@ CallResult calls_after_marker(std::string_view t, size_t p, bool final, const Ou
         const json& a = one.value;
         size_t e = one.end;
         if (fenced) optional_close(t, &e, kFence, final, &wait);
-        if (!optional_close(t, &e, kDsCallEnd, final, &wait) && !wait && !final) return invalid();
+        const bool closed = !wait && optional_close(t, &e, kDsCallEnd, final, &wait);
         if (wait) return incomplete();
-        r.calls.push_back(ToolCall{"", name, a.dump()});
+        // Only the end of the reply may stand for a missing <｜tool▁call▁end｜>
+        // (the same answer whether or not more text could follow).
+        if (!closed && skip_ws(t, e) < t.size()) return invalid();
+        r.calls.push_back(ToolCall{"", name, a.dump(-1, ' ', false, json::error_handler_t::replace)});
         r.end = e;
       }
     }

@@ -87,6 +87,25 @@ std::string generic_tools_prompt(const CompletionRequest& r, bool json_format) {
   return s;
 }
 
+/// Mistral's templates take only call ids of 9 letters and digits
+/// (raise_exception otherwise); other ids map to 9 of the id's own
+/// alphanumerics, padded from a hash of it, the same for a call and its result.
+std::string nine_char_id(const std::string& id) {
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); };
+  if (id.size() == 9 && std::all_of(id.begin(), id.end(), alnum)) return id;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
+  std::string out;
+  for (auto it = id.rbegin(); it != id.rend() && out.size() < 5; ++it)
+    if (alnum(*it)) out.insert(out.begin(), *it);
+  static const char* digits = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  while (out.size() < 9) {
+    out += digits[h % 62];
+    h /= 62;
+  }
+  return out;
+}
+
 }  // namespace
 
 ToolFormat effective_format(const TemplateTools& tt) {
@@ -163,6 +182,7 @@ ChatInput build_chat_input(const CompletionRequest& r, const TemplateTools& tt) 
       if (i == id) return n;
     return "";
   };
+  auto call_id = [&](const std::string& id) { return tt.format == ToolFormat::mistral ? nine_char_id(id) : id; };
   for (const ChatMessage& m : r.messages) {
     json msg = {{"role", m.role}};
     if (!m.tool_calls.empty() && !tt.renders_tool_calls) {
@@ -183,13 +203,13 @@ ChatInput build_chat_input(const CompletionRequest& r, const TemplateTools& tt) 
       if (!m.tool_calls.empty()) {
         json calls = json::array();
         for (const ToolCall& c : m.tool_calls)
-          calls.push_back({{"id", c.id},
+          calls.push_back({{"id", call_id(c.id)},
                            {"type", "function"},
                            {"function", {{"name", c.name}, {"arguments", arguments_for(c.arguments, tt.object_arguments)}}}});
         msg["tool_calls"] = calls;
       }
       if (m.role == "tool") {
-        msg["tool_call_id"] = m.tool_call_id;
+        msg["tool_call_id"] = call_id(m.tool_call_id);
         if (const std::string n = name_of(m.tool_call_id); !n.empty()) msg["name"] = n;
       }
     }

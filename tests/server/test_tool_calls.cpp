@@ -170,6 +170,30 @@ TEST(ToolCalls, TemplatesRenderCallsThatParseBack) {
   }
 }
 
+TEST(ToolCalls, RoundTripWithKvadIdsRendersOnEveryTemplate) {
+  // A call kvad returned (id call_ + 24 hex) and its result, sent back.
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.file);
+    const auto path = template_path(c);
+    if (!std::filesystem::exists(path)) continue;
+    ChatTemplate tmpl = ChatTemplate::parse(read(path));
+    const TemplateTools tt = probe_template(tmpl);
+    CompletionRequest r;
+    r.chat = true;
+    r.tools = specs();
+    r.tool_choice.kind = ToolChoice::automatic;
+    const std::string id = "call_0123456789abcdef01234567";
+    r.messages.push_back({"user", "Weather in Oslo?", false, {}, ""});
+    r.messages.push_back({"assistant", "", true, {{id, "get_weather", R"({"city": "Oslo"})"}}, ""});
+    r.messages.push_back({"tool", "sunny", false, {}, id});
+    const ChatInput in = build_chat_input(r, tt);
+    std::string text;
+    ASSERT_NO_THROW(text = tmpl.render(chat_context(in.messages, true, "<s>", "</s>", in.tools)));
+    EXPECT_NE(text.find("sunny"), std::string::npos);
+    EXPECT_NE(text.find("Oslo"), std::string::npos);
+  }
+}
+
 TEST(ToolCalls, ForcedCallPrefixParses) {
   // The prompt writes the call's opening; the model writes the rest.
   struct F { ToolFormat f; std::string rest; };
