@@ -68,7 +68,7 @@ std::vector<int32_t> generation_eos_ids(const std::string& dir) {
 
 }  // namespace
 
-LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev) {
+LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev, bool any_kind) {
   const auto t0 = std::chrono::steady_clock::now();
   LoadedModel m;
   // Refuse an unusable device before mapping anything.
@@ -115,6 +115,9 @@ LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev)
     m.tokenizer = Tokenizer::from_tokenizer_json(dir + "/tokenizer.json", dir + "/tokenizer_config.json");
     m.tokenizer->add_eog_ids(generation_eos_ids(dir));
   }
+  if (const ModelKind k = model_kind(*m.model); k != ModelKind::Text && !any_kind)
+    throw Error(m.path + ": architecture " + m.model->hparams().arch + " is an " + model_kind_name(k) +
+                " model (kind " + model_kind_name(k) + "), not a text-generation one; use kvad embed or kvad serve");
   if (dev.device == "cpu") maybe_enable_offload();
   m.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
