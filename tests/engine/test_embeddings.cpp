@@ -18,6 +18,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "engine/embed.h"
+#include "io/gguf.h"
 #include "io/tensor_source.h"
 #include "model/hf.h"
 #include "model/registry.h"
@@ -149,6 +150,45 @@ TEST_F(MiniLM, BadInputIsAClearError) {
   } catch (const kvad::Error& e) {
     EXPECT_NE(std::string(e.what()).find("kind embedding"), std::string::npos) << e.what();
   }
+}
+
+// The same model as GGUFs written by llama.cpp's convert_hf_to_gguf.py
+// (tools/make_bert_gguf.py; skipped when absent): llama.cpp's tensor names,
+// keys and "bert" vocabulary. Every token id is checked, and the embeddings
+// of every 8th sentence (the test's time budget), f32 and f16 weights.
+TEST(BertGguf, LlamaCppConversionMatchesSentenceTransformers) {
+  const fs::path work = minilm_dir().parent_path().parent_path().parent_path() / "work";
+  const Fixture f = read_fixture();
+  int ran = 0;
+  for (const char* type : {"f32", "f16"}) {
+    const fs::path p = work / ("all-MiniLM-L6-v2-" + std::string(type) + ".gguf");
+    if (!fs::exists(p)) continue;
+    ++ran;
+    auto src = kvad::gguf_split_source(p.string());
+    std::shared_ptr<kvad::Model> model = kvad::load_model(src, kvad::DeviceOptions{});
+    std::shared_ptr<kvad::Tokenizer> tok = kvad::Tokenizer::from_gguf(*kvad::gguf_file(*src));
+    kvad::EmbeddingConfig cfg = kvad::embedding_config(*model, "");
+    EXPECT_EQ(cfg.pooling, kvad::Pooling::Mean);  // bert.pooling_type 1
+    EXPECT_EQ(cfg.max_seq_length, 512);           // a GGUF does not say sentence-transformers' 256
+    cfg.max_seq_length = 256;
+    kvad::Embedder e(model, tok, cfg);
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<size_t> pick;
+    for (size_t i = 0; i < f.texts.size(); ++i) {
+      ASSERT_EQ(e.tokenize(f.texts[i]), f.ids[i]) << type << " sentence " << i << ": " << f.texts[i];
+      if (i % 8 == 0) ids.push_back(f.ids[i]), pick.push_back(i);
+    }
+    const std::vector<float> got = e.embed(ids);
+    double worst = 1;
+    for (size_t j = 0; j < pick.size(); ++j) {
+      const double c = cosine(got.data() + j * f.dim, f.emb.data() + pick[j] * f.dim, f.dim);
+      EXPECT_GE(c, 0.9999) << type << " sentence " << pick[j];
+      worst = std::min(worst, c);
+    }
+    std::printf("%s: llama.cpp's GGUF, %zu sentences: min cosine %.7f; token ids equal for all %zu\n", type,
+                pick.size(), worst, f.texts.size());
+  }
+  if (!ran) GTEST_SKIP() << work << "/all-MiniLM-L6-v2-{f32,f16}.gguf are missing (tools/make_bert_gguf.py)";
 }
 
 }  // namespace

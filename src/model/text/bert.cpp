@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "io/gguf.h"
 #include "io/tensor_source.h"
 #include "model/blocks.h"
 #include "model/cache.h"
@@ -57,7 +58,9 @@ class Bert final : public Model {
     const std::string a = hp_.arch + ".";
     // BERT's LayerNorm epsilon (GGUF bert.attention.layer_norm_epsilon).
     hp_.norm_eps = static_cast<float>(src->get_float(a + "attention.layer_norm_epsilon", 1e-12));
-    if (src->get_int(a + "attention.causal", 0) != 0)
+    // llama.cpp's converter writes attention.causal as a bool.
+    const std::shared_ptr<const gguf::File> gf = gguf_file(*src);
+    if (gf ? gf->get_bool(a + "attention.causal", false) : src->get_int(a + "attention.causal", 0) != 0)
       throw Error(src->path() + ": " + a + "attention.causal is set; kvad's bert is bidirectional only");
     if (hp_.n_head_kv != hp_.n_head) throw Error(src->path() + ": bert with head_count_kv != head_count");
     WeightLoader wl(src, o);
