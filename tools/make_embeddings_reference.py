@@ -9,6 +9,10 @@ varied sentences: punctuation, numbers, code, URLs, accents, CJK, emoji,
 right-to-left scripts, control characters, and long ones that the model's
 max_seq_length (256, sentence_bert_config.json) truncates.
 
+Also a decoder's last-token pooling (tests/fixtures/embeddings/smollm2/,
+same files): setup's SmolLM2-135M-Instruct HF checkpoint through
+sentence-transformers' Transformer → Pooling("lasttoken") → Normalize.
+
 Writes, into --out (default tests/fixtures/embeddings/minilm):
   sentences.jsonl   one {"text": ..., "ids": [...]} per sentence: ids are the
                     tokens sentence-transformers feeds the model (HF tokenizers
@@ -185,6 +189,44 @@ def main():
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     print(f"wrote {len(texts)} sentences, embeddings {emb.shape} to {out}")
+    decoder_reference(home, texts, Path(a.out).parent / "smollm2")
+
+
+def decoder_reference(home, texts, out):
+    """Last-token pooling of a decoder: setup's SmolLM2-135M-Instruct HF
+    checkpoint ($KVAD_HOME/hf-cache, bf16 weights computed in f32 here) as
+    sentence-transformers' Transformer → Pooling("lasttoken") → Normalize."""
+    import sentence_transformers
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+
+    snaps = list(Path(home, "hf-cache", "models--HuggingFaceTB--SmolLM2-135M-Instruct", "snapshots").glob("*"))
+    if len(snaps) != 1:
+        print("no SmolLM2 HF checkpoint in the hf-cache (scripts/setup makes it); decoder fixture skipped")
+        return
+    # Text as it is: sentence-transformers 6 would otherwise render each text
+    # through the model's chat template (its "message" modality).
+    kw = dict(max_seq_length=512, model_args={"torch_dtype": torch.float32})
+    auto = models.Transformer(str(snaps[0]), **kw)
+    tr = models.Transformer(str(snaps[0]), modality_config={"text": dict(auto.modality_config["text"])},
+                            module_output_name=auto.module_output_name, **kw)
+    st = SentenceTransformer(modules=[tr, models.Pooling(tr.get_embedding_dimension(), "lasttoken"),
+                                      models.Normalize()], device="cpu")
+    picked = [t for t in texts if t.strip()][:48] + [t for t in texts if len(t) > 2000][:2]
+    emb = st.encode(picked, batch_size=16, convert_to_numpy=True).astype("<f4")
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "sentences.jsonl", "w", encoding="utf-8") as f:
+        for t in picked:
+            ids = st.tokenize([t])["input_ids"][0].tolist()
+            f.write(json.dumps({"text": t, "ids": ids}, ensure_ascii=False) + "\n")
+    emb.tofile(out / "embeddings.f32")
+    meta = {"model": "HuggingFaceTB/SmolLM2-135M-Instruct (setup's HF checkpoint: " + snaps[0].name + ")",
+            "n": len(picked), "dim": int(emb.shape[1]), "max_seq_length": 512,
+            "pooling": "last token, then L2 normalise",
+            "files_sha256": {p: sha256_file(snaps[0] / p) for p in ("model.safetensors", "tokenizer.json")},
+            "versions": {"sentence_transformers": sentence_transformers.__version__, "torch": torch.__version__}}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    print(f"wrote {len(picked)} sentences, embeddings {emb.shape} to {out}")
 
 
 if __name__ == "__main__":

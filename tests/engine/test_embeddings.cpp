@@ -191,4 +191,57 @@ TEST(BertGguf, LlamaCppConversionMatchesSentenceTransformers) {
   if (!ran) GTEST_SKIP() << work << "/all-MiniLM-L6-v2-{f32,f16}.gguf are missing (tools/make_bert_gguf.py)";
 }
 
+// A decoder's last-token pooling: setup's SmolLM2-135M-Instruct HF checkpoint
+// (bf16 weights) against sentence-transformers' Transformer → Pooling
+// ("lasttoken") → Normalize on the same checkpoint in f32
+// (tests/fixtures/embeddings/smollm2). kvad's bf16 matmuls round the
+// activations to bf16 (ggml's vec_dot_type), hence a looser bound than
+// MiniLM's f32 (0.999978 measured here, AVX2).
+TEST(DecoderPooling, SmolLM2LastTokenMatchesSentenceTransformers) {
+  const fs::path hf = minilm_dir().parent_path().parent_path().parent_path() / "hf-cache" /
+                      "models--HuggingFaceTB--SmolLM2-135M-Instruct" / "snapshots";
+  std::error_code ec;
+  fs::path snap;
+  if (fs::is_directory(hf, ec))
+    for (const auto& d : fs::directory_iterator(hf, ec)) snap = d.path();
+  if (snap.empty() || !fs::exists(snap / "model.safetensors"))
+    GTEST_SKIP() << hf << " is missing (scripts/setup makes it)";
+  const fs::path dir = fs::path(KVAD_SOURCE_DIR) / "tests" / "fixtures" / "embeddings" / "smollm2";
+  std::vector<std::string> texts;
+  std::vector<std::vector<int32_t>> ids;
+  std::ifstream lines(dir / "sentences.jsonl");
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    texts.push_back(j["text"]), ids.push_back(j["ids"].get<std::vector<int32_t>>());
+  }
+  const int64_t dim = 576;
+  std::vector<float> ref(texts.size() * dim);
+  std::ifstream(dir / "embeddings.f32", std::ios::binary).read(reinterpret_cast<char*>(ref.data()),
+                                                                static_cast<std::streamsize>(ref.size() * 4));
+  std::shared_ptr<kvad::Model> model = kvad::load_model(kvad::open_hf_checkpoint(snap.string()), kvad::DeviceOptions{});
+  std::shared_ptr<kvad::Tokenizer> tok = kvad::Tokenizer::from_tokenizer_json((snap / "tokenizer.json").string(),
+                                                                              (snap / "tokenizer_config.json").string());
+  const kvad::EmbeddingConfig cfg = kvad::embedding_config(*model, snap.string());
+  EXPECT_EQ(cfg.pooling, kvad::Pooling::Last);  // no modules.json: a decoder's default
+  EXPECT_EQ(cfg.max_seq_length, 512);
+  kvad::Embedder e(model, tok, cfg);
+  // The short sentences and the last (truncated at 512 tokens), for the time budget.
+  std::vector<size_t> pick;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    ASSERT_EQ(e.tokenize(texts[i]), ids[i]) << "sentence " << i << ": " << texts[i];
+    if (i < 24 || i + 1 == texts.size()) pick.push_back(i);
+  }
+  std::vector<std::vector<int32_t>> in;
+  for (size_t i : pick) in.push_back(ids[i]);
+  const std::vector<float> got = e.embed(in);
+  double worst = 1;
+  for (size_t j = 0; j < pick.size(); ++j) {
+    const double c = cosine(got.data() + j * dim, ref.data() + pick[j] * dim, dim);
+    EXPECT_GE(c, 0.9995) << "sentence " << pick[j] << ": " << texts[pick[j]];
+    worst = std::min(worst, c);
+  }
+  std::printf("SmolLM2 last-token pooling, %zu sentences (token ids equal for all %zu): min cosine %.6f\n",
+              pick.size(), texts.size(), worst);
+}
+
 }  // namespace

@@ -48,8 +48,22 @@ def emb_server(start_server):
     return start_server("--model", MODEL)
 
 
+_clients = []
+
+
 def client_for(s):
-    return openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0)
+    c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0)
+    _clients.append(c)
+    return c
+
+
+@pytest.fixture(autouse=True)
+def close_clients(start_server):
+    # Torn down before the servers: a kept-alive connection would hold
+    # the server's stop() for its keep-alive timeout (5 s).
+    yield
+    while _clients:
+        _clients.pop().close()
 
 
 def test_float_and_base64_match_sentence_transformers(emb_server):
@@ -103,7 +117,7 @@ def test_token_id_inputs(emb_server):
     assert len(r.data[0].embedding) == 384
 
 
-@pytest.mark.parametrize("body, param", [
+BAD_REQUESTS = [
     ({"input": "x"}, "model"),
     ({"model": MODEL}, "input"),
     ({"model": MODEL, "input": ""}, "input"),
@@ -121,14 +135,17 @@ def test_token_id_inputs(emb_server):
     ({"model": MODEL, "input": "x", "encoding_format": "int8"}, "encoding_format"),
     ({"model": MODEL, "input": "x", "dimensions": 128}, "dimensions"),
     ({"model": MODEL, "input": "x", "dimensions": "384"}, "dimensions"),
-])
-def test_bad_requests_are_400(emb_server, body, param):
-    st, text = emb_server.request("POST", "/v1/embeddings", body)
-    assert st == 400, text
-    err = json.loads(text)["error"]
-    assert err["type"] == "invalid_request_error" and err["param"] == param, err
-    # The server keeps serving.
-    assert emb_server.request("POST", "/v1/embeddings", {"model": MODEL, "input": "ok"})[0] == 200
+]
+
+
+def test_bad_requests_are_400(emb_server):
+    for body, param in BAD_REQUESTS:
+        st, text = emb_server.request("POST", "/v1/embeddings", body)
+        assert st == 400, (body, text)
+        err = json.loads(text)["error"]
+        assert err["type"] == "invalid_request_error" and err["param"] == param, (body, err)
+        # The server keeps serving.
+        assert emb_server.request("POST", "/v1/embeddings", {"model": MODEL, "input": "ok"})[0] == 200
 
 
 def test_other_errors(emb_server):
@@ -163,7 +180,7 @@ def test_text_model_embeddings(start_server):
     s = start_server()
     st, text = s.request("POST", "/v1/embeddings", {"model": "smollm2-135m", "input": "hi"})
     assert st == 400 and "kind text" in json.loads(text)["error"]["message"]
-    s.stop()
+    s.stop()  # urllib keeps no connection open
     s = start_server("--embeddings")
     c = client_for(s)
     r = c.embeddings.create(model="smollm2-135m", input=["The cat sat on the mat.", "A dog runs."],
