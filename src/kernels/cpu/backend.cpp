@@ -171,8 +171,16 @@ void binary(Binary op, const Tensor& a, const Tensor& b, const Tensor& o) {
         for (int64_t i = i0; i < i1; ++i) po[i] = pa[i] + pb[i];
       else
         for (int64_t i = i0; i < i1; ++i) po[i] = pa[i] * pb[i];
-    } else {  // b is one row, broadcast
-      for (int64_t i = i0; i < i1; ++i) po[i] = op == Binary::Add ? pa[i] + pb[i % nb] : pa[i] * pb[i % nb];
+    } else {  // b is one row, broadcast: whole rows without a division per element
+      for (int64_t i = i0; i < i1;) {
+        const int64_t j0 = i % nb, m = std::min(nb - j0, i1 - i);
+        const float* pr = pb + j0;
+        if (op == Binary::Add)
+          for (int64_t j = 0; j < m; ++j) po[i + j] = pa[i + j] + pr[j];
+        else
+          for (int64_t j = 0; j < m; ++j) po[i + j] = pa[i + j] * pr[j];
+        i += m;
+      }
     }
   });
 }
