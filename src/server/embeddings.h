@@ -3,7 +3,11 @@
 // request validation and the response object. No HTTP here.
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace kvad {
 class Embedder;
@@ -34,6 +38,31 @@ inline constexpr size_t kMaxEmbeddingTokens = 300000;
 /// context_length_exceeded) naming the field, before any model work.
 std::string embeddings_response(const std::string& body, const std::string& model_id, Embedder& embedder,
                                 size_t max_inputs = kMaxEmbeddingInputs);
+
+/// What the request parser needs to know of the model (an Embedder's, or a
+/// stand-in in tests and the fuzz target).
+struct EmbeddingsModel {
+  std::string id;              ///< the model id requests must name
+  int64_t dim = 0;             ///< embedding dimensions
+  int32_t n_vocab = 0;         ///< token ids accepted: [0, n_vocab)
+  int32_t max_seq_length = 0;  ///< most token ids one input may have
+  /// Text → token ids (with specials, truncated at max_seq_length).
+  std::function<std::vector<int32_t>(std::string_view)> tokenize;
+};
+EmbeddingsModel embeddings_model(const std::string& id, const Embedder& e);
+
+/// A validated request: the inputs as token ids, and the answer's encoding.
+struct EmbeddingsRequest {
+  std::vector<std::vector<int32_t>> inputs;
+  bool base64 = false;
+};
+/// The validation of embeddings_response, without the model's work.
+/// Throws ApiError as documented there.
+EmbeddingsRequest parse_embeddings_request(const std::string& body, const EmbeddingsModel& m,
+                                           size_t max_inputs = kMaxEmbeddingInputs);
+/// The response JSON text for `r` and its vectors ([r.inputs.size(), m.dim]).
+std::string embeddings_response_body(const EmbeddingsRequest& r, const std::vector<float>& vecs,
+                                     const EmbeddingsModel& m);
 
 /// RFC 4648 base64 (with padding) of `n` bytes.
 std::string base64_encode(const void* data, size_t n);
