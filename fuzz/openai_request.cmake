@@ -4,7 +4,10 @@
 # tests/fixtures/server/requests.
 find_package(nlohmann_json CONFIG REQUIRED)
 add_executable(fuzz_openai_request ${CMAKE_CURRENT_LIST_DIR}/fuzz_openai_request.cpp
-  ${PROJECT_SOURCE_DIR}/src/server/openai.cpp)
+  ${PROJECT_SOURCE_DIR}/src/server/openai.cpp
+  # response_format / grammar compile here (400 on a refused schema)
+  ${PROJECT_SOURCE_DIR}/src/engine/gbnf.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar_matcher.cpp
+  ${PROJECT_SOURCE_DIR}/src/engine/json_schema.cpp ${PROJECT_SOURCE_DIR}/src/engine/json_schema_merge.cpp ${PROJECT_SOURCE_DIR}/src/engine/json_schema_text.cpp)
 target_include_directories(fuzz_openai_request PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(fuzz_openai_request PRIVATE kvad_base nlohmann_json::nlohmann_json)
 target_compile_options(fuzz_openai_request PRIVATE -fsanitize=fuzzer)

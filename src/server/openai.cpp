@@ -1,5 +1,9 @@
 #include "server/openai.h"
 
+#include <algorithm>
+#include <functional>
+#include "engine/json_schema.h"
+
 #include <random>
 
 namespace kvad::server {
@@ -195,7 +199,60 @@ int json_depth_over(const std::string& text, int limit) {
 }
 }  // namespace
 
-CompletionRequest parse_completion_request(const std::string& body_text, bool chat) {
+// response_format (OpenAI) and grammar / json_schema (llama.cpp's server):
+// the grammar that constrains the output, or null. A schema or grammar the
+// compiler refuses is a 400 naming the keyword (never ignored).
+static std::shared_ptr<const Grammar> parse_grammar_fields(const json& body) {
+  std::shared_ptr<const Grammar> out;
+  std::string from;
+  auto set = [&](const std::string& param, auto make) {
+    if (out) bad_value(param, "only one of response_format, grammar and json_schema may constrain the output (" +
+                                  from + " is already given).");
+    try {
+      out = make();
+    } catch (const SchemaError& e) {
+      throw ApiError(400, std::string("Invalid schema for ") + param + ": " + e.what(), "invalid_request_error", param,
+                     "invalid_schema");
+    } catch (const GrammarError& e) {
+      throw ApiError(400, std::string("Invalid ") + param + ": " + e.what(), "invalid_request_error", param,
+                     "invalid_grammar");
+    }
+    from = param;
+  };
+  if (const json* rf = field(body, "response_format")) {
+    if (!rf->is_object()) bad_type("response_format", "an object", *rf);
+    const json* t = field(*rf, "type");
+    if (!t || !t->is_string()) bad_type("response_format.type", "a string", t ? *t : json());
+    const std::string type = t->get<std::string>();
+    if (type == "json_object") {
+      static const std::shared_ptr<const Grammar> any_object = Grammar::parse(json_any_gbnf(true));
+      set("response_format", [] { return any_object; });
+    } else if (type == "json_schema") {
+      const json* js = field(*rf, "json_schema");
+      if (!js || !js->is_object()) bad_type("response_format.json_schema", "an object", js ? *js : json());
+      if (const json* name = field(*js, "name"); name && !name->is_string())
+        bad_type("response_format.json_schema.name", "a string", *name);
+      if (const json* strict = field(*js, "strict"); strict && !strict->is_boolean())
+        bad_type("response_format.json_schema.strict", "a boolean", *strict);
+      const json* schema = field(*js, "schema");
+      if (!schema) throw ApiError(400, "Missing required parameter: 'response_format.json_schema.schema'.",
+                                  "invalid_request_error", "response_format.json_schema.schema",
+                                  "missing_required_parameter");
+      set("response_format.json_schema.schema", [&] { return json_schema_grammar(*schema); });
+    } else if (type != "text") {
+      unsupported("response_format", "response_format '" + type + "' is not supported; use 'text', 'json_object' or 'json_schema'.");
+    }
+  }
+  if (const json* gr = field(body, "grammar")) {
+    if (!gr->is_string()) bad_type("grammar", "a string", *gr);
+    set("grammar", [&] { return Grammar::parse(gr->get<std::string>()); });
+  }
+  if (const json* js = field(body, "json_schema")) set("json_schema", [&] { return json_schema_grammar(*js); });
+  return out;
+}
+
+CompletionRequest parse_completion_request(const std::string& body_text, bool chat, const SamplerParams& defaults) {
+
   if (json_depth_over(body_text, kMaxJsonDepth) != 0)
     throw ApiError(400, "The JSON body of your request is nested more than " + std::to_string(kMaxJsonDepth) +
                             " levels deep.", "invalid_request_error", "", "invalid_json");
@@ -227,8 +284,7 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   else
     parse_prompt(body, r);
 
-  if (integer_in(body, "n", 1, 128, 1) != 1)
-    unsupported("n", "Only n = 1 is supported: this server returns one choice per request.");
+  r.n = static_cast<int>(integer_in(body, "n", 1, kMaxChoices, 1));
   if (!chat && integer_in(body, "best_of", 1, 128, 1) != 1)
     unsupported("best_of", "Only best_of = 1 is supported.");
   if (!chat && boolean(body, "echo", false)) unsupported("echo", "echo is not supported.");
@@ -236,10 +292,16 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
     if (!s->is_string()) bad_type("suffix", "a string", *s);
     if (!s->get<std::string>().empty()) unsupported("suffix", "suffix is not supported.");
   }
-  if (const json* lp = field(body, "logprobs")) {
-    const bool on = chat ? (lp->is_boolean() ? lp->get<bool>() : (bad_type("logprobs", "a boolean", *lp), false))
-                         : (is_int(*lp) ? true : (bad_type("logprobs", "an integer", *lp), false));
-    if (on) unsupported("logprobs", "logprobs are not supported.");
+  // logprobs: chat takes `logprobs: true` and `top_logprobs` 0..20; the
+  // legacy endpoint takes `logprobs: N` alternatives (OpenAI allows 0..5,
+  // llama.cpp more: 0..20 here).
+  if (chat) {
+    const bool on = boolean(body, "logprobs", false);
+    const int64_t top = integer_in(body, "top_logprobs", 0, kMaxTopLogprobs, -1);
+    if (top >= 0 && !on) bad_value("top_logprobs", "top_logprobs needs logprobs: true.");
+    if (on) r.gen.logprobs = static_cast<int32_t>(std::max<int64_t>(top, 0));
+  } else {
+    r.gen.logprobs = static_cast<int32_t>(integer_in(body, "logprobs", 0, kMaxTopLogprobs, -1));
   }
   if (const json* t = field(body, "tools")) {
     if (!t->is_array()) bad_type("tools", "an array", *t);
@@ -247,28 +309,40 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   }
   if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty()))
     unsupported("functions", "Function calling is not supported by this server.");
-  if (const json* rf = field(body, "response_format")) {
-    if (!rf->is_object()) bad_type("response_format", "an object", *rf);
-    const json* t = field(*rf, "type");
-    if (!t || !t->is_string()) bad_type("response_format.type", "a string", t ? *t : json());
-    if (t->get<std::string>() != "text")
-      unsupported("response_format", "response_format '" + t->get<std::string>() + "' is not supported; only 'text'.");
-  }
-
   GenParams& g = r.gen;
+  g.grammar = parse_grammar_fields(body);
   int64_t max_tokens = integer_in(body, "max_tokens", 0, INT32_MAX, -1);
   if (chat) max_tokens = integer_in(body, "max_completion_tokens", 0, INT32_MAX, max_tokens);
   if (!chat && max_tokens < 0) max_tokens = 16;  // the legacy endpoint's documented default
   g.max_tokens = static_cast<int32_t>(max_tokens);
 
   SamplerParams& sp = g.sampling;
-  sp.temp = static_cast<float>(number_in(body, "temperature", 0, 2, 1.0));
-  sp.top_p = static_cast<float>(number_in(body, "top_p", 0, 1, 1.0));
+  sp.temp = static_cast<float>(number_in(body, "temperature", 0, 2, defaults.temp));
+  sp.top_p = static_cast<float>(number_in(body, "top_p", 0, 1, defaults.top_p));
   sp.presence_penalty = static_cast<float>(number_in(body, "presence_penalty", -2, 2, 0));
   sp.frequency_penalty = static_cast<float>(number_in(body, "frequency_penalty", -2, 2, 0));
-  sp.top_k = static_cast<int32_t>(integer_in(body, "top_k", 0, INT32_MAX, 0));
-  sp.min_p = static_cast<float>(number_in(body, "min_p", 0, 1, 0));
-  sp.repeat_penalty = static_cast<float>(number_in(body, "repeat_penalty", 0.01, 100, 1.0));
+  sp.top_k = static_cast<int32_t>(integer_in(body, "top_k", 0, INT32_MAX, defaults.top_k));
+  sp.min_p = static_cast<float>(number_in(body, "min_p", 0, 1, defaults.min_p));
+  sp.repeat_penalty = static_cast<float>(number_in(body, "repeat_penalty", 0.01, 100, defaults.repeat_penalty));
+  if (const json* lb = field(body, "logit_bias")) {
+    // {"token id as a string": bias in [-100, 100]} (OpenAI). Applied, not
+    // ignored; bounded, because the sampler walks it at every token.
+    if (!lb->is_object()) bad_type("logit_bias", "an object mapping token ids to numbers", *lb);
+    if (lb->size() > kMaxLogitBias)
+      bad_value("logit_bias", "expected at most " + std::to_string(kMaxLogitBias) + " entries, got " +
+                                  std::to_string(lb->size()) + ".");
+    for (const auto& [key, v] : lb->items()) {
+      const bool digits = !key.empty() && key.size() <= 10 &&
+                          key.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || std::stoll(key) > INT32_MAX)
+        bad_value("logit_bias", "keys must be token ids (non-negative integers as strings), got \"" +
+                                    key.substr(0, 64) + "\".");
+      if (!v.is_number()) bad_type("logit_bias", "an object mapping token ids to numbers", v);
+      const double b = v.get<double>();
+      if (!(b >= -100 && b <= 100)) bad_value("logit_bias", "a bias is a number in [-100, 100], got " + v.dump() + ".");
+      sp.logit_bias.emplace_back(static_cast<int32_t>(std::stoll(key)), static_cast<float>(b));
+    }
+  }
   if (const json* seed = field(body, "seed")) {
     if (!is_int(*seed)) bad_type("seed", "an integer", *seed);
     sp.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
@@ -324,22 +398,60 @@ json response_base(const ResponseMeta& m, bool chunk) {
               {"model", m.model}};
 }
 
+json logprobs_json(bool chat, const std::vector<GenTokenLogprobs>& tokens,
+                   const std::function<std::string(int32_t)>& piece, size_t* text_offset) {
+  auto bytes = [](const std::string& t) {
+    json b = json::array();
+    for (unsigned char c : t) b.push_back(static_cast<int>(c));
+    return b;
+  };
+  if (chat) {
+    json content = json::array();
+    for (const GenTokenLogprobs& t : tokens) {
+      const std::string p = piece(t.id);
+      json top = json::array();
+      for (const TokenLogprob& a : t.top) {
+        const std::string ap = piece(a.id);
+        top.push_back({{"token", ap}, {"logprob", a.logprob}, {"bytes", bytes(ap)}});
+      }
+      content.push_back({{"token", p}, {"logprob", t.logprob}, {"bytes", bytes(p)}, {"top_logprobs", top}});
+    }
+    return json{{"content", content}, {"refusal", nullptr}};
+  }
+  json toks = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  for (const GenTokenLogprobs& t : tokens) {
+    const std::string p = piece(t.id);
+    toks.push_back(p);
+    lps.push_back(t.logprob);
+    json top = json::object();
+    for (const TokenLogprob& a : t.top) {
+      const std::string ap = piece(a.id);
+      if (!top.contains(ap)) top[ap] = a.logprob;  // two ids with one text: the likelier
+    }
+    tops.push_back(top);
+    offs.push_back(*text_offset);
+    *text_offset += p.size();
+  }
+  return json{{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
 json completion_response(const ResponseMeta& m, const std::string& text, const std::string& finish_reason,
-                         const GenUsage& usage) {
+                         const GenUsage& usage, const json& logprobs) {
   json out = response_base(m, false);
   json choice = {{"index", 0}};
   if (m.chat)
     choice["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
   else
     choice["text"] = text;
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   choice["finish_reason"] = finish_reason;
   out["choices"] = json::array({choice});
   out["usage"] = usage_json(usage);
   return out;
 }
 
-json completion_chunk(const ResponseMeta& m, const std::string& text, const json& finish_reason, bool include_usage) {
+json completion_chunk(const ResponseMeta& m, const std::string& text, const json& finish_reason, bool include_usage,
+                      const json& logprobs) {
   json c = response_base(m, true);
   json choice = {{"index", 0}};
   if (m.chat) {
@@ -347,7 +459,7 @@ json completion_chunk(const ResponseMeta& m, const std::string& text, const json
   } else {
     choice["text"] = text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   choice["finish_reason"] = finish_reason;
   c["choices"] = json::array({choice});
   if (include_usage) c["usage"] = nullptr;

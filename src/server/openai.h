@@ -7,6 +7,7 @@
 // package's types, which tests/server drive the server with.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,25 +49,59 @@ struct CompletionRequest {
   GenParams gen;                      ///< sampling (seed drawn at random when absent), max_tokens, stop
   bool stream = false;
   bool include_usage = false;         ///< stream_options.include_usage
+  int n = 1;                          ///< choices (OpenAI's n), 1..kMaxChoices
+  // gen.logprobs: -1 none; else the alternatives per token (chat:
+  // logprobs true + top_logprobs; completions: logprobs N).
 };
 
 /// Arrays and objects nested deeper than this in a request body: 400 invalid_json.
 inline constexpr int kMaxJsonDepth = 64;
 /// The longest stop sequence accepted, in bytes (400 invalid_value, param stop).
 inline constexpr size_t kMaxStopBytes = 1024;
+/// The most choices one request may ask for (`n`): each holds a slot or a
+/// queue place while it runs (more than the queue takes: 429).
+inline constexpr int64_t kMaxChoices = 16;
+/// The most alternatives per token `top_logprobs` / `logprobs` may ask for.
+inline constexpr int64_t kMaxTopLogprobs = 20;
+/// The most logit_bias entries accepted (400 invalid_value, param logit_bias).
+inline constexpr size_t kMaxLogitBias = 1024;
+
+/// OpenAI's defaults for what a request leaves out: temperature 1, top_p 1;
+/// top_k, min_p and repeat_penalty (llama.cpp's extensions) off.
+inline SamplerParams openai_sampling_defaults() {
+  SamplerParams p;
+  p.temp = 1.0f;
+  p.top_p = 1.0f;
+  p.top_k = 0;
+  p.min_p = 0.0f;
+  p.repeat_penalty = 1.0f;
+  return p;
+}
 
 /// Parses and validates a request body. Fields follow the OpenAI API:
 /// model (required), messages | prompt (required), max_tokens /
 /// max_completion_tokens (>= 0; default: until the model stops or the
 /// context is full), temperature [0, 2] (default 1), top_p [0, 1] (default 1),
 /// presence_penalty / frequency_penalty [-2, 2], seed (integer), stop (string
-/// or up to 16 strings), n (1 only), stream, stream_options.include_usage.
-/// Also llama.cpp's extensions top_k, min_p and repeat_penalty. A null field
+/// or up to 16 strings), n (1..16), stream, stream_options.include_usage.
+/// Also llama.cpp's extensions top_k, min_p and repeat_penalty, and
+/// logit_bias ({"id": bias in [-100, 100]}, at most kMaxLogitBias entries;
+/// the caller checks the ids against the vocabulary). `defaults` gives the
+/// sampling fields a request leaves out (openai_sampling_defaults(), or a
+/// model's generation_config.json over them). A null field
 /// is as if absent; unknown fields are ignored.
+/// Constrained output (gen.grammar, engine/grammar.h): response_format
+/// {type: text | json_object | json_schema {name, schema, strict}}, or
+/// llama.cpp's `grammar` (GBNF text) or `json_schema` (a schema); at most one.
 /// Throws ApiError 400: invalid_json, invalid_type, invalid_value,
-/// missing_required_parameter, unsupported_value (n > 1, logprobs, echo,
-/// best_of > 1, suffix, tools, non-text content parts or response formats).
-CompletionRequest parse_completion_request(const std::string& body, bool chat);
+/// missing_required_parameter, invalid_schema (a keyword the schema compiler
+/// cannot enforce, named in the message), invalid_grammar, unsupported_value
+/// (echo, best_of > 1, suffix, tools, non-text content parts, other response
+/// formats).
+/// logprobs: chat `logprobs` (boolean) with `top_logprobs` 0..20 (400 when
+/// given without logprobs: true); completions `logprobs` 0..20.
+CompletionRequest parse_completion_request(const std::string& body, bool chat,
+                                           const SamplerParams& defaults = openai_sampling_defaults());
 
 /// Token counts for `usage`.
 nlohmann::ordered_json usage_json(const GenUsage& u);
@@ -83,15 +118,28 @@ struct ResponseMeta {
 /// "chat.completion.chunk" (chunk) or "text_completion".
 nlohmann::ordered_json response_base(const ResponseMeta& m, bool chunk);
 
+/// A choice's `logprobs` object for `tokens` (GenEvent::logprobs), as
+/// OpenAI shapes it: chat {"content": [{"token", "logprob", "bytes",
+/// "top_logprobs": [{"token", "logprob", "bytes"}]}], "refusal": null};
+/// completions {"tokens", "token_logprobs", "top_logprobs": [{text:
+/// logprob}], "text_offset"}. `piece` gives a token id's text;
+/// `text_offset` (completions) is the byte offset of the first token's text
+/// and is advanced past the tokens.
+nlohmann::ordered_json logprobs_json(bool chat, const std::vector<GenTokenLogprobs>& tokens,
+                                     const std::function<std::string(int32_t)>& piece, size_t* text_offset);
+
 /// A whole (not streamed) response: one choice with the assistant message
-/// (chat) or the text, its finish_reason, and the usage.
+/// (chat) or the text, its finish_reason, its logprobs (null when not asked
+/// for), and the usage.
 nlohmann::ordered_json completion_response(const ResponseMeta& m, const std::string& text,
-                                           const std::string& finish_reason, const GenUsage& usage);
+                                           const std::string& finish_reason, const GenUsage& usage,
+                                           const nlohmann::ordered_json& logprobs = nullptr);
 
 /// A streamed chunk with one choice: a text delta while `finish_reason` is
 /// null, then an empty delta with it. "usage": null when include_usage.
 nlohmann::ordered_json completion_chunk(const ResponseMeta& m, const std::string& text,
-                                        const nlohmann::ordered_json& finish_reason, bool include_usage);
+                                        const nlohmann::ordered_json& finish_reason, bool include_usage,
+                                        const nlohmann::ordered_json& logprobs = nullptr);
 
 /// The first chunk of a streamed chat completion: the assistant role with
 /// empty content. "usage": null when include_usage.

@@ -135,6 +135,10 @@ struct Server::Impl {
                               : static_cast<size_t>(o.sched.n_slots) + o.sched.max_queue + 64;
   }
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  /// n > 1 choices of one request (Scheduler::submit_n: the prompt is
+  /// evaluated once), streamed or not; each choice carries its index.
+  void completion_n(const httplib::Request& req, httplib::Response& res, const CompletionRequest& r,
+                    std::vector<int32_t> prompt);
   std::vector<int32_t> tokenize(const CompletionRequest& r) const;
   std::vector<int32_t> tokenize_chat(const std::vector<ChatMessage>& messages) const;
 
@@ -144,6 +148,7 @@ struct Server::Impl {
   Metrics metrics;
   httplib::Server http;
   std::atomic<bool> stopping{false};
+  std::atomic<bool> in_run{false}, run_done{false};  ///< Server::run() entered / returned
   std::atomic<int> open_streams{0};  ///< streamed responses not yet finished
   ConnectionWatchdog watchdog;
   size_t max_token_bytes = 1;
@@ -185,7 +190,12 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
     throw ApiError(400, "The model '" + o.model_id + "' is an " + o.model_kind + " model (kind " + o.model_kind +
                             "): it serves POST /v1/embeddings, not " + req.path + ".",
                    "invalid_request_error", "model", "model_not_supported");
-  CompletionRequest r = parse_completion_request(req.body, is_chat);
+  CompletionRequest r = parse_completion_request(req.body, is_chat, o.sampling_defaults);
+  for (const auto& [id, bias] : r.gen.sampling.logit_bias)
+    if (id >= tok->n_vocab())
+      throw ApiError(400, "Invalid value for 'logit_bias': token id " + std::to_string(id) +
+                              " is not in the vocabulary (" + std::to_string(tok->n_vocab()) + " tokens).",
+                     "invalid_request_error", "logit_bias", "invalid_value");
   if (r.model != o.model_id)
     throw ApiError(404, "The model '" + r.model + "' does not exist; this server has '" + o.model_id + "'.",
                    "invalid_request_error", "model", "model_not_found");
@@ -214,9 +224,10 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
                        std::to_string(prompt.size()) + " tokens, which leaves no room for the completion. " +
                        "Shorten the prompt or raise --ctx-size.",
                    "invalid_request_error", pparam, "context_length_exceeded");
+  r.gen.tenant = req.get_header_value("Authorization");  // prefix-cache isolation (issue 15, finding 6)
+  if (r.n > 1) return completion_n(req, res, r, std::move(prompt));
   std::shared_ptr<Job> job;
   try {
-    r.gen.tenant = req.get_header_value("Authorization");  // prefix-cache isolation (issue 15, finding 6)
     job = sched.submit(std::move(prompt), r.gen);
   } catch (const QueueFullError& e) {
     throw ApiError(429, std::string(e.what()) + "; retry later.", "rate_limit_error", "", "rate_limit_exceeded");
@@ -231,8 +242,17 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
   const int fd = find_connection_fd(req);
   const ResponseMeta meta{id, created_at, o.model_id, is_chat};
 
+  // Token texts for logprobs: control tokens by their text (<|im_end|>).
+  std::shared_ptr<const Tokenizer> toks = tok;
+  auto piece = [toks](int32_t id) { return toks->token_to_piece(id, /*special=*/true); };
+  const bool want_logprobs = r.gen.logprobs >= 0;
+  // completions' text_offset counts from the start of the prompt text, as
+  // llama-cpp-python does (without echo).
+  const size_t offset0 = r.chat || r.prompt_is_ids ? 0 : r.prompt.size();
+
   if (!r.stream) {
     std::string text;
+    std::vector<GenTokenLogprobs> lps;
     GenEvent last;
     for (;;) {
       std::optional<GenEvent> ev = job->wait(kPoll);
@@ -246,6 +266,7 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
       }
       if (!ev) continue;
       text += ev->text;
+      for (GenTokenLogprobs& t : ev->logprobs) lps.push_back(std::move(t));
       if (ev->done) {
         last = std::move(*ev);
         break;
@@ -253,7 +274,9 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
     }
     metrics.count_finish(last.finish_reason);
     if (last.finish_reason == "error") throw generation_error(last.error);
-    res.set_content(dump(completion_response(meta, text, last.finish_reason, last.usage)), "application/json");
+    size_t offset = offset0;
+    const json lp = want_logprobs ? logprobs_json(r.chat, lps, piece, &offset) : json(nullptr);
+    res.set_content(dump(completion_response(meta, text, last.finish_reason, last.usage, lp)), "application/json");
     return;
   }
 
@@ -263,16 +286,19 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
   struct State {
     std::shared_ptr<Job> job;
     bool started = false, finished = false;
+    std::vector<GenTokenLogprobs> pending;  ///< logprobs of tokens whose text is not out yet
+    size_t text_offset = 0;
   };
   auto st = std::make_shared<State>();
   st->job = job;
+  st->text_offset = offset0;
   ++open_streams;
   const bool include_usage = r.include_usage;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, st, fd, meta, include_usage](size_t, httplib::DataSink& sink) -> bool {
+      [this, st, fd, meta, include_usage, want_logprobs, piece](size_t, httplib::DataSink& sink) -> bool {
         auto send = [&](const json& j) {
           const std::string s = "data: " + dump(j) + "\n\n";
           return sink.write(s.data(), s.size());
@@ -288,7 +314,18 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
         }
         std::optional<GenEvent> ev = st->job->wait(kPoll);
         if (!ev) return peer_closed(fd) ? drop() : true;
-        if (!ev->text.empty() && !send(completion_chunk(meta, ev->text, nullptr, include_usage))) return drop();
+        for (GenTokenLogprobs& t : ev->logprobs) st->pending.push_back(std::move(t));
+        // A token's logprobs go out with the chunk that carries its text
+        // (or with the last one, for text a stop string swallowed).
+        if (!ev->text.empty() || (ev->done && !st->pending.empty() && ev->finish_reason != "error" &&
+                                  ev->finish_reason != "cancelled")) {
+          json lp = nullptr;
+          if (want_logprobs) {
+            lp = logprobs_json(meta.chat, st->pending, piece, &st->text_offset);
+            st->pending.clear();
+          }
+          if (!send(completion_chunk(meta, ev->text, nullptr, include_usage, lp))) return drop();
+        }
         if (!ev->done) return true;
         st->finished = true;
         metrics.count_finish(ev->finish_reason);
@@ -308,6 +345,174 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
       [this, st](bool) {
         if (!st->finished) {
           st->job->cancel();
+          metrics.count_finish("cancelled");
+        }
+        --open_streams;
+      });
+}
+
+void Server::Impl::completion_n(const httplib::Request& req, httplib::Response& res, const CompletionRequest& r,
+                                std::vector<int32_t> prompt) {
+  const size_t n = static_cast<size_t>(r.n);
+  std::vector<std::shared_ptr<Job>> jobs;
+  try {
+    jobs = sched.submit_n(std::move(prompt), r.gen, r.n);
+  } catch (const QueueFullError& e) {
+    throw ApiError(429, std::string(e.what()) + "; retry later or ask for fewer choices (n).", "rate_limit_error", "",
+                   "rate_limit_exceeded");
+  } catch (const ShuttingDownError& e) {
+    throw ApiError(503, e.what(), "server_error", "", "server_shutting_down");
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), "invalid_request_error", r.chat ? "messages" : "prompt", "invalid_value");
+  }
+  const ResponseMeta meta{new_response_id(r.chat ? "chatcmpl-" : "cmpl-"), static_cast<int64_t>(std::time(nullptr)),
+                          o.model_id, r.chat};
+  const int fd = find_connection_fd(req);
+  std::shared_ptr<const Tokenizer> toks = tok;
+  auto piece = [toks](int32_t id) { return toks->token_to_piece(id, /*special=*/true); };
+  const bool want_logprobs = r.gen.logprobs >= 0;
+  const size_t offset0 = r.chat || r.prompt_is_ids ? 0 : r.prompt.size();
+  const auto poll = std::chrono::milliseconds(std::max<int64_t>(1, kPoll.count() / static_cast<int64_t>(n)));
+  // usage: the prompt once, the completions summed (OpenAI's accounting).
+  auto total_usage = [n](const std::vector<GenUsage>& u) {
+    GenUsage t = u[0];
+    for (size_t i = 1; i < n; ++i) t.completion_tokens += u[i].completion_tokens;
+    return t;
+  };
+  auto with_index = [](json j, size_t i) {
+    if (!j["choices"].empty()) j["choices"][0]["index"] = i;
+    return j;
+  };
+
+  if (!r.stream) {
+    std::vector<std::string> text(n);
+    std::vector<std::vector<GenTokenLogprobs>> lps(n);
+    std::vector<GenEvent> last(n);
+    std::vector<bool> done(n, false);
+    for (size_t left = n; left > 0;) {
+      for (size_t i = 0; i < n; ++i) {
+        if (done[i]) continue;
+        std::optional<GenEvent> ev = jobs[i]->wait(poll);
+        if (!ev) continue;
+        text[i] += ev->text;
+        for (GenTokenLogprobs& t : ev->logprobs) lps[i].push_back(std::move(t));
+        if (ev->done) {
+          last[i] = std::move(*ev);
+          done[i] = true;
+          --left;
+        }
+      }
+      if (left > 0 && peer_closed(fd)) {
+        for (auto& j : jobs) j->cancel();
+        metrics.count_finish("cancelled");
+        res.status = 499;
+        return;
+      }
+    }
+    std::vector<GenUsage> usage;
+    for (size_t i = 0; i < n; ++i) {
+      metrics.count_finish(last[i].finish_reason);
+      if (last[i].finish_reason == "error") throw generation_error(last[i].error);
+      usage.push_back(last[i].usage);
+    }
+    json out;
+    for (size_t i = 0; i < n; ++i) {
+      size_t offset = offset0;
+      const json lp = want_logprobs ? logprobs_json(r.chat, lps[i], piece, &offset) : json(nullptr);
+      json one = completion_response(meta, text[i], last[i].finish_reason, last[i].usage, lp);
+      if (i == 0) {
+        out = one;
+      } else {
+        one["choices"][0]["index"] = i;
+        out["choices"].push_back(one["choices"][0]);
+      }
+    }
+    out["usage"] = usage_json(total_usage(usage));
+    res.set_content(dump(out), "application/json");
+    return;
+  }
+
+  struct State {
+    std::vector<std::shared_ptr<Job>> jobs;
+    std::vector<std::vector<GenTokenLogprobs>> pending;
+    std::vector<size_t> text_offset;
+    std::vector<bool> done;
+    std::vector<GenUsage> usage;
+    size_t left = 0;
+    bool started = false, finished = false;
+  };
+  auto st = std::make_shared<State>();
+  st->jobs = std::move(jobs);
+  st->pending.resize(n);
+  st->text_offset.assign(n, offset0);
+  st->done.assign(n, false);
+  st->usage.resize(n);
+  st->left = n;
+  ++open_streams;
+  const bool include_usage = r.include_usage;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, st, fd, meta, include_usage, want_logprobs, piece, poll, n, with_index,
+       total_usage](size_t, httplib::DataSink& sink) -> bool {
+        auto send = [&](const json& j) {
+          const std::string s = "data: " + dump(j) + "\n\n";
+          return sink.write(s.data(), s.size());
+        };
+        auto drop = [&] {
+          for (auto& j : st->jobs) j->cancel();
+          return false;
+        };
+        if (!st->started) {
+          st->started = true;
+          if (meta.chat)
+            for (size_t i = 0; i < n; ++i)
+              if (!send(with_index(chat_role_chunk(meta, include_usage), i))) return drop();
+          return true;
+        }
+        bool any = false;
+        for (size_t i = 0; i < n; ++i) {
+          if (st->done[i]) continue;
+          std::optional<GenEvent> ev = st->jobs[i]->wait(poll);
+          if (!ev) continue;
+          any = true;
+          for (GenTokenLogprobs& t : ev->logprobs) st->pending[i].push_back(std::move(t));
+          const bool failed = ev->finish_reason == "error" || ev->finish_reason == "cancelled";
+          if (!ev->text.empty() || (ev->done && !st->pending[i].empty() && !failed)) {
+            json lp = nullptr;
+            if (want_logprobs) {
+              lp = logprobs_json(meta.chat, st->pending[i], piece, &st->text_offset[i]);
+              st->pending[i].clear();
+            }
+            if (!send(with_index(completion_chunk(meta, ev->text, nullptr, include_usage, lp), i))) return drop();
+          }
+          if (!ev->done) continue;
+          st->done[i] = true;
+          --st->left;
+          st->usage[i] = ev->usage;
+          metrics.count_finish(ev->finish_reason);
+          if (ev->finish_reason == "cancelled") return drop();
+          if (ev->finish_reason == "error") {
+            st->finished = true;
+            for (auto& j : st->jobs) j->cancel();
+            send(error_body(generation_error(ev->error)));
+            sink.done();
+            return true;
+          }
+          if (!send(with_index(completion_chunk(meta, "", ev->finish_reason, include_usage), i))) return drop();
+        }
+        if (st->left > 0) return any || !peer_closed(fd) ? true : drop();
+        st->finished = true;
+        if (include_usage && !send(usage_chunk(meta, total_usage(st->usage)))) return false;
+        const std::string done = "data: [DONE]\n\n";
+        if (!sink.write(done.data(), done.size())) return false;
+        sink.done();
+        return true;
+      },
+      [this, st](bool) {
+        if (!st->finished) {
+          for (auto& j : st->jobs) j->cancel();
           metrics.count_finish("cancelled");
         }
         --open_streams;
@@ -534,7 +739,14 @@ int Server::bind() {
   return port;
 }
 
-void Server::run() { impl_->http.listen_after_bind(); }
+void Server::run() {
+  // stop() may come first (a signal right after bind()): then it has set
+  // `stopping` before this reads it, or it sees in_run and stops the loop
+  // once it runs (cpp-httplib's stop() does nothing before listening began).
+  impl_->in_run = true;
+  if (!impl_->stopping) impl_->http.listen_after_bind();
+  impl_->run_done = true;
+}
 
 void Server::stop() {
   impl_->stopping = true;
@@ -545,6 +757,10 @@ void Server::stop() {
   while (impl_->open_streams.load() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   impl_->http.stop();
+  for (int i = 0; i < 500 && impl_->in_run && !impl_->run_done; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    impl_->http.stop();
+  }
   impl_->watchdog.stop();
 }
 

@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "engine/scheduler.h"
+#include "server/openai.h"
 
 namespace kvad {
 class ChatPrompt;
@@ -76,6 +77,9 @@ struct ServerOptions {
   std::shared_ptr<const ChatPrompt> chat;
   std::string chat_error;
   SchedulerOptions sched;          ///< slots, context per slot, threads, queue bound
+  /// Sampling for fields a request leaves out (openai.h): OpenAI's
+  /// defaults, or an HF checkpoint's generation_config.json over them.
+  SamplerParams sampling_defaults = openai_sampling_defaults();
   int http_threads = 0;            ///< 0: n_slots + max_queue + 8 (a waiting request holds one)
   size_t max_body_bytes = 16u << 20;
   /// Host header names accepted (lower case, no port); loopback names plus

@@ -119,16 +119,30 @@ TEST(OpenAIRequest, Errors) {
       {chat(R"("temperature": -0.1)"), true, {400, "invalid_value", "temperature"}},
       {chat(R"("max_tokens": 3000000000)"), true, {400, "invalid_value", "max_tokens"}},
       {chat(R"("max_tokens": 18446744073709551615)"), true, {400, "invalid_value", "max_tokens"}},
-      {chat(R"("n": 3)"), true, {400, "unsupported_value", "n"}},
+      {chat(R"("n": 17)"), true, {400, "invalid_value", "n"}},
       {chat(R"("stop": [1])"), true, {400, "invalid_type", "stop"}},
       {chat(R"("stream_options": 1)"), true, {400, "invalid_type", "stream_options"}},
       {chat(R"("stream_options": {"include_usage": "yes"})"), true, {400, "invalid_type", "stream_options.include_usage"}},
-      {chat(R"("response_format": {"type": "json_schema"})"), true, {400, "unsupported_value", "response_format"}},
+      {chat(R"("response_format": {"type": "json_schema"})"), true, {400, "invalid_type", "response_format.json_schema"}},
+      {chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})"), true,
+       {400, "missing_required_parameter", "response_format.json_schema.schema"}},
+      {chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}})"), true,
+       {400, "invalid_schema", "response_format.json_schema.schema"}},
+      {chat(R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "array", "uniqueItems": true}}})"),
+       true, {400, "invalid_schema", "response_format.json_schema.schema"}},
+      {chat(R"("response_format": {"type": "xml"})"), true, {400, "unsupported_value", "response_format"}},
+      {chat(R"("grammar": "root ::= foo")"), true, {400, "invalid_grammar", "grammar"}},
+      {chat(R"("grammar": 5)"), true, {400, "invalid_type", "grammar"}},
+      {chat(R"("grammar": "root ::= [a]", "response_format": {"type": "json_object"})"), true,
+       {400, "invalid_value", "grammar"}},
+      {R"({"model": "m", "prompt": "x", "json_schema": {"$ref": "#/nowhere"}})", false, {400, "invalid_schema", "json_schema"}},
       {chat(R"("logprobs": 1)"), true, {400, "invalid_type", "logprobs"}},
       {R"({"model": "m", "prompt": 5})", false, {400, "invalid_type", "prompt"}},
       {R"({"model": "m", "prompt": []})", false, {400, "invalid_value", "prompt"}},
       {R"({"model": "m", "prompt": [1, "a"]})", false, {400, "invalid_type", "prompt"}},
-      {R"({"model": "m", "prompt": "x", "logprobs": 2})", false, {400, "unsupported_value", "logprobs"}},
+      {R"({"model": "m", "prompt": "x", "logprobs": 21})", false, {400, "invalid_value", "logprobs"}},
+      {R"({"model": "m", "prompt": "x", "logprobs": true})", false, {400, "invalid_type", "logprobs"}},
+      {chat(R"("top_logprobs": 2)"), true, {400, "invalid_value", "top_logprobs"}},
       {R"({"model": "m", "prompt": "x", "suffix": "y"})", false, {400, "unsupported_value", "suffix"}},
   };
   for (const auto& c : cases) {
@@ -136,6 +150,36 @@ TEST(OpenAIRequest, Errors) {
     EXPECT_EQ(got.status, c.want.status) << c.body;
     EXPECT_EQ(got.code, c.want.code) << c.body;
     EXPECT_EQ(got.param, c.want.param) << c.body;
+  }
+}
+
+TEST(OpenAIRequest, ResponseFormatAndGrammar) {
+  EXPECT_EQ(parse_completion_request(chat(R"("response_format": {"type": "text"})"), true).gen.grammar, nullptr);
+  auto accepts = [](const CompletionRequest& r, const std::string& text) {
+    kvad::GrammarMatcher m(r.gen.grammar);
+    return m.accept(text) && m.accepting();
+  };
+  const auto obj = parse_completion_request(chat(R"("response_format": {"type": "json_object"})"), true);
+  ASSERT_NE(obj.gen.grammar, nullptr);
+  EXPECT_TRUE(accepts(obj, R"({"a": [1, {"b": null}]})"));
+  EXPECT_FALSE(accepts(obj, "[1]"));
+  const auto sch = parse_completion_request(
+      chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true,
+           "schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+                      "additionalProperties": false}}})"),
+      true);
+  EXPECT_TRUE(accepts(sch, R"({"n": 3})"));
+  EXPECT_FALSE(accepts(sch, R"({"n": "3"})"));
+  const auto gr = parse_completion_request(R"({"model": "m", "prompt": "x", "grammar": "root ::= [ab]+"})", false);
+  EXPECT_TRUE(accepts(gr, "abba"));
+  EXPECT_FALSE(accepts(gr, "abc"));
+  // The refused keyword is named in the message.
+  try {
+    parse_completion_request(chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
+        "schema": {"type": "object", "patternProperties": {"^a": {}}}}})"), true);
+    ADD_FAILURE() << "no error";
+  } catch (const ApiError& e) {
+    EXPECT_NE(std::string(e.what()).find("'patternProperties'"), std::string::npos) << e.what();
   }
 }
 
@@ -173,4 +217,32 @@ TEST(OpenAIRequest, BrokenBodiesCorpus) {
     ++n;
   }
   EXPECT_GE(n, 15);
+}
+
+TEST(OpenAIRequest, ModelSamplingDefaultsFillWhatTheRequestLeavesOut) {
+  kvad::SamplerParams d = kvad::server::openai_sampling_defaults();
+  d.temp = 0.7f;
+  d.top_k = 20;
+  d.top_p = 0.8f;
+  d.repeat_penalty = 1.05f;
+  CompletionRequest r = parse_completion_request(chat(R"("top_p": 0.5)"), true, d);
+  EXPECT_FLOAT_EQ(r.gen.sampling.temp, 0.7f);
+  EXPECT_EQ(r.gen.sampling.top_k, 20);
+  EXPECT_FLOAT_EQ(r.gen.sampling.top_p, 0.5f);  // the request's own
+  EXPECT_FLOAT_EQ(r.gen.sampling.repeat_penalty, 1.05f);
+}
+
+TEST(OpenAIRequest, LogitBias) {
+  CompletionRequest r = parse_completion_request(chat(R"("logit_bias": {"5": -100, "17": 2.5})"), true);
+  ASSERT_EQ(r.gen.sampling.logit_bias.size(), 2u);
+  float b5 = 0, b17 = 0;
+  for (const auto& [id, b] : r.gen.sampling.logit_bias) (id == 5 ? b5 : b17) = b;
+  EXPECT_FLOAT_EQ(b5, -100.0f);
+  EXPECT_FLOAT_EQ(b17, 2.5f);
+  for (const char* bad : {R"("logit_bias": {"x": 1})", R"("logit_bias": {"": 1})", R"("logit_bias": {"99999999999": 1})",
+                          R"("logit_bias": {"1": -101})", R"("logit_bias": {"1": "a"})", R"("logit_bias": 3)"}) {
+    const Expect e = error_of(chat(bad), true);
+    EXPECT_EQ(e.status, 400) << bad;
+    EXPECT_EQ(e.param, "logit_bias") << bad;
+  }
 }
