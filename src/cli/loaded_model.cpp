@@ -45,7 +45,7 @@ void maybe_enable_offload() {
 
 }  // namespace
 
-LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev) {
+LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev, bool any_kind) {
   const auto t0 = std::chrono::steady_clock::now();
   LoadedModel m;
   // Refuse an unusable device before mapping anything.
@@ -93,6 +93,9 @@ LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev)
     m.generation_config = read_generation_config(dir);
     m.tokenizer->add_eog_ids(m.generation_config.eos_token_id);
   }
+  if (const ModelKind k = model_kind(*m.model); k != ModelKind::Text && !any_kind)
+    throw Error(m.path + ": architecture " + m.model->hparams().arch + " is an " + model_kind_name(k) +
+                " model (kind " + model_kind_name(k) + "), not a text-generation one; use kvad embed or kvad serve");
   if (dev.device == "cpu") maybe_enable_offload();
   m.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;

@@ -42,7 +42,9 @@ ChatPrompt chat_prompt(const LoadedModel& m);
 /// architecture from the registry on the device `dev` asks for (--device,
 /// --dtype, --quant) and the tokenizer (GGUF keys, or tokenizer.json +
 /// tokenizer_config.json). Throws kvad::Error, e.g. "kvad was built
-/// without CUDA" or "no CUDA device: ..." for --device cuda.
-LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev = {});
+/// without CUDA" or "no CUDA device: ..." for --device cuda, and, unless
+/// `any_kind`, for a model whose registry kind is not text (an embedding
+/// model, naming its kind and the commands that take it).
+LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev = {}, bool any_kind = false);
 
 }  // namespace kvad::cli

@@ -56,6 +56,12 @@ ResolvedModel resolve_model_full(const std::string& arg) {
   if (fs::is_regular_file(name, ec)) return {name, false, name, "local"};
   if (fs::is_directory(name, ec) && fs::is_regular_file(fs::path(name) / "config.json", ec))
     return {name, true, fs::absolute(name, ec).string(), "local"};
+  // An HF checkpoint setup placed in the store under its repo name
+  // (scripts/models.tsv rows whose path is a directory) comes first.
+  if (!fs::exists(name, ec) && hub::looks_like_repo_spec(name) && name.find_first_of("@:") == std::string::npos) {
+    const fs::path stored = fs::path(model_store_dir()) / name;
+    if (fs::is_regular_file(stored / "config.json", ec)) return {stored.string(), true, name, "store"};
+  }
   if (!fs::exists(name, ec) && hub::looks_like_repo_spec(name)) {
     const hub::Resolved r = resolve_hf_model(name);
     const bool ckpt = r.selection.kind == hub::Selection::Kind::Checkpoint;

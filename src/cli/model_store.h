@@ -30,7 +30,8 @@ struct ResolvedModel {
   std::string commit;       ///< the snapshot's commit, else "local"
 };
 /// As resolve_model, and also ORG/NAME of a safetensors checkpoint (from the
-/// HF cache, pulled when missing) or a local checkpoint directory.
+/// store's <store>/ORG/NAME/ when setup placed it there, else from the HF
+/// cache, pulled when missing) or a local checkpoint directory.
 ResolvedModel resolve_model_full(const std::string& arg);
 
 /// $KVAD_HOME (default ~/.cache/kvad).

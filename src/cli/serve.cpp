@@ -20,6 +20,8 @@
 #include "server/guard.h"
 #include "server/server.h"
 #include "engine/chat_prompt.h"
+#include "engine/embed.h"
+#include "hub/repo_spec.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvad::cli {
@@ -41,6 +43,8 @@ struct ServeOptions {
   int64_t queue = 64;
   int32_t batch = 256;
   bool quiet = false;
+  bool embeddings = false;  ///< serve /v1/embeddings for a text model too
+  std::string pooling;      ///< "": the model's (engine/embed.h)
 };
 
 std::atomic<int> g_signal{0};
@@ -59,7 +63,7 @@ void serve(const ServeOptions& o) {
   if (!(o.request_timeout > 0 && o.request_timeout <= 3600))
     throw Error("--request-timeout must be in (0, 3600] seconds, got " + std::to_string(o.request_timeout));
   if (o.batch < 1) throw Error("--batch must be at least 1, got " + std::to_string(o.batch));
-  LoadedModel m = load_for_cli(o.model, o.device);
+  LoadedModel m = load_for_cli(o.model, o.device, /*any_kind=*/true);
   const HParams& hp = m.model->hparams();
 
   server::ServerOptions so;
@@ -77,6 +81,19 @@ void serve(const ServeOptions& o) {
   else
     so.allowed_hosts.push_back(server::host_name_of(o.host));
   so.model_id = std::filesystem::path(m.path).stem().string();  // the store name, or the file's stem
+  // An HF repo name (from the store or the HF cache) is the model's id as given.
+  if (!std::filesystem::exists(o.model) && hub::looks_like_repo_spec(o.model) &&
+      o.model.find_first_of("@:") == std::string::npos)
+    so.model_id = o.model;
+  so.model_kind = model_kind_name(model_kind(*m.model));
+  if (model_kind(*m.model) == ModelKind::Embedding || o.embeddings) {
+    EmbeddingConfig ec = embedding_config(*m.model, m.file ? "" : m.path);
+    if (!o.pooling.empty()) ec.pooling = parse_pooling(o.pooling);
+    so.embedder = std::make_shared<Embedder>(m.model, m.tokenizer, ec, o.threads);
+    std::fprintf(stderr, "kvad serve: /v1/embeddings: %s pooling%s, %lld dimensions, at most %d tokens per input (%s)\n",
+                 pooling_name(ec.pooling), ec.normalize ? ", L2-normalised" : "", static_cast<long long>(hp.n_embd),
+                 ec.max_seq_length, ec.source.c_str());
+  }
   try {
     so.chat = std::make_shared<const ChatPrompt>(chat_prompt(m));
   } catch (const std::exception& e) {
@@ -156,6 +173,10 @@ void add_serve(CLI::App& app) {
       ->check(CLI::IsMember({"key", "all"}))
       ->capture_default_str();
   c->add_flag("-q,--quiet", o->quiet, "Do not log each request");
+  c->add_flag("--embeddings", o->embeddings,
+              "Also serve POST /v1/embeddings with a text model (an embedding model always serves it)");
+  c->add_option("--pooling", o->pooling, "Embedding pooling instead of the model's: mean, cls or last")
+      ->check(CLI::IsMember({"mean", "cls", "last"}));
   c->callback([o] { serve(*o); });
 }
 

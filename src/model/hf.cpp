@@ -1,5 +1,6 @@
 #include "model/hf.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -188,14 +189,19 @@ std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir) {
   }
   std::shared_ptr<const TensorSource> raw = safetensors_source(dir);
   std::vector<TensorRename> rules;
+  std::vector<std::string> ignored;
   for (const SourceTensor& t : raw->tensors()) {
+    if (std::find(entry->hf->ignored.begin(), entry->hf->ignored.end(), t.name) != entry->hf->ignored.end()) {
+      ignored.push_back(t.name);
+      continue;
+    }
     TensorRename r;
     if (!entry->hf->tensor(t.name, r))
       throw Error(raw->path() + ": tensor " + t.name + " is not read by architecture " + entry->name);
     r.base = t.name;
     rules.push_back(std::move(r));
   }
-  return mapped_source(std::move(raw), rules, std::move(md));
+  return mapped_source(std::move(raw), rules, std::move(md), ignored);
 }
 
 }  // namespace kvad

@@ -26,6 +26,11 @@ struct HfNames {
   /// The GGUF name and transform of HF tensor `hf`; false for a name the
   /// architecture does not know (which makes the load fail, naming it).
   bool (*tensor)(const std::string& hf, TensorRename& out) = nullptr;
+  /// HF tensors the architecture knows it does not read (listed to
+  /// mapped_source as ignored, so that they do not count as unread): BERT's
+  /// position_ids buffer and its next-sentence pooler, which
+  /// sentence-transformers does not use either.
+  std::vector<std::string> ignored = {};
 };
 
 /// The checkpoint in directory `dir` (config.json and model.safetensors or

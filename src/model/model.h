@@ -88,6 +88,13 @@ class Model {
   /// positions continue from what the cache holds and fit in it.
   /// logits: [b.n_out, n_vocab] f32, host memory.
   void forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits);
+  /// As forward, but returns the last hidden state of the rows b.out asks
+  /// for instead of logits, as transformers' base model returns it
+  /// (`last_hidden_state`: after a decoder's final norm, an encoder's last
+  /// post-norm), for pooling into sentence embeddings (engine/embed.h).
+  /// hidden: [b.n_out, n_embd] f32, host memory. Throws kvad::Error for an
+  /// architecture that has no such output.
+  void hidden(ThreadPool& pool, Cache& cache, const BatchView& b, float* hidden);
   /// Bytes of weights as stored on the model's device (in place in the
   /// mapped file on the CPU).
   size_t weight_bytes() const { return weight_bytes_; }
@@ -98,6 +105,8 @@ class Model {
 
  protected:
   virtual void forward_impl(Cache& cache, const BatchView& b, float* logits) = 0;
+  /// Default: throws, naming the architecture.
+  virtual void hidden_impl(Cache& cache, const BatchView& b, float* hidden);
   HParams hp_;
   size_t weight_bytes_ = 0;
   Device device_;

@@ -12,7 +12,8 @@ namespace kvad {
 // One loader per architecture file (model/text/).
 std::unique_ptr<Model> load_llama(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 std::unique_ptr<Model> load_gemma3(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
-extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kGemma3HfNames;
+std::unique_ptr<Model> load_bert(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
+extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kGemma3HfNames, kBertHfNames;
 
 const char* model_kind_name(ModelKind k) {
   switch (k) {
@@ -29,8 +30,16 @@ const std::vector<ArchEntry>& architectures() {
       {"qwen2", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kQwen2HfNames},
       {"qwen3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kQwen3HfNames},
       {"gemma3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gemma3, &kGemma3HfNames},
+      // The CUDA row has no bidirectional attention or exact GELU yet.
+      {"bert", ModelKind::Embedding, {"cpu", "sim"}, &load_bert, &kBertHfNames},
   };
   return archs;
+}
+
+ModelKind model_kind(const Model& m) {
+  for (const auto& a : architectures())
+    if (a.name == m.hparams().arch) return a.kind;
+  return ModelKind::Text;
 }
 
 std::string supported_architectures(const std::string& backend) {
@@ -84,6 +93,16 @@ std::unique_ptr<Model> load_model(std::shared_ptr<const gguf::File> f, const std
 void Model::forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits) {
   ops::PoolScope scope(pool);
   forward_impl(cache, b, logits);
+}
+
+void Model::hidden(ThreadPool& pool, Cache& cache, const BatchView& b, float* hidden) {
+  ops::PoolScope scope(pool);
+  hidden_impl(cache, b, hidden);
+}
+
+void Model::hidden_impl(Cache&, const BatchView&, float*) {
+  throw Error("architecture " + hp_.arch + " gives no hidden states for embeddings (kvad pools llama, qwen2, "
+              "qwen3 and bert)");
 }
 
 }  // namespace kvad

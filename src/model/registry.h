@@ -29,7 +29,7 @@ struct DeviceOptions {
 /// What a model is for.
 enum class ModelKind {
   Text,       ///< a language model: tokens in, next-token logits out
-  Embedding,  ///< a sentence encoder (comes with the embeddings issue)
+  Embedding,  ///< a sentence encoder: tokens in, hidden states out (Model::hidden), no logits
   Image,      ///< a diffusion model part (comes with image generation)
 };
 const char* model_kind_name(ModelKind k);
@@ -46,6 +46,10 @@ struct ArchEntry {
 
 /// Every architecture kvad knows, in a stable order.
 const std::vector<ArchEntry>& architectures();
+
+/// The kind of the registry entry for a model's architecture (hparams().arch);
+/// Text for an architecture the registry does not list.
+ModelKind model_kind(const Model& m);
 
 /// Comma-separated names of the architectures a backend supports.
 std::string supported_architectures(const std::string& backend);

@@ -18,6 +18,7 @@
 
 #include "model/model.h"
 #include "server/chat_page.h"
+#include "server/embeddings.h"
 #include "server/guard.h"
 #include "server/metrics.h"
 #include "server/anthropic.h"
@@ -87,8 +88,8 @@ bool peer_closed(int fd) {
 }
 
 std::string endpoint_label(const std::string& path) {
-  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses", "/v1/models",
-                            "/health", "/metrics", "/"})
+  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses",
+                            "/v1/embeddings", "/v1/models", "/health", "/metrics", "/"})
     if (path == known) return known;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   return "other";
@@ -231,6 +232,10 @@ std::vector<int32_t> Server::Impl::tokenize(const CompletionRequest& r, OutputFo
 }
 
 Server::Impl::Prepared Server::Impl::prepare(const httplib::Request& req, CompletionRequest& r) {
+  if (o.model_kind != "text")
+    throw ApiError(400, "The model '" + o.model_id + "' is an " + o.model_kind + " model (kind " + o.model_kind +
+                            "): it serves POST /v1/embeddings, not " + req.path + ".",
+                   "invalid_request_error", "model", "model_not_supported");
   if (r.model != o.model_id)
     throw ApiError(404, "The model '" + r.model + "' does not exist; this server has '" + o.model_id + "'.",
                    "invalid_request_error", "model", "model_not_found");
@@ -798,7 +803,13 @@ void Server::Impl::routes() {
   http.Post("/v1/completions", guarded([this](const auto& req, auto& res) { completion(req, res, false); }));
   http.Post("/v1/messages", guarded([this](const auto& req, auto& res) { anthropic_messages(req, res); }));
   http.Post("/v1/responses", guarded([this](const auto& req, auto& res) { responses(req, res); }));
-  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"})
+  http.Post("/v1/embeddings", guarded([this](const httplib::Request& req, httplib::Response& res) {
+    if (!o.embedder)
+      throw ApiError(400, "The model '" + o.model_id + "' (kind " + o.model_kind + ") is not serving embeddings; "
+                     "start kvad serve with --embeddings.", "invalid_request_error", "model", "model_not_supported");
+    res.set_content(embeddings_response(req.body, o.model_id, *o.embedder), "application/json");
+  }));
+  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses", "/v1/embeddings"})
     http.Get(p, [](const httplib::Request& req, httplib::Response& res) {
       send_error(res, ApiError(405, "Method not allowed: use POST " + req.path + ".", "invalid_request_error", "",
                                "method_not_allowed"));

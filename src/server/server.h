@@ -4,6 +4,7 @@
 // Endpoints:
 //   POST /v1/chat/completions, POST /v1/completions   (stream: server-sent events)
 //   POST /v1/responses (responses.h), POST /v1/messages (Anthropic, anthropic.h)
+//   POST /v1/embeddings (server/embeddings.h; with an Embedder in ServerOptions)
 //   GET  /v1/models, GET /v1/models/{id}
 //   GET  /health     {"status": "ok"} (503 while shutting down)
 //   GET  /metrics    Prometheus text format (server/metrics.h)
@@ -60,6 +61,7 @@
 
 namespace kvad {
 class ChatPrompt;
+class Embedder;
 class Model;
 class Tokenizer;
 }
@@ -92,6 +94,11 @@ struct ServerOptions {
   /// idleness (slowloris); a handler running (generation) is exempt.
   int request_timeout_ms = 10000;
   bool log_requests = true;        ///< one line per request on stderr
+  /// Serves POST /v1/embeddings when set (else it answers 400 naming the
+  /// model kind). A model of kind "embedding" answers chat and completions
+  /// with 400 model_not_supported.
+  std::shared_ptr<Embedder> embedder;
+  std::string model_kind = "text";  ///< model_kind_name() of the model (model/registry.h)
 };
 
 class Server {

@@ -21,6 +21,7 @@ namespace kvad {
 enum class Unary : uint8_t {
   SiLU,       ///< x·σ(x)
   GELU_tanh,  ///< 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+  GELU_erf,   ///< 0.5·x·(1 + erf(x/√2)) (exact GELU: BERT, torch's nn.GELU())
 };
 /// Element-wise binary ops (ops.h: add, mul).
 enum class Binary : uint8_t { Add, Mul };
@@ -39,6 +40,9 @@ struct AttentionOpParams {
   float scale = 0;       ///< multiplies q·k
   int32_t window = 0;    ///< 0: causal over every cached position; W: positions (p - W, p]
   int64_t slots = 0;     ///< positions per sequence the cache holds; position p lives in slot p % slots
+  /// false: bidirectional (encoders): every token of sequence s sees positions
+  /// [0, last_s], last_s the highest position of s in this call (window must be 0).
+  bool causal = true;
 };
 
 struct BackendOps {

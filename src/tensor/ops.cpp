@@ -341,6 +341,7 @@ Tensor glu(Unary op, const char* name, const Tensor& g, const Tensor& u) {
 
 Tensor silu(const Tensor& x) { return unary(Unary::SiLU, "silu", x); }
 Tensor gelu(const Tensor& x) { return unary(Unary::GELU_tanh, "gelu", x); }
+Tensor gelu_erf(const Tensor& x) { return unary(Unary::GELU_erf, "gelu_erf", x); }
 Tensor swiglu(const Tensor& g, const Tensor& u) { return glu(Unary::SiLU, "swiglu", g, u); }
 Tensor geglu(const Tensor& g, const Tensor& u) { return glu(Unary::GELU_tanh, "geglu", g, u); }
 
@@ -387,6 +388,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   KVAD_NEED("attention", q.ne[3] == 1 && k.ne == v.ne && k.ne[0] % D == 0 && H % (k.ne[0] / D) == 0,
        "q " + shape_str(q) + " does not fit caches " + shape_str(k) + " (GQA needs n_head % n_head_kv == 0)");
   KVAD_NEED("attention", p.slots > 0 && k.n_rows() % p.slots == 0, "cache rows are not a whole number of rings");
+  KVAD_NEED("attention", p.causal || p.window == 0, "a sliding window needs causal attention");
   Tensor out = f32_like(q, q.ne);
   entry(row(d, "attention").attention, d, "attention")(q, k, v, seq, pos, p, out);
   return out;

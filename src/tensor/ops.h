@@ -123,6 +123,10 @@ Tensor softmax(const Tensor& x);
 /// x·σ(x) (SiLU) and tanh-GELU, element-wise.
 Tensor silu(const Tensor& x);
 Tensor gelu(const Tensor& x);
+/// Exact GELU, 0.5·x·(1 + erf(x/√2)) (Hendrycks & Gimpel 2016; BERT's
+/// "gelu", torch.nn.GELU()), element-wise. The CUDA row has no kernel for
+/// it yet and throws.
+Tensor gelu_erf(const Tensor& x);
 /// silu(gate) ⊙ up (SwiGLU) and gelu(gate) ⊙ up (GeGLU), Shazeer 2020.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor geglu(const Tensor& gate, const Tensor& up);
@@ -140,7 +144,11 @@ void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Ten
 /// or pos[t] - window + 1; query head h reads kv head h / (n_head / n_head_kv)
 /// (grouped-query attention, Ainslie et al. 2023). The caller keeps
 /// slots >= window + tokens per call (a ring never overwrites what a token
-/// sees). out: [n_tok, n_head, head_dim].
+/// sees). With p.causal false (encoders: BERT) every token of sequence s sees
+/// positions [0, last_s] instead, last_s the highest position of s among
+/// this call's tokens (so a call holding whole sequences attends over each
+/// of them bidirectionally); window must then be 0. The CUDA row does not
+/// do causal = false yet and throws. out: [n_tok, n_head, head_dim].
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
                  const AttentionOpParams& p);
 

@@ -118,8 +118,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
   const std::string& model = m->as_string();
   if (model == "gpt2") return tok::make_bpe(f);
   if (model == "llama") return tok::make_spm(f);
+  if (model == "bert") return tok::make_wordpiece(f);
   throw Error(f.path() + ": tokenizer.ggml.model = \"" + model +
-              "\" is not supported (supported: \"gpt2\" byte-level BPE, \"llama\" SentencePiece)");
+              "\" is not supported (supported: \"gpt2\" byte-level BPE, \"llama\" SentencePiece, \"bert\" WordPiece)");
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json_text(std::string_view json, const std::string& name,

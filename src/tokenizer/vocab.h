@@ -33,6 +33,8 @@ int parse_byte_token(std::string_view text);
 
 std::unique_ptr<Tokenizer> make_bpe(const gguf::File& f);
 std::unique_ptr<Tokenizer> make_spm(const gguf::File& f);
+/// tokenizer.ggml.model "bert" (gguf_wordpiece.cpp).
+std::unique_ptr<Tokenizer> make_wordpiece(const gguf::File& f);
 /// tokenizer.json (hf_tokenizer.cpp); `config` may be null.
 std::unique_ptr<Tokenizer> make_hf(std::string_view json, const std::string& name, std::string_view config,
                                    const std::string& config_name);

@@ -42,7 +42,8 @@ class Server:
         binary = os.environ.get("KVAD_BINARY")
         if not binary or not os.path.exists(binary):
             pytest.skip("KVAD_BINARY not set or missing (run through ctest)")
-        cmd = [binary, "serve", "--model", model_path(), "--port", "0", "-t", "2"] + list(args)
+        model = [] if "--model" in args else ["--model", model_path()]  # a test may name another model
+        cmd = [binary, "serve"] + model + ["--port", "0", "-t", "2"] + list(args)
         self.log_path = log_path
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.PIPE, text=True)

@@ -24,6 +24,9 @@ namespace {
 
 using kvad::Device;
 using kvad::DType;
+using kvad::DeviceType;
+using kvad::Error;
+using kvad::AttentionOpParams;
 using kvad::Tensor;
 namespace ops = kvad::ops;
 using Shape = std::array<int64_t, 4>;
@@ -321,6 +324,100 @@ TEST(Ops, AttentionMatchesDefinition) {
       }
     }
   }
+}
+
+// Exact GELU and bidirectional attention (encoders: BERT) against their
+// definitions on the CPU, and bit for bit on sim. The CUDA row has neither
+// yet and must refuse them with an error, not compute something else.
+TEST(Ops, GeluErfMatchesDefinition) {
+  std::mt19937 rng(12);
+  const Tensor x = rand_f32(rng, {333, 3, 1, 1}, 6.0f);
+  const auto xv = host_f32(x), y = host_f32(ops::gelu_erf(x));
+  double worst = 0;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const double want = 0.5 * xv[i] * (1.0 + std::erf(xv[i] / std::sqrt(2.0)));
+    worst = std::max(worst, std::abs(y[i] - want));
+  }
+  std::printf("gelu_erf: max |err| %.3g\n", worst);
+  EXPECT_LT(worst, 1e-5);
+  for (const Device& d : devices()) {
+    if (d.type == DeviceType::CPU) continue;
+    if (d.type == DeviceType::Sim) {
+      EXPECT_EQ(host_f32(ops::gelu_erf(ops::to(x, d))), y);
+    } else {
+      EXPECT_THROW(ops::gelu_erf(ops::to(x, d)), Error) << d.str();
+    }
+  }
+}
+
+TEST(Ops, BidirectionalAttentionMatchesDefinition) {
+  std::mt19937 rng(13);
+  // Three sequences of 5, 1 and 19 tokens in one call, GQA 4 query heads over 2.
+  const int64_t D = 16, H = 4, Hkv = 2, slots = 24;
+  const std::vector<int32_t> lens = {5, 1, 19};
+  std::vector<int32_t> seq, pos;
+  for (int32_t s = 0; s < 3; ++s)
+    for (int32_t p = 0; p < lens[s]; ++p) seq.push_back(s), pos.push_back(p);
+  const int64_t n = static_cast<int64_t>(seq.size());
+  const Tensor q = rand_f32(rng, {D, H, n, 1}), k = rand_f32(rng, {D * Hkv, n, 1, 1}), v = rand_f32(rng, {D * Hkv, n, 1, 1});
+  auto run = [&](Device d) {
+    const Tensor kc = ops::empty(DType::F16, {D * Hkv, 3 * slots, 1, 1}, d);
+    const Tensor vc = ops::empty(DType::F16, {D * Hkv, 3 * slots, 1, 1}, d);
+    const Tensor st = ops::to(ids_tensor(seq), d), pt = ops::to(ids_tensor(pos), d);
+    ops::kv_store(kc, ops::to(k, d), st, pt, slots);
+    ops::kv_store(vc, ops::to(v, d), st, pt, slots);
+    AttentionOpParams ap;
+    ap.scale = 0.25f;
+    ap.slots = slots;
+    ap.causal = false;
+    return host_f32(ops::attention(ops::to(q, d), kc, vc, st, pt, ap));
+  };
+  const auto out = run(Device::cpu());
+  auto kv = host_f32(k), vv = host_f32(v);
+  for (auto* a : {&kv, &vv})
+    for (float& x : *a) x = kvad::f16_to_f32(kvad::f32_to_f16(x));
+  const auto qv = host_f32(q);
+  double worst = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    int64_t t0 = t;  // first token of t's sequence
+    while (t0 > 0 && seq[t0 - 1] == seq[t]) --t0;
+    const int64_t len = lens[seq[t]];
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t kh = h / (H / Hkv);
+      std::vector<double> s(len);
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j < len; ++j) {
+        double d = 0;
+        for (int64_t i = 0; i < D; ++i) d += double(qv[(t * H + h) * D + i]) * kv[(t0 + j) * D * Hkv + kh * D + i];
+        mx = std::max(mx, s[j] = 0.25 * d);
+      }
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      for (int64_t i = 0; i < D; ++i) {
+        double want = 0;
+        for (int64_t j = 0; j < len; ++j) want += s[j] / sum * vv[(t0 + j) * D * Hkv + kh * D + i];
+        worst = std::max(worst, std::abs(out[(t * H + h) * D + i] - want));
+      }
+    }
+  }
+  std::printf("bidirectional attention: max |err| %.3g\n", worst);
+  EXPECT_LT(worst, 1e-5);
+  for (const Device& d : devices()) {
+    if (d.type == DeviceType::CPU) continue;
+    if (d.type == DeviceType::Sim) {
+      EXPECT_EQ(run(d), out);
+    } else {
+      EXPECT_THROW(run(d), Error) << d.str();
+    }
+  }
+  // A sliding window cannot be bidirectional; a sequence past the ring is refused.
+  const Tensor kc = ops::empty(DType::F16, {D * Hkv, 3 * slots, 1, 1}, Device::cpu());
+  AttentionOpParams bad;
+  bad.scale = 0.25f, bad.slots = slots, bad.causal = false, bad.window = 4;
+  EXPECT_THROW(ops::attention(q, kc, kc, ids_tensor(seq), ids_tensor(pos), bad), Error);
+  std::vector<int32_t> far = pos;
+  far.back() = static_cast<int32_t>(slots);
+  bad.window = 0;
+  EXPECT_THROW(ops::attention(q, kc, kc, ids_tensor(seq), ids_tensor(far), bad), Error);
 }
 
 TEST(Ops, Errors) {

@@ -171,8 +171,16 @@ void binary(Binary op, const Tensor& a, const Tensor& b, const Tensor& o) {
         for (int64_t i = i0; i < i1; ++i) po[i] = pa[i] + pb[i];
       else
         for (int64_t i = i0; i < i1; ++i) po[i] = pa[i] * pb[i];
-    } else {  // b is one row, broadcast
-      for (int64_t i = i0; i < i1; ++i) po[i] = op == Binary::Add ? pa[i] + pb[i % nb] : pa[i] * pb[i % nb];
+    } else {  // b is one row, broadcast: whole rows without a division per element
+      for (int64_t i = i0; i < i1;) {
+        const int64_t j0 = i % nb, m = std::min(nb - j0, i1 - i);
+        const float* pr = pb + j0;
+        if (op == Binary::Add)
+          for (int64_t j = 0; j < m; ++j) po[i + j] = pa[i + j] + pr[j];
+        else
+          for (int64_t j = 0; j < m; ++j) po[i + j] = pa[i + j] * pr[j];
+        i += m;
+      }
     }
   });
 }
@@ -257,6 +265,8 @@ void unary(Unary op, const Tensor& x, const Tensor& o) {
   elementwise(x.n_elements(), [&](int64_t b, int64_t e) {
     if (op == Unary::SiLU) {
       for (int64_t i = b; i < e; ++i) po[i] = px[i] / (1.0f + std::exp(-px[i]));
+    } else if (op == Unary::GELU_erf) {
+      for (int64_t i = b; i < e; ++i) po[i] = 0.5f * px[i] * (1.0f + std::erf(px[i] * 0.70710678118654752f));
     } else {
       std::memcpy(po + b, px + b, static_cast<size_t>(e - b) * sizeof(float));
       cpu::gelu(po + b, e - b);
@@ -306,7 +316,8 @@ void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Ten
 }
 
 // Causal attention: token t sees positions [first, pos[t]] of its sequence,
-// first = 0, or pos[t] - window + 1 in a sliding-window layer. Work is cut
+// first = 0, or pos[t] - window + 1 in a sliding-window layer; bidirectional
+// (p.causal false): [0, the highest position of its sequence in this call]. Work is cut
 // into tiles of query rows that share a KV head: a run of tokens of one
 // sequence times the query heads of one group, so each K/V block is read
 // once per tile (attention_rows_f16).
@@ -325,6 +336,17 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
     if (ss[t] < 0 || ss[t] >= n_seq || ps[t] < 0)
       throw Error("attention: token " + std::to_string(t) + " at sequence " + std::to_string(ss[t]) +
                   ", position " + std::to_string(ps[t]) + " is outside the cache");
+  // Bidirectional: each sequence's last position in this call.
+  thread_local std::vector<int32_t> last_buf;
+  std::vector<int32_t>& last_of = last_buf;
+  if (!p.causal) {
+    last_of.assign(static_cast<size_t>(n_seq), -1);
+    for (int64_t t = 0; t < n; ++t) last_of[ss[t]] = std::max(last_of[ss[t]], ps[t]);
+    for (int64_t t = 0; t < n; ++t)
+      if (last_of[ss[t]] >= p.slots)
+        throw Error("attention: bidirectional attention over position " + std::to_string(last_of[ss[t]]) +
+                    " needs a cache of more than " + std::to_string(p.slots) + " slots");
+  }
   struct Tile {
     int64_t t0, t1, h0, h1;  // batch tokens [t0, t1) x query heads [h0, h1)
   };
@@ -354,7 +376,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
           rows.q[rows.n] = pq + (t * H + h) * D;
           rows.out[rows.n] = po + (t * H + h) * D;
           rows.first[rows.n] = p.window > 0 ? std::max<int64_t>(0, ps[t] - p.window + 1) : 0;
-          rows.last[rows.n] = ps[t];
+          rows.last[rows.n] = p.causal ? ps[t] : last_of[ss[t]];
           ++rows.n;
         }
       const int64_t kvh = tile.h0 / G;

@@ -98,6 +98,10 @@ void gemm_q4_K(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, 
                float* out, int64_t ldo);
 void gemm_q6_K(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
                float* out, int64_t ldo);
+// F32 weights and f32 activations, unpacked (gemm_f32_avx2.cpp): tiles of
+// 4 rows x 3 tokens; outputs equal vec_dot_f32 up to float summation order.
+void gemm_f32(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
+              float* out, int64_t ldo);
 }  // namespace avx2
 
 }  // namespace kvad::cpu::gemm

@@ -63,6 +63,7 @@ struct GemmRow {
 };
 
 const GemmRow kGemms[] = {
+    {DType::F32, gemm::avx2::gemm_f32, nullptr, nullptr, gemm::gemm_ref<quants::ref::vec_dot_f32>},
     {DType::Q4_0, gemm::avx2::gemm_q4_0, gemm::avx2::pack_q8_0x4, gemm::packed_bytes_q8_0x4,
      gemm::gemm_ref<quants::ref::vec_dot_q4_0_q8_0>},
     {DType::Q4_1, gemm::avx2::gemm_q4_1, gemm::avx2::pack_q8_1x4, gemm::packed_bytes_q8_1x4,

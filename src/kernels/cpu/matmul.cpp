@@ -2,7 +2,8 @@
 //
 // The activations are quantized once to W's vec_dot_type (as ggml does), in
 // parallel over tokens. Then:
-// - formats with a tiled gemm (kernels.h; Q4_0, Q4_1, Q8_0 on AVX2) pack the
+// - formats with a tiled gemm (kernels.h; Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K
+//   and, unpacked, F32 on AVX2) pack the
 //   quantized rows for it and hand each thread chunks of weight rows times
 //   all tokens: the gemm unpacks a weight block once per few tokens instead
 //   of once per (row, token) pair;

@@ -94,17 +94,34 @@ class Llama final : public Model {
   }
 
  protected:
-  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) override {
-    auto& cache = static_cast<LayerCaches&>(cache_base);
-    const BatchIds ids = upload_batch(b, device_);
+  // The decoder blocks over a batch: [n, n_embd], before the final norm.
+  Tensor blocks(LayerCaches& cache, const BatchIds& ids) {
     Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const Layer& L = layers_[il];
       x = ops::add(x, attention_block(L.attn, attn_, cache.kv(il), ids, x));
       x = ops::add(x, gated_mlp(L.ffn, Activation::SiLU, hp_.norm_eps, x));
     }
+    return x;
+  }
+
+  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) override {
+    auto& cache = static_cast<LayerCaches&>(cache_base);
+    const BatchIds ids = upload_batch(b, device_);
+    const Tensor x = blocks(cache, ids);
     cache.advance(b);
     decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
+  }
+
+  // LlamaModel's last_hidden_state (after the final norm), for pooling.
+  void hidden_impl(Cache& cache_base, const BatchView& b, float* hidden) override {
+    auto& cache = static_cast<LayerCaches&>(cache_base);
+    const BatchIds ids = upload_batch(b, device_);
+    const Tensor x = blocks(cache, ids);
+    cache.advance(b);
+    if (b.n_out == 0) return;
+    const Tensor rows = b.n_out == b.n ? x : ops::get_rows(x, ids.out);
+    ops::to_host(ops::rms_norm(rows, output_norm_, hp_.norm_eps), hidden);
   }
 
  private:

@@ -36,7 +36,8 @@ using cpu::CpuKernels;
 
 namespace {
 
-const DType kGemmFormats[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q6_K};
+const DType kGemmFormats[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0,
+                              DType::Q4_K, DType::Q6_K, DType::F32};
 
 // The K-quant gemms do the reference's float arithmetic on the same exact
 // integer sums: their outputs equal the reference bit for bit.
@@ -125,7 +126,8 @@ Mat make(DType t, int64_t n, int64_t rows, bool random_quants, std::mt19937& rng
 double S(const Mat& w, int64_t r, const Mat& a, int64_t c) {
   double s = 0;
   for (int64_t i = 0; i < w.n; ++i)
-    s += (std::fabs(w.f[r * w.n + i]) + 2.0 * w.mins[r * (w.n / 32) + i / 32]) * std::fabs(a.f[c * a.n + i]);
+    s += (std::fabs(w.f[r * w.n + i]) + (i / 32 < w.n / 32 ? 2.0 * w.mins[r * (w.n / 32) + i / 32] : 0.0)) *
+         std::fabs(a.f[c * a.n + i]);  // F32 rows need not be whole 32-element runs (no mins there)
   return s * 1.001;
 }
 
@@ -141,8 +143,10 @@ TEST(Gemm, SimdMatchesReference) {
     const DType vt = dtype_info(t).vec_dot_type;
     double worst = 0;
     const int64_t be = dtype_info(t).block_elems;
-    const std::vector<int64_t> nbs = be == 32 ? std::vector<int64_t>{1, 2, 3, 4, 5, 7, 8, 9, 18, 48}
-                                              : std::vector<int64_t>{1, 2, 3, 6};
+    // F32 (blocks of 1): lengths around the 8-lane steps, MiniLM's 384 and 1536.
+    const std::vector<int64_t> nbs = be == 32  ? std::vector<int64_t>{1, 2, 3, 4, 5, 7, 8, 9, 18, 48}
+                                     : be == 1 ? std::vector<int64_t>{1, 7, 8, 9, 31, 64, 100, 384, 1536}
+                                               : std::vector<int64_t>{1, 2, 3, 6};
     for (int64_t nb : nbs) {
       const int64_t n = nb * be;
       for (int64_t nr : {1, 3, 7, 16}) {
