@@ -354,24 +354,19 @@ class Compiler {
     if (hi) ihi = static_cast<int64_t>(hi_ex ? std::ceil(*hi) - 1 : std::floor(*hi));
     const std::string ints = (ilo && ihi && *ilo > *ihi) ? std::string(kNever) : schema_text::int_range(ilo, ihi) + " ( \".\" \"0\"+ )?";
     if (integer) return rule("int", ints);
-    for (auto [v, kw] : {std::pair{lo, lo_ex ? "exclusiveMinimum" : "minimum"}, std::pair{hi, hi_ex ? "exclusiveMaximum" : "maximum"}})
-      if (v && std::floor(*v) != *v) refuse(kw, path, "non-integer bounds on numbers are not supported");
-    // x = I + f or -(I + f), 0 < f < 1 (f written without an exponent): for an
-    // integer bound L, I + f >= L  <=>  I >= L, and -(I + f) >= L  <=>  I <= -L - 1
-    // (the same for > and <, since f is neither 0 nor 1).
-    const std::string frac = "\".\" \"0\"* [1-9] [0-9]*";
-    std::vector<std::string> alts{ints};
-    {
-      const uint64_t a = lo && *lo > 0 ? static_cast<uint64_t>(*lo) : 0;
-      if (!hi || *hi - 1 >= static_cast<double>(a))
-        alts.push_back(schema_text::nonneg_range(a, hi ? std::optional<uint64_t>(static_cast<uint64_t>(*hi - 1)) : std::nullopt) + " " + frac);
+    // Decimal bounds: compared digit by digit (json_schema_text.h).
+    const char* lo_kw = lo_ex ? "exclusiveMinimum" : "minimum";
+    const char* hi_kw = hi_ex ? "exclusiveMaximum" : "maximum";
+    std::optional<std::string> lo_t, hi_t;
+    if (lo) lo_t = s[lo_kw].dump();
+    if (hi) hi_t = s[hi_kw].dump();
+    std::string body;
+    try {
+      body = schema_text::decimal_range(lo_t, lo_ex, hi_t, hi_ex);
+    } catch (const std::invalid_argument& e) {
+      refuse(lo_t && lo_t->find_first_of("eE") != std::string::npos ? lo_kw : hi_kw, path, e.what());
     }
-    {
-      const uint64_t a = hi && *hi < 0 ? static_cast<uint64_t>(-*hi) : 0;
-      if (!lo || -*lo - 1 >= static_cast<double>(a))
-        alts.push_back("\"-\" " + schema_text::nonneg_range(a, lo ? std::optional<uint64_t>(static_cast<uint64_t>(-*lo - 1)) : std::nullopt) + " " + frac);
-    }
-    return rule("num", alt(alts));
+    return rule("num", body);
   }
 
   std::string gen_array(const oj& s, const std::string& path, int depth) {

@@ -180,6 +180,37 @@ TEST(JsonSchemaApi, ToolCallGrammar) {
   EXPECT_THROW(json_schema_to_gbnf(oj::object(), o), SchemaError);
 }
 
+// Number bounds compare decimals digit by digit: checked against integer
+// arithmetic on values scaled by 10^4, over random bounds and values.
+TEST(JsonSchemaApi, DecimalBoundsMatchArithmetic) {
+  std::mt19937 rng(3);
+  auto dec = [](int64_t v) {  // v / 10^4 as JSON text, trailing zeros kept sometimes
+    std::string sgn = v < 0 ? "-" : "";
+    const int64_t a = v < 0 ? -v : v;
+    std::string frac = std::to_string(10000 + a % 10000).substr(1);
+    return sgn + std::to_string(a / 10000) + "." + frac;
+  };
+  for (int k = 0; k < 60; ++k) {
+    const int64_t lo = static_cast<int64_t>(rng() % 60000) - 30000, hi = lo + static_cast<int64_t>(rng() % 40000);
+    const bool lo_ex = rng() & 1, hi_ex = rng() & 1;
+    const bool has_lo = rng() % 4 != 0, has_hi = rng() % 4 != 0;
+    oj schema = {{"type", "number"}};
+    if (has_lo) schema[lo_ex ? "exclusiveMinimum" : "minimum"] = oj::parse(dec(lo));
+    if (has_hi) schema[hi_ex ? "exclusiveMaximum" : "maximum"] = oj::parse(dec(hi));
+    auto g = json_schema_grammar(schema);
+    for (int t = 0; t < 40; ++t) {
+      int64_t v = static_cast<int64_t>(rng() % 80000) - 40000;
+      if (t < 4) v = (t < 2 ? lo : hi) + (t % 2 ? 0 : 1);
+      const bool want = (!has_lo || (lo_ex ? v > lo : v >= lo)) && (!has_hi || (hi_ex ? v < hi : v <= hi));
+      std::string text = dec(v);
+      while (t % 3 == 0 && text.back() == '0') text.pop_back();  // "1.5", "2."
+      if (text.back() == '.') text.pop_back();
+      if (text == "-0") text = "0";
+      EXPECT_EQ(accepts(g, text), want) << schema.dump() << " " << text;
+    }
+  }
+}
+
 // Every file of the broken corpus fails cleanly: *.gbnf with GrammarError,
 // *.json (schemas) with SchemaError naming a keyword or a limit.
 TEST(GrammarCorpus, BrokenInputsFailCleanly) {
