@@ -218,15 +218,46 @@ class Compiler {
     return members(ms, "", true);
   }
 
-  // Does the grammar of `expr` (rules so far) accept `v`'s compact text?
-  bool accepts(const std::string& expr, const oj& v, const std::string& path) {
+  // Which of `vals` (compact text) does the grammar of `expr` accept?
+  std::vector<bool> accepts(const std::string& expr, const oj& vals, const std::string& path) {
+    // Only the rules `expr` reaches: the grammar so far can be large.
     std::string text = "root ::= " + expr + "\n" + kBase + extra_;
-    for (auto& [name, body] : rules_) {
-      if (body.empty()) refuse("enum", path, "enum/const next to a recursive reference is not supported");
-      text += name + " ::= " + body + "\n";
+    std::set<std::string> seen;
+    std::vector<std::string> todo{expr};
+    while (!todo.empty()) {
+      const std::string body = std::move(todo.back());
+      todo.pop_back();
+      for (size_t i = 0; i < body.size();) {
+        const char c = body[i];
+        if (c == '"' || c == '[') {  // skip literals and classes
+          const char end = c == '"' ? '"' : ']';
+          size_t j = i + 1;
+          while (j < body.size() && body[j] != end) j += body[j] == '\\' ? 2 : 1;
+          i = j + 1;
+        } else if (std::isalpha(static_cast<unsigned char>(c))) {
+          size_t j = i;
+          while (j < body.size() && (std::isalnum(static_cast<unsigned char>(body[j])) || body[j] == '-' || body[j] == '_')) ++j;
+          const std::string name = body.substr(i, j - i);
+          auto it = index_.find(name);
+          if (it != index_.end() && seen.insert(name).second) {
+            const std::string& b = rules_[it->second].second;
+            if (b.empty()) refuse("enum", path, "enum/const next to a recursive reference is not supported");
+            text += name + " ::= " + b + "\n";
+            todo.push_back(b);
+          }
+          i = j;
+        } else {
+          ++i;
+        }
+      }
     }
     GrammarMatcher m(Grammar::parse(text));
-    return m.accept(v.dump()) && m.accepting();
+    std::vector<bool> out;
+    for (const oj& v : vals) {
+      m.reset();
+      out.push_back(m.accept(v.dump()) && m.accepting());
+    }
+    return out;
   }
 
   std::string gen_values(const oj& s, const std::string& path, int depth) {
@@ -246,13 +277,34 @@ class Compiler {
     oj rest = s;
     rest.erase("enum");
     rest.erase("const");
-    bool constrained = false;
-    for (auto& [k, v] : rest.items()) if (!kIgnored.count(k)) constrained = true;
-    std::string rest_expr;
-    if (constrained) rest_expr = gen(rest, path, depth + 1);
+    bool constrained = false, type_only = true;
+    for (auto& [k, v] : rest.items())
+      if (!kIgnored.count(k)) { constrained = true; type_only &= k == "type"; }
     std::vector<std::string> alts;
-    for (auto& v : vals)
-      if (!constrained || (rest_expr != kNever && accepts(rest_expr, v, path))) alts.push_back(lit_value(v));
+    if (constrained && type_only) {
+      // The common {"type": ..., "enum": [...]}: filtered by the values'
+      // types, without building a grammar per value.
+      std::set<std::string> types;
+      const oj& t = rest["type"];
+      if (t.is_string()) types.insert(t.get<std::string>());
+      else if (t.is_array()) for (auto& x : t) if (x.is_string()) types.insert(x.get<std::string>());
+      for (auto& x : types) if (!kTypes.count(x)) refuse("type", path, "unknown type " + oj(x).dump());
+      for (auto& v : vals) {
+        const bool ok = v.is_null() ? types.count("null") : v.is_boolean() ? types.count("boolean")
+                      : v.is_string() ? types.count("string") : v.is_array() ? types.count("array")
+                      : v.is_object() ? types.count("object")
+                      : (types.count("number") || (types.count("integer") && is_int_value(v)));
+        if (ok) alts.push_back(lit_value(v));
+      }
+      return rule("enum", alt(alts));
+    }
+    std::vector<bool> keep(vals.size(), true);
+    if (constrained) {
+      const std::string rest_expr = gen(rest, path, depth + 1);
+      keep = rest_expr == kNever ? std::vector<bool>(vals.size(), false) : accepts(rest_expr, vals, path);
+    }
+    for (size_t i = 0; i < vals.size(); ++i)
+      if (keep[i]) alts.push_back(lit_value(vals[i]));
     return rule("enum", alt(alts));
   }
 
@@ -427,6 +479,8 @@ class Compiler {
   std::string key_except(const std::vector<std::string>& names, const std::string& path) {
     std::vector<std::vector<std::string>> chars;  // each name as UTF-8 characters
     for (auto& n : names) {
+      if (n.size() > 256)
+        refuse("additionalProperties", path, "property names over 256 bytes next to additional properties are not supported");
       std::vector<std::string> cs;
       for (size_t i = 0; i < n.size();) {
         const uint8_t c = static_cast<uint8_t>(n[i]);
