@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <map>
+#include <numeric>
 #include <set>
 #include <stdexcept>
 #include <utility>
@@ -370,21 +371,38 @@ class Compiler {
     if (s.contains("multipleOf")) {
       const oj& m = s["multipleOf"];
       if (!m.is_number() || !(m.get<double>() > 0)) refuse("multipleOf", path, "must be a number > 0");
-      const double k = m.get<double>();
-      const double inv = 1.0 / k;
-      if (integer && !is_int_value(m) && std::fabs(inv - std::round(inv)) < 1e-9) {
-        // every integer is a multiple of 1/n
-      } else {
-        if (!is_int_value(m)) refuse("multipleOf", path, "only integer divisors are supported");
-        if (bounded) refuse("multipleOf", path, "multipleOf together with bounds is not supported");
-        if (k > 1000) refuse("multipleOf", path, "divisors over 1000 are not supported");
-        const uint32_t ki = static_cast<uint32_t>(k);
-        if (ki == 1) return "integer";
-        const std::string defs = schema_text::multiple_of(ki);
+      if (bounded) refuse("multipleOf", path, "multipleOf together with bounds is not supported");
+      const double inv = 1.0 / m.get<double>();
+      if (integer && !is_int_value(m) && std::fabs(inv - std::round(inv)) < 1e-9) return "integer";  // 1/n divides all
+      // k = K / 10^d from its decimal text.
+      const std::string t = m.dump();
+      if (t.find_first_of("eE") != std::string::npos) refuse("multipleOf", path, "divisors written with an exponent are not supported");
+      const size_t dot = t.find('.');
+      std::string frac = dot == std::string::npos ? "" : t.substr(dot + 1);
+      while (!frac.empty() && frac.back() == '0') frac.pop_back();
+      const std::string digits = t.substr(0, dot) + frac;
+      const uint32_t d = static_cast<uint32_t>(frac.size());
+      const size_t nz = digits.find_first_not_of('0');
+      if (nz == std::string::npos || digits.size() - nz > 4 || std::stoul(digits.substr(nz)) > 1000)
+        refuse("multipleOf", path, "divisors over 1000 (in units of their last decimal) are not supported");
+      uint32_t K = static_cast<uint32_t>(std::stoul(digits.substr(nz)));
+      if (integer || d == 0) {
+        // x integer: x = n K / 10^d  <=>  K / gcd(K, 10^d) divides x.
+        uint64_t p = 1;
+        for (uint32_t j = 0; j < d && p <= 1000000; ++j) p *= 10;
+        K = static_cast<uint32_t>(K / std::gcd<uint64_t>(K, p));
+        if (K == 1) return "integer";
+        const std::string defs = schema_text::multiple_of(K);
         const size_t nl = defs.find('\n');
-        if (!mods_.count(ki)) { mods_.insert(ki); extra_ += defs.substr(nl + 1); }
+        if (!mods_.count(K)) { mods_.insert(K); extra_ += defs.substr(nl + 1); }
         return rule("mult", defs.substr(0, nl) + " ( \".\" \"0\"+ )?");
       }
+      if (static_cast<uint64_t>(K) * (d + 1) > 4000) refuse("multipleOf", path, "a divisor with that many decimals is not supported");
+      const std::string defs = schema_text::decimal_multiple_of(K, d);
+      const size_t nl = defs.find('\n');
+      const uint32_t key = 100000 + K * 10 + d;
+      if (!mods_.count(key)) { mods_.insert(key); extra_ += defs.substr(nl + 1); }
+      return rule("mult", defs.substr(0, nl));
     }
     if (!bounded) return integer ? "integer" : "number";
     std::optional<double> lo, hi;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -643,6 +644,57 @@ std::string multiple_of(uint32_t k) {
   std::string expr = "(\"-\"? (\"0\"";
   for (auto& f : first) expr += " | " + f;
   return expr + "))\n" + defs;
+}
+
+std::string decimal_multiple_of(uint32_t K, uint32_t d) {
+  // A DFA over the digits of x * 10^d mod K: integer digits, then the
+  // fraction's first d digits (missing ones count as 0), then only zeros.
+  std::vector<uint32_t> p10(d + 1, 1 % K);
+  for (uint32_t j = 1; j <= d; ++j) p10[j] = (p10[j - 1] * 10) % K;
+  const std::string base = "dmod" + std::to_string(K) + "e" + std::to_string(d) + "-";
+  auto I = [&](uint32_t r) { return base + "i" + std::to_string(r); };
+  auto E = [&](uint32_t r) { return base + "e" + std::to_string(r); };
+  auto F = [&](uint32_t r, uint32_t j) { return base + "f" + std::to_string(r) + "-" + std::to_string(j); };
+  auto join = [](const std::vector<std::string>& alts) {
+    if (alts.empty()) return std::string(kNone);
+    std::string o;
+    for (size_t a = 0; a < alts.size(); ++a) o += (a ? " | " : "") + alts[a];
+    return o;
+  };
+  // Digit classes from state r to each next state.
+  auto steps = [&](uint32_t r, int first_digit, const std::function<std::string(uint32_t)>& to) {
+    std::vector<std::string> alts;
+    for (uint32_t t = 0; t < K; ++t) {
+      std::string cls;
+      for (int c = first_digit; c < 10; ++c)
+        if ((10 * r + static_cast<uint32_t>(c)) % K == t) cls += static_cast<char>('0' + c);
+      if (!cls.empty()) {
+        const std::string next = to(t);
+        if (!next.empty()) alts.push_back("[" + cls + "] " + next);
+      }
+    }
+    return alts;
+  };
+  std::string defs;
+  for (uint32_t r = 0; r < K; ++r) {
+    auto alts = steps(r, 0, [&](uint32_t t) { return I(t); });
+    alts.push_back(E(r));
+    defs += I(r) + " ::= " + join(alts) + "\n";
+    std::vector<std::string> e;
+    if ((r * p10[d]) % K == 0) e.push_back("\"\"");
+    e.push_back("\".\" " + F(r, 0));
+    defs += E(r) + " ::= " + join(e) + "\n";
+    for (uint32_t j = 0; j < d; ++j) {
+      auto fa = steps(r, 0, [&](uint32_t t) { return j + 1 < d || t == 0 ? F(t, j + 1) : std::string(); });
+      if (j >= 1 && (r * p10[d - j]) % K == 0) fa.push_back("\"\"");
+      defs += F(r, j) + " ::= " + join(fa) + "\n";
+    }
+  }
+  defs += F(0, d) + " ::= \"0\"*\n";
+  // Leading digit: "0" or [1-9] (state c mod K).
+  std::vector<std::string> first{"\"0\" " + E(0)};
+  for (auto& a : steps(0, 1, [&](uint32_t t) { return I(t); })) first.push_back(a);
+  return "(\"-\"? (" + join(first) + "))\n" + defs;
 }
 
 }  // namespace kvad::schema_text

@@ -40,4 +40,9 @@ std::string decimal_range(const std::optional<std::string>& lo, bool lo_ex, cons
 /// GBNF for decimal integers divisible by k (2 <= k <= 1000), optional sign.
 std::string multiple_of(uint32_t k);
 
+/// GBNF for JSON numbers without an exponent that are multiples of
+/// K / 10^d (K <= 1000, K * (d + 1) <= 4000), optional sign; the expression,
+/// then '\n' and the rule definitions it uses (names "dmodKeD-...").
+std::string decimal_multiple_of(uint32_t K, uint32_t d);
+
 }  // namespace kvad::schema_text

@@ -211,6 +211,35 @@ TEST(JsonSchemaApi, DecimalBoundsMatchArithmetic) {
   }
 }
 
+// multipleOf with decimal divisors, against integer arithmetic on values
+// scaled by 10^4 (numbers and integers).
+TEST(JsonSchemaApi, DecimalMultipleOfMatchesArithmetic) {
+  std::mt19937 rng(5);
+  auto dec = [](int64_t v) {
+    std::string sgn = v < 0 ? "-" : "";
+    const int64_t a = v < 0 ? -v : v;
+    std::string text = sgn + std::to_string(a / 10000) + "." + std::to_string(10000 + a % 10000).substr(1);
+    return text;
+  };
+  for (const char* k : {"0.5", "1.5", "0.25", "0.01", "2.5", "0.3", "7", "0.125"}) {
+    const int64_t k4 = static_cast<int64_t>(std::llround(std::stod(k) * 10000));
+    for (const char* type : {"number", "integer"}) {
+      auto g = json_schema_grammar(oj::parse(std::string(R"({"type": ")") + type + R"(", "multipleOf": )" + k + "}"));
+      for (int t = 0; t < 200; ++t) {
+        int64_t v = static_cast<int64_t>(rng() % 200000) - 100000;
+        if (t % 2) v = v / k4 * k4;  // half of them multiples
+        if (t % 5 == 0) v = v / 10000 * 10000;  // integers
+        const bool is_int = v % 10000 == 0;
+        const bool want = v % k4 == 0 && (std::string(type) == "number" || is_int);
+        std::string text = dec(v);
+        if (t % 3 == 0) { while (text.back() == '0') text.pop_back(); if (text.back() == '.') text.pop_back(); }
+        if (text == "-0") text = "0";
+        EXPECT_EQ(accepts(g, text), want) << type << " multipleOf " << k << ": " << text;
+      }
+    }
+  }
+}
+
 // Every file of the broken corpus fails cleanly: *.gbnf with GrammarError,
 // *.json (schemas) with SchemaError naming a keyword or a limit.
 TEST(GrammarCorpus, BrokenInputsFailCleanly) {
