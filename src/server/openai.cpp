@@ -626,6 +626,10 @@ json model_list(const std::string& id, int64_t created) {
 }
 
 ApiError generation_error(const std::string& error) {
+  // The request's own grammar could not go on (no token continues it, or it
+  // is too ambiguous for the matcher's caps): the client's input.
+  if (error.rfind("grammar:", 0) == 0)
+    return ApiError(400, "The grammar could not be followed: " + error, "invalid_request_error", "", "invalid_grammar");
   const bool down = error.find("shutting down") != std::string::npos;
   return ApiError(down ? 503 : 500, "The generation failed: " + error, "server_error", "",
                   down ? "server_shutting_down" : "internal_error");

@@ -210,8 +210,9 @@ nlohmann::ordered_json model_object(const std::string& id, int64_t created);
 nlohmann::ordered_json model_list(const std::string& id, int64_t created);
 
 /// The error for a generation that failed with `error` (GenEvent::error):
-/// 503 server_shutting_down when the scheduler was shutting down, else 500
-/// internal_error.
+/// 400 invalid_grammar when the request's grammar could not be followed
+/// ("grammar: ..."), 503 server_shutting_down when the scheduler was
+/// shutting down, else 500 internal_error.
 ApiError generation_error(const std::string& error);
 
 /// A fresh response id: prefix + 24 random hex digits ("chatcmpl-...", "cmpl-...").
