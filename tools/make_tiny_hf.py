@@ -20,6 +20,7 @@ transformers (a venv for tools/, never the tests):
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -30,7 +31,22 @@ OUT = ROOT / "tests" / "fixtures" / "hf_tiny"
 TOKENS = [1, 17, 42, 7, 99, 3, 64, 120, 5, 88, 31, 2, 77, 14]
 
 
+ONLY = set(sys.argv[1:])  # names to remake; empty: all
+
+
+def sharpen(model, s=8.0):
+    """Scales q and k projections so that attention is far from uniform and
+    the rotary frequencies (the rope scaling under test) move the logits."""
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "q_proj.weight" in n or "k_proj.weight" in n or "qkv_proj.weight" in n or "c_attn.weight" in n:
+                p.mul_(s)
+    return model
+
+
 def save(name, model):
+    if ONLY and name not in ONLY:
+        return
     d = OUT / name
     if d.exists():
         shutil.rmtree(d)
@@ -92,6 +108,45 @@ def main():
             if "q_norm" in n or "k_norm" in n:
                 p.normal_(1.0, 0.3)
     save("qwen3", m)
+
+    # Llama 3.x rope scaling: every region of the llama3 rule (high
+    # frequencies kept, low ones divided by factor, the band between
+    # smoothed) falls inside head_dim 16 with an original context of 64.
+    torch.manual_seed(4)
+    cfg = transformers.LlamaConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        rms_norm_eps=1e-5, tie_word_embeddings=False, torch_dtype="float32",
+        rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
+    save("llama3", sharpen(transformers.LlamaForCausalLM(cfg).eval()))
+
+    # Mistral: a sliding window (4) shorter than the test prompt, and linear
+    # rope scaling.
+    torch.manual_seed(5)
+    cfg = transformers.MistralConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=256, sliding_window=4,
+        rms_norm_eps=1e-5, tie_word_embeddings=False, torch_dtype="float32", attn_implementation="eager",
+        rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})
+    save("mistral", transformers.MistralForCausalLM(cfg).eval())
+
+    # Qwen2 with YaRN: factor 4 over an original context of 256, so the
+    # ramp between interpolated and extrapolated pairs covers pairs 0..4 of 8,
+    # and the attention factor 0.1 ln 4 + 1 scales cos and sin.
+    torch.manual_seed(6)
+    cfg = transformers.Qwen2Config(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        rms_norm_eps=1e-6, tie_word_embeddings=True, torch_dtype="float32",
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 256})
+    m = transformers.Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith(".bias"):
+                p.normal_(0.0, 0.5)
+    save("qwen2_yarn", sharpen(m))
     print("transformers", transformers.__version__, "torch", torch.__version__)
 
 

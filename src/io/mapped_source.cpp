@@ -12,11 +12,11 @@ namespace {
 class MappedSource final : public TensorSource, public std::enable_shared_from_this<MappedSource> {
  public:
   MappedSource(std::shared_ptr<const TensorSource> base, const std::vector<TensorRename>& rules, Metadata md,
-               const std::vector<std::string>& ignored)
+               const std::vector<std::string>& ignored, std::vector<SyntheticTensor> synthetic)
       : base_(std::move(base)), md_(std::move(md)) {
     std::map<std::string, int, std::less<>> used;
     for (const std::string& n : ignored) used[n] = 1;
-    owned_.reserve(rules.size());  // pointers into owned_ stay valid
+    owned_.reserve(rules.size() + synthetic.size());  // pointers into owned_ stay valid
     for (const TensorRename& r : rules) {
       const SourceTensor* b = base_->find(r.base);
       if (!b) throw Error(base_->path() + ": missing tensor " + r.base + " (for " + r.name + ")");
@@ -31,7 +31,27 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
       if (!used.count(b.name))
         throw Error(base_->path() + ": tensor " + b.name + " is not used by architecture " +
                     get_string("general.architecture", "?"));
-    for (size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
+    for (SyntheticTensor& s : synthetic) {
+      const int64_t n = s.ne[0] * s.ne[1] * s.ne[2] * s.ne[3];
+      if (n != static_cast<int64_t>(s.data.size()))
+        throw Error(base_->path() + ": synthetic tensor " + s.name + " has " + std::to_string(s.data.size()) +
+                    " values for " + std::to_string(n) + " elements");
+      std::vector<float>& v = owned_.emplace_back(std::move(s.data));
+      SourceTensor t;
+      t.name = s.name;
+      t.type = DType::F32;
+      t.ne = s.ne;
+      t.n_dims = s.n_dims;
+      t.data = v.data();
+      t.n_bytes = v.size() * sizeof(float);
+      t.origin = base_->path() + " (config.json)";
+      t.stored_dtype = "F32";
+      for (int d = t.n_dims - 1; d >= 0; --d) t.shape.push_back(t.ne[d]);
+      tensors_.push_back(std::move(t));
+    }
+    for (size_t i = 0; i < tensors_.size(); ++i)
+      if (!index_.emplace(tensors_[i].name, i).second)
+        throw Error(base_->path() + ": tensor " + tensors_[i].name + " named twice");
   }
 
   const std::string& path() const override { return base_->path(); }
@@ -102,8 +122,9 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
 
 std::shared_ptr<const TensorSource> mapped_source(std::shared_ptr<const TensorSource> base,
                                                   const std::vector<TensorRename>& rules, Metadata metadata,
-                                                  const std::vector<std::string>& ignored) {
-  return std::make_shared<MappedSource>(std::move(base), rules, std::move(metadata), ignored);
+                                                  const std::vector<std::string>& ignored,
+                                                  std::vector<SyntheticTensor> synthetic) {
+  return std::make_shared<MappedSource>(std::move(base), rules, std::move(metadata), ignored, std::move(synthetic));
 }
 
 const Metadata* mapped_metadata(const TensorSource& s) {

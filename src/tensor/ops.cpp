@@ -297,6 +297,12 @@ Tensor rope(const Tensor& x, const Tensor& pos, const RopeParams& p) {
        "x " + shape_str(x) + " is not [n_tok, n_head, head_dim] for " + std::to_string(pos.n_elements()) + " positions");
   KVAD_NEED("rope", p.n_rot > 0 && p.n_rot % 2 == 0 && p.n_rot <= x.ne[0],
        "n_rot " + std::to_string(p.n_rot) + " does not fit head_dim " + std::to_string(x.ne[0]));
+  if (p.freq_factors) {
+    KVAD_NEED("rope", p.freq_factors.device() == d, "freq_factors are on " + p.freq_factors.device().str() + ", x on " + d.str());
+    need_type("rope", p.freq_factors, DType::F32, "freq_factors");
+    KVAD_NEED("rope", p.freq_factors.n_elements() == p.n_rot / 2,
+              "freq_factors " + shape_str(p.freq_factors) + " is not [n_rot/2 = " + std::to_string(p.n_rot / 2) + "]");
+  }
   Tensor out = f32_like(x, x.ne);
   entry(row(d, "rope").rope, d, "rope")(x, pos, p, out);
   return out;

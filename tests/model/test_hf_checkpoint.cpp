@@ -4,7 +4,9 @@
 // at every position. kvad reads them through each architecture's HF name
 // table and must match to 1e-3 relative (max |diff| / max |logit|), in one
 // prefill and token by token, on cpu and on sim. (Measured: 3.7e-4 llama,
-// 5.8e-4 Gemma 3. transformers runs in f32 throughout; kvad's KV cache is
+// 5.8e-4 Gemma 3; the rope-scaling fixtures llama3, mistral and qwen2_yarn
+// 1.9e-4-3.5e-4, where dropping their scaling moves transformers' own logits
+// by 4e-2-0.7. transformers runs in f32 throughout; kvad's KV cache is
 // f16, as llama.cpp's default, which alone rounds K and V by ~5e-4.) Also:
 // malformed configs and unknown tensors are clear errors.
 #include <gtest/gtest.h>
@@ -100,6 +102,38 @@ TEST(HfCheckpoint, Qwen3MatchesTransformers) {  // QK-norm, head_dim != n_embd /
   check("qwen3", "sim");
 }
 
+// Rope options shared by every architecture (model/rope.h).
+TEST(HfCheckpoint, Llama3RopeScalingMatchesTransformers) {  // rope_freqs from rope_parameters
+  check("llama3", "cpu");
+  check("llama3", "sim");
+}
+
+TEST(HfCheckpoint, MistralMatchesTransformers) {  // sliding window 4 < 14 tokens, linear rope scaling, 4:1 GQA
+  check("mistral", "cpu");
+  check("mistral", "sim");
+}
+
+TEST(HfCheckpoint, YarnMatchesTransformers) {  // qwen2 with YaRN factor 4
+  check("qwen2_yarn", "cpu");
+  check("qwen2_yarn", "sim");
+}
+
+TEST(HfCheckpoint, RopeScalingIsWrittenAsLlamaCppDoes) {
+  auto l3 = kvad::open_hf_checkpoint((kDir / "llama3").string());
+  const kvad::SourceTensor* f = l3->find("rope_freqs.weight");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->ne[0], 8);  // n_rot / 2
+  const float* d = static_cast<const float*>(f->data);
+  EXPECT_EQ(d[0], 1.0f);   // high frequencies kept
+  EXPECT_EQ(d[7], 8.0f);   // low ones divided by factor
+  auto yarn = kvad::open_hf_checkpoint((kDir / "qwen2_yarn").string());
+  EXPECT_EQ(yarn->get_string("qwen2.rope.scaling.type", ""), "yarn");
+  EXPECT_EQ(yarn->get_float("qwen2.rope.scaling.factor", 0), 4.0);
+  EXPECT_EQ(yarn->get_int("qwen2.rope.scaling.original_context_length", 0), 256);
+  auto mistral = kvad::open_hf_checkpoint((kDir / "mistral").string());
+  EXPECT_EQ(mistral->get_int("llama.attention.sliding_window", 0), 4);
+}
+
 TEST(HfCheckpoint, NamesAreGgufNames) {
   auto src = kvad::open_hf_checkpoint((kDir / "llama").string());
   EXPECT_NE(src->find("blk.1.attn_q.weight"), nullptr);
@@ -149,8 +183,17 @@ TEST(HfCheckpoint, BadConfigsAreClearErrors) {
   j["num_hidden_layers"] = 3;  // the checkpoint has 2 layers
   EXPECT_NE(error_of(j.dump()).find("missing tensor blk.2"), std::string::npos);
   j = good;
-  j["rope_parameters"]["rope_type"] = "yarn";
-  EXPECT_NE(error_of(j.dump()).find("rope type 'yarn'"), std::string::npos);
+  j["rope_parameters"]["rope_type"] = "dynamic";
+  EXPECT_NE(error_of(j.dump()).find("rope type 'dynamic'"), std::string::npos);
+  j = good;
+  j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 10000.0}, {"factor", 8.0}};
+  EXPECT_NE(error_of(j.dump()).find("low_freq_factor"), std::string::npos);
+  j = good;
+  j["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 10000.0}, {"short_factor", {1.0, 2.0}}};
+  EXPECT_NE(error_of(j.dump()).find("not a list of 8 numbers"), std::string::npos);
+  j = good;
+  j["sliding_window"] = -3;
+  EXPECT_NE(error_of(j.dump()).find("sliding_window"), std::string::npos);
   j = good;
   j["hidden_size"] = 32;  // shapes no longer match
   EXPECT_NE(error_of(j.dump()).find("has shape"), std::string::npos);
@@ -166,7 +209,7 @@ namespace {
 TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
   const fs::path cache = fs::temp_directory_path() / ("kvad-qcache-" + std::to_string(::getpid()));
   fs::remove_all(cache);
-  for (const char* name : {"llama", "gemma3", "qwen2", "qwen3"}) {
+  for (const char* name : {"llama", "gemma3", "qwen2", "qwen3", "llama3", "mistral", "qwen2_yarn"}) {
     SCOPED_TRACE(name);
     const fs::path dir = kDir / name;
     const kvad::QuantizeOnceKey key{cache.string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};

@@ -204,7 +204,10 @@ TEST(Ops, Rope) {
   for (bool neox : {false, true})
     for (int64_t n_rot : {32, 16}) {  // full and partial rotary
       const Tensor x = rand_f32(rng, {32, 3, 5, 1});
-      kvad::RopeParams p{n_rot, 10000.0f, n_rot == 16 ? 0.5f : 1.0f, neox};
+      kvad::RopeParams p;
+      p.n_rot = n_rot;
+      p.freq_scale = n_rot == 16 ? 0.5f : 1.0f;
+      p.neox = neox;
       // 1e-3: at position 4095 one ulp of a frequency moves the result ~2e-4.
       check(std::string("rope ") + (neox ? "neox" : "norm") + " n_rot=" + std::to_string(n_rot), {x, pos}, 1e-3,
             [p](const auto& t) { return ops::rope(t[0], t[1], p); });
@@ -215,6 +218,42 @@ TEST(Ops, Rope) {
           for (int64_t c = n_rot; c < 32; ++c) EXPECT_EQ(y[i * 32 + c], xv[i * 32 + c]);
       }
     }
+}
+
+// Per-pair divisors and a factor on cos/sin (Llama 3, YaRN, LongRoPE; ggml's
+// rope_ext freq_factors and attn_factor): every backend against the definition.
+TEST(Ops, RopeFreqFactors) {
+  std::mt19937 rng(15);
+  const Tensor pos = ids_tensor({0, 3, 100});
+  const Tensor x = rand_f32(rng, {16, 2, 3, 1});
+  const std::vector<float> ff = {1.0f, 1.5f, 2.0f, 4.0f, 8.0f, 0.5f};
+  const Tensor f = kvad::ops::from_host(ff.data(), DType::F32, {6, 1, 1, 1}, Device::cpu());
+  auto run = [](const auto& t) {
+    kvad::RopeParams p;
+    p.n_rot = 12;  // partial: dims 12..15 pass through
+    p.neox = true;
+    p.freq_factors = t[2];
+    p.attn_factor = 1.25f;
+    return ops::rope(t[0], t[1], p);
+  };
+  check("rope freq_factors", {x, pos, f}, 1e-4, run);
+  const auto xv = host_f32(x), y = host_f32(run(std::vector<Tensor>{x, pos, f}));
+  const int p_of[3] = {0, 3, 100};
+  for (int t = 0; t < 3; ++t)
+    for (int h = 0; h < 2; ++h) {
+      const float* v = &xv[(t * 2 + h) * 16];
+      const float* o = &y[(t * 2 + h) * 16];
+      for (int i = 0; i < 6; ++i) {
+        const double th = p_of[t] * std::pow(10000.0, -2.0 * i / 12) / ff[i];
+        EXPECT_NEAR(o[i], 1.25 * (v[i] * std::cos(th) - v[i + 6] * std::sin(th)), 1e-4);
+        EXPECT_NEAR(o[i + 6], 1.25 * (v[i] * std::sin(th) + v[i + 6] * std::cos(th)), 1e-4);
+      }
+      for (int i = 12; i < 16; ++i) EXPECT_EQ(o[i], v[i]);
+    }
+  kvad::RopeParams bad;
+  bad.n_rot = 12;
+  bad.freq_factors = kvad::ops::from_host(ff.data(), DType::F32, {5, 1, 1, 1}, Device::cpu());
+  EXPECT_THROW(ops::rope(x, pos, bad), kvad::Error);  // not n_rot/2 factors
 }
 
 TEST(Ops, GetRows) {
@@ -329,7 +368,9 @@ TEST(Ops, Errors) {
   EXPECT_THROW(ops::add(a, b), kvad::Error);                              // shapes
   EXPECT_THROW(ops::add(a, ops::to(a, Device::sim())), kvad::Error);      // devices
   EXPECT_THROW(ops::matmul(a, b), kvad::Error);                           // inner dims
-  EXPECT_THROW(ops::rope(a.view({8, 1, 2, 1}), ids_tensor({0}), {8}), kvad::Error);  // positions
+  kvad::RopeParams r8;
+  r8.n_rot = 8;
+  EXPECT_THROW(ops::rope(a.view({8, 1, 2, 1}), ids_tensor({0}), r8), kvad::Error);  // positions
   EXPECT_THROW(Device::parse("tpu"), kvad::Error);
   EXPECT_EQ(Device::parse("cuda:1"), Device::cuda(1));
 }

@@ -231,9 +231,11 @@ void rope(const Tensor& x, const Tensor& pos, const RopeParams& p, const Tensor&
   const float* px = in(x);
   float* po = out(o);
   const int32_t* ps = ids(pos);
+  const float* ff = p.freq_factors ? in(p.freq_factors) : nullptr;
   pool().parallel_for(n_tok, 8, [&](int64_t t0, int64_t t1, int) {
     std::memcpy(po + t0 * H * D, px + t0 * H * D, static_cast<size_t>((t1 - t0) * H * D) * sizeof(float));
-    for (int64_t t = t0; t < t1; ++t) cpu::rope(po + t * H * D, H, D, p.n_rot, ps[t], p.freq_base, p.freq_scale, p.neox);
+    for (int64_t t = t0; t < t1; ++t)
+      cpu::rope(po + t * H * D, H, D, p.n_rot, ps[t], p.freq_base, p.freq_scale, p.neox, ff, p.attn_factor);
   });
 }
 

@@ -109,7 +109,10 @@ class Gemma3 final : public Model {
     g.n_head = hp_.n_head;
     g.n_head_kv = hp_.n_head_kv;
     g.head_dim = D;
-    g.rope = {hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale, /*neox=*/true};
+    g.rope.n_rot = hp_.n_rot;
+    g.rope.freq_base = hp_.rope_freq_base;
+    g.rope.freq_scale = hp_.rope_freq_scale;
+    g.rope.neox = true;
     const bool is_27b = hp_.n_layer == 62;
     g.scale = 1.0f / std::sqrt(static_cast<float>(is_27b ? E / hp_.n_head : D));
     g.norm_eps = hp_.norm_eps;
@@ -154,10 +157,10 @@ class Gemma3 final : public Model {
 // HF names (transformers' Gemma3ForCausalLM, model_type gemma3_text) →
 // GGUF names. Every RMSNorm weight w becomes 1 + w, as the GGUF converter
 // stores it (Gemma's norm multiplies by 1 + w).
-void hf_config(const nlohmann::json& cfg, Metadata& md) {
-  decoder_config("gemma3", cfg, md);
+void hf_config(const nlohmann::json& cfg, HfConfig& out) {
+  decoder_config("gemma3", cfg, out);
   const int64_t window = config_int(cfg, "sliding_window", 0);
-  md["gemma3.attention.sliding_window"] = window;
+  out.md["gemma3.attention.sliding_window"] = window;
   // kvad runs Gemma 3's fixed pattern (Gemma3Params::is_global); a config
   // with another one is refused rather than run wrong.
   const std::vector<bool> local = sliding_layers(cfg, config_int(cfg, "num_hidden_layers"), kSlidingWindowPattern);

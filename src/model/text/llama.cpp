@@ -15,6 +15,13 @@
 // every HF checkpoint (read through the HfNames tables below) keep HF's
 // layout and rotate halves (NeoX pairing, rotate_half), which is the same
 // rotation of the unpermuted rows.
+//
+// Shared options (model/rope.h): linear, Llama 3 (rope_freqs.weight), YaRN
+// and LongRoPE scaling. Mistral (Jiang et al. 2023; HF model_type "mistral",
+// which llama.cpp converts to GGUF "llama") is Llama with a sliding window:
+// `llama.attention.sliding_window` W > 0 makes every layer attend to
+// positions (p - W, p] (HF's sliding_window; llama.cpp reads that key for
+// other architectures, and runs llama files without a window).
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -27,6 +34,7 @@
 #include "model/hparams.h"
 #include "model/model.h"
 #include "model/registry.h"
+#include "model/rope.h"
 #include "model/weights.h"
 #include "tensor/ops.h"
 
@@ -39,6 +47,7 @@ namespace {
 struct LlamaParams {
   HParams hp;
   bool rope_neox = false;
+  int32_t sliding_window = 0;  ///< {arch}.attention.sliding_window; 0: full attention
 };
 
 struct Layer {
@@ -53,6 +62,10 @@ class Llama final : public Model {
     cfg_.hp = read_hparams(*src);
     cfg_.rope_neox = cfg_.hp.arch != "llama" || src->get_int("kvad.rope.neox", 0) != 0;
     hp_ = cfg_.hp;
+    const int64_t window = src->get_int(hp_.arch + ".attention.sliding_window", 0);
+    if (window < 0 || window > INT32_MAX)
+      throw Error(src->path() + ": " + hp_.arch + ".attention.sliding_window " + std::to_string(window) + " is invalid");
+    cfg_.sliding_window = static_cast<int32_t>(window);
     WeightLoader wl(src, o);
     device_ = wl.device();
     const int64_t E = hp_.n_embd, D = hp_.head_dim, F = hp_.n_ff;
@@ -64,8 +77,7 @@ class Llama final : public Model {
     output_norm_ = wl.get("output_norm.weight", {E});
     output_ = wl.get_optional("output.weight", {E, hp_.n_vocab});
     if (!output_) output_ = tok_embd_;  // tied head: the same tensor, no copy
-    // Tensors not taken here (e.g. llama3's rope_freqs.weight, which kvad
-    // does not apply yet) make wl.finish() refuse the file rather than ignore them.
+    rope_ = load_rope_scaling(*src, wl, hp_, cfg_.rope_neox);
     layers_.resize(hp_.n_layer);
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const std::string p = "blk." + std::to_string(il) + ".";
@@ -81,7 +93,7 @@ class Llama final : public Model {
     attn_.n_head = hp_.n_head;
     attn_.n_head_kv = hp_.n_head_kv;
     attn_.head_dim = D;
-    attn_.rope = {hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale, cfg_.rope_neox};
+    attn_.sliding_window = cfg_.sliding_window;
     attn_.scale = 1.0f / std::sqrt(static_cast<float>(D));
     attn_.norm_eps = hp_.norm_eps;
   }
@@ -90,6 +102,7 @@ class Llama final : public Model {
     const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim;
     LayerSpec kv;
     kv.k_dim = kv.v_dim = kv_dim;
+    kv.window = cfg_.sliding_window;
     return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, kv), n_ctx, n_seq, n_batch, device_);
   }
 
@@ -97,6 +110,7 @@ class Llama final : public Model {
   void forward_impl(Cache& cache_base, const BatchView& b, float* logits) override {
     auto& cache = static_cast<LayerCaches&>(cache_base);
     const BatchIds ids = upload_batch(b, device_);
+    attn_.rope = rope_.at(cache.n_ctx());
     Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const Layer& L = layers_[il];
@@ -112,23 +126,28 @@ class Llama final : public Model {
   Tensor tok_embd_, output_norm_, output_;
   std::vector<Layer> layers_;
   AttentionParams attn_;
+  RopeScaling rope_;
 };
 
 // HF names (transformers' LlamaForCausalLM) → GGUF names.
-void hf_config(const nlohmann::json& cfg, Metadata& md) {
-  decoder_config("llama", cfg, md);
-  md["kvad.rope.neox"] = int64_t{1};
+// Mistral's checkpoints are Llama's plus sliding_window (null: none).
+void hf_config(const nlohmann::json& cfg, HfConfig& out) {
+  decoder_config("llama", cfg, out);
+  out.md["kvad.rope.neox"] = int64_t{1};
+  const int64_t window = config_int(cfg, "sliding_window", 0);
+  if (window < 0) throw Error("config.json: sliding_window must not be negative");
+  if (window > 0) out.md["llama.attention.sliding_window"] = window;
 }
 
 // Qwen2 and Qwen3 checkpoints name their tensors as Llama's do (the biases
 // and QK-norm weights are in the shared table); only the GGUF architecture
 // differs, and Qwen2's optional sliding window is refused.
-void hf_config_qwen2(const nlohmann::json& cfg, Metadata& md) {
+void hf_config_qwen2(const nlohmann::json& cfg, HfConfig& out) {
   if (config_bool(cfg, "use_sliding_window", false))
     throw Error("config.json: use_sliding_window is not supported yet for qwen2");
-  decoder_config("qwen2", cfg, md);
+  decoder_config("qwen2", cfg, out);
 }
-void hf_config_qwen3(const nlohmann::json& cfg, Metadata& md) { decoder_config("qwen3", cfg, md); }
+void hf_config_qwen3(const nlohmann::json& cfg, HfConfig& out) { decoder_config("qwen3", cfg, out); }
 
 bool hf_tensor(const std::string& hf, TensorRename& r) {
   static const HfLayerName kLayer[] = {{"post_attention_layernorm.weight", "ffn_norm.weight", TensorTransform::ToF32}};
@@ -139,7 +158,7 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
 }  // namespace
 
 extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames;
-const HfNames kLlamaHfNames = {{"llama"}, &hf_config, &hf_tensor};
+const HfNames kLlamaHfNames = {{"llama", "mistral"}, &hf_config, &hf_tensor};
 const HfNames kQwen2HfNames = {{"qwen2"}, &hf_config_qwen2, &hf_tensor};
 const HfNames kQwen3HfNames = {{"qwen3"}, &hf_config_qwen3, &hf_tensor};
 
