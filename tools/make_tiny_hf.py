@@ -147,6 +147,23 @@ def main():
             if n.endswith(".bias"):
                 p.normal_(0.0, 0.5)
     save("qwen2_yarn", sharpen(m))
+
+    # GPT-2: learned positions, LayerNorm with bias, fused c_attn (Conv1D,
+    # stored [n_in, n_out]), GELU (tanh) MLP, tied head. Random biases and
+    # LayerNorm weights (HF initialises them to 0 and 1).
+    torch.manual_seed(7)
+    cfg = transformers.GPT2Config(
+        vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64, n_inner=96,
+        layer_norm_epsilon=1e-5, activation_function="gelu_new", tie_word_embeddings=True,
+        torch_dtype="float32", attn_implementation="eager")
+    m = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith(".bias"):
+                p.normal_(0.0, 0.3)
+            elif ".ln_" in n and n.endswith(".weight"):
+                p.normal_(1.0, 0.3)
+    save("gpt2", sharpen(m, 4.0))
     print("transformers", transformers.__version__, "torch", torch.__version__)
 
 

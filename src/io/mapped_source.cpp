@@ -1,6 +1,7 @@
 #include "io/mapped_source.h"
 
 #include <cstring>
+#include <deque>
 #include <memory>
 
 #include "base/error.h"
@@ -24,7 +25,8 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
       used[r.base] = 2;
       SourceTensor t = *b;
       t.name = r.name;
-      if (r.transform != TensorTransform::None) t = to_f32(*b, r);
+      if (r.transform == TensorTransform::Transpose) t = transpose(*b, r);
+      else if (r.transform != TensorTransform::None) t = to_f32(*b, r);
       tensors_.push_back(std::move(t));
     }
     for (const SourceTensor& b : base_->tensors())
@@ -111,8 +113,27 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     return t;
   }
 
+  SourceTensor transpose(const SourceTensor& b, const TensorRename& r) {
+    const size_t es = b.type == DType::F32 ? 4 : b.type == DType::F16 || b.type == DType::BF16 ? 2 : 0;
+    if (!es || b.n_dims != 2)
+      throw Error(base_->path() + ": tensor " + b.name + " (" + dtype_name(b.type) + ", " + std::to_string(b.n_dims) +
+                  " dims) cannot be transposed; kvad transposes 2-D f32, f16 and bf16");
+    const int64_t c = b.ne[0], rws = b.ne[1];
+    std::vector<uint8_t>& v = owned_bytes_.emplace_back(static_cast<size_t>(c * rws) * es);
+    const auto* src = static_cast<const uint8_t*>(b.data);
+    for (int64_t i = 0; i < rws; ++i)
+      for (int64_t j = 0; j < c; ++j) std::memcpy(&v[(j * rws + i) * es], &src[(i * c + j) * es], es);
+    SourceTensor t = b;
+    t.name = r.name;
+    t.ne = {rws, c, 1, 1};
+    t.shape = {c, rws};
+    t.data = v.data();
+    return t;
+  }
+
   std::shared_ptr<const TensorSource> base_;
   Metadata md_;
+  std::deque<std::vector<uint8_t>> owned_bytes_;  // transposed copies (a deque: pointers stay valid)
   std::vector<std::vector<float>> owned_;  // reserved up front: pointers into it stay valid
   std::vector<SourceTensor> tensors_;
   std::map<std::string, size_t, std::less<>> index_;

@@ -190,14 +190,19 @@ std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir) {
   }
   std::shared_ptr<const TensorSource> raw = safetensors_source(dir);
   std::vector<TensorRename> rules;
+  std::vector<std::string> ignored;
   for (const SourceTensor& t : raw->tensors()) {
     TensorRename r;
     if (!entry->hf->tensor(t.name, r))
       throw Error(raw->path() + ": tensor " + t.name + " is not read by architecture " + entry->name);
+    if (r.name.empty()) {
+      ignored.push_back(t.name);
+      continue;
+    }
     r.base = t.name;
     rules.push_back(std::move(r));
   }
-  return mapped_source(std::move(raw), rules, std::move(hc.md), {}, std::move(hc.tensors));
+  return mapped_source(std::move(raw), rules, std::move(hc.md), ignored, std::move(hc.tensors));
 }
 
 }  // namespace kvad

@@ -31,7 +31,9 @@ struct HfNames {
   /// naming a missing or invalid field (config_int and friends do).
   void (*config)(const nlohmann::json& cfg, HfConfig& out) = nullptr;
   /// The GGUF name and transform of HF tensor `hf`; false for a name the
-  /// architecture does not know (which makes the load fail, naming it).
+  /// architecture does not know (which makes the load fail, naming it);
+  /// true with an empty out.name for a tensor it knows it does not need
+  /// (GPT-2's stored causal masks).
   bool (*tensor)(const std::string& hf, TensorRename& out) = nullptr;
 };
 

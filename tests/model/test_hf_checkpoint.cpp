@@ -118,6 +118,23 @@ TEST(HfCheckpoint, YarnMatchesTransformers) {  // qwen2 with YaRN factor 4
   check("qwen2_yarn", "sim");
 }
 
+TEST(HfCheckpoint, Gpt2MatchesTransformers) {  // learned positions, LayerNorm + biases, Conv1D transposed, tied head
+  check("gpt2", "cpu");
+  check("gpt2", "sim");
+  auto src = kvad::open_hf_checkpoint((kDir / "gpt2").string());
+  const kvad::SourceTensor* qkv = src->find("blk.0.attn_qkv.weight");
+  ASSERT_NE(qkv, nullptr);
+  EXPECT_EQ(qkv->ne[0], 64);   // n_in: rows of the transposed Conv1D weight
+  EXPECT_EQ(qkv->ne[1], 192);  // q | k | v
+  std::shared_ptr<kvad::Model> m = kvad::load_model(src, kvad::DeviceOptions{});
+  try {
+    kvad::Session s(m, 65, 1, 1);  // past the 64 learned positions
+    ADD_FAILURE() << "a context longer than n_positions was accepted";
+  } catch (const kvad::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("learned positions for 64"), std::string::npos) << e.what();
+  }
+}
+
 TEST(HfCheckpoint, RopeScalingIsWrittenAsLlamaCppDoes) {
   auto l3 = kvad::open_hf_checkpoint((kDir / "llama3").string());
   const kvad::SourceTensor* f = l3->find("rope_freqs.weight");
@@ -209,7 +226,7 @@ namespace {
 TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
   const fs::path cache = fs::temp_directory_path() / ("kvad-qcache-" + std::to_string(::getpid()));
   fs::remove_all(cache);
-  for (const char* name : {"llama", "gemma3", "qwen2", "qwen3", "llama3", "mistral", "qwen2_yarn"}) {
+  for (const char* name : {"llama", "gemma3", "qwen2", "qwen3", "llama3", "mistral", "qwen2_yarn", "gpt2"}) {
     SCOPED_TRACE(name);
     const fs::path dir = kDir / name;
     const kvad::QuantizeOnceKey key{cache.string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};
@@ -217,7 +234,8 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
     auto q = kvad::quantize_once(kvad::open_hf_checkpoint(dir.string()), "q8_0", key, &hit);
     EXPECT_FALSE(hit);
     ASSERT_TRUE(fs::is_regular_file(kvad::quantize_once_path(key, "q8_0")));
-    EXPECT_EQ(q->find("blk.0.attn_q.weight")->type, kvad::DType::Q8_0);
+    ASSERT_NE(q->find("blk.0.ffn_down.weight"), nullptr);
+    EXPECT_EQ(q->find("blk.0.ffn_down.weight")->type, kvad::DType::Q8_0);
     EXPECT_EQ(q->find("blk.0.attn_norm.weight")->type, kvad::DType::F32);
     EXPECT_FALSE(q->has("kvad.rope.neox"));  // a plain GGUF: rows permuted instead
     auto again = kvad::quantize_once(kvad::open_hf_checkpoint(dir.string()), "q8_0", key, &hit);
