@@ -164,6 +164,23 @@ def main():
             elif ".ln_" in n and n.endswith(".weight"):
                 p.normal_(1.0, 0.3)
     save("gpt2", sharpen(m, 4.0))
+
+    # Phi-3: fused qkv_proj and gate_up_proj, partial rotary (8 of 16 dims),
+    # LongRoPE factors, a sliding window (8) shorter than the prompt. phi3:
+    # an original context of 64, so kvad's 64-position test cache and
+    # transformers' 14-token prompt both take the short factors; phi3_long:
+    # the same with an original context of 8, so both take the long ones.
+    for name, orig in (("phi3", 64), ("phi3_long", 8)):
+        torch.manual_seed(8)
+        cfg = transformers.Phi3Config(
+            vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+            original_max_position_embeddings=orig, sliding_window=8, rms_norm_eps=1e-5,
+            tie_word_embeddings=False, torch_dtype="float32", attn_implementation="eager",
+            pad_token_id=0, bos_token_id=1, eos_token_id=2,
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
+                             "short_factor": [1.0, 1.3, 2.1, 3.7], "long_factor": [1.5, 3.0, 6.0, 11.0]})
+        save(name, sharpen(transformers.Phi3ForCausalLM(cfg).eval(), 4.0))
     print("transformers", transformers.__version__, "torch", torch.__version__)
 
 

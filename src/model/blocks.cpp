@@ -94,6 +94,17 @@ MlpWeights load_mlp_weights(WeightLoader& wl, const std::string& p, int64_t E, i
   return w;
 }
 
+MlpWeights load_fused_mlp_weights(WeightLoader& wl, const std::string& p, int64_t E, int64_t F) {
+  MlpWeights w;
+  w.norm = wl.get(p + "ffn_norm.weight", {E});
+  const Tensor gate_up = wl.get(p + "ffn_up.weight", {E, 2 * F});
+  w.gate = gate_up.rows(0, F);
+  w.up = gate_up.rows(F, 2 * F);
+  w.down = wl.get(p + "ffn_down.weight", {F, E});
+  require_f32(wl.path(), {&w.norm});
+  return w;
+}
+
 Tensor attention_block(const AttentionWeights& w, const AttentionParams& p, KVLayer& cache, const BatchIds& b,
                        const Tensor& x) {
   const int64_t n = b.n, D = p.head_dim, H = p.n_head, Hkv = p.n_head_kv;

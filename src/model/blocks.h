@@ -102,6 +102,9 @@ struct MlpWeights {
 /// ffn_norm [n_embd], ffn_gate / ffn_up [n_embd → n_ff], ffn_down [n_ff → n_embd]
 /// of layer `prefix` ("blk.N."). Throws as WeightLoader::get.
 MlpWeights load_mlp_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff);
+/// The same with gate and up fused, as llama.cpp names Phi-3's: ffn_up
+/// [n_embd → 2·n_ff] whose rows gate | up become views (no copy).
+MlpWeights load_fused_mlp_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff);
 
 /// The gated feed-forward block of a pre-norm decoder layer:
 ///   n = RMSNorm(x) ⊙ norm;  out = Wdown · (act(Wgate·n) ⊙ Wup·n)

@@ -135,6 +135,22 @@ TEST(HfCheckpoint, Gpt2MatchesTransformers) {  // learned positions, LayerNorm +
   }
 }
 
+// Fused qkv_proj / gate_up_proj, partial rotary (8 of 16), LongRoPE, sliding window 8.
+TEST(HfCheckpoint, Phi3MatchesTransformers) {  // short factors: context 64 <= original 64
+  check("phi3", "cpu");
+  check("phi3", "sim");
+}
+
+TEST(HfCheckpoint, Phi3LongFactorsMatchTransformers) {  // long factors: context 64 > original 8
+  check("phi3_long", "cpu");
+  check("phi3_long", "sim");
+  auto src = kvad::open_hf_checkpoint((kDir / "phi3_long").string());
+  EXPECT_NE(src->find("rope_factors_long.weight"), nullptr);
+  EXPECT_NE(src->find("rope_factors_short.weight"), nullptr);
+  EXPECT_EQ(src->get_int("phi3.rope.dimension_count", 0), 8);
+  EXPECT_NEAR(src->get_float("phi3.rope.scaling.attn_factor", 0), std::sqrt(1 + std::log(32.0) / std::log(8.0)), 1e-9);
+}
+
 TEST(HfCheckpoint, RopeScalingIsWrittenAsLlamaCppDoes) {
   auto l3 = kvad::open_hf_checkpoint((kDir / "llama3").string());
   const kvad::SourceTensor* f = l3->find("rope_freqs.weight");
@@ -226,7 +242,8 @@ namespace {
 TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
   const fs::path cache = fs::temp_directory_path() / ("kvad-qcache-" + std::to_string(::getpid()));
   fs::remove_all(cache);
-  for (const char* name : {"llama", "gemma3", "qwen2", "qwen3", "llama3", "mistral", "qwen2_yarn", "gpt2"}) {
+  for (const char* name : {"llama", "gemma3", "qwen2", "qwen3", "llama3", "mistral", "qwen2_yarn", "gpt2",
+                           "phi3_long"}) {
     SCOPED_TRACE(name);
     const fs::path dir = kDir / name;
     const kvad::QuantizeOnceKey key{cache.string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};

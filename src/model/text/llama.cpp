@@ -22,6 +22,12 @@
 // `llama.attention.sliding_window` W > 0 makes every layer attend to
 // positions (p - W, p] (HF's sliding_window; llama.cpp reads that key for
 // other architectures, and runs llama files without a window).
+//
+// Phi-3/3.5 (Abdin et al. 2024, "Phi-3 Technical Report"; modeling_phi3.py;
+// GGUF "phi3") is the same decoder with fused projections: attn_qkv
+// [n_embd → q | k | v] and ffn_up [n_embd → gate | up], used as row views;
+// NeoX rotary, often partial (rope.dimension_count < head_dim), LongRoPE
+// factors and a sliding window (`phi3.attention.sliding_window`).
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -82,8 +88,10 @@ class Llama final : public Model {
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const std::string p = "blk." + std::to_string(il) + ".";
       Layer& L = layers_[il];
-      L.attn = load_attention_weights(wl, p, E, q_dim, kv_dim, D);
-      L.ffn = load_mlp_weights(wl, p, E, F);
+      // Fused projections (Phi-3) where the file has them.
+      L.attn = wl.has(p + "attn_qkv.weight") ? load_fused_attention_weights(wl, p, E, q_dim, kv_dim)
+                                             : load_attention_weights(wl, p, E, q_dim, kv_dim, D);
+      L.ffn = wl.has(p + "ffn_gate.weight") ? load_mlp_weights(wl, p, E, F) : load_fused_mlp_weights(wl, p, E, F);
     }
     require_f32(src->path(), {&output_norm_});
     wl.finish();
@@ -149,6 +157,24 @@ void hf_config_qwen2(const nlohmann::json& cfg, HfConfig& out) {
 }
 void hf_config_qwen3(const nlohmann::json& cfg, HfConfig& out) { decoder_config("qwen3", cfg, out); }
 
+void hf_config_phi3(const nlohmann::json& cfg, HfConfig& out) {
+  decoder_config("phi3", cfg, out);
+  const int64_t window = config_int(cfg, "sliding_window", 0);
+  if (window < 0) throw Error("config.json: sliding_window must not be negative");
+  if (window > 0) out.md["phi3.attention.sliding_window"] = window;
+}
+
+bool hf_tensor_phi3(const std::string& hf, TensorRename& r) {
+  using T = TensorTransform;
+  static const HfLayerName kLayer[] = {
+      {"post_attention_layernorm.weight", "ffn_norm.weight", T::ToF32},
+      {"self_attn.qkv_proj.weight", "attn_qkv.weight", T::None},
+      {"mlp.gate_up_proj.weight", "ffn_up.weight", T::None},
+  };
+  if (hf == "lm_head.weight") return r.name = "output.weight", r.transform = T::None, true;
+  return hf_decoder_tensor(hf, T::ToF32, kLayer, std::size(kLayer), r);
+}
+
 bool hf_tensor(const std::string& hf, TensorRename& r) {
   static const HfLayerName kLayer[] = {{"post_attention_layernorm.weight", "ffn_norm.weight", TensorTransform::ToF32}};
   if (hf == "lm_head.weight") return r.name = "output.weight", r.transform = TensorTransform::None, true;
@@ -157,10 +183,11 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
 
 }  // namespace
 
-extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames;
+extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kPhi3HfNames;
 const HfNames kLlamaHfNames = {{"llama", "mistral"}, &hf_config, &hf_tensor};
 const HfNames kQwen2HfNames = {{"qwen2"}, &hf_config_qwen2, &hf_tensor};
 const HfNames kQwen3HfNames = {{"qwen3"}, &hf_config_qwen3, &hf_tensor};
+const HfNames kPhi3HfNames = {{"phi3"}, &hf_config_phi3, &hf_tensor_phi3};
 
 std::unique_ptr<Model> load_llama(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
   return std::make_unique<Llama>(std::move(src), o);
