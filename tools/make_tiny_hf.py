@@ -181,6 +181,25 @@ def main():
             rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.5,
                              "short_factor": [1.0, 1.3, 2.1, 3.7], "long_factor": [1.5, 3.0, 6.0, 11.0]})
         save(name, sharpen(transformers.Phi3ForCausalLM(cfg).eval(), 4.0))
+
+    # Qwen3-MoE: 8 experts, top-2 with norm_topk_prob, layer 1 dense
+    # (mlp_only_layers) and layer 2 sparse. Router weights scaled up so that
+    # the top-k choice has clear margins (a near-tie would make the test
+    # compare different experts, not arithmetic).
+    torch.manual_seed(9)
+    cfg = transformers.Qwen3MoeConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+        num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False, torch_dtype="float32")
+    m = transformers.Qwen3MoeForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith("mlp.gate.weight"):
+                p.normal_(0.0, 1.0)
+            elif "q_norm" in n or "k_norm" in n:
+                p.normal_(1.0, 0.3)
+    save("qwen3moe", sharpen(m, 4.0))
     print("transformers", transformers.__version__, "torch", torch.__version__)
 
 

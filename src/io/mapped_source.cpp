@@ -1,6 +1,7 @@
 #include "io/mapped_source.h"
 
 #include <cstring>
+#include <algorithm>
 #include <deque>
 #include <memory>
 
@@ -18,17 +19,24 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     std::map<std::string, int, std::less<>> used;
     for (const std::string& n : ignored) used[n] = 1;
     owned_.reserve(rules.size() + synthetic.size());  // pointers into owned_ stay valid
+    std::map<std::string, std::vector<std::pair<int64_t, const SourceTensor*>>> stacks;
     for (const TensorRename& r : rules) {
       const SourceTensor* b = base_->find(r.base);
       if (!b) throw Error(base_->path() + ": missing tensor " + r.base + " (for " + r.name + ")");
       if (used.count(r.base) && used[r.base] == 2) throw Error(base_->path() + ": tensor " + r.base + " named twice");
       used[r.base] = 2;
+      if (r.part >= 0) {
+        if (r.transform != TensorTransform::None) throw Error(base_->path() + ": " + r.base + ": stacked and transformed");
+        stacks[r.name].emplace_back(r.part, b);
+        continue;
+      }
       SourceTensor t = *b;
       t.name = r.name;
       if (r.transform == TensorTransform::Transpose) t = transpose(*b, r);
       else if (r.transform != TensorTransform::None) t = to_f32(*b, r);
       tensors_.push_back(std::move(t));
     }
+    for (auto& [name, parts] : stacks) tensors_.push_back(stack(name, parts));
     for (const SourceTensor& b : base_->tensors())
       if (!used.count(b.name))
         throw Error(base_->path() + ": tensor " + b.name + " is not used by architecture " +
@@ -110,6 +118,31 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     t.type = DType::F32;
     t.data = v.data();
     t.n_bytes = v.size() * sizeof(float);
+    return t;
+  }
+
+  // Parts 0..n-1 of one name, each [ne0, ne1] of one format, as [n, ne1, ne0].
+  SourceTensor stack(const std::string& name, std::vector<std::pair<int64_t, const SourceTensor*>>& parts) {
+    std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    const SourceTensor& p0 = *parts[0].second;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const SourceTensor& p = *parts[i].second;
+      if (parts[i].first != static_cast<int64_t>(i))
+        throw Error(base_->path() + ": " + name + ": part " + std::to_string(i) + " is missing (have " +
+                    std::to_string(parts[i].first) + ")");
+      if (p.type != p0.type || p.ne != p0.ne || p.n_dims > 2)
+        throw Error(base_->path() + ": " + p.name + " differs in shape or format from " + p0.name + " (stacked as " +
+                    name + ")");
+    }
+    std::vector<uint8_t>& v = owned_bytes_.emplace_back(p0.n_bytes * parts.size());
+    for (size_t i = 0; i < parts.size(); ++i) std::memcpy(&v[i * p0.n_bytes], parts[i].second->data, p0.n_bytes);
+    SourceTensor t = p0;
+    t.name = name;
+    t.ne = {p0.ne[0], p0.ne[1], static_cast<int64_t>(parts.size()), 1};
+    t.n_dims = 3;
+    t.shape = {t.ne[2], t.ne[1], t.ne[0]};
+    t.data = v.data();
+    t.n_bytes = v.size();
     return t;
   }
 

@@ -32,6 +32,12 @@ struct TensorRename {
   std::string name;      ///< kvad's (GGUF) name
   std::string base;      ///< the tensor's name in the base source
   TensorTransform transform = TensorTransform::None;
+  /// >= 0: `base` is slice `part` of `name`, a stack of equally shaped
+  /// tensors along a new outermost dim (HF's per-expert matrices
+  /// model.layers.N.mlp.experts.E.gate_proj → GGUF's 3-D ffn_gate_exps).
+  /// The parts must be 0..n-1; the stack is copied once into memory the view
+  /// owns. Only with TensorTransform::None.
+  int64_t part = -1;
 };
 
 /// Metadata of the view, by GGUF key: an integer, a float or a string.

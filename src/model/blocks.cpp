@@ -105,6 +105,28 @@ MlpWeights load_fused_mlp_weights(WeightLoader& wl, const std::string& p, int64_
   return w;
 }
 
+MoeWeights load_moe_weights(WeightLoader& wl, const std::string& p, int64_t E, int64_t F, int64_t n_exp) {
+  MoeWeights w;
+  w.norm = wl.get(p + "ffn_norm.weight", {E});
+  w.gate_inp = wl.get(p + "ffn_gate_inp.weight", {E, n_exp});
+  w.gate_exps = wl.get(p + "ffn_gate_exps.weight", {E, F, n_exp});
+  w.up_exps = wl.get(p + "ffn_up_exps.weight", {E, F, n_exp});
+  w.down_exps = wl.get(p + "ffn_down_exps.weight", {F, E, n_exp});
+  require_f32(wl.path(), {&w.norm});
+  return w;
+}
+
+Tensor moe_ffn(const MoeWeights& w, const MoeParams& p, const Tensor& x) {
+  const int64_t n = x.ne[1], E = x.ne[0];
+  const Tensor h = ops::rms_norm(x, w.norm, p.norm_eps);                        // [n, E]
+  const ops::MoeRoute r = ops::moe_route(ops::matmul(h, w.gate_inp), p.n_expert_used, p.norm_topk);
+  const Tensor hx = h.view({E, 1, n, 1});                                        // every slot reads its token's row
+  const Tensor g = ops::matmul_id(hx, w.gate_exps, r.ids);                       // [n, k, F]
+  const Tensor u = ops::matmul_id(hx, w.up_exps, r.ids);                         // [n, k, F]
+  const Tensor a = p.act == Activation::SiLU ? ops::swiglu(g, u) : ops::geglu(g, u);
+  return ops::moe_sum(ops::matmul_id(a, w.down_exps, r.ids), r.weights);       // [n, E]
+}
+
 Tensor attention_block(const AttentionWeights& w, const AttentionParams& p, KVLayer& cache, const BatchIds& b,
                        const Tensor& x) {
   const int64_t n = b.n, D = p.head_dim, H = p.n_head, Hkv = p.n_head_kv;

@@ -119,6 +119,34 @@ Tensor gated_mlp(const MlpWeights& w, Activation act, float norm_eps, const Tens
 /// [n_tok, n_embd].
 Tensor mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x);
 
+/// Weights of a sparse mixture-of-experts feed-forward block, names as
+/// llama.cpp's: ffn_norm [n_embd] f32; ffn_gate_inp, the router [n_embd →
+/// n_expert]; ffn_gate_exps / ffn_up_exps [n_expert, n_ff_exp, n_embd];
+/// ffn_down_exps [n_expert, n_embd, n_ff_exp].
+struct MoeWeights {
+  Tensor norm, gate_inp, gate_exps, up_exps, down_exps;
+};
+MoeWeights load_moe_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff_exp,
+                            int64_t n_expert);
+
+struct MoeParams {
+  int64_t n_expert_used = 0;  ///< k: experts per token ({arch}.expert_used_count, HF num_experts_per_tok)
+  bool norm_topk = true;      ///< divide the k weights by their sum (HF norm_topk_prob)
+  Activation act = Activation::SiLU;
+  float norm_eps = 1e-5f;
+};
+
+/// The sparse MoE feed-forward block (Shazeer et al. 2017; Qwen3-MoE,
+/// transformers' Qwen3MoeSparseMoeBlock; llama.cpp build_moe_ffn with
+/// softmax gating):
+///   n = RMSNorm(x) ⊙ norm;  p = softmax(Wrouter · n);  E_t = top-k experts of p_t
+///   w_t,e = p_t,e (/ Σ_{e'∈E_t} p_t,e' when norm_topk)
+///   out_t = Σ_{e∈E_t} w_t,e · Wdown_e · (act(Wgate_e · n_t) ⊙ Wup_e · n_t)
+/// Tokens are grouped by expert (ops::matmul_id), so each expert's weights are
+/// read once per batch, not once per token. x: [n_tok, n_embd]; returns
+/// [n_tok, n_embd].
+Tensor moe_ffn(const MoeWeights& w, const MoeParams& p, const Tensor& x);
+
 /// The pre-norm of a block: LayerNorm(x) ⊙ w + b when b is given, else
 /// RMSNorm(x) ⊙ w. x: [n_tok, n]; w, b: [n] f32.
 Tensor pre_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps);

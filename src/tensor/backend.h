@@ -82,6 +82,10 @@ struct BackendOps {
   void (*kv_store)(const Tensor& cache, const Tensor& x, const Tensor& seq, const Tensor& pos, int64_t slots) = nullptr;
   void (*attention)(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
                     const AttentionOpParams& p, const Tensor& out) = nullptr;
+  // Mixture of experts (ops.h moe_route, matmul_id, moe_sum).
+  void (*moe_route)(const Tensor& logits, int64_t k, bool norm, const Tensor& ids, const Tensor& weights) = nullptr;
+  void (*matmul_id)(const Tensor& x, const Tensor& w, const Tensor& ids, const Tensor& out) = nullptr;
+  void (*moe_sum)(const Tensor& y, const Tensor& weights, const Tensor& out) = nullptr;
 };
 
 /// Installs the row of a device type (called once by each backend library

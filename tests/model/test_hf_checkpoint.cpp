@@ -151,6 +151,28 @@ TEST(HfCheckpoint, Phi3LongFactorsMatchTransformers) {  // long factors: context
   EXPECT_NEAR(src->get_float("phi3.rope.scaling.attn_factor", 0), std::sqrt(1 + std::log(32.0) / std::log(8.0)), 1e-9);
 }
 
+// 8 experts, top-2 renormalised, layer 1 dense (mlp_only_layers); HF's
+// per-expert matrices stacked into GGUF's 3-D ffn_*_exps.
+TEST(HfCheckpoint, Qwen3MoeMatchesTransformers) {
+  check("qwen3moe", "cpu");
+  check("qwen3moe", "sim");
+  auto src = kvad::open_hf_checkpoint((kDir / "qwen3moe").string());
+  const kvad::SourceTensor* g = src->find("blk.0.ffn_gate_exps.weight");
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->ne, (std::array<int64_t, 4>{64, 32, 8, 1}));
+  EXPECT_NE(src->find("blk.1.ffn_gate.weight"), nullptr);  // the dense layer
+  EXPECT_EQ(src->find("blk.1.ffn_gate_inp.weight"), nullptr);
+  kvad::DeviceOptions cuda;
+  cuda.device = "cuda";
+  try {
+    kvad::load_model(src, cuda);
+  } catch (const kvad::Error& e) {  // without CUDA: the build/device says so; with it, the registry
+    const std::string what = e.what();
+    EXPECT_TRUE(what.find("CUDA") != std::string::npos || what.find("supported: llama") != std::string::npos)
+        << what;
+  }
+}
+
 TEST(HfCheckpoint, RopeScalingIsWrittenAsLlamaCppDoes) {
   auto l3 = kvad::open_hf_checkpoint((kDir / "llama3").string());
   const kvad::SourceTensor* f = l3->find("rope_freqs.weight");
@@ -243,7 +265,7 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
   const fs::path cache = fs::temp_directory_path() / ("kvad-qcache-" + std::to_string(::getpid()));
   fs::remove_all(cache);
   for (const char* name : {"llama", "gemma3", "qwen2", "qwen3", "llama3", "mistral", "qwen2_yarn", "gpt2",
-                           "phi3_long"}) {
+                           "phi3_long", "qwen3moe"}) {
     SCOPED_TRACE(name);
     const fs::path dir = kDir / name;
     const kvad::QuantizeOnceKey key{cache.string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};
@@ -251,8 +273,12 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
     auto q = kvad::quantize_once(kvad::open_hf_checkpoint(dir.string()), "q8_0", key, &hit);
     EXPECT_FALSE(hit);
     ASSERT_TRUE(fs::is_regular_file(kvad::quantize_once_path(key, "q8_0")));
-    ASSERT_NE(q->find("blk.0.ffn_down.weight"), nullptr);
-    EXPECT_EQ(q->find("blk.0.ffn_down.weight")->type, kvad::DType::Q8_0);
+    ASSERT_NE(q->find("blk.1.ffn_down.weight"), nullptr);
+    EXPECT_EQ(q->find("blk.1.ffn_down.weight")->type, kvad::DType::Q8_0);
+    if (const kvad::SourceTensor* e = q->find("blk.0.ffn_down_exps.weight")) {
+      EXPECT_EQ(e->type, kvad::DType::Q8_0);  // the 3-D experts, quantized per row
+      EXPECT_EQ(e->ne[2], 8);
+    }
     EXPECT_EQ(q->find("blk.0.attn_norm.weight")->type, kvad::DType::F32);
     EXPECT_FALSE(q->has("kvad.rope.neox"));  // a plain GGUF: rows permuted instead
     auto again = kvad::quantize_once(kvad::open_hf_checkpoint(dir.string()), "q8_0", key, &hit);

@@ -8,6 +8,9 @@
 // within each op's tolerance. Every case prints its max error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
+
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -254,6 +257,59 @@ TEST(Ops, RopeFreqFactors) {
   bad.n_rot = 12;
   bad.freq_factors = kvad::ops::from_host(ff.data(), DType::F32, {5, 1, 1, 1}, Device::cpu());
   EXPECT_THROW(ops::rope(x, pos, bad), kvad::Error);  // not n_rot/2 factors
+}
+
+// Mixture of experts: routing, per-expert products and the weighted sum,
+// against their definitions on the CPU and bit for bit on sim (CUDA has no
+// row for them yet and says so).
+TEST(Ops, MixtureOfExperts) {
+  std::mt19937 rng(21);
+  const int64_t n_tok = 5, n_exp = 6, k = 2, n_in = 32, n_out = 8;
+  const Tensor logits = rand_f32(rng, {n_exp, n_tok, 1, 1}, 2.0f);
+  const Tensor w = ops::convert(rand_f32(rng, {n_in, n_out, n_exp, 1}), DType::F32);
+  const Tensor x = rand_f32(rng, {n_in, 1, n_tok, 1});
+  const ops::MoeRoute r = ops::moe_route(logits, k, true);
+  const Tensor y = ops::matmul_id(x, w, r.ids);
+  const Tensor s = ops::moe_sum(y, r.weights);
+  const auto lv = host_f32(logits), wv = host_f32(w), xv = host_f32(x), yv = host_f32(y), sv = host_f32(s),
+             rw = host_f32(r.weights);
+  std::vector<int32_t> ids(n_tok * k);
+  ops::to_host(r.ids, ids.data());
+  for (int64_t t = 0; t < n_tok; ++t) {
+    std::vector<double> p(n_exp);
+    double mx = -1e30, z = 0;
+    for (int64_t e = 0; e < n_exp; ++e) mx = std::max(mx, double(lv[t * n_exp + e]));
+    for (int64_t e = 0; e < n_exp; ++e) z += p[e] = std::exp(lv[t * n_exp + e] - mx);
+    std::vector<int> order(n_exp);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+    const double top = p[order[0]] + p[order[1]];
+    for (int64_t j = 0; j < k; ++j) {
+      EXPECT_EQ(ids[t * k + j], order[j]);
+      EXPECT_NEAR(rw[t * k + j], p[order[j]] / top, 1e-6);
+    }
+    for (int64_t n = 0; n < n_out; ++n) {
+      double want = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        double dot = 0;
+        for (int64_t i = 0; i < n_in; ++i) dot += double(xv[t * n_in + i]) * wv[(ids[t * k + j] * n_out + n) * n_in + i];
+        EXPECT_NEAR(yv[(t * k + j) * n_out + n], dot, 1e-4);
+        want += rw[t * k + j] * dot;
+      }
+      EXPECT_NEAR(sv[t * n_out + n], want, 1e-4);
+    }
+  }
+  // sim: the same bits.
+  const Device sim = Device::sim();
+  const ops::MoeRoute rs = ops::moe_route(ops::to(logits, sim), k, true);
+  const Tensor ss = ops::moe_sum(ops::matmul_id(ops::to(x, sim), ops::to(w, sim), rs.ids), rs.weights);
+  EXPECT_EQ(host_f32(ss), sv);
+  // Bad input.
+  EXPECT_THROW(ops::moe_route(logits, n_exp + 1, true), kvad::Error);
+  const Tensor bad = ids_tensor({0, 9, 1, 1, 2, 2, 3, 3, 4, 4});
+  EXPECT_THROW(ops::matmul_id(x, w, bad.view({2, 5, 1, 1})), kvad::Error);       // expert 9 of 6
+  EXPECT_THROW(ops::matmul_id(rand_f32(rng, {16, 1, n_tok, 1}), w, r.ids), kvad::Error);  // n_in
+  EXPECT_THROW(ops::moe_sum(y, ops::moe_route(logits, 3, true).weights), kvad::Error);    // k
 }
 
 TEST(Ops, GetRows) {

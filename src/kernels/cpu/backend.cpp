@@ -21,6 +21,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 #include "tensor/backend.h"
 #include "tensor/ops.h"
@@ -407,6 +408,9 @@ constexpr BackendOps kCpuRow = {
     .concat = &concat,
     .kv_store = &kv_store,
     .attention = &attention,
+    .moe_route = &cpu::moe_route,
+    .matmul_id = &cpu::matmul_id,
+    .moe_sum = &cpu::moe_sum,
 };
 
 // The sim row: the CPU's kernels on memory of its own.
