@@ -150,10 +150,12 @@ def main():
 
     # GPT-2: learned positions, LayerNorm with bias, fused c_attn (Conv1D,
     # stored [n_in, n_out]), GELU (tanh) MLP, tied head. Random biases and
-    # LayerNorm weights (HF initialises them to 0 and 1).
+    # LayerNorm weights (HF initialises them to 0 and 1). n_inner None
+    # (4 · n_embd): llama.cpp's converter writes 4 · n_embd as
+    # feed_forward_length whatever n_inner says. n_ctx: the converter reads it.
     torch.manual_seed(7)
     cfg = transformers.GPT2Config(
-        vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64, n_inner=96,
+        vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=64, n_ctx=64, n_inner=None,
         layer_norm_epsilon=1e-5, activation_function="gelu_new", tie_word_embeddings=True,
         torch_dtype="float32", attn_implementation="eager")
     m = transformers.GPT2LMHeadModel(cfg).eval()
@@ -182,7 +184,7 @@ def main():
                              "short_factor": [1.0, 1.3, 2.1, 3.7], "long_factor": [1.5, 3.0, 6.0, 11.0]})
         save(name, sharpen(transformers.Phi3ForCausalLM(cfg).eval(), 4.0))
 
-    # Qwen3-MoE: 8 experts, top-2 with norm_topk_prob, layer 1 dense
+    # Qwen3-MoE: 8 experts, top-2 without norm_topk_prob, layer 1 dense
     # (mlp_only_layers) and layer 2 sparse. Router weights scaled up so that
     # the top-k choice has clear margins (a near-tie would make the test
     # compare different experts, not arithmetic).
@@ -190,7 +192,7 @@ def main():
     cfg = transformers.Qwen3MoeConfig(
         vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-        num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
+        num_experts=8, num_experts_per_tok=2, norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[1],
         rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False, torch_dtype="float32")
     m = transformers.Qwen3MoeForCausalLM(cfg).eval()
     with torch.no_grad():
@@ -200,6 +202,23 @@ def main():
             elif "q_norm" in n or "k_norm" in n:
                 p.normal_(1.0, 0.3)
     save("qwen3moe", sharpen(m, 4.0))
+
+    # The same family with every layer sparse (4 experts, top-2,
+    # renormalised), which llama.cpp's converter also takes (it refuses
+    # mlp_only_layers, and llama.cpp always renormalises qwen3moe): the
+    # GGUF-path check of the expert tensors.
+    torch.manual_seed(10)
+    cfg = transformers.Qwen3MoeConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+        num_experts=4, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False, torch_dtype="float32")
+    m = transformers.Qwen3MoeForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith("mlp.gate.weight"):
+                p.normal_(0.0, 1.0)
+    save("qwen3moe_sparse", sharpen(m, 4.0))
     print("transformers", transformers.__version__, "torch", torch.__version__)
 
 

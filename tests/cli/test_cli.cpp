@@ -44,7 +44,9 @@ TEST(Cli, UnsupportedArchitectureNamesSupportedOnes) {
   EXPECT_TRUE(one_error_line(r.err)) << r.err;
   EXPECT_NE(r.err.find("not supported"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("llama"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("gpt2"), std::string::npos) << r.err;  // every architecture of the registry
+  EXPECT_NE(r.err.find("qwen3moe"), std::string::npos) << r.err;  // every architecture of the registry
+  EXPECT_NE(r.err.find("gpt2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("phi3"), std::string::npos) << r.err;
 }
 
 TEST(Cli, DeviceCudaWithoutGpuIsOneLineError) {

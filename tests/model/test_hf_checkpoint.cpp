@@ -20,6 +20,7 @@
 
 #include "base/error.h"
 #include "engine/session.h"
+#include "io/gguf.h"
 #include "io/tensor_source.h"
 #include "model/hf.h"
 #include "model/registry.h"
@@ -52,15 +53,17 @@ double rel_err(const std::vector<float>& want, const float* got) {
   return d / m;
 }
 
-void check(const char* name, const char* device) {
-  const fs::path dir = kDir / name;
-  const Reference ref = read_reference(dir);
+// kvad on `src` against transformers' logits of fixture `name`, at the
+// first n_check positions (all when 0), in one prefill and token by token.
+void check_source(const char* name, const char* label, std::shared_ptr<const kvad::TensorSource> src,
+                  const char* device, int n_check = 0) {
+  const Reference ref = read_reference(kDir / name);
   kvad::DeviceOptions o;
   o.device = device;
-  std::shared_ptr<kvad::Model> m = kvad::load_model(kvad::open_hf_checkpoint(dir.string()), o);
+  std::shared_ptr<kvad::Model> m = kvad::load_model(std::move(src), o);
   const int64_t V = m->hparams().n_vocab;
   ASSERT_EQ(V, static_cast<int64_t>(ref.logits[0].size()));
-  const int n = static_cast<int>(ref.tokens.size());
+  const int n = n_check ? n_check : static_cast<int>(ref.tokens.size());
   // One prefill with logits at every position.
   kvad::Session s(m, 64, 1, 2);
   kvad::Batch b;
@@ -76,10 +79,20 @@ void check(const char* name, const char* device) {
     d.add(ref.tokens[i], i, 0, true);
     worst_step = std::max(worst_step, rel_err(ref.logits[i], t.forward(d).data()));
   }
-  std::printf("%s on %s: max |diff| / max |logit| vs transformers: prefill %.2e, step by step %.2e\n", name, device,
-              worst, worst_step);
+  std::printf("%s%s on %s: max |diff| / max |logit| vs transformers: prefill %.2e, step by step %.2e\n", name, label,
+              device, worst, worst_step);
   EXPECT_LT(worst, 1e-3);
   EXPECT_LT(worst_step, 1e-3);
+}
+
+void check(const char* name, const char* device) {
+  check_source(name, "", kvad::open_hf_checkpoint((kDir / name).string()), device);
+}
+
+// The GGUF llama.cpp's convert_hf_to_gguf.py made of the same checkpoint
+// (tools/convert_tiny_gguf.py): llama.cpp's tensor names and keys.
+std::shared_ptr<const kvad::TensorSource> llama_cpp_gguf(const char* name) {
+  return kvad::gguf_source(kvad::gguf::File::open((kDir / name / "llama.cpp-f32.gguf").string()));
 }
 
 TEST(HfCheckpoint, LlamaMatchesTransformers) {
@@ -171,6 +184,35 @@ TEST(HfCheckpoint, Qwen3MoeMatchesTransformers) {
     EXPECT_TRUE(what.find("CUDA") != std::string::npos || what.find("supported: llama") != std::string::npos)
         << what;
   }
+}
+
+// GGUFs written by llama.cpp's converter: the same logits from llama.cpp's
+// names and keys (rope_freqs.weight, rope.scaling.* for YaRN,
+// rope_factors_short/long, attn_qkv, position_embd, ffn_*_exps).
+TEST(LlamaCppGguf, NewArchitecturesMatchTransformers) {
+  for (const char* name : {"llama3", "qwen2_yarn", "gpt2", "phi3", "phi3_long", "qwen3moe_sparse"})
+    for (const char* device : {"cpu", "sim"}) check_source(name, " (llama.cpp GGUF)", llama_cpp_gguf(name), device);
+  // llama.cpp's converter writes no sliding window for Mistral (llama.cpp runs
+  // it with full attention), so only the positions inside the window agree.
+  check_source("mistral", " (llama.cpp GGUF, positions < window 4)", llama_cpp_gguf("mistral"), "cpu", 4);
+}
+
+// Both paths give the same Llama 3 frequencies: kvad's rope_freqs.weight made
+// from config.json equals the one llama.cpp's converter wrote.
+TEST(LlamaCppGguf, Llama3RopeFreqsEqualTheConverters) {
+  auto ours = kvad::open_hf_checkpoint((kDir / "llama3").string());
+  auto theirs = llama_cpp_gguf("llama3");
+  const kvad::SourceTensor *a = ours->find("rope_freqs.weight"), *b = theirs->find("rope_freqs.weight");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(a->ne, b->ne);
+  for (int64_t i = 0; i < a->ne[0]; ++i)
+    EXPECT_NEAR(static_cast<const float*>(a->data)[i], static_cast<const float*>(b->data)[i], 1e-6) << i;
+}
+
+TEST(HfCheckpoint, Qwen3MoeAllSparseMatchesTransformers) {  // 4 experts, top-2, renormalised
+  check("qwen3moe_sparse", "cpu");
+  check("qwen3moe_sparse", "sim");
 }
 
 TEST(HfCheckpoint, RopeScalingIsWrittenAsLlamaCppDoes) {
@@ -265,7 +307,7 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
   const fs::path cache = fs::temp_directory_path() / ("kvad-qcache-" + std::to_string(::getpid()));
   fs::remove_all(cache);
   for (const char* name : {"llama", "gemma3", "qwen2", "qwen3", "llama3", "mistral", "qwen2_yarn", "gpt2",
-                           "phi3_long", "qwen3moe"}) {
+                           "phi3_long", "qwen3moe", "qwen3moe_sparse"}) {
     SCOPED_TRACE(name);
     const fs::path dir = kDir / name;
     const kvad::QuantizeOnceKey key{cache.string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};
@@ -273,11 +315,13 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
     auto q = kvad::quantize_once(kvad::open_hf_checkpoint(dir.string()), "q8_0", key, &hit);
     EXPECT_FALSE(hit);
     ASSERT_TRUE(fs::is_regular_file(kvad::quantize_once_path(key, "q8_0")));
-    ASSERT_NE(q->find("blk.1.ffn_down.weight"), nullptr);
-    EXPECT_EQ(q->find("blk.1.ffn_down.weight")->type, kvad::DType::Q8_0);
+    const kvad::SourceTensor* down = q->find("blk.1.ffn_down.weight");
+    if (!down) down = q->find("blk.1.ffn_down_exps.weight");
+    ASSERT_NE(down, nullptr);
+    EXPECT_EQ(down->type, kvad::DType::Q8_0);
     if (const kvad::SourceTensor* e = q->find("blk.0.ffn_down_exps.weight")) {
       EXPECT_EQ(e->type, kvad::DType::Q8_0);  // the 3-D experts, quantized per row
-      EXPECT_EQ(e->ne[2], 8);
+      EXPECT_EQ(e->ne[2], std::string(name) == "qwen3moe" ? 8 : 4);  // experts
     }
     EXPECT_EQ(q->find("blk.0.attn_norm.weight")->type, kvad::DType::F32);
     EXPECT_FALSE(q->has("kvad.rope.neox"));  // a plain GGUF: rows permuted instead
