@@ -14,8 +14,10 @@ distribution on PyPI (it vendors llama.cpp):
     ~/.cache/kvad/torch-venv/bin/python tools/convert_tiny_gguf.py \\
         /tmp/lcp/llama_cpp_python-0.3.36/vendor/llama.cpp NAME...
 
-writes tests/fixtures/hf_tiny/NAME/llama.cpp-f32.gguf for each NAME.
+writes tests/fixtures/hf_tiny/NAME/llama.cpp-f32.gguf for each NAME, and
+llama.cpp's logits on it (llama.cpp-f32.logits.json) when llama_cpp imports.
 """
+import json
 import sys
 import types
 from pathlib import Path
@@ -38,7 +40,9 @@ def main():
         # Byte-level BPE over the printable ASCII characters (GPT-2's byte
         # alphabet maps them to themselves) and one merge, so that kvad run
         # can tokenize ASCII prompts for these files.
-        tokens = [chr(c) for c in range(33, 127)] + ["ab"]
+        # llama.cpp's vocabulary loader looks some special tokens up by name
+        # (Phi-3's), so they are there too.
+        tokens = [chr(c) for c in range(33, 127)] + ["ab", "<unk>", "<s>", "</s>", "<|endoftext|>", "\u010a"]
         tokens += [f"<t{i}>" for i in range(len(tokens), n)]
         tokens = tokens[:n]
         self.gguf_writer.add_tokenizer_model("gpt2")
@@ -62,6 +66,25 @@ def main():
         sys.argv = ["convert_hf_to_gguf.py", str(d), "--outfile", str(out), "--outtype", "f32"]
         conv.main()
         print(name, out.stat().st_size, "bytes")
+        write_llama_cpp_logits(d, out)
+
+
+def write_llama_cpp_logits(d, gguf_path):
+    """llama.cpp's own logits on the GGUF, at every position of the fixture's
+    prompt, as llama.cpp-f32.logits.json (same layout as logits.json), when
+    llama-cpp-python can be imported (PYTHONPATH=<sdist> and
+    LLAMA_CPP_LIB_PATH=<a build's bin/> work for an sdist built elsewhere)."""
+    try:
+        import llama_cpp
+    except ImportError:
+        print("  (no llama_cpp: llama.cpp's logits not written)")
+        return
+    tokens = json.loads((d / "logits.json").read_text())["tokens"]
+    m = llama_cpp.Llama(str(gguf_path), logits_all=True, n_ctx=64, n_batch=64, verbose=False)
+    m.eval(tokens)
+    logits = [[round(float(v), 6) for v in m.scores[i]] for i in range(len(tokens))]
+    (d / "llama.cpp-f32.logits.json").write_text(json.dumps({"tokens": tokens, "logits": logits,
+                                                             "llama_cpp_python": llama_cpp.__version__}))
 
 
 if __name__ == "__main__":

@@ -35,8 +35,8 @@ struct Reference {
   std::vector<std::vector<float>> logits;
 };
 
-Reference read_reference(const fs::path& dir) {
-  std::ifstream in(dir / "logits.json");
+Reference read_reference(const fs::path& dir, const char* file = "logits.json") {
+  std::ifstream in(dir / file);
   const nlohmann::json j = nlohmann::json::parse(in);
   Reference r;
   r.tokens = j["tokens"].get<std::vector<int32_t>>();
@@ -55,9 +55,13 @@ double rel_err(const std::vector<float>& want, const float* got) {
 
 // kvad on `src` against transformers' logits of fixture `name`, at the
 // first n_check positions (all when 0), in one prefill and token by token.
+// against = "llama.cpp": against llama.cpp's logits on the converter's GGUF
+// instead; n_ctx: the sessions' context (which picks LongRoPE's factors).
 void check_source(const char* name, const char* label, std::shared_ptr<const kvad::TensorSource> src,
-                  const char* device, int n_check = 0, double tol = 1e-3) {
-  const Reference ref = read_reference(kDir / name);
+                  const char* device, int n_check = 0, double tol = 1e-3, const char* against = "transformers",
+                  int32_t n_ctx = 64) {
+  const Reference ref =
+      read_reference(kDir / name, std::string(against) == "transformers" ? "logits.json" : "llama.cpp-f32.logits.json");
   kvad::DeviceOptions o;
   o.device = device;
   o.dtype = "f32";  // cuda: keep the checkpoint's f32 (cpu and sim always do)
@@ -66,22 +70,22 @@ void check_source(const char* name, const char* label, std::shared_ptr<const kva
   ASSERT_EQ(V, static_cast<int64_t>(ref.logits[0].size()));
   const int n = n_check ? n_check : static_cast<int>(ref.tokens.size());
   // One prefill with logits at every position.
-  kvad::Session s(m, 64, 1, 2);
+  kvad::Session s(m, n_ctx, 1, 2);
   kvad::Batch b;
   for (int i = 0; i < n; ++i) b.add(ref.tokens[i], i, 0, true);
   const std::vector<float>& all = s.forward(b);
   double worst = 0;
   for (int i = 0; i < n; ++i) worst = std::max(worst, rel_err(ref.logits[i], &all[i * V]));
   // Token by token.
-  kvad::Session t(m, 64, 1, 1);
+  kvad::Session t(m, n_ctx, 1, 1);
   double worst_step = 0;
   for (int i = 0; i < n; ++i) {
     kvad::Batch d;
     d.add(ref.tokens[i], i, 0, true);
     worst_step = std::max(worst_step, rel_err(ref.logits[i], t.forward(d).data()));
   }
-  std::printf("%s%s on %s: max |diff| / max |logit| vs transformers: prefill %.2e, step by step %.2e\n", name, label,
-              device, worst, worst_step);
+  std::printf("%s%s on %s: max |diff| / max |logit| vs %s: prefill %.2e, step by step %.2e\n", name, label, device,
+              against, worst, worst_step);
   EXPECT_LT(worst, tol);
   EXPECT_LT(worst_step, tol);
 }
@@ -196,6 +200,23 @@ TEST(LlamaCppGguf, NewArchitecturesMatchTransformers) {
   // llama.cpp's converter writes no sliding window for Mistral (llama.cpp runs
   // it with full attention), so only the positions inside the window agree.
   check_source("mistral", " (llama.cpp GGUF, positions < window 4)", llama_cpp_gguf("mistral"), "cpu", 4);
+}
+
+// kvad against llama.cpp itself (llama-cpp-python 0.3.36) on the same GGUFs,
+// at the positions where llama.cpp implements what transformers does: it
+// runs Mistral and Phi-3 without their sliding windows, so only positions
+// inside the window are compared there. llama-cpp-python ran with a context
+// of 256, past Phi-3's original 64, so llama.cpp took LongRoPE's long factors;
+// kvad with a 256-position cache takes them too.
+TEST(LlamaCppGguf, MatchesLlamaCpp) {
+  for (const char* name : {"llama3", "qwen2_yarn", "gpt2", "qwen3moe_sparse"})
+    check_source(name, " (llama.cpp GGUF)", llama_cpp_gguf(name), "cpu", 0, 1e-3, "llama.cpp");
+  check_source("mistral", " (llama.cpp GGUF, positions < window 4)", llama_cpp_gguf("mistral"), "cpu", 4, 1e-3,
+               "llama.cpp");
+  check_source("phi3_long", " (llama.cpp GGUF, positions < window 8)", llama_cpp_gguf("phi3_long"), "cpu", 8, 1e-3,
+               "llama.cpp");
+  check_source("phi3", " (llama.cpp GGUF, long factors at n_ctx 256, positions < window 8)", llama_cpp_gguf("phi3"),
+               "cpu", 8, 1e-3, "llama.cpp", 256);
 }
 
 // Both paths give the same Llama 3 frequencies: kvad's rope_freqs.weight made
