@@ -24,8 +24,8 @@ Writes, under --out:
                      gguf-py, numpy and ggml versions
 
 Formats: f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0 (gguf-py); q2_K, q3_K,
-q4_K, q5_K, q6_K, q8_K, iq4_nl (ggml); tq1_0, tq2_0 (gguf-py, checked equal to
-ggml). Where both implement a step, the script asserts that they agree.
+q4_K, q5_K, q6_K, q8_K, iq4_nl, mxfp4 (ggml); tq1_0, tq2_0 (gguf-py, checked
+equal to ggml). Where both implement a step, the script asserts that they agree.
 """
 import argparse
 import ctypes
@@ -45,16 +45,28 @@ FORMATS = [("f16", T.F16, "gguf-py"), ("bf16", T.BF16, "gguf-py"), ("q4_0", T.Q4
            ("q8_0", T.Q8_0, "gguf-py"),
            ("q2_K", T.Q2_K, "ggml"), ("q3_K", T.Q3_K, "ggml"), ("q4_K", T.Q4_K, "ggml"),
            ("q5_K", T.Q5_K, "ggml"), ("q6_K", T.Q6_K, "ggml"), ("q8_K", T.Q8_K, "ggml"),
-           ("iq4_nl", T.IQ4_NL, "ggml"), ("tq1_0", T.TQ1_0, "gguf-py"), ("tq2_0", T.TQ2_0, "gguf-py")]
+           ("iq4_nl", T.IQ4_NL, "ggml"), ("tq1_0", T.TQ1_0, "gguf-py"), ("tq2_0", T.TQ2_0, "gguf-py"),
+           ("mxfp4", T.MXFP4, "ggml")]
 
 
 def ggml_lib() -> ctypes.CDLL:
-    """ggml's reference quantizers, from llama_cpp_python's bundled libggml-base."""
+    """ggml's reference quantizers, from llama_cpp_python's bundled libggml-base
+    (or $KVAD_GGML_LIB_DIR/libggml-base.so: a llama.cpp build of the same version)."""
+    if os.environ.get("KVAD_GGML_LIB_DIR"):
+        return ctypes.CDLL(os.path.join(os.environ["KVAD_GGML_LIB_DIR"], "libggml-base.so"))
     spec = importlib.util.find_spec("llama_cpp")
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("needs the PyPI package llama_cpp_python (for ggml's quantize_row_*_ref)")
     path = os.path.join(list(spec.submodule_search_locations)[0], "lib", "libggml-base.so")
     return ctypes.CDLL(path)
+
+
+def ggml_version() -> str:
+    try:
+        return importlib.metadata.version("llama_cpp_python")
+    except importlib.metadata.PackageNotFoundError:  # a source checkout on PYTHONPATH
+        import llama_cpp
+        return llama_cpp.__version__
 
 
 def ggml_quantize(lib: ctypes.CDLL, name: str, x: np.ndarray, row_bytes: int) -> np.ndarray:
@@ -170,7 +182,7 @@ def main() -> None:
     x.astype("<f4").tofile(os.path.join(args.out, "input.f32"))
     lib = ggml_lib()
     lines = [f"# gguf-py {importlib.metadata.version('gguf')} numpy {np.__version__} "
-             f"ggml from llama_cpp_python {importlib.metadata.version('llama_cpp_python')} seed {SEED}"]
+             f"ggml from llama_cpp_python {ggml_version()} seed {SEED}"]
     for name, qtype, source in FORMATS:
         row_bytes = COLS // quants.GGML_QUANT_SIZES[qtype][0] * quants.GGML_QUANT_SIZES[qtype][1]
         if source == "gguf-py":

@@ -49,7 +49,7 @@ class Chat {
     const HParams& hp = m_.model->hparams();
     n_ctx_ = o.context_size(hp);
     session_ = std::make_unique<Session>(m_.model, n_ctx_, 1, o.threads);
-    sampler_ = std::make_unique<Sampler>(o.sampler_params());
+    sampler_ = std::make_unique<Sampler>(m_.sampler_params(o));
     set_system(o.system);
   }
 

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "cli/model_store.h"
+#include "io/generation_config.h"
 #include "model/model.h"
 
 namespace kvad::cli {
@@ -13,11 +14,12 @@ namespace kvad::cli {
 void GenerationOptions::add_to(CLI::App* c, const std::string& max_tokens_help) {
   c->add_option("-m,--model", model, "GGUF file or model-store name (default: " + std::string(kDefaultModel) + ")");
   c->add_option("-n,--max-tokens", max_tokens, max_tokens_help)->capture_default_str();
-  c->add_option("--temp", sp.temp, "Temperature (0: greedy)")->check(CLI::Range(0.0, 1000.0))->capture_default_str();
-  c->add_option("--top-k", sp.top_k, "Top-k (0: off)")->capture_default_str();
-  c->add_option("--top-p", sp.top_p, "Top-p (1: off)")->capture_default_str();
-  c->add_option("--min-p", sp.min_p, "Min-p (0: off)")->capture_default_str();
-  c->add_option("--repeat-penalty", sp.repeat_penalty, "Repetition penalty (1: off)")->capture_default_str();
+  const std::string hf = " (an HF checkpoint's generation_config.json may set another default)";
+  temp_ = c->add_option("--temp", sp.temp, "Temperature (0: greedy)" + hf)->check(CLI::Range(0.0, 1000.0))->capture_default_str();
+  top_k_ = c->add_option("--top-k", sp.top_k, "Top-k (0: off)" + hf)->capture_default_str();
+  top_p_ = c->add_option("--top-p", sp.top_p, "Top-p (1: off)" + hf)->capture_default_str();
+  min_p_ = c->add_option("--min-p", sp.min_p, "Min-p (0: off)" + hf)->capture_default_str();
+  repeat_penalty_ = c->add_option("--repeat-penalty", sp.repeat_penalty, "Repetition penalty (1: off)" + hf)->capture_default_str();
   c->add_option("--seed", seed, "Sampling seed (-1: random)")->capture_default_str();
   c->add_option("-t,--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
   c->add_option("-c,--ctx-size", ctx_size, "Context size in tokens (0: min(4096, model's))")
@@ -45,6 +47,21 @@ SamplerParams GenerationOptions::sampler_params() const {
   SamplerParams p = sp;
   p.seed = seed >= 0 ? static_cast<uint64_t>(seed) : std::random_device{}();
   return p;
+}
+
+SamplerParams GenerationOptions::sampler_params(const GenerationConfig& gc, std::string* taken) const {
+  // Only the fields whose flag was not given; do_sample false (greedy) only
+  // when --temp was not given either.
+  GenerationConfig take;
+  auto unset = [](const CLI::Option* o) { return !o || o->count() == 0; };
+  if (unset(temp_)) take.temperature = gc.temperature, take.do_sample = gc.do_sample;
+  if (unset(top_k_)) take.top_k = gc.top_k;
+  if (unset(top_p_)) take.top_p = gc.top_p;
+  if (unset(min_p_)) take.min_p = gc.min_p;
+  if (unset(repeat_penalty_)) take.repetition_penalty = gc.repetition_penalty;
+  if (take.do_sample && *take.do_sample) take.do_sample.reset();  // true changes nothing
+  if (taken) *taken = take.sampling_summary();
+  return with_generation_config(sampler_params(), take);
 }
 
 int32_t GenerationOptions::context_size(const HParams& hp) const {

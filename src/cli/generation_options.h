@@ -7,9 +7,10 @@
 #include "engine/sampler.h"
 #include "model/registry.h"
 
-namespace CLI { class App; }
+namespace CLI { class App; class Option; }
 
 namespace kvad {
+struct GenerationConfig;
 struct HParams;
 }
 
@@ -28,11 +29,21 @@ struct GenerationOptions {
   int32_t ctx_size = 0;  ///< 0: min(4096, the model's context_length)
   DeviceOptions device;  ///< --device, --dtype, --quant
 
+ private:
+  CLI::Option *temp_ = nullptr, *top_k_ = nullptr, *top_p_ = nullptr, *min_p_ = nullptr, *repeat_penalty_ = nullptr;
+
+ public:
+
   /// Adds -m/--model, -n/--max-tokens, --temp, --top-k, --top-p, --min-p,
   /// --repeat-penalty, --seed, -t/--threads, -c/--ctx-size and the device
   /// options (add_device_options) to `c`.
   void add_to(CLI::App* c, const std::string& max_tokens_help);
-  /// Sampler parameters with the seed resolved (a random one for -1).
+  /// Sampler parameters with the seed resolved (a random one for -1). For
+  /// every sampling flag the command line did not give, the field of an HF
+  /// checkpoint's generation_config.json `gc` (as vLLM does); `taken`, when
+  /// given, receives what came from `gc` ("" when nothing), e.g.
+  /// "top_k 20, top_p 0.8".
+  SamplerParams sampler_params(const GenerationConfig& gc, std::string* taken = nullptr) const;
   SamplerParams sampler_params() const;
   /// The context size to use for a model.
   int32_t context_size(const HParams& hp) const;

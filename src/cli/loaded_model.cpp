@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/generation_options.h"
 #include "cli/model_store.h"
 #include "base/error.h"
 #include "io/gguf.h"
@@ -40,30 +41,6 @@ void maybe_enable_offload() {
 #else
   std::fprintf(stderr, "kvad: KVAD_GPU_OFFLOAD=1 ignored: kvad was built without CUDA\n");
 #endif
-}
-
-// generation_config.json's eos_token_id (an id or a list: Gemma 3 stops at
-// <eos> and <end_of_turn>); none when the file or the field is absent.
-std::vector<int32_t> generation_eos_ids(const std::string& dir) {
-  std::ifstream in(dir + "/generation_config.json", std::ios::binary);
-  if (!in) return {};
-  nlohmann::json j;
-  try {
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (text.size() > (1u << 20)) throw Error("larger than 1 MiB");
-    j = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    throw Error(dir + "/generation_config.json: invalid: " + e.what());
-  }
-  std::vector<int32_t> ids;
-  if (!j.is_object() || !j.contains("eos_token_id") || j["eos_token_id"].is_null()) return ids;
-  const nlohmann::json& e = j["eos_token_id"];
-  for (const nlohmann::json& v : e.is_array() ? e : nlohmann::json::array({e})) {
-    if (!v.is_number_integer())
-      throw Error(dir + "/generation_config.json: eos_token_id must be an integer or a list of integers");
-    ids.push_back(v.get<int32_t>());
-  }
-  return ids;
 }
 
 }  // namespace
@@ -113,11 +90,19 @@ LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev)
     m.model = load_model(src, d);
     const std::string dir = r.path;
     m.tokenizer = Tokenizer::from_tokenizer_json(dir + "/tokenizer.json", dir + "/tokenizer_config.json");
-    m.tokenizer->add_eog_ids(generation_eos_ids(dir));
+    m.generation_config = read_generation_config(dir);
+    m.tokenizer->add_eog_ids(m.generation_config.eos_token_id);
   }
   if (dev.device == "cpu") maybe_enable_offload();
   m.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return m;
+}
+
+SamplerParams LoadedModel::sampler_params(const GenerationOptions& o) const {
+  std::string taken;
+  SamplerParams p = o.sampler_params(generation_config, &taken);
+  if (!taken.empty()) std::fprintf(stderr, "kvad: sampling defaults from generation_config.json: %s\n", taken.c_str());
+  return p;
 }
 
 ChatPrompt chat_prompt(const LoadedModel& m) {

@@ -3,6 +3,8 @@
 #include <memory>
 #include <string>
 
+#include "engine/sampler.h"
+#include "io/generation_config.h"
 #include "model/registry.h"
 
 namespace kvad {
@@ -14,6 +16,8 @@ namespace gguf { class File; }
 
 namespace kvad::cli {
 
+struct GenerationOptions;
+
 struct LoadedModel {
   std::string path;
   /// The GGUF file (nullptr for an HF checkpoint: its weights come through
@@ -22,6 +26,11 @@ struct LoadedModel {
   std::shared_ptr<Model> model;
   std::shared_ptr<Tokenizer> tokenizer;
   double load_s = 0;  ///< seconds to map, parse and set up
+  /// An HF checkpoint's generation_config.json (empty for a GGUF).
+  GenerationConfig generation_config;
+  /// The sampler for the command's flags, the unset ones taken from
+  /// generation_config (a line on stderr says which).
+  SamplerParams sampler_params(const GenerationOptions& o) const;
 };
 
 /// The model's chat format (its chat template), or an error when it has none.

@@ -54,7 +54,7 @@ void run(const RunOptions& o) {
     throw Error("prompt is " + std::to_string(ids.size()) + " tokens, longer than the context (" +
                 std::to_string(n_ctx) + " tokens; raise --ctx-size)");
 
-  Sampler sampler(o.sampler_params());
+  Sampler sampler(m.sampler_params(o));
   GenerateOptions go;
   go.max_tokens = o.max_tokens;
   const GenerateStats st = generate(session, *m.tokenizer, sampler, ids, go, [](const std::string& piece) {

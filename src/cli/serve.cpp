@@ -82,6 +82,10 @@ void serve(const ServeOptions& o) {
   } catch (const std::exception& e) {
     so.chat_error = e.what();
   }
+  so.sampling_defaults = with_generation_config(server::openai_sampling_defaults(), m.generation_config);
+  if (m.generation_config.has_sampling())
+    std::fprintf(stderr, "kvad serve: sampling defaults from generation_config.json: %s\n",
+                 m.generation_config.sampling_summary().c_str());
   so.sched.n_slots = o.parallel;
   so.sched.n_ctx = o.ctx_size > 0 ? o.ctx_size : static_cast<int32_t>(std::min<int64_t>(4096, hp.n_ctx_train));
   so.sched.n_threads = o.threads;
@@ -90,6 +94,12 @@ void serve(const ServeOptions& o) {
   so.sched.cache_reuse_all = o.cache_reuse == "all";
   so.log_requests = !o.quiet;
 
+  // Handlers before the "listening" line: a client that reads it may signal
+  // at once (a signal before the handlers would kill the process instead of
+  // shutting it down cleanly).
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGPIPE, SIG_IGN);
   server::Server srv(m.model, m.tokenizer, so);
   const int port = srv.bind();
   std::fprintf(stderr,
@@ -105,9 +115,6 @@ void serve(const ServeOptions& o) {
 
   // SIGINT/SIGTERM: a watcher thread turns the flag into stop(), which ends
   // running generations and makes run() return.
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGPIPE, SIG_IGN);
   std::atomic<bool> done{false};
   std::thread watcher([&] {
     while (!done.load() && g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -7,8 +7,19 @@
 #include <unordered_set>
 
 #include "base/error.h"
+#include "io/generation_config.h"
 
 namespace kvad {
+
+SamplerParams with_generation_config(SamplerParams p, const GenerationConfig& gc) {
+  if (gc.temperature) p.temp = *gc.temperature;
+  if (gc.top_k) p.top_k = *gc.top_k;
+  if (gc.top_p) p.top_p = *gc.top_p;
+  if (gc.min_p) p.min_p = *gc.min_p;
+  if (gc.repetition_penalty) p.repeat_penalty = *gc.repetition_penalty;
+  if (gc.do_sample && !*gc.do_sample) p.temp = 0.0f;
+  return p;
+}
 
 Sampler::Sampler(const SamplerParams& p) : p_(p), rng_(p.seed) {}
 
@@ -29,8 +40,45 @@ void Sampler::accept_generated(int32_t token) {
   if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) ++generated_[token];
 }
 
+void Sampler::compute_lse() {
+  if (lse_valid_) return;
+  if (work_.empty()) throw Error("sampler: logprobs asked for before any token was sampled");
+  const float mx = *std::max_element(work_.begin(), work_.end());
+  double sum = 0;
+  for (float l : work_) sum += std::exp(static_cast<double>(l - mx));
+  lse_ = static_cast<double>(mx) + std::log(sum);
+  lse_valid_ = true;
+}
+
+float Sampler::logprob(int32_t id) {
+  compute_lse();
+  if (id < 0 || id >= static_cast<int32_t>(work_.size()))
+    throw Error("sampler: logprob of token " + std::to_string(id) + " outside the vocabulary");
+  return static_cast<float>(static_cast<double>(work_[id]) - lse_);
+}
+
+std::vector<TokenLogprob> Sampler::top_logprobs(int32_t n) {
+  compute_lse();
+  std::vector<TokenLogprob> out;
+  if (n <= 0) return out;
+  const int32_t nv = static_cast<int32_t>(work_.size());
+  std::vector<int32_t> idx;
+  for (int32_t i = 0; i < nv; ++i)
+    if (work_[i] != -std::numeric_limits<float>::infinity()) idx.push_back(i);
+  const size_t k = std::min<size_t>(static_cast<size_t>(n), idx.size());
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), [&](int32_t a, int32_t b) {
+    return work_[a] > work_[b] || (work_[a] == work_[b] && a < b);
+  });
+  for (size_t i = 0; i < k; ++i)
+    out.push_back({idx[i], static_cast<float>(static_cast<double>(work_[idx[i]]) - lse_)});
+  return out;
+}
+
 int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
+  lse_valid_ = false;
   work_.assign(logits, logits + n_vocab);
+  for (const auto& [t, bias] : p_.logit_bias)
+    if (t >= 0 && t < n_vocab) work_[t] += bias;
   if (p_.repeat_penalty != 1.0f && !recent_.empty()) {
     std::unordered_set<int32_t> seen(recent_.begin(), recent_.end());
     for (int32_t t : seen) {

@@ -4,6 +4,7 @@
 #include <deque>
 #include <random>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace kvad {
@@ -23,9 +24,28 @@ struct SamplerParams {
   /// presence penalties).
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  /// Added to the logits of these token ids before anything else (OpenAI's
+  /// and llama.cpp's `logit_bias`; -100 in practice bans a token, -inf
+  /// always does). Ids outside the vocabulary are skipped by sample();
+  /// callers validate them (the server answers 400).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
-/// Chain, in llama.cpp's order: repetition penalty, presence/frequency
+struct GenerationConfig;
+
+/// `base` with the sampling fields `gc` sets in their place (HF
+/// generation_config.json names -> llama.cpp's: temperature -> temp,
+/// repetition_penalty -> repeat_penalty, top_k, top_p, min_p); do_sample
+/// false makes it greedy (temp 0), as transformers' generate() does.
+SamplerParams with_generation_config(SamplerParams base, const GenerationConfig& gc);
+
+/// A token and its log-probability (natural log).
+struct TokenLogprob {
+  int32_t id = -1;
+  float logprob = 0.0f;
+};
+
+/// Chain, in llama.cpp's order: logit bias, repetition penalty, presence/frequency
 /// penalties, top-k, top-p, min-p,
 /// temperature, then a draw from the distribution (or argmax when temp <= 0).
 /// top-k/top-p/min-p act on probabilities at temperature 1.
@@ -39,6 +59,16 @@ class Sampler {
   int32_t sample(const float* logits, int32_t n_vocab);
   /// Records a token (prompt or generated) for the repetition penalty.
   void accept(int32_t token);
+  /// Log-probabilities from the distribution the last sample() call drew
+  /// from, after logit bias and penalties and before top-k/top-p/min-p and
+  /// temperature (OpenAI's and llama.cpp's `logprobs`): log_softmax of the
+  /// adjusted logits over the whole vocabulary. O(n_vocab) on the first call
+  /// after a sample(). Throws kvad::Error before any sample() or for an id
+  /// outside the vocabulary.
+  float logprob(int32_t id);
+  /// The `n` most likely tokens of that distribution, most likely first
+  /// (ties: lower id first); fewer when fewer have a finite logit.
+  std::vector<TokenLogprob> top_logprobs(int32_t n);
   /// Records a generated token: what accept() does, plus the count that the
   /// presence/frequency penalties use (prompt tokens do not count there).
   void accept_generated(int32_t token);
@@ -52,6 +82,9 @@ class Sampler {
   std::vector<float> work_;
   std::vector<int32_t> idx_;
   std::vector<double> w_;
+  double lse_ = 0;          ///< log-sum-exp of work_, valid when lse_valid_
+  bool lse_valid_ = false;
+  void compute_lse();
   int32_t sample_unsorted(float mx);  ///< top_k off; work_ holds the logits
 };
 

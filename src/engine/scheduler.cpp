@@ -17,6 +17,11 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Copy a prefix from another slot when it saves at least this many
+// evaluated tokens (a copy is a conversion of rows, far cheaper than a
+// forward pass over them).
+constexpr int32_t kMinPrefixCopy = 1;
+
 size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   const size_t n = std::min(a.size(), b.size());
   size_t i = 0;
@@ -39,7 +44,13 @@ std::string StopText::push(const std::string& text) {
   if (stops_.empty()) return std::exchange(text_, std::string());
   // The earliest stop string wins (the text before it is what is returned).
   size_t first = std::string::npos;
-  for (const auto& s : stops_) first = std::min(first, text_.find(s));
+  for (const auto& s : stops_) {
+    const size_t at = text_.find(s);
+    if (at < first) {
+      first = at;
+      matched_ = s;
+    }
+  }
   if (first != std::string::npos) {
     stopped_ = true;
     std::string out = text_.substr(0, first);
@@ -78,9 +89,11 @@ std::optional<GenEvent> Job::wait(std::chrono::milliseconds timeout) {
   while (!events_.empty()) {
     GenEvent& e = events_.front();
     ev.text += e.text;
+    for (GenTokenLogprobs& t : e.logprobs) ev.logprobs.push_back(std::move(t));
     ev.done = e.done;
     ev.finish_reason = std::move(e.finish_reason);
     ev.error = std::move(e.error);
+    ev.stop_sequence = std::move(e.stop_sequence);
     ev.usage = e.usage;
     events_.pop_front();
   }
@@ -106,6 +119,7 @@ struct Scheduler::Slot {
   std::optional<Sampler> sampler;
   std::unique_ptr<StreamDecoder> dec;
   std::optional<StopText> stop;
+  std::optional<TokenGrammar> grammar;
   GenUsage usage;
   uint64_t last_used = 0;        ///< use_clock_ at admission (least recently used goes first)
   uint64_t admitted = 0;         ///< admission order, for prompt chunks
@@ -183,6 +197,44 @@ std::shared_ptr<Job> Scheduler::submit(std::vector<int32_t> prompt, const GenPar
   return job;
 }
 
+std::vector<std::shared_ptr<Job>> Scheduler::submit_n(std::vector<int32_t> prompt, const GenParams& params, int n) {
+  if (n < 1) throw Error("n must be at least 1, got " + std::to_string(n));
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (queue_.size() + static_cast<size_t>(n) > opts_.max_queue)
+      throw QueueFullError("too many requests: " + std::to_string(queue_.size()) + " already wait for a slot and " +
+                           std::to_string(n) + " more do not fit");
+  }
+  // The first goes through submit(): its checks, and max_tokens 0.
+  std::vector<std::shared_ptr<Job>> jobs{submit(prompt, params)};
+  std::vector<std::shared_ptr<Job>> siblings;
+  for (int i = 1; i < n; ++i) {
+    auto j = std::make_shared<Job>();
+    j->prompt_ = prompt;
+    j->params_ = params;
+    j->params_.sampling.seed = params.sampling.seed + static_cast<uint64_t>(i);
+    j->submitted_ = Clock::now();
+    j->leader_ = jobs[0];
+    if (params.max_tokens == 0) {
+      GenEvent ev;
+      ev.done = true;
+      ev.finish_reason = "length";
+      ev.usage.prompt_tokens = static_cast<int32_t>(prompt.size());
+      j->push(std::move(ev));
+    } else {
+      siblings.push_back(j);
+    }
+    jobs.push_back(std::move(j));
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) throw ShuttingDownError("the server is shutting down");
+    for (auto& j : siblings) queue_.push_back(j);
+  }
+  cv_.notify_all();
+  return jobs;
+}
+
 SchedulerMetrics Scheduler::metrics() const {
   std::lock_guard<std::mutex> lk(mu_);
   SchedulerMetrics m = metrics_;
@@ -199,20 +251,52 @@ SchedulerMetrics Scheduler::metrics() const {
   return m;
 }
 
+Scheduler::Slot* Scheduler::prefix_source(const Slot& dst, const std::vector<int32_t>& prompt,
+                                           const std::string& tenant, size_t* lcp) {
+  Slot* best = nullptr;
+  *lcp = 0;
+  for (auto& s : slots_) {
+    if (s.get() == &dst || !(opts_.cache_reuse_all || s->tenant == tenant)) continue;
+    // A slot's tokens are what its cache holds between steps (admission
+    // runs between steps).
+    const size_t l = common_prefix(s->tokens, prompt);
+    if (l > *lcp) {
+      best = s.get();
+      *lcp = l;
+    }
+  }
+  return best;
+}
+
 void Scheduler::admit(Slot& slot, std::shared_ptr<Job> job) {
   const std::vector<int32_t>& prompt = job->prompt_;
   // Reuse the cached prefix, but always evaluate the last prompt token: its
   // logits give the first generated token.
   const bool same_tenant = opts_.cache_reuse_all || slot.tenant == job->params_.tenant;
   const size_t lcp = same_tenant ? std::min(common_prefix(slot.tokens, prompt), prompt.size() - 1) : 0;
-  const int32_t landed = session_->truncate(slot.id, static_cast<int32_t>(lcp));
+  int32_t landed = session_->truncate(slot.id, static_cast<int32_t>(lcp));
   slot.tokens.resize(static_cast<size_t>(landed));
+  // Another slot (busy or free) may hold more of the prompt: copy it rather
+  // than evaluate it again (n > 1 siblings, shared system prompts).
+  size_t src_lcp = 0;
+  if (Slot* src = prefix_source(slot, prompt, job->params_.tenant, &src_lcp)) {
+    const int32_t n = static_cast<int32_t>(std::min(src_lcp, prompt.size() - 1));
+    if (n >= landed + kMinPrefixCopy && session_->copy_prefix(src->id, slot.id, n)) {
+      slot.tokens.assign(prompt.begin(), prompt.begin() + n);
+      landed = n;
+    }
+  }
   slot.next_prompt = static_cast<size_t>(landed);
   slot.pending = -1;
   slot.sampler.emplace(job->params_.sampling);
   for (int32_t t : prompt) slot.sampler->accept(t);
-  slot.dec = std::make_unique<StreamDecoder>(*tok_);
+  slot.dec = std::make_unique<StreamDecoder>(*tok_, job->params_.special_text);
   slot.stop.emplace(job->params_.stop);
+  slot.grammar.reset();
+  if (job->params_.grammar) {
+    if (!trie_) trie_ = std::make_shared<TokenTrie>(*tok_);
+    slot.grammar.emplace(job->params_.grammar, trie_);
+  }
   slot.usage = GenUsage{};
   slot.usage.prompt_tokens = static_cast<int32_t>(prompt.size());
   slot.usage.cached_tokens = landed;
@@ -237,11 +321,14 @@ void Scheduler::finish(Slot& slot, const std::string& reason, const std::string&
   ev.done = true;
   ev.finish_reason = reason;
   ev.error = error;
+  if (slot.stop && slot.stop->stopped()) ev.stop_sequence = slot.stop->matched();
   slot.usage.total_s = seconds_since(slot.job->submitted_);
   ev.usage = slot.usage;
   std::shared_ptr<Job> job = std::move(slot.job);
+  job->prefilled_ = true;  // siblings wait no longer
   slot.pending = -1;
   slot.dec.reset();
+  slot.grammar.reset();
   {
     // Before the last event: whoever sees it finds the slot free.
     std::lock_guard<std::mutex> lk(mu_);
@@ -253,6 +340,7 @@ void Scheduler::finish(Slot& slot, const std::string& reason, const std::string&
 void Scheduler::emit_token(Slot& slot, int32_t id) {
   Job& job = *slot.job;
   slot.sampler->accept_generated(id);
+  job.prefilled_ = true;
   ++slot.usage.completion_tokens;
   if (slot.usage.ttft_s < 0) {
     slot.usage.ttft_s = seconds_since(job.submitted_);
@@ -260,15 +348,18 @@ void Scheduler::emit_token(Slot& slot, int32_t id) {
     metrics_.ttft_s_sum += slot.usage.ttft_s;
     ++metrics_.ttft_count;
   }
+  if (slot.grammar && !slot.grammar->accept(id)) return finish(slot, "error", "grammar: the sampled token is not allowed");
   if (tok_->is_eog(id)) return finish(slot, "stop");
-  const std::string text = slot.stop->push(slot.dec->push(id));
-  if (!text.empty()) {
-    GenEvent ev;
-    ev.text = text;
+  GenEvent ev;
+  if (job.params_.logprobs >= 0)
+    ev.logprobs.push_back({id, slot.sampler->logprob(id), slot.sampler->top_logprobs(job.params_.logprobs)});
+  ev.text = slot.stop->push(slot.dec->push(id));
+  if (!ev.text.empty() || !ev.logprobs.empty()) {
     ev.usage = slot.usage;
     job.push(std::move(ev));
   }
   if (slot.stop->stopped()) return finish(slot, "stop");
+  if (slot.grammar && slot.grammar->finished()) return finish(slot, "stop");  // nothing can follow
   const int32_t max_tokens = job.params_.max_tokens;
   if (max_tokens >= 0 && slot.usage.completion_tokens >= max_tokens) return finish(slot, "length");
   // The token is evaluated at position tokens.size(), which must fit.
@@ -283,7 +374,15 @@ void Scheduler::step(const Batch& batch, const std::vector<Slot*>& rows) {
     Slot& s = *rows[j];
     if (!s.job) continue;
     try {
-      emit_token(s, s.sampler->sample(logits.data() + j * nv, n_sample_));
+      const float* row = logits.data() + j * nv;
+      if (s.grammar) {
+        masked_.assign(row, row + n_sample_);
+        const double before = s.grammar->mask_seconds();
+        s.grammar->apply(masked_.data(), n_sample_);
+        s.usage.grammar_s += s.grammar->mask_seconds() - before;
+        row = masked_.data();
+      }
+      emit_token(s, s.sampler->sample(row, n_sample_));
     } catch (const std::exception& e) {
       // Its cache holds what was evaluated; only its request ends.
       if (s.job) finish(s, "error", e.what());
@@ -353,6 +452,7 @@ void Scheduler::loop() {
           ev.done = true;
           ev.finish_reason = "cancelled";
           ev.usage.prompt_tokens = static_cast<int32_t>((*it)->prompt_.size());
+          (*it)->prefilled_ = true;
           (*it)->push(std::move(ev));
           it = queue_.erase(it);
         } else {
@@ -361,12 +461,19 @@ void Scheduler::loop() {
       }
       // Admission: each queued request, in order, takes the free slot with
       // the longest common prefix (ties: least recently used).
-      while (!queue_.empty()) {
+      // A sibling of submit_n waits (others pass it) until its leader's
+      // prompt is in a cache, so that it copies the prompt instead of
+      // evaluating it.
+      for (auto qit = queue_.begin(); qit != queue_.end();) {
+        if ((*qit)->leader_ && !(*qit)->leader_->prefilled_) {
+          ++qit;
+          continue;
+        }
         Slot* best = nullptr;
         size_t best_lcp = 0;
         for (auto& s : slots_) {
           if (s->job) continue;
-          const Job& front = *queue_.front();
+          const Job& front = **qit;
           const size_t lcp = opts_.cache_reuse_all || s->tenant == front.params_.tenant
                                  ? common_prefix(s->tokens, front.prompt_)
                                  : 0;
@@ -376,8 +483,9 @@ void Scheduler::loop() {
           }
         }
         if (!best) break;
-        std::shared_ptr<Job> job = std::move(queue_.front());
-        queue_.pop_front();
+        std::shared_ptr<Job> job = std::move(*qit);
+        qit = queue_.erase(qit);
+        job->leader_.reset();
         try {
           admit(*best, job);
         } catch (const std::exception& e) {  // bad_alloc among them: this request only
@@ -390,6 +498,7 @@ void Scheduler::loop() {
           ev.done = true;
           ev.finish_reason = "error";
           ev.error = std::string("admission failed: ") + e.what();
+          job->prefilled_ = true;
           ev.usage.prompt_tokens = static_cast<int32_t>(job->prompt_.size());
           job->push(std::move(ev));
         }

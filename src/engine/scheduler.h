@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "engine/grammar.h"
 #include "engine/sampler.h"
 
 namespace kvad {
@@ -63,11 +64,14 @@ class StopText {
   /// The text held back (at the end of generation, when no stop can follow).
   std::string flush();
   bool stopped() const { return stopped_; }
+  /// The stop string that stopped it ("" until stopped()).
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string text_;     ///< generated text not yet emitted
   bool stopped_ = false;
+  std::string matched_;
 };
 
 /// What one request asks for.
@@ -80,6 +84,26 @@ struct GenParams {
   /// SchedulerOptions::cache_reuse_all: neither the time to first token nor
   /// cached_tokens can tell one tenant what another's prompt was.
   std::string tenant;
+  /// Constrains the output to this grammar's sentences (engine/grammar.h):
+  /// tokens that cannot continue it are masked before sampling,
+  /// end-of-generation is allowed only when the text is a whole sentence, and
+  /// generation ends ("stop") once no byte can follow. Null: unconstrained.
+  std::shared_ptr<const Grammar> grammar;
+  /// Control tokens' text is part of the output (tool-call markers that are
+  /// special tokens, e.g. <|python_tag|>); end-of-generation tokens still
+  /// end it unseen.
+  bool special_text = false;
+  /// -1: no logprobs; otherwise each sampled token's log-probability and
+  /// its `logprobs` most likely alternatives (0..20) come with the events
+  /// (Sampler::logprob: after logit bias and penalties).
+  int32_t logprobs = -1;
+};
+
+/// A sampled token's log-probability and the most likely alternatives.
+struct GenTokenLogprobs {
+  int32_t id = -1;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;
 };
 
 /// Token counts and times of one request, final in its last event.
@@ -90,6 +114,7 @@ struct GenUsage {
   double queue_s = 0;               ///< seconds from submit to admission into a slot
   double ttft_s = -1;               ///< seconds from submit to the first sampled token (-1: none)
   double total_s = 0;               ///< seconds from submit to the end
+  double grammar_s = 0;             ///< seconds spent computing grammar masks (GenParams::grammar)
 };
 
 /// A piece of a request's output. Text is whole UTF-8 characters.
@@ -100,7 +125,12 @@ struct GenEvent {
   /// (max_tokens or the context is full), "cancelled", or "error".
   std::string finish_reason;
   std::string error;   ///< message when finish_reason == "error"
+  std::string stop_sequence;  ///< when done with "stop" because of a stop string: that string
   GenUsage usage;      ///< counts so far; final when done
+  /// With GenParams::logprobs >= 0: the tokens sampled since the last event,
+  /// in order (their text may still be held back by a stop string or an
+  /// unfinished UTF-8 character). End-of-generation tokens are not listed.
+  std::vector<GenTokenLogprobs> logprobs;
 };
 
 /// A submitted request: the caller's handle and the scheduler's record.
@@ -109,7 +139,7 @@ class Job {
  public:
   /// Waits up to `timeout` for output. Returns nullopt on timeout; otherwise
   /// everything produced since the last call merged into one event (texts
-  /// concatenated, done/finish_reason/usage from the latest).
+  /// and logprobs concatenated, done/finish_reason/usage from the latest).
   std::optional<GenEvent> wait(std::chrono::milliseconds timeout);
   /// Asks the scheduler to stop this request; its slot is freed at the next
   /// step and a last event with finish_reason "cancelled" follows.
@@ -122,6 +152,10 @@ class Job {
 
   std::vector<int32_t> prompt_;
   GenParams params_;
+  // Scheduler thread only: a sibling of submit_n waits for its leader's
+  // prompt to be evaluated, then copies it (Session::copy_prefix).
+  std::shared_ptr<Job> leader_;
+  bool prefilled_ = false;  ///< the prompt is in a slot's cache (or this job ended)
   std::chrono::steady_clock::time_point submitted_;
   std::atomic<bool> cancel_{false};
   std::mutex mu_;
@@ -180,6 +214,13 @@ class Scheduler {
   /// vocabulary; QueueFullError when max_queue requests wait; and
   /// ShuttingDownError after shutdown().
   std::shared_ptr<Job> submit(std::vector<int32_t> prompt, const GenParams& params);
+  /// n requests for one prompt (OpenAI's `n`): job i samples with seed
+  /// params.sampling.seed + i. The prompt is evaluated once: the others wait
+  /// until the first job's prompt is in its slot's cache and copy it from
+  /// there (Session::copy_prefix), evaluating only the last prompt token
+  /// themselves. Throws as submit(); QueueFullError when the n do not fit
+  /// the queue together (none is queued then).
+  std::vector<std::shared_ptr<Job>> submit_n(std::vector<int32_t> prompt, const GenParams& params, int n);
 
   /// Refuses new requests and ends queued and running ones (finish_reason
   /// "error", "server is shutting down"). Idempotent; returns at once.
@@ -194,6 +235,9 @@ class Scheduler {
   struct Slot;
   void loop();
   void admit(Slot& slot, std::shared_ptr<Job> job);
+  /// The slot (other than `dst`) whose cached tokens share the longest
+  /// prefix with `prompt` among those `tenant` may reuse; its length in *lcp.
+  Slot* prefix_source(const Slot& dst, const std::vector<int32_t>& prompt, const std::string& tenant, size_t* lcp);
   void finish(Slot& slot, const std::string& reason, const std::string& error = "");
   void emit_token(Slot& slot, int32_t id);
   /// Evaluates `batch` and samples the rows of `rows`; a failure of one
@@ -206,6 +250,8 @@ class Scheduler {
 
   SchedulerOptions opts_;
   std::shared_ptr<const Tokenizer> tok_;
+  std::shared_ptr<const TokenTrie> trie_;  ///< built at the first request with a grammar
+  std::vector<float> masked_;              ///< a logits row with a grammar's mask applied
   std::unique_ptr<Session> session_;
   std::vector<std::unique_ptr<Slot>> slots_;
 

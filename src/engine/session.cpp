@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "tensor/ops.h"
 
 namespace kvad {
 
@@ -23,6 +24,11 @@ int32_t Session::cached(int seq) const { return cache_->cached(seq); }
 int32_t Session::truncate(int seq, int32_t n) {
   if (seq < 0 || seq >= cache_->n_seq()) throw Error("sequence " + std::to_string(seq) + " out of range");
   return cache_->truncate(seq, n);
+}
+
+bool Session::copy_prefix(int src, int dst, int32_t n) {
+  ops::PoolScope scope(*pool_);
+  return cache_->copy_prefix(src, dst, n);
 }
 
 const std::vector<float>& Session::forward(const Batch& b) {

@@ -54,6 +54,9 @@ class Session {
   /// Rewinds seq to hold at most n positions and returns where it landed;
   /// the caller continues from the returned position.
   int32_t truncate(int seq, int32_t n);
+  /// Cache::copy_prefix: dst holds src's first n positions; false when the
+  /// cache cannot (nothing changed).
+  bool copy_prefix(int src, int dst, int32_t n);
 
   const Model& model() const { return *model_; }
   const HParams& hparams() const { return model_->hparams(); }

@@ -62,6 +62,37 @@ int32_t LayerCaches::truncate(int seq, int32_t n) {
   return land;
 }
 
+bool LayerCaches::copy_prefix(int src, int dst, int32_t n) {
+  if (src < 0 || dst < 0 || src >= n_seq_ || dst >= n_seq_ || src == dst || n < 0 || n > n_cached_[src]) return false;
+  const int32_t cur = n_cached_[src];
+  for (const KVLayer& L : kv_) {
+    // A ring holds [cur - slots, cur); dst continues at n and reads back to n - W + 1.
+    if (L.window > 0 && n > 0 && std::max<int64_t>(0, static_cast<int64_t>(n) - L.window + 1) < cur - L.slots)
+      return false;
+  }
+  if (n == 0) {
+    n_cached_[dst] = 0;
+    return true;
+  }
+  std::vector<int32_t> seq, pos;
+  for (KVLayer& L : kv_) {
+    // Full layer: rows 0..n-1 are positions 0..n-1. Ring: every slot (what
+    // dst will read is a subset, at the same slot indices).
+    const int64_t m = std::min<int64_t>(n, L.slots);
+    seq.assign(static_cast<size_t>(m), dst);
+    pos.resize(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    const Tensor ts = ops::from_host(seq.data(), DType::I32, {m, 1, 1, 1}, L.k.device());
+    const Tensor tp = ops::from_host(pos.data(), DType::I32, {m, 1, 1, 1}, L.k.device());
+    for (Tensor* t : {&L.k, &L.v}) {
+      const Tensor rows = ops::convert(t->rows(src * L.slots, src * L.slots + m), DType::F32);
+      ops::kv_store(*t, rows, ts, tp, L.slots);
+    }
+  }
+  n_cached_[dst] = n;
+  return true;
+}
+
 size_t LayerCaches::bytes_per_token() const {
   return bytes_ / (static_cast<size_t>(n_ctx_) * static_cast<size_t>(n_seq_));
 }

@@ -51,6 +51,7 @@ class LayerCaches final : public Cache {
   int n_seq() const override { return n_seq_; }
   int32_t cached(int seq) const override { return n_cached_.at(seq); }
   int32_t truncate(int seq, int32_t n) override;
+  bool copy_prefix(int src, int dst, int32_t n) override;
   size_t bytes() const override { return bytes_; }
   size_t bytes_per_token() const override;
 

@@ -50,6 +50,13 @@ class Cache {
   /// needs, a recurrent state: they land on 0). The caller continues from
   /// the returned position.
   virtual int32_t truncate(int seq, int32_t n) = 0;
+  /// Makes sequence `dst` hold the first `n` positions of sequence `src`
+  /// (copied on the cache's device; `src` is unchanged), as if `dst` had
+  /// evaluated them. Returns false, changing nothing, when it cannot: n
+  /// larger than cached(src), src == dst, or a layer that no longer holds
+  /// what position n needs (a sliding-window ring that moved past it; a kind
+  /// with no copy). vLLM's and llama.cpp's seq_cp serve the same purpose.
+  virtual bool copy_prefix(int src, int dst, int32_t n) { (void)src, (void)dst, (void)n; return false; }
   /// Bytes of cache storage actually allocated.
   virtual size_t bytes() const = 0;
   /// Bytes stored per token at full context: bytes() / (n_ctx · n_seq)

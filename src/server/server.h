@@ -3,12 +3,14 @@
 //
 // Endpoints:
 //   POST /v1/chat/completions, POST /v1/completions   (stream: server-sent events)
+//   POST /v1/responses (responses.h), POST /v1/messages (Anthropic, anthropic.h)
 //   GET  /v1/models, GET /v1/models/{id}
 //   GET  /health     {"status": "ok"} (503 while shutting down)
 //   GET  /metrics    Prometheus text format (server/metrics.h)
 //   GET  /           the chat page (server/chat_page.html)
 // With an API key, every request except GET /health needs
-// `Authorization: Bearer KEY` (compared in constant time).
+// `Authorization: Bearer KEY` or `x-api-key: KEY` (compared in constant time).
+// /v1/messages answers errors in Anthropic's shape (anthropic_error_body).
 //
 // The front door (guard.h), before any body is read: Host must be an allowed
 // name (403 host_not_allowed: DNS rebinding); a cross-origin request (Origin
@@ -54,6 +56,7 @@
 #include <vector>
 
 #include "engine/scheduler.h"
+#include "server/openai.h"
 
 namespace kvad {
 class ChatPrompt;
@@ -74,6 +77,9 @@ struct ServerOptions {
   std::shared_ptr<const ChatPrompt> chat;
   std::string chat_error;
   SchedulerOptions sched;          ///< slots, context per slot, threads, queue bound
+  /// Sampling for fields a request leaves out (openai.h): OpenAI's
+  /// defaults, or an HF checkpoint's generation_config.json over them.
+  SamplerParams sampling_defaults = openai_sampling_defaults();
   int http_threads = 0;            ///< 0: n_slots + max_queue + 8 (a waiting request holds one)
   size_t max_body_bytes = 16u << 20;
   /// Host header names accepted (lower case, no port); loopback names plus

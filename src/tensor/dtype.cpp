@@ -38,6 +38,7 @@ constexpr DTypeInfo kTable[] = {
     {DType::BF16,   "bf16",    1,   2,   false, DType::BF16, true},
     {DType::TQ1_0,  "tq1_0",   256, 54,  true,  DType::Q8_K, true},
     {DType::TQ2_0,  "tq2_0",   256, 66,  true,  DType::Q8_K, true},
+    {DType::MXFP4,  "mxfp4",   32,  17,  true,  DType::Q8_0, true},
 };
 
 constexpr uint32_t kMaxId = 64;

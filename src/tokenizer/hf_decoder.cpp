@@ -2,6 +2,7 @@
 // Source: tokenizers/src/decoders/*.rs, pre_tokenizers/byte_level.rs and
 // metaspace.rs (their Decoder impls), normalizers/replace.rs (Replace as a
 // decoder), processors/{template,bert,roberta,sequence}.rs.
+#include "base/scratch.h"
 #include "base/utf8.h"
 #include "tokenizer/hf_parts.h"
 
@@ -263,6 +264,7 @@ class Replace final : public Decoder {
       : pattern_(c, c.at(j, path, "pattern"), path + ".pattern"), content_(c.str(c.at(j, path, "content"), path + ".content")) {}
   void decode_chain(std::vector<std::string>& t, bool) const override {
     thread_local std::vector<std::pair<size_t, size_t>> m;
+    ScratchTrim trim(m);
     for (std::string& s : t) {
       pattern_.find_all(s, m);
       if (m.empty()) continue;

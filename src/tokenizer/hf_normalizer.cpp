@@ -3,6 +3,7 @@
 // map, prepend, replace, lowercase, nfd/nfc/nfkd/nfkc, lrstrip.
 #include <algorithm>
 
+#include "base/scratch.h"
 #include "base/utf8.h"
 #include "tokenizer/hf_parts.h"
 #include "tokenizer/unicode.h"
@@ -134,6 +135,7 @@ class Replace final : public Normalizer {
       : pattern_(c, c.at(j, path, "pattern"), path + ".pattern"), content_(c.str(c.at(j, path, "content"), path + ".content")) {}
   void normalize(std::string& s, bool& at_start) const override {
     thread_local std::vector<std::pair<size_t, size_t>> m;
+    ScratchTrim trim(m);
     pattern_.find_all(s, m);
     if (m.empty()) return;
     std::string out;

@@ -3,6 +3,7 @@
 // pattern.rs (how a regex or a character class becomes match events).
 #include <algorithm>
 
+#include "base/scratch.h"
 #include "base/utf8.h"
 #include "tokenizer/hf_parts.h"
 #include "tokenizer/unicode.h"
@@ -70,6 +71,7 @@ void apply(const std::vector<Event>& ev, Behavior bh, Ranges& out) {
 // Pattern for &Regex: gaps and matches (an empty text is one empty gap).
 void regex_events(const Pattern& p, std::string_view text, bool invert, std::vector<Event>& ev) {
   thread_local Ranges m;
+  ScratchTrim trim(m);
   ev.clear();
   if (text.empty()) {
     ev.push_back({0, 0, invert});
@@ -112,6 +114,7 @@ void split_pieces(std::vector<Piece>& pieces, F split) {
   std::vector<Piece> out;
   out.reserve(pieces.size());
   thread_local Ranges r;
+  ScratchTrim trim(r);
   for (Piece& p : pieces) {
     if (p.id >= 0) {
       out.push_back(std::move(p));
@@ -146,6 +149,7 @@ class Split final : public PreTokenizer {
   void pre_tokenize(std::vector<Piece>& pieces) const override {
     split_pieces(pieces, [&](const Piece& p, Ranges& r) {
       thread_local std::vector<Event> ev;
+      ScratchTrim trim_ev(ev);
       regex_events(pattern_, p.text, invert_, ev);
       apply(ev, behavior_, r);
     });
@@ -165,6 +169,7 @@ class CharSplit final : public PreTokenizer {
   void pre_tokenize(std::vector<Piece>& pieces) const override {
     split_pieces(pieces, [&](const Piece& p, Ranges& r) {
       thread_local std::vector<Event> ev;
+      ScratchTrim trim_ev(ev);
       char_events(p.text, f_, ev);
       apply(ev, behavior_, r);
     });
@@ -195,6 +200,7 @@ class ByteLevel final : public PreTokenizer {
     if (regex_) {
       split_pieces(pieces, [&](const Piece& p, Ranges& r) {
         thread_local std::vector<Event> ev;
+        ScratchTrim trim_ev(ev);
         regex_events(*regex_, p.text, false, ev);
         apply(ev, Behavior::Isolated, r);
       });
@@ -239,6 +245,7 @@ class Metaspace final : public PreTokenizer {
       const uint32_t rc = rep_cp_;
       split_pieces(pieces, [&](const Piece& p, Ranges& r) {
         thread_local std::vector<Event> ev;
+        ScratchTrim trim_ev(ev);
         char_events(p.text, [rc](uint32_t cp) { return cp == rc; }, ev);
         apply(ev, Behavior::MergedWithNext, r);
       });

@@ -1,6 +1,7 @@
 // Pre-tokenizer regexes by `tokenizer.ggml.pre` name, and the PCRE2 splitter.
 // See pretokenizer.h for the sources and the split semantics.
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include "base/scratch.h"
 #include "tokenizer/pretokenizer.h"
 
 #include <pcre2.h>
@@ -134,6 +135,7 @@ RegexSplitter::~RegexSplitter() {
 void RegexSplitter::split(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const {
   thread_local MatchScratch scratch;
   thread_local std::vector<std::pair<size_t, size_t>> next;
+  ScratchTrim trim(next);
   out.clear();
   if (text.empty()) return;
   out.emplace_back(0, text.size());

@@ -4,6 +4,7 @@
 // OpenAI penalties on their own.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -457,4 +458,67 @@ TEST_F(SchedulerTest, VocabularySizesCheckedAtLoad) {
   GenEvent ev = drain(*sched.submit({1, 2, 3, 4}, g));
   EXPECT_EQ(ev.finish_reason, "length") << ev.error;
   EXPECT_EQ(ev.usage.completion_tokens, 16);
+}
+
+// OpenAI's n: one prompt evaluated once, the other choices copy it from the
+// first's slot (Session::copy_prefix) and evaluate only its last token.
+TEST_F(SchedulerTest, SubmitNEvaluatesThePromptOnce) {
+  const std::vector<int32_t> p = ids("The history of the Roman Empire begins with the founding of Rome");
+  const std::string want = reference(p, 6);
+  Scheduler sched(m_->model, m_->tok, opts(3));
+  std::vector<std::shared_ptr<Job>> jobs = sched.submit_n(p, greedy(6), 3);
+  ASSERT_EQ(jobs.size(), 3u);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    GenEvent ev = drain(*jobs[i]);
+    ASSERT_EQ(ev.finish_reason, "length") << i << " " << ev.error;
+    EXPECT_EQ(ev.text, want) << i;
+    EXPECT_EQ(ev.usage.cached_tokens, i == 0 ? 0 : static_cast<int32_t>(p.size()) - 1) << i;
+  }
+  EXPECT_EQ(sched.metrics().prompt_eval_tokens_total, p.size() + 2);
+}
+
+TEST_F(SchedulerTest, SubmitNSeedsEachChoice) {
+  GenParams g;
+  g.sampling.temp = 1.0f;
+  g.sampling.top_k = 0;
+  g.sampling.top_p = 1.0f;
+  g.sampling.min_p = 0;
+  g.sampling.seed = 42;
+  g.max_tokens = 8;
+  const std::vector<int32_t> p = ids("Tell me a story about a dragon");
+  Scheduler sched(m_->model, m_->tok, opts(2));  // the third choice waits for a slot
+  std::vector<std::shared_ptr<Job>> jobs = sched.submit_n(p, g, 3);
+  std::vector<std::string> got;
+  for (auto& j : jobs) got.push_back(drain(*j).text);
+  Scheduler one(m_->model, m_->tok, opts(1));
+  for (int i = 0; i < 3; ++i) {
+    GenParams gi = g;
+    gi.sampling.seed = 42 + static_cast<uint64_t>(i);
+    EXPECT_EQ(drain(*one.submit(p, gi)).text, got[static_cast<size_t>(i)]) << i;
+  }
+  // Too many for the queue at once: none is queued.
+  SchedulerOptions o = opts(1);
+  o.max_queue = 2;
+  Scheduler small(m_->model, m_->tok, o);
+  EXPECT_THROW(small.submit_n(p, g, 3), QueueFullError);
+  EXPECT_EQ(small.metrics().queue_depth, 0u);
+}
+
+// A new request copies the prompt prefix a busy slot holds (here: one that
+// is still decoding) instead of evaluating it again; its output is the same.
+TEST_F(SchedulerTest, PrefixIsCopiedFromABusySlot) {
+  const std::string base = "The history of the Roman Empire begins with the founding of Rome";
+  const std::vector<int32_t> p1 = ids(base), p2 = ids(base + " and the kings who ruled");
+  ASSERT_TRUE(std::equal(p1.begin(), p1.end(), p2.begin()));
+  Scheduler sched(m_->model, m_->tok, opts(2));
+  auto a = sched.submit(p1, greedy(40));
+  // Wait until a decodes.
+  std::string a_text;
+  for (int i = 0; i < 600 && a_text.empty(); ++i)
+    if (auto ev = a->wait(std::chrono::milliseconds(100))) a_text += ev->text;
+  ASSERT_FALSE(a_text.empty());
+  GenEvent b = drain(*sched.submit(p2, greedy(6)));
+  EXPECT_EQ(b.usage.cached_tokens, static_cast<int32_t>(p1.size()));
+  EXPECT_EQ(b.text, reference(p2, 6));
+  drain(*a);
 }

@@ -279,3 +279,51 @@ TEST(Blocks, GluKernelsMatchTheDefinition) {
     EXPECT_LT(max_err, 3e-6) << (gelu ? "geglu" : "swiglu");
   }
 }
+
+// Cache::copy_prefix: a full layer copies positions 0..n-1; a ring copies
+// its slots and refuses when it moved past what position n reads.
+TEST(Cache, CopyPrefixFullAndRing) {
+  kvad::LayerSpec full, ring;
+  full.k_dim = full.v_dim = 8;
+  ring = full;
+  ring.window = 4;  // with n_batch 2: 6 slots
+  kvad::LayerCaches cache({full, ring}, 32, 2, 2, kvad::Device::cpu());
+  const int32_t cur = 20;
+  // Sequence 0 holds positions 0..19; row values encode (layer, position).
+  for (int il = 0; il < 2; ++il) {
+    kvad::KVLayer& L = cache.kv(il);
+    for (int32_t p = 0; p < cur; ++p) {
+      std::vector<float> row(8, static_cast<float>(il * 100 + p));
+      const int32_t s = 0;
+      const kvad::Tensor x = kvad::ops::wrap_host(row.data(), kvad::DType::F32, {8, 1, 1, 1});
+      const kvad::Tensor ts = kvad::ops::wrap_host(&s, kvad::DType::I32, {1, 1, 1, 1});
+      const kvad::Tensor tp = kvad::ops::wrap_host(&p, kvad::DType::I32, {1, 1, 1, 1});
+      kvad::ops::kv_store(L.k, x, ts, tp, L.slots);
+      kvad::ops::kv_store(L.v, x, ts, tp, L.slots);
+    }
+  }
+  std::vector<int32_t> tok(cur, 0), pos(cur), seq(cur, 0);
+  for (int32_t p = 0; p < cur; ++p) pos[p] = p;
+  cache.advance({tok.data(), pos.data(), seq.data(), cur, nullptr, 0});
+  ASSERT_EQ(cache.cached(0), cur);
+  // The ring holds 14..19; position 10 reads 7..9: gone.
+  EXPECT_FALSE(cache.copy_prefix(0, 1, 10));
+  EXPECT_EQ(cache.cached(1), 0);
+  EXPECT_FALSE(cache.copy_prefix(0, 1, cur + 1));  // more than src holds
+  EXPECT_FALSE(cache.copy_prefix(0, 0, 5));        // onto itself
+  // Position 18 reads 15..17: there.
+  ASSERT_TRUE(cache.copy_prefix(0, 1, 18));
+  EXPECT_EQ(cache.cached(1), 18);
+  EXPECT_EQ(cache.cached(0), cur);
+  auto value = [&](int il, bool k, int64_t row) {
+    const kvad::KVLayer& L = cache.kv(il);
+    std::vector<uint16_t> h(static_cast<size_t>(L.k.n_bytes() / 2));
+    kvad::ops::to_host(k ? L.k : L.v, h.data());
+    return kvad::f16_to_f32(h[static_cast<size_t>(row * 8)]);
+  };
+  for (int32_t p = 0; p < 18; ++p) {
+    EXPECT_EQ(value(0, true, 32 + p), static_cast<float>(p)) << p;  // full: row 32 + p
+    EXPECT_EQ(value(0, false, 32 + p), static_cast<float>(p)) << p;
+  }
+  for (int32_t p = 15; p < 18; ++p) EXPECT_EQ(value(1, true, 6 + p % 6), static_cast<float>(100 + p)) << p;
+}

@@ -155,3 +155,42 @@ def test_eight_concurrent_streams_equal_sequential(server):
     server.wait_metric("kvad_active_slots", lambda v: v == 0)
     # The request log (and its counter) follows the last byte sent.
     server.wait_metric('kvad_requests_total{endpoint="/v1/chat/completions",status="200"}', lambda v: v == 16)
+
+
+def token_ids(text):
+    """The model's ids for `text`, from `kvad tokenize` (no BOS)."""
+    import os
+    import subprocess
+    from conftest import model_path
+    out = subprocess.run([os.environ["KVAD_BINARY"], "tokenize", "-m", model_path(), "--text", text],
+                         check=True, capture_output=True, text=True).stdout
+    return [int(t) for t in out.split()]
+
+
+def test_logit_bias_is_applied(server):
+    c = client(server)
+    kw = dict(model=MODEL_NAME, prompt="1, 1, 1, 1, 1,", max_tokens=6, temperature=0)
+    plain = c.completions.create(**kw).choices[0].text
+    assert plain.startswith(" 1")
+    first = token_ids(plain)[0]  # " " (SmolLM2 splits digits off)
+    # -100 bans the greedy first token: the text changes and never starts with it.
+    banned = c.completions.create(logit_bias={str(first): -100}, **kw).choices[0].text
+    assert banned != plain and first not in token_ids(banned)
+    # +100 on a token makes it the only choice, even sampled at temperature 1.
+    zebra = token_ids(" zebra")
+    forced = c.completions.create(logit_bias={str(t): 100 for t in zebra[:1]}, seed=3,
+                                  **{**kw, "temperature": 1.0}).choices[0].text
+    piece = subprocess_detok(zebra[0])
+    assert forced == piece * 6
+    # The chat endpoint takes it too.
+    r = c.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": "Hi"}], max_tokens=3,
+                                  temperature=0, logit_bias={str(zebra[0]): 100})
+    assert r.choices[0].message.content == piece * 3
+
+
+def subprocess_detok(tid):
+    import os
+    import subprocess
+    from conftest import model_path
+    return subprocess.run([os.environ["KVAD_BINARY"], "tokenize", "-m", model_path(), "--detokenize"],
+                          input=str(tid), check=True, capture_output=True, text=True).stdout

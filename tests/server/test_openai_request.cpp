@@ -7,7 +7,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "server/anthropic.h"
 #include "server/openai.h"
+#include "server/responses.h"
 
 using kvad::server::ApiError;
 using kvad::server::CompletionRequest;
@@ -32,6 +34,13 @@ Expect error_of(const std::string& body, bool chat) {
 const std::string kMsgs = R"("messages": [{"role": "user", "content": "Hi"}])";
 
 std::string chat(const std::string& extra) { return "{\"model\": \"m\", " + kMsgs + (extra.empty() ? "" : ", " + extra) + "}"; }
+
+std::string read_fixture(const std::string& name) {
+  std::ifstream in(std::filesystem::path(KVAD_SOURCE_DIR) / "tests/fixtures/server/requests" / name, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 }  // namespace
 
@@ -119,16 +128,30 @@ TEST(OpenAIRequest, Errors) {
       {chat(R"("temperature": -0.1)"), true, {400, "invalid_value", "temperature"}},
       {chat(R"("max_tokens": 3000000000)"), true, {400, "invalid_value", "max_tokens"}},
       {chat(R"("max_tokens": 18446744073709551615)"), true, {400, "invalid_value", "max_tokens"}},
-      {chat(R"("n": 3)"), true, {400, "unsupported_value", "n"}},
+      {chat(R"("n": 17)"), true, {400, "invalid_value", "n"}},
       {chat(R"("stop": [1])"), true, {400, "invalid_type", "stop"}},
       {chat(R"("stream_options": 1)"), true, {400, "invalid_type", "stream_options"}},
       {chat(R"("stream_options": {"include_usage": "yes"})"), true, {400, "invalid_type", "stream_options.include_usage"}},
-      {chat(R"("response_format": {"type": "json_schema"})"), true, {400, "unsupported_value", "response_format"}},
+      {chat(R"("response_format": {"type": "json_schema"})"), true, {400, "invalid_type", "response_format.json_schema"}},
+      {chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x"}})"), true,
+       {400, "missing_required_parameter", "response_format.json_schema.schema"}},
+      {chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}})"), true,
+       {400, "invalid_schema", "response_format.json_schema.schema"}},
+      {chat(R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "array", "uniqueItems": true}}})"),
+       true, {400, "invalid_schema", "response_format.json_schema.schema"}},
+      {chat(R"("response_format": {"type": "xml"})"), true, {400, "unsupported_value", "response_format"}},
+      {chat(R"("grammar": "root ::= foo")"), true, {400, "invalid_grammar", "grammar"}},
+      {chat(R"("grammar": 5)"), true, {400, "invalid_type", "grammar"}},
+      {chat(R"("grammar": "root ::= [a]", "response_format": {"type": "json_object"})"), true,
+       {400, "invalid_value", "grammar"}},
+      {R"({"model": "m", "prompt": "x", "json_schema": {"$ref": "#/nowhere"}})", false, {400, "invalid_schema", "json_schema"}},
       {chat(R"("logprobs": 1)"), true, {400, "invalid_type", "logprobs"}},
       {R"({"model": "m", "prompt": 5})", false, {400, "invalid_type", "prompt"}},
       {R"({"model": "m", "prompt": []})", false, {400, "invalid_value", "prompt"}},
       {R"({"model": "m", "prompt": [1, "a"]})", false, {400, "invalid_type", "prompt"}},
-      {R"({"model": "m", "prompt": "x", "logprobs": 2})", false, {400, "unsupported_value", "logprobs"}},
+      {R"({"model": "m", "prompt": "x", "logprobs": 21})", false, {400, "invalid_value", "logprobs"}},
+      {R"({"model": "m", "prompt": "x", "logprobs": true})", false, {400, "invalid_type", "logprobs"}},
+      {chat(R"("top_logprobs": 2)"), true, {400, "invalid_value", "top_logprobs"}},
       {R"({"model": "m", "prompt": "x", "suffix": "y"})", false, {400, "unsupported_value", "suffix"}},
   };
   for (const auto& c : cases) {
@@ -136,6 +159,36 @@ TEST(OpenAIRequest, Errors) {
     EXPECT_EQ(got.status, c.want.status) << c.body;
     EXPECT_EQ(got.code, c.want.code) << c.body;
     EXPECT_EQ(got.param, c.want.param) << c.body;
+  }
+}
+
+TEST(OpenAIRequest, ResponseFormatAndGrammar) {
+  EXPECT_EQ(parse_completion_request(chat(R"("response_format": {"type": "text"})"), true).gen.grammar, nullptr);
+  auto accepts = [](const CompletionRequest& r, const std::string& text) {
+    kvad::GrammarMatcher m(r.gen.grammar);
+    return m.accept(text) && m.accepting();
+  };
+  const auto obj = parse_completion_request(chat(R"("response_format": {"type": "json_object"})"), true);
+  ASSERT_NE(obj.gen.grammar, nullptr);
+  EXPECT_TRUE(accepts(obj, R"({"a": [1, {"b": null}]})"));
+  EXPECT_FALSE(accepts(obj, "[1]"));
+  const auto sch = parse_completion_request(
+      chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true,
+           "schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+                      "additionalProperties": false}}})"),
+      true);
+  EXPECT_TRUE(accepts(sch, R"({"n": 3})"));
+  EXPECT_FALSE(accepts(sch, R"({"n": "3"})"));
+  const auto gr = parse_completion_request(R"({"model": "m", "prompt": "x", "grammar": "root ::= [ab]+"})", false);
+  EXPECT_TRUE(accepts(gr, "abba"));
+  EXPECT_FALSE(accepts(gr, "abc"));
+  // The refused keyword is named in the message.
+  try {
+    parse_completion_request(chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
+        "schema": {"type": "object", "patternProperties": {"^a": {}}}}})"), true);
+    ADD_FAILURE() << "no error";
+  } catch (const ApiError& e) {
+    EXPECT_NE(std::string(e.what()).find("'patternProperties'"), std::string::npos) << e.what();
   }
 }
 
@@ -161,9 +214,13 @@ TEST(OpenAIRequest, BrokenBodiesCorpus) {
     std::ifstream in(e.path(), std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
-    for (bool is_chat : {true, false}) {
+    // Each API's parser: a request or ApiError 400, never anything else.
+    for (int api = 0; api < 4; ++api) {
       try {
-        parse_completion_request(ss.str(), is_chat);
+        kvad::server::ResponsesEcho echo;
+        if (api < 2) parse_completion_request(ss.str(), api == 0);
+        else if (api == 2) kvad::server::parse_anthropic_request(ss.str());
+        else kvad::server::parse_responses_request(ss.str(), &echo);
       } catch (const ApiError& err) {
         EXPECT_EQ(err.status, 400) << e.path() << ": " << err.what();
       } catch (const std::exception& other) {
@@ -173,4 +230,120 @@ TEST(OpenAIRequest, BrokenBodiesCorpus) {
     ++n;
   }
   EXPECT_GE(n, 15);
+}
+
+TEST(OpenAIRequest, Tools) {
+  CompletionRequest r = parse_completion_request(
+      read_fixture("tools_ok.json"), true);
+  ASSERT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(r.tools[0].name, "get_weather");
+  EXPECT_EQ(r.tool_choice.kind, kvad::server::ToolChoice::named);
+  EXPECT_EQ(r.tool_choice.name, "get_weather");
+  EXPECT_FALSE(r.parallel_tool_calls);
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_TRUE(r.messages[1].content_null);
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, R"({"city": "Oslo"})");
+  EXPECT_EQ(r.messages[2].tool_call_id, "call_1");
+  // Defaults: auto with tools, none without.
+  EXPECT_EQ(parse_completion_request(chat(""), true).tool_choice.kind, kvad::server::ToolChoice::none);
+  EXPECT_EQ(parse_completion_request(chat(R"("tools": [{"type": "function", "function": {"name": "f"}}])"), true)
+                .tool_choice.kind,
+            kvad::server::ToolChoice::automatic);
+  EXPECT_FALSE(parse_completion_request(chat(R"("reasoning_format": "none")"), true).reasoning);
+}
+
+TEST(OpenAIRequest, ToolErrorsNameTheField) {
+  struct C { std::string extra, param, code; };
+  const C cases[] = {
+      {R"("tools": [{"type": "function", "function": {"name": "a b"}}])", "tools[0].function.name", "invalid_value"},
+      {R"("tools": [{"type": "function", "function": {"name": "f", "parameters": []}}])", "tools[0].function.parameters", "invalid_type"},
+      {R"("tools": [{"type": "code_interpreter"}])", "tools[0].type", "unsupported_value"},
+      {R"("tools": [{"type": "function"}])", "tools[0].function", "missing_required_parameter"},
+      {R"("tool_choice": "required")", "tool_choice", "invalid_value"},
+      {R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}})", "tool_choice", "invalid_value"},
+      {R"("reasoning_format": "loud")", "reasoning_format", "invalid_value"},
+  };
+  for (const C& c : cases) {
+    const Expect e = error_of(chat(c.extra), true);
+    EXPECT_EQ(e.status, 400) << c.extra;
+    EXPECT_EQ(e.param, c.param) << c.extra;
+    EXPECT_EQ(e.code, c.code) << c.extra;
+  }
+  EXPECT_EQ(error_of(R"({"model": "m", "messages": [{"role": "tool", "content": "r"}]})", true).param,
+            "messages[0].tool_call_id");
+}
+
+TEST(AnthropicRequest, BlocksBecomeMessages) {
+  CompletionRequest r = kvad::server::parse_anthropic_request(read_fixture("anthropic_ok.json"));
+  ASSERT_EQ(r.messages.size(), 4u);  // system, user, assistant (tool_use), tool
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[0].content, "be brief");
+  EXPECT_EQ(r.messages[2].tool_calls.at(0).arguments, R"({"a":1})");
+  EXPECT_EQ(r.messages[3].role, "tool");
+  EXPECT_EQ(r.messages[3].tool_call_id, "toolu_1");
+  EXPECT_EQ(r.messages[3].content, "ok");
+  EXPECT_EQ(r.tool_choice.kind, kvad::server::ToolChoice::required);
+  EXPECT_FALSE(r.parallel_tool_calls);
+  EXPECT_EQ(r.gen.max_tokens, 10);
+  EXPECT_EQ(r.gen.stop, std::vector<std::string>{"END"});
+  for (const char* body : {R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})",         // max_tokens
+                           R"({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]})",
+                           R"({"model": "m", "max_tokens": 5, "temperature": 1.5, "messages": [{"role": "user", "content": "x"}]})"}) {
+    try {
+      kvad::server::parse_anthropic_request(body);
+      ADD_FAILURE() << body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_EQ(kvad::server::anthropic_error_body(e)["error"]["type"], "invalid_request_error");
+    }
+  }
+}
+
+TEST(ResponsesRequest, ItemsBecomeMessages) {
+  kvad::server::ResponsesEcho echo;
+  CompletionRequest r = kvad::server::parse_responses_request(read_fixture("responses_ok.json"), &echo);
+  ASSERT_EQ(r.messages.size(), 4u);  // instructions, developer, the call, its output
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[1].role, "system");
+  EXPECT_EQ(r.messages[2].role, "assistant");
+  EXPECT_EQ(r.messages[2].tool_calls.at(0).id, "call_1");
+  EXPECT_EQ(r.messages[3].tool_call_id, "call_1");
+  EXPECT_EQ(r.tool_choice.kind, kvad::server::ToolChoice::named);
+  EXPECT_EQ(r.gen.max_tokens, 20);
+  EXPECT_EQ(echo.fields["instructions"], "brief");
+  try {
+    kvad::server::parse_responses_request(R"({"model": "m", "input": "x", "previous_response_id": "resp_1"})", &echo);
+    ADD_FAILURE();
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param, "previous_response_id");
+  }
+}
+
+TEST(OpenAIRequest, ModelSamplingDefaultsFillWhatTheRequestLeavesOut) {
+  kvad::SamplerParams d = kvad::server::openai_sampling_defaults();
+  d.temp = 0.7f;
+  d.top_k = 20;
+  d.top_p = 0.8f;
+  d.repeat_penalty = 1.05f;
+  CompletionRequest r = parse_completion_request(chat(R"("top_p": 0.5)"), true, d);
+  EXPECT_FLOAT_EQ(r.gen.sampling.temp, 0.7f);
+  EXPECT_EQ(r.gen.sampling.top_k, 20);
+  EXPECT_FLOAT_EQ(r.gen.sampling.top_p, 0.5f);  // the request's own
+  EXPECT_FLOAT_EQ(r.gen.sampling.repeat_penalty, 1.05f);
+}
+
+TEST(OpenAIRequest, LogitBias) {
+  CompletionRequest r = parse_completion_request(chat(R"("logit_bias": {"5": -100, "17": 2.5})"), true);
+  ASSERT_EQ(r.gen.sampling.logit_bias.size(), 2u);
+  float b5 = 0, b17 = 0;
+  for (const auto& [id, b] : r.gen.sampling.logit_bias) (id == 5 ? b5 : b17) = b;
+  EXPECT_FLOAT_EQ(b5, -100.0f);
+  EXPECT_FLOAT_EQ(b17, 2.5f);
+  for (const char* bad : {R"("logit_bias": {"x": 1})", R"("logit_bias": {"": 1})", R"("logit_bias": {"99999999999": 1})",
+                          R"("logit_bias": {"1": -101})", R"("logit_bias": {"1": "a"})", R"("logit_bias": 3)"}) {
+    const Expect e = error_of(chat(bad), true);
+    EXPECT_EQ(e.status, 400) << bad;
+    EXPECT_EQ(e.param, "logit_bias") << bad;
+  }
 }

@@ -6,6 +6,7 @@
 // skip_special_tokens. Every string must be equal. Also: tokenizer_config.json,
 // the path API, and a corpus of broken files (errors, never crashes).
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <zlib.h>
 
 #include <chrono>
@@ -427,3 +428,25 @@ TEST(TokenizerJson, MutationsNeverCrash) {
 }
 
 }  // namespace
+
+// Issue 15: the thread-local scratch buffers of the pre-tokenizers, normalizers
+// and decoders do not keep the size a huge input gave them.
+TEST(TokenizerJson, ScratchBuffersDoNotKeepTheirPeak) {
+  for (const char* name : {"gpt2", "llama3", "bert"}) {
+    const json fx = json::parse(gunzip(read_file(kDir + "/" + name + ".cases.json.gz")));
+    auto tok = Tokenizer::from_tokenizer_json_text(tokenizer_text(fx.at("tokenizer")), std::string(name) + ".json");
+    std::string big;
+    for (int i = 0; big.size() < (8u << 20); ++i) big += "word" + std::to_string(i % 1000) + ", ";
+    (void)tok->encode("warm up", true, false);  // the small case's buffers are kept
+    const size_t before = mallinfo2().uordblks;
+    {
+      std::vector<int32_t> ids = tok->encode(big, true, false);
+      EXPECT_GT(ids.size(), 1000000u);
+      (void)tok->decode(ids);
+    }
+    const size_t after = mallinfo2().uordblks;
+    // 8 MiB of text makes ~2M pieces (tens of MiB of ranges); at most a few
+    // MiB may stay (the kept small buffers, allocator slack).
+    EXPECT_LT(after, before + (4u << 20)) << name << ": " << (after - before) / 1024 << " KiB kept";
+  }
+}

@@ -177,6 +177,29 @@ static_assert(sizeof(block_iq4_nl) == 18);
 inline constexpr int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                              1,    13,   25,  38,  53,  69,  89,  113};
 
+/// MXFP4 (OCP Microscaling Formats v1.0, MXFP4): 32 FP4 (E2M1) values and
+/// one E8M0 scale. x = kvalues_mxfp4[q] * 2^(e - 128): the table holds the
+/// E2M1 values doubled, so the scale is halved (ggml's
+/// GGML_E8M0_TO_FP32_HALF). Nibble order as block_q4_0. GGUF type 39.
+inline constexpr int QK_MXFP4 = 32;
+struct block_mxfp4 {
+  uint8_t e;
+  uint8_t qs[QK_MXFP4 / 2];
+};
+static_assert(sizeof(block_mxfp4) == 17);
+
+/// E2M1 values doubled (ggml-common.h kvalues_mxfp4): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives, x2.
+inline constexpr int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/// 2^(e - 128) as a float, the E8M0 scale halved (e = 0, 1 give the
+/// subnormals 2^-128, 2^-127); exact.
+inline float e8m0_to_f32_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
 /// Ternary, 1.6875 bits: x = d * (t - 1), t in {0, 1, 2}. Five trits per byte
 /// in qs, four in qh, stored as a fixed-point fraction: byte = ceil(v * 256 / 243)
 /// for the base-3 number v (first trit most significant); trit k of a byte is

@@ -105,6 +105,7 @@ Table build() {
       Row{DType::IQ4_NL, KVAD_REF(iq4_nl, iq4_nl_q8_0), entries(nullptr, nullptr, quants::avx2::vec_dot_iq4_nl_q8_0)},
       Row{DType::TQ1_0, KVAD_REF(tq1_0, tq1_0_q8_K), entries(nullptr, nullptr, quants::avx2::vec_dot_tq1_0_q8_K)},
       Row{DType::TQ2_0, KVAD_REF(tq2_0, tq2_0_q8_K), entries(nullptr, nullptr, quants::avx2::vec_dot_tq2_0_q8_K)},
+      Row{DType::MXFP4, KVAD_REF(mxfp4, mxfp4_q8_0), entries(nullptr, nullptr, quants::avx2::vec_dot_mxfp4_q8_0)},
   };
   const bool simd = cpu_features().has_avx2_fma();
   Table t;

@@ -25,11 +25,11 @@ namespace kvad::cpu::quants {
 #define KVAD_ALL_DOTS(X) \
   X(f32) X(f16) X(bf16) X(q4_0_q8_0) X(q4_1_q8_1) X(q5_0_q8_0) X(q5_1_q8_1) X(q8_0_q8_0)
 
-#define KVAD_K_FORMATS(X) X(q2_K) X(q3_K) X(q4_K) X(q5_K) X(q6_K) X(q8_K) X(iq4_nl) X(tq1_0) X(tq2_0)
+#define KVAD_K_FORMATS(X) X(q2_K) X(q3_K) X(q4_K) X(q5_K) X(q6_K) X(q8_K) X(iq4_nl) X(tq1_0) X(tq2_0) X(mxfp4)
 
 #define KVAD_K_DOTS(X)                                                                    \
   X(q2_K_q8_K) X(q3_K_q8_K) X(q4_K_q8_K) X(q5_K_q8_K) X(q6_K_q8_K) X(iq4_nl_q8_0) \
-  X(tq1_0_q8_K) X(tq2_0_q8_K)
+  X(tq1_0_q8_K) X(tq2_0_q8_K) X(mxfp4_q8_0)
 
 #define KVAD_DOT_DECL(name) float vec_dot_##name(int64_t n, const void* x, const void* y);
 

@@ -76,7 +76,7 @@ std::vector<Entry> manifest() {
 
 TEST(GgufPy, Fixtures) {
   const std::vector<Entry> entries = manifest();
-  ASSERT_EQ(entries.size(), 16u) << "missing " << fixture_dir() << "manifest.txt";
+  ASSERT_EQ(entries.size(), 17u) << "missing " << fixture_dir() << "manifest.txt";
   const std::vector<float> input = as_floats(read_file(fixture_dir() + "input.f32"));
   for (const Entry& e : entries) {
     SCOPED_TRACE(e.name);

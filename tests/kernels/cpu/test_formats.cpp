@@ -272,7 +272,7 @@ TEST(Formats, VecDotKnownValues) {
 TEST(CpuKernels, Rows) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0,
                   DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
-                  DType::Q6_K, DType::IQ4_NL, DType::TQ1_0, DType::TQ2_0}) {
+                  DType::Q6_K, DType::IQ4_NL, DType::TQ1_0, DType::TQ2_0, DType::MXFP4}) {
     EXPECT_TRUE(cpu::has_cpu_kernels(t)) << dtype_name(t);
     const cpu::CpuKernels& k = cpu::cpu_kernels(t);
     EXPECT_TRUE(k.to_float && k.from_float && k.vec_dot) << dtype_name(t);

@@ -1,4 +1,4 @@
-// The K-quants (Q2_K..Q6_K and their activation format Q8_K), IQ4_NL and the
+// The K-quants (Q2_K..Q6_K and their activation format Q8_K), IQ4_NL, MXFP4 and the
 // ternary TQ1_0/TQ2_0 on random data: the dispatched (SIMD) kernels against
 // the scalar references, the references against plain double-precision
 // arithmetic on the dequantized values, and quantize-dequantize error bounds.
@@ -45,10 +45,10 @@ using cpu::CpuKernels;
 
 namespace {
 
-const DType kWeights[] = {DType::Q2_K, DType::Q3_K, DType::Q4_K,   DType::Q5_K,
-                          DType::Q6_K, DType::IQ4_NL, DType::TQ1_0, DType::TQ2_0};
+const DType kWeights[] = {DType::Q2_K,  DType::Q3_K,  DType::Q4_K,  DType::Q5_K, DType::Q6_K,
+                          DType::IQ4_NL, DType::TQ1_0, DType::TQ2_0, DType::MXFP4};
 const DType kFormats[] = {DType::Q2_K,   DType::Q3_K,  DType::Q4_K,  DType::Q5_K, DType::Q6_K,
-                          DType::Q8_K, DType::IQ4_NL, DType::TQ1_0, DType::TQ2_0};
+                          DType::Q8_K, DType::IQ4_NL, DType::TQ1_0, DType::TQ2_0, DType::MXFP4};
 
 // Random floats with a different scale (10^-3 .. 10^1) per 16 elements, as
 // real rows have, and edge runs: all zero, constant, one outlier, all
@@ -102,6 +102,7 @@ std::vector<std::pair<size_t, size_t>> scale_fields(DType t) {
     case DType::Q4_K: case DType::Q5_K: return {{0, 4}};
     case DType::Q6_K: return {{208, 2}};
     case DType::IQ4_NL: return {{0, 2}};
+    case DType::MXFP4: return {{0, 1}};
     case DType::TQ1_0: return {{52, 2}};
     case DType::TQ2_0: return {{64, 2}};
     default: return {};
@@ -275,6 +276,7 @@ TEST(KQuants, QuantizeRoundTripError) {
       case DType::Q5_K: return 0.08;
       case DType::Q6_K: return 0.04;
       case DType::IQ4_NL: return 0.15;
+      case DType::MXFP4: return 0.30;
       case DType::TQ1_0: case DType::TQ2_0: return 0.5 * (1 + std::ldexp(1.0, -10));
       default: return 0.0;
     }
@@ -288,6 +290,7 @@ TEST(KQuants, QuantizeRoundTripError) {
       case DType::Q5_K: return 0.05;
       case DType::Q6_K: return 0.025;
       case DType::IQ4_NL: return 0.10;
+      case DType::MXFP4: return 0.20;
       default: return 1.0;
     }
   };
@@ -367,9 +370,10 @@ TEST(KQuants, VecDot) {
         const float r = k.vec_dot_ref(n, qx.data(), qy.data());
         const float s = k.vec_dot(n, qx.data(), qy.data());
         EXPECT_LE(std::fabs(static_cast<double>(s) - r), tol) << dtype_name(t) << " n=" << n << " rep=" << rep;
-        if (t != DType::IQ4_NL) {
+        if (t != DType::IQ4_NL && t != DType::MXFP4) {
           // The K-quant and TQ SIMD dots do the reference's float arithmetic on
-          // the same integer block sums.
+          // the same integer block sums (IQ4_NL's and MXFP4's sum blocks in
+          // another order: within the bound above).
           EXPECT_EQ(s, r) << dtype_name(t) << " n=" << n << " rep=" << rep;
         }
         EXPECT_LE(std::fabs(static_cast<double>(r) - exact), tol)
