@@ -275,6 +275,14 @@ Server::Impl::Prepared Server::Impl::prepare(const httplib::Request& req, Comple
                        std::to_string(prompt.size()) + " tokens, which leaves no room for the completion. " +
                        "Shorten the prompt or raise --ctx-size.",
                    "invalid_request_error", pparam, "context_length_exceeded");
+  // A forced call decodes under a grammar: it always parses, and its
+  // arguments are valid under the function's parameters.
+  if (std::shared_ptr<const Grammar> g = forced_call_grammar(r, p.fmt)) {
+    if (r.gen.grammar)
+      throw ApiError(400, "tool_choice required or named cannot be combined with response_format or grammar.",
+                     "invalid_request_error", "tool_choice", "invalid_value");
+    r.gen.grammar = std::move(g);
+  }
   try {
     // prefix-cache isolation (issue 15, finding 6): the key, whichever header carried it
     r.gen.tenant = req.get_header_value("Authorization") + "|" + req.get_header_value("x-api-key");

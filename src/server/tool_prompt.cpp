@@ -1,6 +1,10 @@
 #include "server/tool_prompt.h"
 
+#include "engine/json_schema.h"
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "jinja/chat_template.h"
 
@@ -253,6 +257,44 @@ OutputFormat output_format(const CompletionRequest& r, const TemplateTools& tt, 
   return f;
 }
 
+std::shared_ptr<const Grammar> forced_call_grammar(const CompletionRequest& r, const OutputFormat& f) {
+  if (!f.stop_after_call || f.prefix.empty() || f.specs.empty()) return nullptr;
+  std::string args_key = "arguments", close;
+  switch (f.format) {
+    case ToolFormat::hermes: close = "}\\n</tool_call>"; break;
+    case ToolFormat::mistral: close = "}]"; break;
+    case ToolFormat::llama3: close = "}"; args_key = "parameters"; break;
+    case ToolFormat::generic: close = "}"; break;
+    case ToolFormat::qwen3_coder:
+    case ToolFormat::deepseek: return nullptr;
+  }
+  // One allowed function (named, or required with one tool): the prefix
+  // wrote its name (build_chat_input), the arguments come next.
+  const bool named = f.specs.size() == 1;
+  std::string root = "root ::= ", rules;
+  for (size_t i = 0; i < f.specs.size(); ++i) {
+    const ToolSpec& t = f.specs[i];
+    const std::string pre = "t" + std::to_string(i) + "-";
+    const json params = t.parameters.is_object() ? t.parameters : json{{"type", "object"}};
+    try {
+      JsonSchemaOptions opt;
+      opt.prefix = pre;
+      rules += json_schema_to_gbnf(params, opt) + "\n";
+    } catch (const SchemaError& e) {
+      size_t idx = 0;
+      for (size_t k = 0; k < r.tools.size(); ++k)
+        if (r.tools[k].name == t.name) idx = k;
+      const std::string param = "tools[" + std::to_string(idx) + "].function.parameters";
+      throw ApiError(400, "tool_choice forces a call of '" + t.name + "', but its parameters cannot be enforced: " +
+                              e.what(), "invalid_request_error", param, "invalid_schema");
+    }
+    // Names are [a-zA-Z0-9_-]: safe inside a GBNF string literal.
+    root += (i ? " | " : "") + (named ? std::string() : "\"" + t.name + "\\\", \\\"" + args_key + "\\\": \" ") +
+            pre + "root \"" + close + "\"";
+  }
+  return Grammar::parse(root + "\n" + rules);
+}
+
 void check_tool_choice(const CompletionRequest& r, const ParsedOutput& out, const std::string& raw_text) {
   const bool forced = r.tool_choice.kind == ToolChoice::required || r.tool_choice.kind == ToolChoice::named;
   if (!forced || r.tools.empty() || !out.calls.empty()) return;
@@ -260,7 +302,7 @@ void check_tool_choice(const CompletionRequest& r, const ParsedOutput& out, cons
   throw ApiError(500,
                  "tool_choice is '" +
                      std::string(r.tool_choice.kind == ToolChoice::named ? "function " + r.tool_choice.name : "required") +
-                     "' but the model's reply holds no call that parses (without a grammar, kvad prompts for the "
+                     "' but the model's reply holds no call that parses (for this call format kvad prompts for the "
                      "call and parses strictly). The reply began: " + json(head).dump(-1, ' ', false, json::error_handler_t::replace),
                  "server_error", "tool_choice", "tool_call_failed");
 }

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/grammar.h"
 #include "server/openai.h"
 #include "server/tool_calls.h"
 
@@ -57,6 +58,20 @@ std::string forced_call_prefix(ToolFormat f, const std::string& name);
 /// reasoning).
 OutputFormat output_format(const CompletionRequest& r, const TemplateTools& tt, const ChatInput& in,
                            const std::string& rendered);
+
+/// The grammar that makes the reply to a forced call (tool_choice required
+/// or named, after OutputFormat::prefix) one call of an allowed function
+/// whose arguments are valid under its `parameters` schema
+/// (engine/json_schema.h), closed as format `f.format` closes it:
+///   hermes  <name>", "arguments": ARGS}\n</tool_call>
+///   mistral <name>", "arguments": ARGS}]
+///   llama3  <name>", "parameters": ARGS}      generic: "arguments"
+/// (named: ARGS and the closing only, the prefix holds the name). Null when
+/// no call is forced, when the reply starts in <think>, or for the formats
+/// that are not JSON (qwen3_coder, deepseek: prompted and parsed strictly).
+/// Throws ApiError 400 invalid_schema naming the tool whose parameters the
+/// schema compiler cannot enforce.
+std::shared_ptr<const Grammar> forced_call_grammar(const CompletionRequest& r, const OutputFormat& f);
 
 /// Checks a finished reply against tool_choice: under required or named
 /// without a call (of that name), ApiError 500 code tool_call_failed, with

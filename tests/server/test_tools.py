@@ -110,16 +110,65 @@ def test_tool_result_round_trip_and_auto(server):
         assert ch.finish_reason in ("stop", "length") and ch.message.content
 
 
-def test_required_among_several_is_a_call_or_a_clear_error(server):
-    # Without a grammar the model picks the name itself; a name that is no
-    # tool is never passed off as a call or as content.
-    try:
-        r = client(server).chat.completions.create(model=MODEL_NAME, messages=ASK, tools=[WEATHER, TIME],
-                                                   tool_choice="required", temperature=0, max_tokens=60)
-    except openai.InternalServerError as e:
-        assert e.body["code"] == "tool_call_failed"
-        return
-    assert r.choices[0].message.tool_calls[0].function.name in ("get_weather", "get_time")
+UNITS = {"type": "function", "function": {
+    "name": "convert", "description": "Convert an amount between units",
+    "parameters": {"type": "object", "properties": {
+        "amount": {"type": "number", "minimum": 0},
+        "unit": {"type": "string", "enum": ["km", "mi", "m"]},
+        "precise": {"type": "boolean"}},
+        "required": ["amount", "unit"], "additionalProperties": False}}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_forced_calls_are_decoded_under_a_grammar(server, stream):
+    # tool_choice required / named decode under a grammar built from the
+    # functions' parameters: at temperature 1.5, over many seeds, every reply
+    # is one call of an allowed function whose arguments validate.
+    jsonschema = pytest.importorskip("jsonschema")
+    c = client(server)
+
+    def strict(tool):  # as OpenAI's strict mode writes them: no extra keys, bounded strings
+        t = json.loads(json.dumps(tool))
+        p = t["function"]["parameters"]
+        p["additionalProperties"] = False
+        for v in p["properties"].values():
+            if v.get("type") == "string" and "enum" not in v:
+                v["maxLength"] = 30
+        return t
+    weather, time_, units = strict(WEATHER), strict(TIME), strict(UNITS)
+    specs = {t["function"]["name"]: t["function"]["parameters"] for t in (weather, time_, units)}
+    cases = [("required", [weather, time_, units]),
+             ({"type": "function", "function": {"name": "convert"}}, [weather, units])]
+    for choice, tools in cases:
+        for seed in range(6 if not stream else 3):
+            kw = dict(model=MODEL_NAME, messages=[{"role": "user", "content": "Convert 5 miles to km, please."}],
+                      tools=tools, tool_choice=choice, temperature=1.5, seed=seed, max_tokens=200)
+            if stream:
+                name, args = None, ""
+                for k in c.chat.completions.create(stream=True, **kw):
+                    for d in (k.choices[0].delta.tool_calls or []) if k.choices else []:
+                        name = name or d.function.name
+                        args += d.function.arguments or ""
+                    if k.choices and k.choices[0].finish_reason:
+                        assert k.choices[0].finish_reason == "tool_calls"
+            else:
+                r = c.chat.completions.create(**kw)
+                assert r.choices[0].finish_reason == "tool_calls", r
+                call = r.choices[0].message.tool_calls[0]
+                name, args = call.function.name, call.function.arguments
+            allowed = [t["function"]["name"] for t in tools] if choice == "required" else ["convert"]
+            assert name in allowed, (choice, seed, name)
+            jsonschema.validate(json.loads(args), specs[name])
+
+
+def test_forced_call_with_a_schema_the_grammar_cannot_enforce_is_400(server):
+    bad = {"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string"}}, "patternProperties": {"^x": {}}}}}
+    with pytest.raises(openai.BadRequestError) as e:
+        client(server).chat.completions.create(model=MODEL_NAME, messages=ASK, tools=[bad], tool_choice="required",
+                                               max_tokens=4)
+    assert e.value.code == "invalid_schema" and e.value.param == "tools[0].function.parameters"
+    assert "patternProperties" in e.value.message
 
 
 @pytest.mark.parametrize("body,param", [
