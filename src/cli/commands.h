@@ -18,5 +18,6 @@ void add_quantize(CLI::App& app);
 void add_pull(CLI::App& app);
 void add_cache(CLI::App& app);
 void add_perplexity(CLI::App& app);
+void add_tui(CLI::App& app);
 
 }  // namespace kvad::cli
