@@ -72,8 +72,7 @@ class StderrCapture {
         }
         if (line.empty()) continue;
         std::lock_guard<std::mutex> l(st_.mu);
-        st_.v.log.push_back(line);
-        if (st_.v.log.size() > 50) st_.v.log.pop_front();
+        st_.v.log = line;
         ++st_.v.version;
         line.clear();
       }

@@ -91,7 +91,10 @@ struct View {
   bool generating = false;  ///< a reply is streaming (Esc stops it)
   std::string status;       ///< the last note ("re-prefilled 120 tokens ...")
   std::string error;        ///< the last error, shown until the next action
-  std::deque<std::string> log;  ///< lines kvad wrote to stderr meanwhile (newest last)
+  /// The last line kvad wrote to stderr since the last command (a load's
+  /// notes: "quantized to q8_0 once ..."); the status line shows it when
+  /// nothing else is to be said.
+  std::string log;
   uint64_t version = 0;     ///< bumped on every change, so the UI redraws
 };
 

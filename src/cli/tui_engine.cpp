@@ -446,6 +446,7 @@ void Worker::post(std::function<void(Engine&)> job, const std::string& busy) {
     state_.v.busy = busy;
     state_.v.error.clear();
     state_.v.status.clear();
+    state_.v.log.clear();
     ++state_.v.version;
   }
   {

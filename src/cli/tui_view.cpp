@@ -345,7 +345,7 @@ void draw(const View& v, const InputView& in, int& scroll) {
   if (!v.error.empty()) put(ys, 1, W - 2, " error: " + v.error + " ", style(kError) | A_BOLD);
   else if (!v.busy.empty()) put(ys, 1, W - 2, " " + v.busy + (v.generating ? " (Esc stops)" : "") + " ... ", A_BOLD);
   else if (!v.status.empty()) put(ys, 1, W - 2, " " + v.status + " ", A_NORMAL);
-  else if (!v.log.empty()) put(ys, 1, W - 2, " " + v.log.back() + " ", style(kNote));
+  else if (!v.log.empty()) put(ys, 1, W - 2, " " + v.log + " ", style(kNote));
   // The input line, scrolled sideways so that the cursor stays on screen.
   const int yi = H - 2;
   const std::string prompt = in.mode == "system" ? "system> " : in.mode == "message" ? "> " : "keys> ";

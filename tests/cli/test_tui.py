@@ -93,7 +93,7 @@ def ready(s):
 
 class TuiTest(unittest.TestCase):
     def start(self, args, **kw):
-        p = Pane(["--temp", "0", "-n", "16", *args], **kw)
+        p = Pane(["--temp", "0", *([] if "-n" in args else ["-n", "16"]), *args], **kw)
         self.addCleanup(p.close)
         return p
 
@@ -164,12 +164,18 @@ class TuiTest(unittest.TestCase):
         self.assertRegex(s, r"cpu q8_0 +[0-9.]+ +[0-9.]+")
         self.quit_and_check(p)
 
-    def test_no_colour_bad_input_system_reset(self):
+    def test_no_colour_bad_input_esc_system_reset(self):
         # vt100 has no colours (NO_COLOR too), the C locale no UTF-8, and a
-        # 64-token context that a long message cannot fit.
-        p = self.start(["-c", "64"], env={"TERM": "vt100", "NO_COLOR": "1", "LANG": "C", "LC_ALL": "C"})
+        # 256-token context that a long message cannot fit.
+        p = self.start(["-c", "256", "-n", "-1"], env={"TERM": "vt100", "NO_COLOR": "1", "LANG": "C", "LC_ALL": "C"})
         s = p.wait(ready, "the TUI ready")
-        self.send(p, "word " * 80)
+        # Esc stops a reply that would run to the end of the context.
+        self.send(p, "Count from 1 to 500, one number per line.")
+        p.wait(lambda s: "(Esc stops)" in s and re.search(r"decode +[0-9.]+ tok/s", s), "a reply streaming")
+        p.keys("Escape")
+        s = p.wait(lambda s: "reply stopped (Esc)" in s, "the reply stopped")
+        self.assertTrue(idle(s))
+        self.send(p, "word " * 300)
         s = p.wait(lambda s: "error:" in s, "the error for a message longer than the context")
         self.assertIn("does not fit the context", s)
         # Still running: a system prompt, then a reset.
