@@ -56,6 +56,7 @@ int form_index(const std::vector<Form>& forms, const DeviceOptions& d);
 struct Message {
   std::string role;  ///< "user", "assistant", or "note" (kvad's own line, never sent to the model)
   std::string text;  ///< UTF-8
+  std::string form;  ///< assistant: the form that wrote it ("cpu q8_0")
 };
 
 /// What the figures panel shows. Rates are tokens per second, sizes bytes,
@@ -142,15 +143,17 @@ class Worker {
   std::thread thread_;
 };
 
-/// Draws the whole screen from `v` (a copy the UI took under the lock). `input` is the line being edited (UTF-32), `cursor` its cursor
-/// position, `mode` what the input line is for ("keys", "message",
-/// "system"), `scroll` lines scrolled back from the end of the conversation
-/// (clamped in place). Safe for any terminal size, 1x1 included.
+/// The input line as the screen shows it.
 struct InputView {
-  std::u32string text;
-  size_t cursor = 0;
-  std::string mode = "keys";
+  std::u32string text;       ///< the line being edited
+  size_t cursor = 0;         ///< index into text
+  std::string mode = "keys";  ///< "keys" (p r s q act), "message" or "system" (every key types)
 };
+
+/// Draws the whole screen from `v` (a copy the UI took under the lock) and
+/// the input line `in`; `scroll` is how many lines the conversation is
+/// scrolled back from its end (clamped in place to what there is). Safe for
+/// any terminal size, 1x1 included (below 30x6 it only says so).
 void draw(const View& v, const InputView& in, int& scroll);
 
 /// Colours are used when the terminal has them and NO_COLOR is unset;

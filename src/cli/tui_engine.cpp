@@ -120,8 +120,8 @@ class Engine {
     turns_.push_back({{"role", "user"}, {"content", user}});
     {
       std::lock_guard<std::mutex> l(st_.mu);
-      st_.v.conversation.push_back({"user", user});
-      st_.v.conversation.push_back({"assistant", ""});
+      st_.v.conversation.push_back({"user", user, ""});
+      st_.v.conversation.push_back({"assistant", "", st_.v.forms[st_.v.form].label});
       st_.v.generating = true;
       st_.v.fig.decode_tps = 0;
       st_.v.fig.decode_tokens = 0;
@@ -140,7 +140,7 @@ class Engine {
       std::lock_guard<std::mutex> l(st_.mu);
       auto& c = st_.v.conversation;
       if (!c.empty() && c.back().role == "assistant" && c.back().text.empty()) c.pop_back();
-      c.push_back({"note", std::string("that turn failed: ") + e.what()});
+      c.push_back({"note", std::string("that turn failed: ") + e.what(), ""});
       st_.v.error = e.what();
       st_.v.generating = false;
       ++st_.v.version;
@@ -242,7 +242,7 @@ class Engine {
     g.prefill_tokens = g.decode_tokens = 0;
     g.cached_tokens = -1;
     g.load_s = m_.load_s;
-    if (!note.empty()) st_.v.conversation.push_back({"note", note});
+    if (!note.empty()) st_.v.conversation.push_back({"note", note, ""});
     memory_figures();
     ++st_.v.version;
   }

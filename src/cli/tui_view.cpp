@@ -131,7 +131,8 @@ std::vector<Line> layout(const View& v, int w) {
       continue;
     }
     const bool user = msg.role == "user";
-    out.push_back({user ? Kind::User : Kind::Assistant, user ? U"you" : U"assistant"});
+    out.push_back({user ? Kind::User : Kind::Assistant,
+                   user ? U"you" : U"assistant" + (msg.form.empty() ? U"" : U" (" + to_u32(msg.form) + U")")});
     std::u32string text = to_u32(msg.text);
     const bool streaming = v.generating && m + 1 == v.conversation.size() && !user;
     if (streaming) text += g_utf8 ? U"\u258c" : U"_";
@@ -304,8 +305,10 @@ void draw(const View& v, const InputView& in, int& scroll) {
   erase();
   const int H = LINES, W = COLS;
   if (H < 6 || W < 30) {
-    put(0, 0, W, "kvad tui: the terminal is too small (" + std::to_string(W) + "x" + std::to_string(H) +
-                     "); q quits");
+    std::vector<Line> l;
+    wrap_into(to_u32("kvad tui: the terminal is too small (" + std::to_string(W) + "x" + std::to_string(H) +
+                     "; 30x6 at least); q quits"), W, Kind::Note, l);
+    for (int y = 0; y < H && y < static_cast<int>(l.size()); ++y) put(y, 0, W, l[y].text);
     refresh();
     return;
   }
