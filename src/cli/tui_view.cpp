@@ -331,6 +331,11 @@ void draw(const View& v, const InputView& in, int& scroll) {
   // The conversation, scrolled `scroll` lines back from its end.
   const std::vector<Line> lines = layout(v, conv_w - 1);
   const int total = static_cast<int>(lines.size());
+  // Scrolled back, the view stays on the lines it shows while a reply grows
+  // below them (the UI thread is the only caller).
+  static int prev_total = 0;
+  if (scroll > 0 && total > prev_total) scroll += total - prev_total;
+  prev_total = total;
   scroll = std::clamp(scroll, 0, std::max(0, total - conv_h));
   const int first = std::max(0, total - conv_h - scroll);
   for (int r = 0; r < conv_h && first + r < total; ++r) draw_line(top + r, 0, conv_w - 1, lines[first + r]);
