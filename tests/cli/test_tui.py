@@ -164,6 +164,22 @@ class TuiTest(unittest.TestCase):
         self.assertRegex(s, r"cpu q8_0 +[0-9.]+ +[0-9.]+")
         self.quit_and_check(p)
 
+    def test_hf_form_that_cannot_load(self):
+        # The quantize-once cache cannot be made under /proc: q8_0 fails to
+        # load, says why in the UI, stays greyed, and bf16 keeps running.
+        if not os.path.isdir(os.path.join(HF_CACHE, "models--" + HF_REPO.replace("/", "--"), "snapshots")):
+            self.skipTest("%s is not in the HF cache %s" % (HF_REPO, HF_CACHE))
+        p = self.start(["-m", HF_REPO], env={"LANG": "C.UTF-8", "HF_HUB_CACHE": HF_CACHE, "HF_HUB_OFFLINE": "1",
+                                             "KVAD_HOME": "/proc/kvad-tui-test-nowhere"})
+        p.wait(ready, "the TUI ready")
+        p.keys("p")
+        s = p.wait(lambda s: idle(s) and "error: cannot switch to cpu q8_0" in s, "the load error")
+        self.assertIn("cpu q8_0: failed to load", s)
+        self.assertEqual(figure(s, "form"), "cpu as stored")
+        self.send(p, "Hi")
+        s = p.wait(lambda s: idle(s) and rate(s, "decode") > 0, "a reply on the form still loaded")
+        self.quit_and_check(p)
+
     def test_no_colour_bad_input_esc_system_reset(self):
         # vt100 has no colours (NO_COLOR too), the C locale no UTF-8, and a
         # 256-token context that a long message cannot fit.
