@@ -220,6 +220,9 @@ if __name__ == "__main__":
     if not shutil.which("tmux"):
         print("skipped: tmux is not installed")
         sys.exit(77)
+    # One session lives for the whole run, so that the tmux server does not
+    # exit (and race the next new-session) when a test's session closes.
+    tmux("new-session", "-d", "-s", "keeper", "sleep 3600")
     try:
         result = unittest.main(exit=False, verbosity=2).result
     finally:
