@@ -204,6 +204,13 @@ class TuiTest(unittest.TestCase):
         self.assertIn("system: You are terse.", s)
         p.keys("r")
         s = p.wait(lambda s: "conversation cleared" in s, "the reset")
+        # History: Up in the message line brings back the last message sent.
+        p.keys("i")
+        p.keys("Up")
+        p.wait(lambda s: re.search(r"^> .*word word", s, re.M), "the last message from the history")
+        p.keys("C-u")
+        p.keys("Escape")
+        s = p.wait(lambda s: "keys> type a message" in s, "the keys line again")
         self.assertIn("system: You are terse.", s)  # a reset keeps the system prompt
         self.quit_and_check(p, alt_screen=False)
 
