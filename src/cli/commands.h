@@ -19,5 +19,6 @@ void add_pull(CLI::App& app);
 void add_cache(CLI::App& app);
 void add_perplexity(CLI::App& app);
 void add_embed(CLI::App& app);
+void add_tui(CLI::App& app);
 
 }  // namespace kvad::cli

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   kvad::cli::add_cache(app);
   kvad::cli::add_perplexity(app);
   kvad::cli::add_embed(app);
+  kvad::cli::add_tui(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
