@@ -135,6 +135,13 @@ struct Server::Impl {
       longest = std::max({longest, tok->token_text(id).size(), tok->token_to_piece(id, true).size()});
     max_token_bytes = longest;
     if (o.chat) tools_caps = probe_template(o.chat->chat_template());
+    // Replies with tools are decoded with control tokens' text only when
+    // the format's markers are control tokens (<|python_tag|>, DeepSeek's);
+    // otherwise a stray control token stays out of the content as before.
+    for (std::string_view m : tool_format_markers(effective_format(tools_caps))) {
+      const std::vector<int32_t> ids = tok->encode(std::string(m), /*add_special=*/false, /*parse_special=*/true);
+      if (ids.size() == 1 && tok->token_type(ids[0]) == TokenType::CONTROL) markers_are_control = true;
+    }
   }
 
   void routes();
@@ -191,6 +198,7 @@ struct Server::Impl {
   std::atomic<int> open_streams{0};  ///< streamed responses not yet finished
   ConnectionWatchdog watchdog;
   size_t max_token_bytes = 1;
+  bool markers_are_control = false;  ///< the tool-call markers are control tokens
   TemplateTools tools_caps;  ///< what the chat template does with tools (probed once)
   int64_t created;
   httplib::Server::HandlerResponse front_door(const httplib::Request& req, httplib::Response& res);
@@ -278,7 +286,7 @@ Server::Impl::Prepared Server::Impl::prepare(const httplib::Request& req, Comple
   try {
     // prefix-cache isolation (issue 15, finding 6): the key, whichever header carried it
     r.gen.tenant = req.get_header_value("Authorization") + "|" + req.get_header_value("x-api-key");
-    r.gen.special_text = p.fmt.tools;
+    r.gen.special_text = p.fmt.tools && markers_are_control;
     p.n_prompt = static_cast<int32_t>(prompt.size());
     if (r.n > 1) {
       p.choices = sched.submit_n(std::move(prompt), r.gen, r.n);

@@ -550,6 +550,18 @@ const char* tool_format_name(ToolFormat f) {
   return "generic";
 }
 
+std::vector<std::string_view> tool_format_markers(ToolFormat f) {
+  switch (f) {
+    case ToolFormat::hermes: return {kHermesOpen, kHermesClose};
+    case ToolFormat::qwen3_coder: return {kHermesOpen, kHermesClose};
+    case ToolFormat::mistral: return {kMistral, kMistralArgs};
+    case ToolFormat::deepseek: return {kDsCallsBegin, kDsCallsEnd, kDsCallBegin, kDsCallEnd, kDsSep};
+    case ToolFormat::llama3: return {kPythonTag};
+    case ToolFormat::generic: return {};
+  }
+  return {};
+}
+
 ToolFormat detect_tool_format(std::string_view src) {
   auto has = [&](std::string_view s) { return src.find(s) != std::string_view::npos; };
   if (has("<function=") && has("<parameter=")) return ToolFormat::qwen3_coder;

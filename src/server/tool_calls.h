@@ -40,6 +40,11 @@ const char* tool_format_name(ToolFormat f);
 /// "parameters" JSON call (llama3); otherwise generic.
 ToolFormat detect_tool_format(std::string_view template_source);
 
+/// The texts that open or close calls in format `f` (empty for generic):
+/// where these are control tokens of the vocabulary, the reply must be
+/// decoded with their text (GenParams::special_text).
+std::vector<std::string_view> tool_format_markers(ToolFormat f);
+
 /// A function the client offers (OpenAI `tools[i].function`).
 struct ToolSpec {
   std::string name;
