@@ -1,4 +1,6 @@
-// `kvad serve`'s HTTP server: the OpenAI API over a Scheduler (continuous
+// `kvad serve`'s HTTP server (internals: server_impl.h; server.cpp has the
+// connections, the front door and the routes, generation.cpp one request's
+// generation for every API): the OpenAI API over a Scheduler (continuous
 // batching), on cpp-httplib.
 //
 // Endpoints:

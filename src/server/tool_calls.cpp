@@ -394,6 +394,9 @@ struct Scan {
   std::string reasoning, content;
   std::vector<ToolCall> calls;
   bool malformed = false;
+  /// Without tools: where the content begins, once that is settled (the
+  /// reasoning closed or absent); npos while it may still change.
+  size_t content_at = std::string::npos;
 };
 
 /// The marker that opens calls in `f`, and a second one it also takes.
@@ -443,6 +446,7 @@ Scan scan(std::string_view t, const OutputFormat& f, bool final) {
   }
   if (!f.tools) {
     s.content = std::string(t.substr(p));
+    if (p < t.size()) s.content_at = p;  // (leading whitespace after </think> is skipped up to here)
     return s;
   }
   const auto [m1, m2] = markers(f.format);
@@ -546,6 +550,18 @@ const char* tool_format_name(ToolFormat f) {
   return "generic";
 }
 
+std::vector<std::string_view> tool_format_markers(ToolFormat f) {
+  switch (f) {
+    case ToolFormat::hermes: return {kHermesOpen, kHermesClose};
+    case ToolFormat::qwen3_coder: return {kHermesOpen, kHermesClose};
+    case ToolFormat::mistral: return {kMistral, kMistralArgs};
+    case ToolFormat::deepseek: return {kDsCallsBegin, kDsCallsEnd, kDsCallBegin, kDsCallEnd, kDsSep};
+    case ToolFormat::llama3: return {kPythonTag};
+    case ToolFormat::generic: return {};
+  }
+  return {};
+}
+
 ToolFormat detect_tool_format(std::string_view src) {
   auto has = [&](std::string_view s) { return src.find(s) != std::string_view::npos; };
   if (has("<function=") && has("<parameter=")) return ToolFormat::qwen3_coder;
@@ -597,6 +613,12 @@ OutputStream::OutputStream(OutputFormat f) : f_(std::move(f)), text_(f_.prefix) 
 
 OutputDelta OutputStream::push(std::string_view text) {
   text_ += text;
+  if (passthrough_) {  // content only from here on: no re-scan (linear in the reply)
+    OutputDelta d;
+    d.content = std::string(text);
+    sent_content_ += text.size();
+    return d;
+  }
   return step(false);
 }
 
@@ -618,6 +640,7 @@ OutputDelta OutputStream::step(bool final) {
   }
   sent_calls_ = std::max(sent_calls_, s.calls.size());
   malformed_ = malformed_ || s.malformed;
+  passthrough_ = !final && !f_.tools && s.content_at != std::string::npos;
   return d;
 }
 

@@ -40,6 +40,11 @@ const char* tool_format_name(ToolFormat f);
 /// "parameters" JSON call (llama3); otherwise generic.
 ToolFormat detect_tool_format(std::string_view template_source);
 
+/// The texts that open or close calls in format `f` (empty for generic):
+/// where these are control tokens of the vocabulary, the reply must be
+/// decoded with their text (GenParams::special_text).
+std::vector<std::string_view> tool_format_markers(ToolFormat f);
+
 /// A function the client offers (OpenAI `tools[i].function`).
 struct ToolSpec {
   std::string name;
@@ -100,9 +105,11 @@ struct OutputDelta {
 
 /// Incremental parser for streaming. Text that may be the start of a call
 /// marker or of </think> is held back until it is known not to be one; a
-/// call is sent once it has parsed whole. Each push re-scans from the start
-/// of the current unfinished part only (cost linear in the reply overall,
-/// but for one long unfinished call).
+/// call is sent once it has parsed whole (its arguments in one fragment, so
+/// a call once sent is never taken back). Without tools, once the reasoning
+/// has closed (or there is none) the rest passes through as content; with
+/// tools each push re-scans the reply (cost O(reply bytes) per push, so
+/// O(n^2) in the reply, bounded by max_tokens and the context).
 class OutputStream {
  public:
   explicit OutputStream(OutputFormat f);
@@ -121,6 +128,7 @@ class OutputStream {
   std::string text_;
   size_t sent_reasoning_ = 0, sent_content_ = 0, sent_calls_ = 0;
   bool malformed_ = false;
+  bool passthrough_ = false;  ///< no tools, reasoning settled: text goes straight to content
 };
 
 /// The JSON Schema every allowed reply under `choice` must match: one call

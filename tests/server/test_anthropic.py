@@ -124,3 +124,19 @@ def test_errors_in_anthropic_shape(server, client):
     status, body = server.request("POST", "/v1/messages", {"model": MODEL_NAME, "messages": ASK},
                                   headers={"x-api-key": KEY})
     assert status == 400 and json.loads(body)["error"]["type"] == "invalid_request_error"
+
+
+def test_thinking_block(client):
+    # Few-shot turns that make SmolLM2 open its reply with <think>...</think>.
+    msgs = [{"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "<think>2 plus 2 is 4.</think>4"},
+            {"role": "user", "content": "What is 3+3?"}, {"role": "assistant", "content": "<think>3 plus 3 is 6.</think>6"},
+            {"role": "user", "content": "What is 5+5?"}]
+    kw = dict(model=MODEL_NAME, max_tokens=40, extra_body=T0, messages=msgs,
+              system="Always answer as <think>your reasoning</think> followed by the answer.")
+    m = client.messages.create(**kw)
+    assert [b.type for b in m.content] == ["thinking", "text"]
+    assert m.content[0].thinking == "5 plus 5 is 10."
+    with client.messages.stream(**kw) as s:
+        final = s.get_final_message()
+    assert [b.type for b in final.content] == ["thinking", "text"]
+    assert final.content[0].thinking == m.content[0].thinking and final.content[1].text == m.content[1].text

@@ -106,3 +106,21 @@ def test_stateless_refusals(client):
         client.responses.create(model=MODEL_NAME, input="hi", max_output_tokens=0)
     with pytest.raises(openai.BadRequestError):
         client.responses.create(model=MODEL_NAME, input=[])
+
+
+def test_reasoning_item(client):
+    # Few-shot turns that make SmolLM2 open its reply with <think>...</think>.
+    items = [{"role": "user", "content": "What is 2+2?"},
+             {"role": "assistant", "content": "<think>2 plus 2 is 4.</think>4"},
+             {"role": "user", "content": "What is 3+3?"},
+             {"role": "assistant", "content": "<think>3 plus 3 is 6.</think>6"},
+             {"role": "user", "content": "What is 5+5?"}]
+    kw = dict(model=MODEL_NAME, input=items, temperature=0, max_output_tokens=40,
+              instructions="Always answer as <think>your reasoning</think> followed by the answer.")
+    r = client.responses.create(**kw)
+    assert [o.type for o in r.output] == ["reasoning", "message"]
+    assert r.output[0].content[0].text == "5 plus 5 is 10."
+    assert "think>" not in r.output_text
+    events = list(client.responses.create(stream=True, **kw))
+    assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == "5 plus 5 is 10."
+    assert events[-1].response.output_text == r.output_text

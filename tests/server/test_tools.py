@@ -183,3 +183,27 @@ def test_bad_tool_requests_are_400(server, body, param):
     with pytest.raises(openai.BadRequestError) as e:
         client(server).chat.completions.create(model=MODEL_NAME, messages=ASK, max_tokens=4, **body)
     assert e.value.body["param"] == param
+
+
+# Few-shot turns that make SmolLM2 open its reply with <think>...</think>.
+THINK = [{"role": "system", "content": "Always answer as <think>your reasoning</think> followed by the answer."},
+         {"role": "user", "content": "What is 2+2?"}, {"role": "assistant", "content": "<think>2 plus 2 is 4.</think>4"},
+         {"role": "user", "content": "What is 3+3?"}, {"role": "assistant", "content": "<think>3 plus 3 is 6.</think>6"},
+         {"role": "user", "content": "What is 5+5?"}]
+
+
+def test_reasoning_content(server):
+    c = client(server)
+    r = c.chat.completions.create(model=MODEL_NAME, messages=THINK, temperature=0, max_tokens=40)
+    m = r.choices[0].message
+    assert m.reasoning_content == "5 plus 5 is 10."  # attribute from the JSON (DeepSeek's field)
+    assert "think>" not in m.content and "10" in m.content
+    chunks = list(c.chat.completions.create(model=MODEL_NAME, messages=THINK, temperature=0, max_tokens=40, stream=True))
+    deltas = [k.choices[0].delta for k in chunks if k.choices]
+    reasoning = "".join(getattr(d, "reasoning_content", None) or "" for d in deltas)
+    content = "".join(d.content or "" for d in deltas)
+    assert reasoning == m.reasoning_content and content == m.content
+    raw = c.chat.completions.create(model=MODEL_NAME, messages=THINK, temperature=0, max_tokens=40,
+                                    extra_body={"reasoning_format": "none"})
+    assert raw.choices[0].message.content == "<think>5 plus 5 is 10.</think>" + m.content
+    assert getattr(raw.choices[0].message, "reasoning_content", None) is None

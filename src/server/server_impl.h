@@ -1,0 +1,124 @@
+// kvad serve's server internals, shared by its source files: server.cpp
+// (connections, the front door, routes) and generation.cpp (one request's
+// generation, whole or streamed, for every API; n > 1 choices). Not a
+// public header.
+#pragma once
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/chat_prompt.h"
+#include "server/embeddings.h"
+#include "server/guard.h"
+#include "server/metrics.h"
+#include "server/openai.h"
+#include "server/server.h"
+#include "server/stream.h"
+#include "server/tool_prompt.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvad::server {
+
+/// A client that left is seen within this while no token comes (prefill, queue).
+constexpr auto kPoll = std::chrono::milliseconds(10);
+
+/// The socket of the connection a request came on, found by its addresses
+/// (cpp-httplib does not hand handlers the socket); -1 when not found (then
+/// only failed writes detect a disconnect). Valid for the request's lifetime.
+int find_connection_fd(const httplib::Request& req);
+
+/// True when the client has closed (or reset) the connection. Unread bytes
+/// (a pipelined request) do not count.
+bool peer_closed(int fd);
+
+struct Server::Impl {
+  Impl(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> t, ServerOptions opts)
+      : o(std::move(opts)),
+        tok(std::move(t)),
+        sched(std::move(model), tok, o.sched),
+        watchdog(std::chrono::milliseconds(o.request_timeout_ms), std::chrono::milliseconds(100),
+                 http_threads() > 8 ? http_threads() - 4 : http_threads()),
+        created(static_cast<int64_t>(std::time(nullptr))) {
+    // The most bytes one token can cover: a prompt of more bytes than
+    // n_ctx x this (x 2 for normalizers that shrink text, e.g. NFKC) cannot
+    // fit, and is refused before it is templated and tokenized.
+    size_t longest = 1;
+    for (int32_t id = 0; id < tok->n_vocab(); ++id)
+      longest = std::max({longest, tok->token_text(id).size(), tok->token_to_piece(id, true).size()});
+    max_token_bytes = longest;
+    if (o.chat) tools_caps = probe_template(o.chat->chat_template());
+    // Replies with tools are decoded with control tokens' text only when
+    // the format's markers are control tokens (<|python_tag|>, DeepSeek's);
+    // otherwise a stray control token stays out of the content as before.
+    for (std::string_view m : tool_format_markers(effective_format(tools_caps))) {
+      const std::vector<int32_t> ids = tok->encode(std::string(m), /*add_special=*/false, /*parse_special=*/true);
+      if (ids.size() == 1 && tok->token_type(ids[0]) == TokenType::CONTROL) markers_are_control = true;
+    }
+  }
+
+  void routes();
+  /// Threads serving connections: each waiting request holds one.
+  size_t http_threads() const {
+    return o.http_threads > 0 ? static_cast<size_t>(o.http_threads)
+                              : static_cast<size_t>(o.sched.n_slots) + o.sched.max_queue + 64;
+  }
+  void completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  void anthropic_messages(const httplib::Request& req, httplib::Response& res);
+  void responses(const httplib::Request& req, httplib::Response& res);
+  std::vector<int32_t> tokenize(const CompletionRequest& r, OutputFormat* fmt) const;
+  std::vector<int32_t> tokenize_chat(const CompletionRequest& r, OutputFormat* fmt) const;
+
+  /// A request submitted: its job, how to read its reply, its connection.
+  struct Prepared {
+    std::shared_ptr<Job> job;
+    OutputFormat fmt;
+    int fd = -1;
+    int64_t created = 0;
+    int32_t n_prompt = 0;  ///< prompt tokens
+    std::vector<std::shared_ptr<Job>> choices;  ///< n > 1: every choice's job (job is choices[0])
+    bool chat = false;     ///< /v1/chat/completions shapes (logprobs)
+  };
+  /// Checks the model and the prompt's size, renders and tokenizes it,
+  /// submits it. Throws ApiError.
+  Prepared prepare(const httplib::Request& req, CompletionRequest& r);
+  /// Waits for the whole reply; false when the client left (res is 499).
+  /// Throws ApiError when generation failed.
+  bool collect(Prepared& p, httplib::Response& res, std::string* text, GenEvent* last,
+               std::vector<GenTokenLogprobs>* logprobs = nullptr);
+  /// n > 1 choices (Scheduler::submit_n: the prompt is evaluated once),
+  /// streamed or not; each choice carries its index. Plain text (no tool
+  /// calls: refused with n > 1 before this).
+  void completion_n(const CompletionRequest& r, Prepared& p, httplib::Response& res);
+  /// Token texts for logprobs: control tokens by their text (<|im_end|>).
+  std::function<std::string(int32_t)> piece_fn() const {
+    std::shared_ptr<const Tokenizer> t = tok;
+    return [t](int32_t id) { return t->token_to_piece(id, /*special=*/true); };
+  }
+  /// Streams the reply through `em`.
+  /// Streams the reply through `em`; with `logprobs`, each token's logprobs
+  /// go with the delta that carries its text (text_offset from `offset0`).
+  void stream(Prepared p, httplib::Response& res, std::shared_ptr<StreamEmitter> em, bool logprobs = false,
+              size_t offset0 = 0);
+
+  ServerOptions o;
+  std::shared_ptr<const Tokenizer> tok;
+  Scheduler sched;
+  Metrics metrics;
+  httplib::Server http;
+  std::atomic<bool> stopping{false};
+  std::atomic<bool> in_run{false}, run_done{false};  ///< Server::run() entered / returned
+  std::atomic<int> open_streams{0};  ///< streamed responses not yet finished
+  ConnectionWatchdog watchdog;
+  size_t max_token_bytes = 1;
+  bool markers_are_control = false;  ///< the tool-call markers are control tokens
+  TemplateTools tools_caps;  ///< what the chat template does with tools (probed once)
+  int64_t created;
+  httplib::Server::HandlerResponse front_door(const httplib::Request& req, httplib::Response& res);
+};
+
+}  // namespace kvad::server
