@@ -1,4 +1,5 @@
-// libFuzzer: request bodies for /v1/chat/completions and /v1/completions.
+// libFuzzer: request bodies for /v1/chat/completions, /v1/completions,
+// /v1/messages (Anthropic) and /v1/responses.
 // Parsing must succeed or throw server::ApiError (an HTTP 4xx answer);
 // any other exception, a crash or a sanitizer report is a bug.
 #include <cstdint>
@@ -6,7 +7,9 @@
 #include <exception>
 #include <string>
 
+#include "server/anthropic.h"
 #include "server/openai.h"
+#include "server/responses.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string body(reinterpret_cast<const char*>(data), size);
@@ -18,6 +21,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } catch (const kvad::server::ApiError& e) {
       if (e.status < 400 || e.status >= 500) std::abort();
       (void)kvad::server::dump(kvad::server::error_body(e));
+    } catch (const std::exception&) {
+      std::abort();
+    }
+  }
+  for (int api = 0; api < 2; ++api) {
+    try {
+      kvad::server::ResponsesEcho echo;
+      kvad::server::CompletionRequest r = api == 0 ? kvad::server::parse_anthropic_request(body)
+                                                   : kvad::server::parse_responses_request(body, &echo);
+      (void)r;
+    } catch (const kvad::server::ApiError& e) {
+      if (e.status < 400 || e.status >= 500) std::abort();
+      (void)kvad::server::dump(kvad::server::anthropic_error_body(e));
     } catch (const std::exception&) {
       std::abort();
     }

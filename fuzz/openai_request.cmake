@@ -1,10 +1,13 @@
-# fuzz_openai_request: libFuzzer target for the OpenAI request parser
-# (src/server/openai.h). Included from fuzz/CMakeLists.txt (after its clang
+# fuzz_openai_request: libFuzzer target for the request parsers of
+# /v1/chat/completions, /v1/completions (src/server/openai.h), /v1/messages
+# (anthropic.h) and /v1/responses (responses.h). Included from fuzz/CMakeLists.txt (after its clang
 # check); openai.cpp is compiled into the target for coverage. Seed corpus:
 # tests/fixtures/server/requests.
 find_package(nlohmann_json CONFIG REQUIRED)
 add_executable(fuzz_openai_request ${CMAKE_CURRENT_LIST_DIR}/fuzz_openai_request.cpp
-  ${PROJECT_SOURCE_DIR}/src/server/openai.cpp
+  ${PROJECT_SOURCE_DIR}/src/server/openai.cpp ${PROJECT_SOURCE_DIR}/src/server/anthropic.cpp
+  ${PROJECT_SOURCE_DIR}/src/server/responses.cpp ${PROJECT_SOURCE_DIR}/src/server/chat_output.cpp
+  ${PROJECT_SOURCE_DIR}/src/server/tool_calls.cpp
   # response_format / grammar compile here (400 on a refused schema)
   ${PROJECT_SOURCE_DIR}/src/engine/gbnf.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar_matcher.cpp
   ${PROJECT_SOURCE_DIR}/src/engine/json_schema.cpp ${PROJECT_SOURCE_DIR}/src/engine/json_schema_merge.cpp ${PROJECT_SOURCE_DIR}/src/engine/json_schema_text.cpp)

@@ -88,8 +88,11 @@ std::string ChatPrompt::render(const nlohmann::ordered_json& messages, bool add_
 }
 
 std::vector<int32_t> ChatPrompt::tokenize(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                                          const nlohmann::ordered_json& tools) const {
-  const std::string text = render(messages, add_generation_prompt, tools);
+                                          const nlohmann::ordered_json& tools, std::string* rendered,
+                                          const std::string& reply_prefix) const {
+  std::string text = render(messages, add_generation_prompt, tools);
+  if (rendered) *rendered = text;
+  text += reply_prefix;
   // Spans of the rendered text that are message content holding control-
   // token text. Contents appear in order; a template may trim them.
   const Specials& sp = *specials_;

@@ -40,8 +40,12 @@ class ChatPrompt {
   /// turns. Throws ChatTemplateError; raised() is true for what the messages
   /// caused (the template's step/output/nesting limits; content with
   /// control-token text that the template rewrote so it cannot be located).
+  /// `reply_prefix` is appended after the rendered text as template text
+  /// (control-token text in it is parsed), e.g. the opening of a tool call
+  /// the reply must make; `rendered`, when given, receives the text without it.
   std::vector<int32_t> tokenize(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                                const nlohmann::ordered_json& tools = nullptr) const;
+                                const nlohmann::ordered_json& tools = nullptr, std::string* rendered = nullptr,
+                                const std::string& reply_prefix = "") const;
 
   const ChatTemplate& chat_template() const { return tmpl_; }
 

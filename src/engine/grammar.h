@@ -109,7 +109,11 @@ class GrammarMatcher {
   /// from the current state alone (state ids change: only state() is valid).
   /// Returns true if it compacted.
   bool maybe_compact();
+  /// The memoized transitions, states x 256 (kUnknown: not computed yet;
+  /// step() fills it). Valid until the next step() that adds a state.
+  const uint32_t* transitions() const;
   static constexpr uint32_t kDead = 0xffffffffu;
+  static constexpr uint32_t kUnknown = 0xfffffffeu;
 
  private:
   struct Impl;

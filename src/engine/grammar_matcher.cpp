@@ -18,7 +18,7 @@ namespace kvad {
 
 namespace {
 constexpr uint32_t kNil = 0xffffffffu;
-constexpr uint32_t kUnknown = 0xfffffffeu;
+constexpr uint32_t kUnknown = GrammarMatcher::kUnknown;
 }  // namespace
 
 struct GrammarMatcher::Impl {
@@ -212,6 +212,7 @@ uint32_t GrammarMatcher::step(uint32_t s, uint8_t b) { return p_->step(s, b); }
 bool GrammarMatcher::state_accepting(uint32_t s) const { return p_->states[s].accept; }
 bool GrammarMatcher::state_empty(uint32_t s) const { return p_->states[s].stacks.empty(); }
 void GrammarMatcher::set_state(uint32_t s) { p_->cur = s; }
+const uint32_t* GrammarMatcher::transitions() const { return p_->trans.data(); }
 bool GrammarMatcher::maybe_compact() {
   if (p_->nodes.size() * 2 < p_->lim.max_nodes && p_->states.size() * 2 < p_->lim.max_states) return false;
   p_->compact();

@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <map>
+#include <numeric>
 #include <set>
 #include <stdexcept>
 #include <utility>
@@ -218,15 +219,46 @@ class Compiler {
     return members(ms, "", true);
   }
 
-  // Does the grammar of `expr` (rules so far) accept `v`'s compact text?
-  bool accepts(const std::string& expr, const oj& v, const std::string& path) {
+  // Which of `vals` (compact text) does the grammar of `expr` accept?
+  std::vector<bool> accepts(const std::string& expr, const oj& vals, const std::string& path) {
+    // Only the rules `expr` reaches: the grammar so far can be large.
     std::string text = "root ::= " + expr + "\n" + kBase + extra_;
-    for (auto& [name, body] : rules_) {
-      if (body.empty()) refuse("enum", path, "enum/const next to a recursive reference is not supported");
-      text += name + " ::= " + body + "\n";
+    std::set<std::string> seen;
+    std::vector<std::string> todo{expr};
+    while (!todo.empty()) {
+      const std::string body = std::move(todo.back());
+      todo.pop_back();
+      for (size_t i = 0; i < body.size();) {
+        const char c = body[i];
+        if (c == '"' || c == '[') {  // skip literals and classes
+          const char end = c == '"' ? '"' : ']';
+          size_t j = i + 1;
+          while (j < body.size() && body[j] != end) j += body[j] == '\\' ? 2 : 1;
+          i = j + 1;
+        } else if (std::isalpha(static_cast<unsigned char>(c))) {
+          size_t j = i;
+          while (j < body.size() && (std::isalnum(static_cast<unsigned char>(body[j])) || body[j] == '-' || body[j] == '_')) ++j;
+          const std::string name = body.substr(i, j - i);
+          auto it = index_.find(name);
+          if (it != index_.end() && seen.insert(name).second) {
+            const std::string& b = rules_[it->second].second;
+            if (b.empty()) refuse("enum", path, "enum/const next to a recursive reference is not supported");
+            text += name + " ::= " + b + "\n";
+            todo.push_back(b);
+          }
+          i = j;
+        } else {
+          ++i;
+        }
+      }
     }
     GrammarMatcher m(Grammar::parse(text));
-    return m.accept(v.dump()) && m.accepting();
+    std::vector<bool> out;
+    for (const oj& v : vals) {
+      m.reset();
+      out.push_back(m.accept(v.dump()) && m.accepting());
+    }
+    return out;
   }
 
   std::string gen_values(const oj& s, const std::string& path, int depth) {
@@ -246,13 +278,34 @@ class Compiler {
     oj rest = s;
     rest.erase("enum");
     rest.erase("const");
-    bool constrained = false;
-    for (auto& [k, v] : rest.items()) if (!kIgnored.count(k)) constrained = true;
-    std::string rest_expr;
-    if (constrained) rest_expr = gen(rest, path, depth + 1);
+    bool constrained = false, type_only = true;
+    for (auto& [k, v] : rest.items())
+      if (!kIgnored.count(k)) { constrained = true; type_only &= k == "type"; }
     std::vector<std::string> alts;
-    for (auto& v : vals)
-      if (!constrained || (rest_expr != kNever && accepts(rest_expr, v, path))) alts.push_back(lit_value(v));
+    if (constrained && type_only) {
+      // The common {"type": ..., "enum": [...]}: filtered by the values'
+      // types, without building a grammar per value.
+      std::set<std::string> types;
+      const oj& t = rest["type"];
+      if (t.is_string()) types.insert(t.get<std::string>());
+      else if (t.is_array()) for (auto& x : t) if (x.is_string()) types.insert(x.get<std::string>());
+      for (auto& x : types) if (!kTypes.count(x)) refuse("type", path, "unknown type " + oj(x).dump());
+      for (auto& v : vals) {
+        const bool ok = v.is_null() ? types.count("null") : v.is_boolean() ? types.count("boolean")
+                      : v.is_string() ? types.count("string") : v.is_array() ? types.count("array")
+                      : v.is_object() ? types.count("object")
+                      : (types.count("number") || (types.count("integer") && is_int_value(v)));
+        if (ok) alts.push_back(lit_value(v));
+      }
+      return rule("enum", alt(alts));
+    }
+    std::vector<bool> keep(vals.size(), true);
+    if (constrained) {
+      const std::string rest_expr = gen(rest, path, depth + 1);
+      keep = rest_expr == kNever ? std::vector<bool>(vals.size(), false) : accepts(rest_expr, vals, path);
+    }
+    for (size_t i = 0; i < vals.size(); ++i)
+      if (keep[i]) alts.push_back(lit_value(vals[i]));
     return rule("enum", alt(alts));
   }
 
@@ -318,21 +371,38 @@ class Compiler {
     if (s.contains("multipleOf")) {
       const oj& m = s["multipleOf"];
       if (!m.is_number() || !(m.get<double>() > 0)) refuse("multipleOf", path, "must be a number > 0");
-      const double k = m.get<double>();
-      const double inv = 1.0 / k;
-      if (integer && !is_int_value(m) && std::fabs(inv - std::round(inv)) < 1e-9) {
-        // every integer is a multiple of 1/n
-      } else {
-        if (!is_int_value(m)) refuse("multipleOf", path, "only integer divisors are supported");
-        if (bounded) refuse("multipleOf", path, "multipleOf together with bounds is not supported");
-        if (k > 1000) refuse("multipleOf", path, "divisors over 1000 are not supported");
-        const uint32_t ki = static_cast<uint32_t>(k);
-        if (ki == 1) return "integer";
-        const std::string defs = schema_text::multiple_of(ki);
+      if (bounded) refuse("multipleOf", path, "multipleOf together with bounds is not supported");
+      const double inv = 1.0 / m.get<double>();
+      if (integer && !is_int_value(m) && std::fabs(inv - std::round(inv)) < 1e-9) return "integer";  // 1/n divides all
+      // k = K / 10^d from its decimal text.
+      const std::string t = m.dump();
+      if (t.find_first_of("eE") != std::string::npos) refuse("multipleOf", path, "divisors written with an exponent are not supported");
+      const size_t dot = t.find('.');
+      std::string frac = dot == std::string::npos ? "" : t.substr(dot + 1);
+      while (!frac.empty() && frac.back() == '0') frac.pop_back();
+      const std::string digits = t.substr(0, dot) + frac;
+      const uint32_t d = static_cast<uint32_t>(frac.size());
+      const size_t nz = digits.find_first_not_of('0');
+      if (nz == std::string::npos || digits.size() - nz > 4 || std::stoul(digits.substr(nz)) > 1000)
+        refuse("multipleOf", path, "divisors over 1000 (in units of their last decimal) are not supported");
+      uint32_t K = static_cast<uint32_t>(std::stoul(digits.substr(nz)));
+      if (integer || d == 0) {
+        // x integer: x = n K / 10^d  <=>  K / gcd(K, 10^d) divides x.
+        uint64_t p = 1;
+        for (uint32_t j = 0; j < d && p <= 1000000; ++j) p *= 10;
+        K = static_cast<uint32_t>(K / std::gcd<uint64_t>(K, p));
+        if (K == 1) return "integer";
+        const std::string defs = schema_text::multiple_of(K);
         const size_t nl = defs.find('\n');
-        if (!mods_.count(ki)) { mods_.insert(ki); extra_ += defs.substr(nl + 1); }
+        if (!mods_.count(K)) { mods_.insert(K); extra_ += defs.substr(nl + 1); }
         return rule("mult", defs.substr(0, nl) + " ( \".\" \"0\"+ )?");
       }
+      if (static_cast<uint64_t>(K) * (d + 1) > 4000) refuse("multipleOf", path, "a divisor with that many decimals is not supported");
+      const std::string defs = schema_text::decimal_multiple_of(K, d);
+      const size_t nl = defs.find('\n');
+      const uint32_t key = 100000 + K * 10 + d;
+      if (!mods_.count(key)) { mods_.insert(key); extra_ += defs.substr(nl + 1); }
+      return rule("mult", defs.substr(0, nl));
     }
     if (!bounded) return integer ? "integer" : "number";
     std::optional<double> lo, hi;
@@ -354,24 +424,19 @@ class Compiler {
     if (hi) ihi = static_cast<int64_t>(hi_ex ? std::ceil(*hi) - 1 : std::floor(*hi));
     const std::string ints = (ilo && ihi && *ilo > *ihi) ? std::string(kNever) : schema_text::int_range(ilo, ihi) + " ( \".\" \"0\"+ )?";
     if (integer) return rule("int", ints);
-    for (auto [v, kw] : {std::pair{lo, lo_ex ? "exclusiveMinimum" : "minimum"}, std::pair{hi, hi_ex ? "exclusiveMaximum" : "maximum"}})
-      if (v && std::floor(*v) != *v) refuse(kw, path, "non-integer bounds on numbers are not supported");
-    // x = I + f or -(I + f), 0 < f < 1 (f written without an exponent): for an
-    // integer bound L, I + f >= L  <=>  I >= L, and -(I + f) >= L  <=>  I <= -L - 1
-    // (the same for > and <, since f is neither 0 nor 1).
-    const std::string frac = "\".\" \"0\"* [1-9] [0-9]*";
-    std::vector<std::string> alts{ints};
-    {
-      const uint64_t a = lo && *lo > 0 ? static_cast<uint64_t>(*lo) : 0;
-      if (!hi || *hi - 1 >= static_cast<double>(a))
-        alts.push_back(schema_text::nonneg_range(a, hi ? std::optional<uint64_t>(static_cast<uint64_t>(*hi - 1)) : std::nullopt) + " " + frac);
+    // Decimal bounds: compared digit by digit (json_schema_text.h).
+    const char* lo_kw = lo_ex ? "exclusiveMinimum" : "minimum";
+    const char* hi_kw = hi_ex ? "exclusiveMaximum" : "maximum";
+    std::optional<std::string> lo_t, hi_t;
+    if (lo) lo_t = s[lo_kw].dump();
+    if (hi) hi_t = s[hi_kw].dump();
+    std::string body;
+    try {
+      body = schema_text::decimal_range(lo_t, lo_ex, hi_t, hi_ex);
+    } catch (const std::invalid_argument& e) {
+      refuse(lo_t && lo_t->find_first_of("eE") != std::string::npos ? lo_kw : hi_kw, path, e.what());
     }
-    {
-      const uint64_t a = hi && *hi < 0 ? static_cast<uint64_t>(-*hi) : 0;
-      if (!lo || -*lo - 1 >= static_cast<double>(a))
-        alts.push_back("\"-\" " + schema_text::nonneg_range(a, lo ? std::optional<uint64_t>(static_cast<uint64_t>(-*lo - 1)) : std::nullopt) + " " + frac);
-    }
-    return rule("num", alt(alts));
+    return rule("num", body);
   }
 
   std::string gen_array(const oj& s, const std::string& path, int depth) {
@@ -432,6 +497,8 @@ class Compiler {
   std::string key_except(const std::vector<std::string>& names, const std::string& path) {
     std::vector<std::vector<std::string>> chars;  // each name as UTF-8 characters
     for (auto& n : names) {
+      if (n.size() > 256)
+        refuse("additionalProperties", path, "property names over 256 bytes next to additional properties are not supported");
       std::vector<std::string> cs;
       for (size_t i = 0; i < n.size();) {
         const uint8_t c = static_cast<uint8_t>(n[i]);

@@ -30,7 +30,19 @@ std::string int_range(std::optional<int64_t> lo, std::optional<int64_t> hi);
 /// GBNF for non-negative decimal integers in [lo, hi] (hi nullopt: open).
 std::string nonneg_range(uint64_t lo, std::optional<uint64_t> hi);
 
+/// GBNF for JSON numbers without an exponent in the range from `lo` to
+/// `hi` (decimal text as JSON writes it, e.g. "-2.0001"; nullopt: open;
+/// `*_ex`: exclusive). Throws std::invalid_argument for a bound with an
+/// exponent or 18 or more integer digits.
+std::string decimal_range(const std::optional<std::string>& lo, bool lo_ex, const std::optional<std::string>& hi,
+                          bool hi_ex);
+
 /// GBNF for decimal integers divisible by k (2 <= k <= 1000), optional sign.
 std::string multiple_of(uint32_t k);
+
+/// GBNF for JSON numbers without an exponent that are multiples of
+/// K / 10^d (K <= 1000, K * (d + 1) <= 4000), optional sign; the expression,
+/// then '\n' and the rule definitions it uses (names "dmodKeD-...").
+std::string decimal_multiple_of(uint32_t K, uint32_t d);
 
 }  // namespace kvad::schema_text

@@ -44,7 +44,13 @@ std::string StopText::push(const std::string& text) {
   if (stops_.empty()) return std::exchange(text_, std::string());
   // The earliest stop string wins (the text before it is what is returned).
   size_t first = std::string::npos;
-  for (const auto& s : stops_) first = std::min(first, text_.find(s));
+  for (const auto& s : stops_) {
+    const size_t at = text_.find(s);
+    if (at < first) {
+      first = at;
+      matched_ = s;
+    }
+  }
   if (first != std::string::npos) {
     stopped_ = true;
     std::string out = text_.substr(0, first);
@@ -87,6 +93,7 @@ std::optional<GenEvent> Job::wait(std::chrono::milliseconds timeout) {
     ev.done = e.done;
     ev.finish_reason = std::move(e.finish_reason);
     ev.error = std::move(e.error);
+    ev.stop_sequence = std::move(e.stop_sequence);
     ev.usage = e.usage;
     events_.pop_front();
   }
@@ -283,7 +290,7 @@ void Scheduler::admit(Slot& slot, std::shared_ptr<Job> job) {
   slot.pending = -1;
   slot.sampler.emplace(job->params_.sampling);
   for (int32_t t : prompt) slot.sampler->accept(t);
-  slot.dec = std::make_unique<StreamDecoder>(*tok_);
+  slot.dec = std::make_unique<StreamDecoder>(*tok_, job->params_.special_text);
   slot.stop.emplace(job->params_.stop);
   slot.grammar.reset();
   if (job->params_.grammar) {
@@ -314,6 +321,7 @@ void Scheduler::finish(Slot& slot, const std::string& reason, const std::string&
   ev.done = true;
   ev.finish_reason = reason;
   ev.error = error;
+  if (slot.stop && slot.stop->stopped()) ev.stop_sequence = slot.stop->matched();
   slot.usage.total_s = seconds_since(slot.job->submitted_);
   ev.usage = slot.usage;
   std::shared_ptr<Job> job = std::move(slot.job);

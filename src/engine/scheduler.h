@@ -64,11 +64,14 @@ class StopText {
   /// The text held back (at the end of generation, when no stop can follow).
   std::string flush();
   bool stopped() const { return stopped_; }
+  /// The stop string that stopped it ("" until stopped()).
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string text_;     ///< generated text not yet emitted
   bool stopped_ = false;
+  std::string matched_;
 };
 
 /// What one request asks for.
@@ -86,6 +89,10 @@ struct GenParams {
   /// end-of-generation is allowed only when the text is a whole sentence, and
   /// generation ends ("stop") once no byte can follow. Null: unconstrained.
   std::shared_ptr<const Grammar> grammar;
+  /// Control tokens' text is part of the output (tool-call markers that are
+  /// special tokens, e.g. <|python_tag|>); end-of-generation tokens still
+  /// end it unseen.
+  bool special_text = false;
   /// -1: no logprobs; otherwise each sampled token's log-probability and
   /// its `logprobs` most likely alternatives (0..20) come with the events
   /// (Sampler::logprob: after logit bias and penalties).
@@ -118,6 +125,7 @@ struct GenEvent {
   /// (max_tokens or the context is full), "cancelled", or "error".
   std::string finish_reason;
   std::string error;   ///< message when finish_reason == "error"
+  std::string stop_sequence;  ///< when done with "stop" because of a stop string: that string
   GenUsage usage;      ///< counts so far; final when done
   /// With GenParams::logprobs >= 0: the tokens sampled since the last event,
   /// in order (their text may still be held back by a stop string or an

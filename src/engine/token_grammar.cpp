@@ -85,9 +85,17 @@ void TokenGrammar::mask(std::vector<uint8_t>& allowed) {
   path_[0] = s0;
   const auto& nodes = trie_->nodes();
   const auto& ids = trie_->ids();
+  // The memoized table is read inline; a miss computes the transition
+  // (which may grow the table, so the pointer is fetched again).
+  const uint32_t* trans = m_.transitions();
   for (size_t i = 0; i < nodes.size();) {
     const TokenTrie::Node& n = nodes[i];
-    const uint32_t t = m_.step(path_[n.depth - 1], n.byte);
+    const uint32_t from = path_[n.depth - 1];
+    uint32_t t = trans[size_t{from} * 256 + n.byte];
+    if (t == GrammarMatcher::kUnknown) {
+      t = m_.step(from, n.byte);
+      trans = m_.transitions();
+    }
     if (t == GrammarMatcher::kDead) { i = n.end; continue; }
     path_[n.depth] = t;
     for (uint32_t k = n.tok_begin; k < n.tok_end; ++k) allowed[static_cast<size_t>(ids[k])] = 1;

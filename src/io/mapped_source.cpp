@@ -1,6 +1,8 @@
 #include "io/mapped_source.h"
 
 #include <cstring>
+#include <algorithm>
+#include <deque>
 #include <memory>
 
 #include "base/error.h"
@@ -12,26 +14,54 @@ namespace {
 class MappedSource final : public TensorSource, public std::enable_shared_from_this<MappedSource> {
  public:
   MappedSource(std::shared_ptr<const TensorSource> base, const std::vector<TensorRename>& rules, Metadata md,
-               const std::vector<std::string>& ignored)
+               const std::vector<std::string>& ignored, std::vector<SyntheticTensor> synthetic)
       : base_(std::move(base)), md_(std::move(md)) {
     std::map<std::string, int, std::less<>> used;
     for (const std::string& n : ignored) used[n] = 1;
-    owned_.reserve(rules.size());  // pointers into owned_ stay valid
+    owned_.reserve(rules.size() + synthetic.size());  // pointers into owned_ stay valid
+    std::map<std::string, std::vector<std::pair<int64_t, const SourceTensor*>>> stacks;
     for (const TensorRename& r : rules) {
       const SourceTensor* b = base_->find(r.base);
       if (!b) throw Error(base_->path() + ": missing tensor " + r.base + " (for " + r.name + ")");
       if (used.count(r.base) && used[r.base] == 2) throw Error(base_->path() + ": tensor " + r.base + " named twice");
       used[r.base] = 2;
+      if (r.part >= 0) {
+        if (r.transform != TensorTransform::None) throw Error(base_->path() + ": " + r.base + ": stacked and transformed");
+        stacks[r.name].emplace_back(r.part, b);
+        continue;
+      }
       SourceTensor t = *b;
       t.name = r.name;
-      if (r.transform != TensorTransform::None) t = to_f32(*b, r);
+      if (r.transform == TensorTransform::Transpose) t = transpose(*b, r);
+      else if (r.transform != TensorTransform::None) t = to_f32(*b, r);
       tensors_.push_back(std::move(t));
     }
+    for (auto& [name, parts] : stacks) tensors_.push_back(stack(name, parts));
     for (const SourceTensor& b : base_->tensors())
       if (!used.count(b.name))
         throw Error(base_->path() + ": tensor " + b.name + " is not used by architecture " +
                     get_string("general.architecture", "?"));
-    for (size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
+    for (SyntheticTensor& s : synthetic) {
+      const int64_t n = s.ne[0] * s.ne[1] * s.ne[2] * s.ne[3];
+      if (n != static_cast<int64_t>(s.data.size()))
+        throw Error(base_->path() + ": synthetic tensor " + s.name + " has " + std::to_string(s.data.size()) +
+                    " values for " + std::to_string(n) + " elements");
+      std::vector<float>& v = owned_.emplace_back(std::move(s.data));
+      SourceTensor t;
+      t.name = s.name;
+      t.type = DType::F32;
+      t.ne = s.ne;
+      t.n_dims = s.n_dims;
+      t.data = v.data();
+      t.n_bytes = v.size() * sizeof(float);
+      t.origin = base_->path() + " (config.json)";
+      t.stored_dtype = "F32";
+      for (int d = t.n_dims - 1; d >= 0; --d) t.shape.push_back(t.ne[d]);
+      tensors_.push_back(std::move(t));
+    }
+    for (size_t i = 0; i < tensors_.size(); ++i)
+      if (!index_.emplace(tensors_[i].name, i).second)
+        throw Error(base_->path() + ": tensor " + tensors_[i].name + " named twice");
   }
 
   const std::string& path() const override { return base_->path(); }
@@ -91,8 +121,52 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     return t;
   }
 
+  // Parts 0..n-1 of one name, each [ne0, ne1] of one format, as [n, ne1, ne0].
+  SourceTensor stack(const std::string& name, std::vector<std::pair<int64_t, const SourceTensor*>>& parts) {
+    std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    const SourceTensor& p0 = *parts[0].second;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const SourceTensor& p = *parts[i].second;
+      if (parts[i].first != static_cast<int64_t>(i))
+        throw Error(base_->path() + ": " + name + ": part " + std::to_string(i) + " is missing (have " +
+                    std::to_string(parts[i].first) + ")");
+      if (p.type != p0.type || p.ne != p0.ne || p.n_dims > 2)
+        throw Error(base_->path() + ": " + p.name + " differs in shape or format from " + p0.name + " (stacked as " +
+                    name + ")");
+    }
+    std::vector<uint8_t>& v = owned_bytes_.emplace_back(p0.n_bytes * parts.size());
+    for (size_t i = 0; i < parts.size(); ++i) std::memcpy(&v[i * p0.n_bytes], parts[i].second->data, p0.n_bytes);
+    SourceTensor t = p0;
+    t.name = name;
+    t.ne = {p0.ne[0], p0.ne[1], static_cast<int64_t>(parts.size()), 1};
+    t.n_dims = 3;
+    t.shape = {t.ne[2], t.ne[1], t.ne[0]};
+    t.data = v.data();
+    t.n_bytes = v.size();
+    return t;
+  }
+
+  SourceTensor transpose(const SourceTensor& b, const TensorRename& r) {
+    const size_t es = b.type == DType::F32 ? 4 : b.type == DType::F16 || b.type == DType::BF16 ? 2 : 0;
+    if (!es || b.n_dims != 2)
+      throw Error(base_->path() + ": tensor " + b.name + " (" + dtype_name(b.type) + ", " + std::to_string(b.n_dims) +
+                  " dims) cannot be transposed; kvad transposes 2-D f32, f16 and bf16");
+    const int64_t c = b.ne[0], rws = b.ne[1];
+    std::vector<uint8_t>& v = owned_bytes_.emplace_back(static_cast<size_t>(c * rws) * es);
+    const auto* src = static_cast<const uint8_t*>(b.data);
+    for (int64_t i = 0; i < rws; ++i)
+      for (int64_t j = 0; j < c; ++j) std::memcpy(&v[(j * rws + i) * es], &src[(i * c + j) * es], es);
+    SourceTensor t = b;
+    t.name = r.name;
+    t.ne = {rws, c, 1, 1};
+    t.shape = {c, rws};
+    t.data = v.data();
+    return t;
+  }
+
   std::shared_ptr<const TensorSource> base_;
   Metadata md_;
+  std::deque<std::vector<uint8_t>> owned_bytes_;  // transposed copies (a deque: pointers stay valid)
   std::vector<std::vector<float>> owned_;  // reserved up front: pointers into it stay valid
   std::vector<SourceTensor> tensors_;
   std::map<std::string, size_t, std::less<>> index_;
@@ -102,8 +176,9 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
 
 std::shared_ptr<const TensorSource> mapped_source(std::shared_ptr<const TensorSource> base,
                                                   const std::vector<TensorRename>& rules, Metadata metadata,
-                                                  const std::vector<std::string>& ignored) {
-  return std::make_shared<MappedSource>(std::move(base), rules, std::move(metadata), ignored);
+                                                  const std::vector<std::string>& ignored,
+                                                  std::vector<SyntheticTensor> synthetic) {
+  return std::make_shared<MappedSource>(std::move(base), rules, std::move(metadata), ignored, std::move(synthetic));
 }
 
 const Metadata* mapped_metadata(const TensorSource& s) {

@@ -4,6 +4,7 @@
 // kvad's one naming, GGUF's (`blk.0.attn_q.weight`, `llama.embedding_length`),
 // so that architectures load it exactly as they load a GGUF.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -20,6 +21,10 @@ enum class TensorTransform {
   None,          ///< as stored, zero-copy
   ToF32,         ///< converted to f32 (norm weights stored in bf16/f16)
   ToF32PlusOne,  ///< converted to f32, plus 1 (Gemma's RMSNorm x̂·(1 + w), stored as w + 1 in GGUF)
+  /// A 2-D matrix with its dims swapped, copied once into memory the view
+  /// owns (HF GPT-2's Conv1D stores [n_in, n_out]; GGUF wants n_out rows
+  /// of n_in). f32, f16 and bf16 only.
+  Transpose,
 };
 
 /// One tensor of the view: GGUF name → the base source's tensor.
@@ -27,20 +32,40 @@ struct TensorRename {
   std::string name;      ///< kvad's (GGUF) name
   std::string base;      ///< the tensor's name in the base source
   TensorTransform transform = TensorTransform::None;
+  /// >= 0: `base` is slice `part` of `name`, a stack of equally shaped
+  /// tensors along a new outermost dim (HF's per-expert matrices
+  /// model.layers.N.mlp.experts.E.gate_proj → GGUF's 3-D ffn_gate_exps).
+  /// The parts must be 0..n-1; the stack is copied once into memory the view
+  /// owns. Only with TensorTransform::None.
+  int64_t part = -1;
 };
 
 /// Metadata of the view, by GGUF key: an integer, a float or a string.
 using MetadataValue = std::variant<int64_t, double, std::string>;
 using Metadata = std::map<std::string, MetadataValue, std::less<>>;
 
+/// A tensor the view makes itself from settings rather than from the base's
+/// bytes (an HF checkpoint's rope scaling from config.json: Llama 3's
+/// rope_freqs.weight, LongRoPE's rope_factors_short/long.weight, as
+/// llama.cpp's converter writes them). f32; ne in ggml order.
+struct SyntheticTensor {
+  std::string name;
+  std::array<int64_t, 4> ne{1, 1, 1, 1};
+  int n_dims = 1;
+  std::vector<float> data;  ///< ne[0]·ne[1]·ne[2]·ne[3] values
+};
+
 /// The view. Every tensor of `base` must be named by a rule or listed in
 /// `ignored` (tensors an architecture knows it does not need, e.g. rotary
 /// caches some checkpoints store); otherwise kvad::Error names it (the
 /// unread-tensor guard, seam 7). Throws kvad::Error when a rule names a tensor
 /// the base lacks, or a transform meets a format it cannot convert.
+/// `synthetic` tensors are added after the renamed ones (a name given twice
+/// is an error).
 std::shared_ptr<const TensorSource> mapped_source(std::shared_ptr<const TensorSource> base,
                                                   const std::vector<TensorRename>& rules, Metadata metadata,
-                                                  const std::vector<std::string>& ignored = {});
+                                                  const std::vector<std::string>& ignored = {},
+                                                  std::vector<SyntheticTensor> synthetic = {});
 
 /// The metadata of a view made by mapped_source (nullptr for other sources),
 /// for writers that carry it into a GGUF (the quantize-once cache).

@@ -56,6 +56,34 @@ AttentionWeights load_attention_weights(WeightLoader& wl, const std::string& p, 
   return w;
 }
 
+AttentionWeights load_fused_attention_weights(WeightLoader& wl, const std::string& p, int64_t E, int64_t q_dim,
+                                              int64_t kv_dim) {
+  AttentionWeights w;
+  const int64_t n = q_dim + 2 * kv_dim;
+  w.norm = wl.get(p + "attn_norm.weight", {E});
+  w.norm_b = wl.get_optional(p + "attn_norm.bias", {E});
+  const Tensor qkv = wl.get(p + "attn_qkv.weight", {E, n});
+  w.wq = qkv.rows(0, q_dim);
+  w.wk = qkv.rows(q_dim, q_dim + kv_dim);
+  w.wv = qkv.rows(q_dim + kv_dim, n);
+  const Tensor b = wl.get_optional(p + "attn_qkv.bias", {n});
+  require_f32(wl.path(), {&w.norm, &w.norm_b, &b});
+  if (b) {
+    const Tensor rows = b.view({1, n, 1, 1});  // one value per row, to cut q | k | v
+    w.bq = rows.rows(0, q_dim).view({q_dim, 1, 1, 1});
+    w.bk = rows.rows(q_dim, q_dim + kv_dim).view({kv_dim, 1, 1, 1});
+    w.bv = rows.rows(q_dim + kv_dim, n).view({kv_dim, 1, 1, 1});
+  }
+  w.wo = wl.get(p + "attn_output.weight", {q_dim, E});
+  w.bo = wl.get_optional(p + "attn_output.bias", {E});
+  require_f32(wl.path(), {&w.bo});
+  return w;
+}
+
+Tensor pre_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps) {
+  return b ? ops::layer_norm(x, w, b, eps) : ops::rms_norm(x, w, eps);
+}
+
 MlpWeights load_mlp_weights(WeightLoader& wl, const std::string& p, int64_t E, int64_t F) {
   MlpWeights w;
   w.norm = wl.get(p + "ffn_norm.weight", {E});
@@ -66,10 +94,43 @@ MlpWeights load_mlp_weights(WeightLoader& wl, const std::string& p, int64_t E, i
   return w;
 }
 
+MlpWeights load_fused_mlp_weights(WeightLoader& wl, const std::string& p, int64_t E, int64_t F) {
+  MlpWeights w;
+  w.norm = wl.get(p + "ffn_norm.weight", {E});
+  const Tensor gate_up = wl.get(p + "ffn_up.weight", {E, 2 * F});
+  w.gate = gate_up.rows(0, F);
+  w.up = gate_up.rows(F, 2 * F);
+  w.down = wl.get(p + "ffn_down.weight", {F, E});
+  require_f32(wl.path(), {&w.norm});
+  return w;
+}
+
+MoeWeights load_moe_weights(WeightLoader& wl, const std::string& p, int64_t E, int64_t F, int64_t n_exp) {
+  MoeWeights w;
+  w.norm = wl.get(p + "ffn_norm.weight", {E});
+  w.gate_inp = wl.get(p + "ffn_gate_inp.weight", {E, n_exp});
+  w.gate_exps = wl.get(p + "ffn_gate_exps.weight", {E, F, n_exp});
+  w.up_exps = wl.get(p + "ffn_up_exps.weight", {E, F, n_exp});
+  w.down_exps = wl.get(p + "ffn_down_exps.weight", {F, E, n_exp});
+  require_f32(wl.path(), {&w.norm});
+  return w;
+}
+
+Tensor moe_ffn(const MoeWeights& w, const MoeParams& p, const Tensor& x) {
+  const int64_t n = x.ne[1], E = x.ne[0];
+  const Tensor h = ops::rms_norm(x, w.norm, p.norm_eps);                        // [n, E]
+  const ops::MoeRoute r = ops::moe_route(ops::matmul(h, w.gate_inp), p.n_expert_used, p.norm_topk);
+  const Tensor hx = h.view({E, 1, n, 1});                                        // every slot reads its token's row
+  const Tensor g = ops::matmul_id(hx, w.gate_exps, r.ids);                       // [n, k, F]
+  const Tensor u = ops::matmul_id(hx, w.up_exps, r.ids);                         // [n, k, F]
+  const Tensor a = p.act == Activation::SiLU ? ops::swiglu(g, u) : ops::geglu(g, u);
+  return ops::moe_sum(ops::matmul_id(a, w.down_exps, r.ids), r.weights);       // [n, E]
+}
+
 Tensor attention_block(const AttentionWeights& w, const AttentionParams& p, KVLayer& cache, const BatchIds& b,
                        const Tensor& x) {
   const int64_t n = b.n, D = p.head_dim, H = p.n_head, Hkv = p.n_head_kv;
-  const Tensor h = ops::rms_norm(x, w.norm, p.norm_eps);
+  const Tensor h = pre_norm(x, w.norm, w.norm_b, p.norm_eps);
   std::vector<Tensor> qkv = ops::matmul_multi(h, {&w.wq, &w.wk, &w.wv});
   Tensor q = w.bq ? ops::add(qkv[0], w.bq) : qkv[0];
   Tensor k = w.bk ? ops::add(qkv[1], w.bk) : qkv[1];
@@ -78,12 +139,14 @@ Tensor attention_block(const AttentionWeights& w, const AttentionParams& p, KVLa
   k = k.view({D, Hkv, n, 1});
   if (w.q_norm) q = ops::rms_norm(q, w.q_norm, p.norm_eps);
   if (w.k_norm) k = ops::rms_norm(k, w.k_norm, p.norm_eps);
-  q = ops::rope(q, b.pos, p.rope);
-  k = ops::rope(k, b.pos, p.rope);
+  if (p.rope.n_rot > 0) {
+    q = ops::rope(q, b.pos, p.rope);
+    k = ops::rope(k, b.pos, p.rope);
+  }
   ops::kv_store(cache.k, k, b.seq, b.pos, cache.slots);
   ops::kv_store(cache.v, v, b.seq, b.pos, cache.slots);
   const Tensor a = ops::attention(q, cache.k, cache.v, b.seq, b.pos, {p.scale, p.sliding_window, cache.slots});
-  return ops::matmul(a.view({H * D, n, 1, 1}), w.wo);
+  return ops::matmul(a.view({H * D, n, 1, 1}), w.wo, w.bo ? &w.bo : nullptr);
 }
 
 Tensor gated_mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x) {
@@ -93,12 +156,19 @@ Tensor gated_mlp(const MlpWeights& w, Activation act, float norm_eps, const Tens
   return ops::matmul(a, w.down);
 }
 
+Tensor mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x) {
+  const Tensor h = pre_norm(x, w.norm, w.norm_b, norm_eps);
+  const Tensor u = ops::matmul(h, w.up, w.up_b ? &w.up_b : nullptr);
+  const Tensor a = act == Activation::SiLU ? ops::silu(u) : ops::gelu(u);
+  return ops::matmul(a, w.down, w.down_b ? &w.down_b : nullptr);
+}
+
 void decoder_logits(const Tensor& x, const BatchIds& b, const Tensor& norm, float eps, const Tensor& head,
-                    float* logits) {
+                    float* logits, const Tensor& norm_b) {
   if (b.n_out == 0) return;
   // out lists ascending, distinct rows: n_out == n means every row.
   const Tensor rows = b.n_out == b.n ? x : ops::get_rows(x, b.out);
-  ops::to_host(ops::matmul(ops::rms_norm(rows, norm, eps), head), logits);
+  ops::to_host(ops::matmul(pre_norm(rows, norm, norm_b, eps), head), logits);
 }
 
 }  // namespace kvad

@@ -31,11 +31,14 @@ void require_f32(const std::string& file, std::initializer_list<const Tensor*> t
 /// wq: [n_embd → n_head·head_dim]; wk, wv: [n_embd → n_head_kv·head_dim];
 /// wo: [n_head·head_dim → n_embd]; q_norm, k_norm: optional per-head RMSNorm
 /// weights [head_dim] f32 (Gemma 3, Qwen3, OLMo 2); bq, bk, bv: optional
-/// projection biases (Qwen2). Empty tensors are absent.
+/// projection biases (Qwen2, GPT-2); bo: optional output bias [n_embd] (GPT-2);
+/// norm_b: the pre-norm's bias [n_embd] — when present the pre-norm is
+/// LayerNorm (GPT-2), else RMSNorm. Empty tensors are absent.
 struct AttentionWeights {
   Tensor norm, wq, wk, wv, wo;
   Tensor q_norm, k_norm;
   Tensor bq, bk, bv;
+  Tensor bo, norm_b;
 };
 
 class WeightLoader;
@@ -48,10 +51,17 @@ class WeightLoader;
 AttentionWeights load_attention_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t q_dim,
                                         int64_t kv_dim, int64_t head_dim);
 
+/// The same for a fused projection, as llama.cpp names it for GPT-2 and
+/// Phi-3: attn_qkv [n_embd → q_dim + 2·kv_dim] (and its optional bias),
+/// whose rows q | k | v become wq, wk, wv as views (no copy); attn_norm and
+/// its optional bias (LayerNorm), attn_output and its optional bias.
+AttentionWeights load_fused_attention_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd,
+                                              int64_t q_dim, int64_t kv_dim);
+
 /// How one layer's attention is computed.
 struct AttentionParams {
   int64_t n_head = 0, n_head_kv = 0, head_dim = 0;
-  RopeParams rope;         ///< n_rot (<= head_dim), base, linear scaling, pairing
+  RopeParams rope;         ///< n_rot (<= head_dim; 0: no rotary, GPT-2), base, scaling, pairing
   float scale = 0;         ///< multiplies q·k (usually 1/sqrt(head_dim))
   float norm_eps = 1e-5f;  ///< eps of the pre-norm and the QK norms
   /// 0: full causal attention. W > 0: sliding window — the token at position
@@ -80,15 +90,21 @@ enum class Activation {
   GELU_tanh,  ///< GeGLU with the tanh approximation of GELU: Gemma
 };
 
-/// Weights of a gated MLP. norm: [n_embd] f32 (the pre-norm); gate, up:
-/// [n_embd → n_ff]; down: [n_ff → n_embd].
+/// Weights of an MLP. norm: [n_embd] f32 (the pre-norm; with norm_b [n_embd]
+/// it is LayerNorm, else RMSNorm); gate (absent for an ungated MLP), up:
+/// [n_embd → n_ff]; down: [n_ff → n_embd]; up_b [n_ff], down_b [n_embd]:
+/// optional biases (GPT-2).
 struct MlpWeights {
   Tensor norm, gate, up, down;
+  Tensor norm_b, up_b, down_b;
 };
 
 /// ffn_norm [n_embd], ffn_gate / ffn_up [n_embd → n_ff], ffn_down [n_ff → n_embd]
 /// of layer `prefix` ("blk.N."). Throws as WeightLoader::get.
 MlpWeights load_mlp_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff);
+/// The same with gate and up fused, as llama.cpp names Phi-3's: ffn_up
+/// [n_embd → 2·n_ff] whose rows gate | up become views (no copy).
+MlpWeights load_fused_mlp_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff);
 
 /// The gated feed-forward block of a pre-norm decoder layer:
 ///   n = RMSNorm(x) ⊙ norm;  out = Wdown · (act(Wgate·n) ⊙ Wup·n)
@@ -96,11 +112,51 @@ MlpWeights load_mlp_weights(WeightLoader& wl, const std::string& prefix, int64_t
 /// post-norm are the caller's. x: [n_tok, n_embd]; returns [n_tok, n_embd].
 Tensor gated_mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x);
 
+/// The ungated feed-forward block of GPT-2 (Radford et al. 2019) and BERT:
+///   n = LayerNorm(x) ⊙ norm + norm_b (RMSNorm without norm_b);
+///   out = Wdown · act(Wup·n + up_b) + down_b
+/// act is SiLU or tanh-GELU (GPT-2's gelu_new). x: [n_tok, n_embd]; returns
+/// [n_tok, n_embd].
+Tensor mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x);
+
+/// Weights of a sparse mixture-of-experts feed-forward block, names as
+/// llama.cpp's: ffn_norm [n_embd] f32; ffn_gate_inp, the router [n_embd →
+/// n_expert]; ffn_gate_exps / ffn_up_exps [n_expert, n_ff_exp, n_embd];
+/// ffn_down_exps [n_expert, n_embd, n_ff_exp].
+struct MoeWeights {
+  Tensor norm, gate_inp, gate_exps, up_exps, down_exps;
+};
+MoeWeights load_moe_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff_exp,
+                            int64_t n_expert);
+
+struct MoeParams {
+  int64_t n_expert_used = 0;  ///< k: experts per token ({arch}.expert_used_count, HF num_experts_per_tok)
+  bool norm_topk = true;      ///< divide the k weights by their sum (HF norm_topk_prob)
+  Activation act = Activation::SiLU;
+  float norm_eps = 1e-5f;
+};
+
+/// The sparse MoE feed-forward block (Shazeer et al. 2017; Qwen3-MoE,
+/// transformers' Qwen3MoeSparseMoeBlock; llama.cpp build_moe_ffn with
+/// softmax gating):
+///   n = RMSNorm(x) ⊙ norm;  p = softmax(Wrouter · n);  E_t = top-k experts of p_t
+///   w_t,e = p_t,e (/ Σ_{e'∈E_t} p_t,e' when norm_topk)
+///   out_t = Σ_{e∈E_t} w_t,e · Wdown_e · (act(Wgate_e · n_t) ⊙ Wup_e · n_t)
+/// Tokens are grouped by expert (ops::matmul_id), so each expert's weights are
+/// read once per batch, not once per token. x: [n_tok, n_embd]; returns
+/// [n_tok, n_embd].
+Tensor moe_ffn(const MoeWeights& w, const MoeParams& p, const Tensor& x);
+
+/// The pre-norm of a block: LayerNorm(x) ⊙ w + b when b is given, else
+/// RMSNorm(x) ⊙ w. x: [n_tok, n]; w, b: [n] f32.
+Tensor pre_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps);
+
 /// The head of a decoder: only the rows b.out asks for go through the final
 /// RMSNorm (⊙ norm) and the output matrix; their logits [b.n_out, n_vocab]
 /// are copied to host memory `logits` (the one device → host transfer of a
 /// forward call).
+/// norm_b (optional): the final norm is LayerNorm with that bias (GPT-2).
 void decoder_logits(const Tensor& x, const BatchIds& b, const Tensor& norm, float eps, const Tensor& head,
-                    float* logits);
+                    float* logits, const Tensor& norm_b = Tensor{});
 
 }  // namespace kvad

@@ -9,6 +9,7 @@
 #include "io/safetensors.h"
 #include "io/tensor_source.h"
 #include "model/registry.h"
+#include "model/rope.h"
 
 namespace kvad {
 
@@ -46,7 +47,8 @@ bool config_bool(const json& cfg, const char* key, bool def) {
   return cfg[key].get<bool>();
 }
 
-void decoder_config(const std::string& a, const json& cfg, Metadata& md) {
+void decoder_config(const std::string& a, const json& cfg, HfConfig& out) {
+  Metadata& md = out.md;
   md["general.architecture"] = a;
   if (cfg.contains("_name_or_path") && cfg["_name_or_path"].is_string())
     md["general.name"] = cfg["_name_or_path"].get<std::string>();
@@ -57,6 +59,7 @@ void decoder_config(const std::string& a, const json& cfg, Metadata& md) {
   md[a + ".feed_forward_length"] = config_int(cfg, "intermediate_size");
   md[a + ".attention.head_count"] = n_head;
   md[a + ".attention.head_count_kv"] = config_int(cfg, "num_key_value_heads", n_head);
+  const int64_t head_dim = config_int(cfg, "head_dim", config_int(cfg, "hidden_size") / n_head);
   if (cfg.contains("head_dim") && !cfg["head_dim"].is_null()) {
     md[a + ".attention.key_length"] = config_int(cfg, "head_dim");
     md[a + ".attention.value_length"] = config_int(cfg, "head_dim");
@@ -72,13 +75,12 @@ void decoder_config(const std::string& a, const json& cfg, Metadata& md) {
     if (cfg.contains("rope_theta")) rope["rope_theta"] = cfg["rope_theta"];
   }
   md[a + ".rope.freq_base"] = config_float(rope, "rope_theta", 10000.0);
-  const std::string type = rope.value("rope_type", rope.value("type", std::string()));
-  if (type == "linear") {
-    md[a + ".rope.scaling.type"] = std::string("linear");
-    md[a + ".rope.scaling.factor"] = config_float(rope, "factor");
-  } else if (!type.empty() && type != "default") {
-    throw Error("config.json: rope type '" + type + "' is not supported yet (kvad reads default and linear)");
-  }
+  // Partial rotary (Phi-3/4, GPT-NeoX): the first head_dim · factor dims rotate.
+  const double partial = config_float(rope, "partial_rotary_factor", config_float(cfg, "partial_rotary_factor", 1.0));
+  if (!(partial > 0 && partial <= 1)) throw Error("config.json: partial_rotary_factor must be in (0, 1]");
+  const int64_t n_rot = static_cast<int64_t>(head_dim * partial);
+  if (n_rot != head_dim) md[a + ".rope.dimension_count"] = n_rot;
+  hf_rope_scaling(a, rope, cfg, n_rot, out);
 }
 
 double local_rope_base(const json& cfg, double def) {
@@ -181,9 +183,9 @@ std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir) {
   }
   if (!entry)
     throw Error(cfg_path.string() + ": model_type '" + model_type + "' is not supported (kvad reads: " + known + ")");
-  Metadata md;
+  HfConfig hc;
   try {
-    entry->hf->config(cfg, md);
+    entry->hf->config(cfg, hc);
   } catch (const Error& e) {
     throw Error(cfg_path.string() + ": " + e.what());
   }
@@ -198,10 +200,14 @@ std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir) {
     TensorRename r;
     if (!entry->hf->tensor(t.name, r))
       throw Error(raw->path() + ": tensor " + t.name + " is not read by architecture " + entry->name);
+    if (r.name.empty()) {
+      ignored.push_back(t.name);
+      continue;
+    }
     r.base = t.name;
     rules.push_back(std::move(r));
   }
-  return mapped_source(std::move(raw), rules, std::move(md), ignored);
+  return mapped_source(std::move(raw), rules, std::move(hc.md), ignored, std::move(hc.tensors));
 }
 
 }  // namespace kvad

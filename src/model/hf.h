@@ -17,14 +17,23 @@ namespace kvad {
 
 class TensorSource;
 
+/// What an architecture makes of a config.json: GGUF keys, and the tensors
+/// GGUF files carry but HF configs describe in numbers (rope scaling factors).
+struct HfConfig {
+  Metadata md;
+  std::vector<SyntheticTensor> tensors;
+};
+
 struct HfNames {
   std::vector<std::string> model_types;  ///< config.json "model_type" values this architecture reads
   /// Writes the GGUF keys of the checkpoint's config.json `cfg` into md
   /// ("{arch}.embedding_length" from "hidden_size", ...). Throws kvad::Error
   /// naming a missing or invalid field (config_int and friends do).
-  void (*config)(const nlohmann::json& cfg, Metadata& md) = nullptr;
+  void (*config)(const nlohmann::json& cfg, HfConfig& out) = nullptr;
   /// The GGUF name and transform of HF tensor `hf`; false for a name the
-  /// architecture does not know (which makes the load fail, naming it).
+  /// architecture does not know (which makes the load fail, naming it);
+  /// true with an empty out.name for a tensor it knows it does not need
+  /// (GPT-2's stored causal masks).
   bool (*tensor)(const std::string& hf, TensorRename& out) = nullptr;
   /// HF tensors the architecture knows it does not read (listed to
   /// mapped_source as ignored, so that they do not count as unread): BERT's
@@ -62,9 +71,12 @@ bool config_bool(const nlohmann::json& cfg, const char* key, bool def);
 /// head_count_kv (num_key_value_heads, default the heads),
 /// attention.key_length/value_length (head_dim, when given),
 /// attention.layer_norm_rms_epsilon (rms_norm_eps), rope.freq_base
-/// (rope_theta, or rope_parameters in transformers 5), linear rope scaling,
-/// and general.name (_name_or_path). Throws for another rope type.
-void decoder_config(const std::string& arch, const nlohmann::json& cfg, Metadata& md);
+/// (rope_theta, or rope_parameters in transformers 5), rope.dimension_count
+/// (head_dim · partial_rotary_factor), the rope scaling (model/rope.h: linear,
+/// llama3 as rope_freqs.weight, yarn, longrope as rope_factors_short/long.weight,
+/// with llama.cpp's keys), and general.name (_name_or_path). Throws for
+/// another rope type.
+void decoder_config(const std::string& arch, const nlohmann::json& cfg, HfConfig& out);
 
 /// The RoPE base of sliding-window layers: rope_parameters.sliding_attention
 /// (transformers 5) or rope_local_base_freq (4.x), else `def`.

@@ -13,7 +13,9 @@ namespace kvad {
 std::unique_ptr<Model> load_llama(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 std::unique_ptr<Model> load_gemma3(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 std::unique_ptr<Model> load_bert(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
-extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kGemma3HfNames, kBertHfNames;
+std::unique_ptr<Model> load_gpt2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
+extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kGemma3HfNames, kGpt2HfNames, kPhi3HfNames,
+    kQwen3MoeHfNames, kBertHfNames;
 
 const char* model_kind_name(ModelKind k) {
   switch (k) {
@@ -30,6 +32,10 @@ const std::vector<ArchEntry>& architectures() {
       {"qwen2", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kQwen2HfNames},
       {"qwen3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kQwen3HfNames},
       {"gemma3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gemma3, &kGemma3HfNames},
+      // MoE's ops (moe_route, matmul_id, moe_sum) have no CUDA row yet.
+      {"qwen3moe", ModelKind::Text, {"cpu", "sim"}, &load_llama, &kQwen3MoeHfNames},
+      {"phi3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kPhi3HfNames},
+      {"gpt2", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gpt2, &kGpt2HfNames},
       // The CUDA row has no bidirectional attention or exact GELU yet.
       {"bert", ModelKind::Embedding, {"cpu", "sim"}, &load_bert, &kBertHfNames},
   };

@@ -35,6 +35,11 @@ std::string type_name(const json& v) {
   throw ApiError(400, message, "invalid_request_error", param, "unsupported_value");
 }
 
+[[noreturn]] void missing(const std::string& param) {
+  throw ApiError(400, "Missing required parameter: '" + param + "'.", "invalid_request_error", param,
+                 "missing_required_parameter");
+}
+
 /// The field, or nullptr when absent or null.
 const json* field(const json& body, const char* name) {
   auto it = body.find(name);
@@ -122,9 +127,44 @@ void parse_messages(const json& body, CompletionRequest& r) {
     if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "tool")
       bad_value(p + ".role", "expected one of 'system', 'developer', 'user', 'assistant', 'tool', got '" + cm.role +
                                  "'.");
-    if (const json* tc = field(m, "tool_calls"); tc && !(tc->is_array() && tc->empty()))
-      unsupported(p + ".tool_calls", "Tool calls are not supported by this server.");
+    if (const json* tc = field(m, "tool_calls"); tc && cm.role == "assistant") {
+      if (!tc->is_array()) bad_type(p + ".tool_calls", "an array", *tc);
+      if (tc->size() > kMaxTools) bad_value(p + ".tool_calls", "at most " + std::to_string(kMaxTools) + " calls.");
+      for (size_t k = 0; k < tc->size(); ++k) {
+        const json& c = (*tc)[k];
+        const std::string cp = p + ".tool_calls[" + std::to_string(k) + "]";
+        if (!c.is_object()) bad_type(cp, "an object", c);
+        ToolCall call;
+        if (const json* id = field(c, "id")) {
+          if (!id->is_string()) bad_type(cp + ".id", "a string", *id);
+          call.id = id->get<std::string>();
+        }
+        if (const json* ty = field(c, "type"); ty && !(ty->is_string() && *ty == "function"))
+          bad_value(cp + ".type", "expected 'function'.");
+        const json* fn = field(c, "function");
+        if (!fn) missing(cp + ".function");
+        if (!fn->is_object()) bad_type(cp + ".function", "an object", *fn);
+        const json* name = field(*fn, "name");
+        if (!name) missing(cp + ".function.name");
+        if (!name->is_string()) bad_type(cp + ".function.name", "a string", *name);
+        call.name = name->get<std::string>();
+        call.arguments = "{}";
+        if (const json* a = field(*fn, "arguments")) {
+          if (a->is_string()) call.arguments = a->get<std::string>();
+          else if (a->is_object()) call.arguments = a->dump();
+          else bad_type(cp + ".function.arguments", "a string", *a);
+        }
+        cm.tool_calls.push_back(std::move(call));
+      }
+    }
+    if (cm.role == "tool") {
+      const json* id = field(m, "tool_call_id");
+      if (!id) missing(p + ".tool_call_id");
+      if (!id->is_string()) bad_type(p + ".tool_call_id", "a string", *id);
+      cm.tool_call_id = id->get<std::string>();
+    }
     cm.content = message_content(m, p + ".content", cm.role != "assistant");
+    cm.content_null = cm.role == "assistant" && !field(m, "content") && !cm.tool_calls.empty();
     r.messages.push_back(std::move(cm));
   }
 }
@@ -251,8 +291,7 @@ static std::shared_ptr<const Grammar> parse_grammar_fields(const json& body) {
   return out;
 }
 
-CompletionRequest parse_completion_request(const std::string& body_text, bool chat, const SamplerParams& defaults) {
-
+json parse_body(const std::string& body_text) {
   if (json_depth_over(body_text, kMaxJsonDepth) != 0)
     throw ApiError(400, "The JSON body of your request is nested more than " + std::to_string(kMaxJsonDepth) +
                             " levels deep.", "invalid_request_error", "", "invalid_json");
@@ -269,53 +308,10 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
   if (!body.is_object())
     throw ApiError(400, "The request body must be a JSON object, got " + type_name(body) + ".", "invalid_request_error",
                    "", "invalid_type");
+  return body;
+}
 
-  CompletionRequest r;
-  r.chat = chat;
-  const json* model = field(body, "model");
-  if (!model)
-    throw ApiError(400, "Missing required parameter: 'model'.", "invalid_request_error", "model",
-                   "missing_required_parameter");
-  if (!model->is_string()) bad_type("model", "a string", *model);
-  r.model = model->get<std::string>();
-
-  if (chat)
-    parse_messages(body, r);
-  else
-    parse_prompt(body, r);
-
-  r.n = static_cast<int>(integer_in(body, "n", 1, kMaxChoices, 1));
-  if (!chat && integer_in(body, "best_of", 1, 128, 1) != 1)
-    unsupported("best_of", "Only best_of = 1 is supported.");
-  if (!chat && boolean(body, "echo", false)) unsupported("echo", "echo is not supported.");
-  if (const json* s = field(body, "suffix"); !chat && s) {
-    if (!s->is_string()) bad_type("suffix", "a string", *s);
-    if (!s->get<std::string>().empty()) unsupported("suffix", "suffix is not supported.");
-  }
-  // logprobs: chat takes `logprobs: true` and `top_logprobs` 0..20; the
-  // legacy endpoint takes `logprobs: N` alternatives (OpenAI allows 0..5,
-  // llama.cpp more: 0..20 here).
-  if (chat) {
-    const bool on = boolean(body, "logprobs", false);
-    const int64_t top = integer_in(body, "top_logprobs", 0, kMaxTopLogprobs, -1);
-    if (top >= 0 && !on) bad_value("top_logprobs", "top_logprobs needs logprobs: true.");
-    if (on) r.gen.logprobs = static_cast<int32_t>(std::max<int64_t>(top, 0));
-  } else {
-    r.gen.logprobs = static_cast<int32_t>(integer_in(body, "logprobs", 0, kMaxTopLogprobs, -1));
-  }
-  if (const json* t = field(body, "tools")) {
-    if (!t->is_array()) bad_type("tools", "an array", *t);
-    if (!t->empty()) unsupported("tools", "Tools (function calling) are not supported by this server.");
-  }
-  if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty()))
-    unsupported("functions", "Function calling is not supported by this server.");
-  GenParams& g = r.gen;
-  g.grammar = parse_grammar_fields(body);
-  int64_t max_tokens = integer_in(body, "max_tokens", 0, INT32_MAX, -1);
-  if (chat) max_tokens = integer_in(body, "max_completion_tokens", 0, INT32_MAX, max_tokens);
-  if (!chat && max_tokens < 0) max_tokens = 16;  // the legacy endpoint's documented default
-  g.max_tokens = static_cast<int32_t>(max_tokens);
-
+void parse_sampling(const json& body, GenParams& g, const SamplerParams& defaults) {
   SamplerParams& sp = g.sampling;
   sp.temp = static_cast<float>(number_in(body, "temperature", 0, 2, defaults.temp));
   sp.top_p = static_cast<float>(number_in(body, "top_p", 0, 1, defaults.top_p));
@@ -350,7 +346,145 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
     static thread_local std::mt19937_64 rng{std::random_device{}()};
     sp.seed = rng();
   }
+}
 
+ToolSpec tool_spec(const json* name, const json* description, const json* parameters, const std::string& p) {
+  ToolSpec t;
+  if (!name) missing(p + ".name");
+  if (!name->is_string()) bad_type(p + ".name", "a string", *name);
+  t.name = name->get<std::string>();
+  const bool ok_chars = std::all_of(t.name.begin(), t.name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+  if (t.name.empty() || t.name.size() > 64 || !ok_chars)
+    bad_value(p + ".name", "a function name is 1 to 64 of a-z, A-Z, 0-9, '_' and '-', got '" +
+                               t.name.substr(0, 80) + "'.");
+  if (description) {
+    if (!description->is_string()) bad_type(p + ".description", "a string", *description);
+    t.description = description->get<std::string>();
+  }
+  if (parameters) {
+    if (!parameters->is_object()) bad_type(p + ".parameters", "an object", *parameters);
+    t.parameters = *parameters;
+  }
+  return t;
+}
+
+void parse_tools(const json& body, CompletionRequest& r, bool flat) {
+  if (const json* t = field(body, "tools")) {
+    if (!t->is_array()) bad_type("tools", "an array", *t);
+    if (t->size() > kMaxTools)
+      bad_value("tools", "expected at most " + std::to_string(kMaxTools) + " tools, got " + std::to_string(t->size()) + ".");
+    for (size_t i = 0; i < t->size(); ++i) {
+      const json& tool = (*t)[i];
+      const std::string p = "tools[" + std::to_string(i) + "]";
+      if (!tool.is_object()) bad_type(p, "an object", tool);
+      const json* ty = field(tool, "type");
+      if (!ty) missing(p + ".type");
+      if (!ty->is_string()) bad_type(p + ".type", "a string", *ty);
+      if (*ty != "function")
+        unsupported(p + ".type", "Tools of type '" + ty->get<std::string>() + "' are not supported; only 'function'.");
+      const json* fn = &tool;
+      std::string fp = p;
+      if (!flat) {
+        fn = field(tool, "function");
+        fp = p + ".function";
+        if (!fn) missing(fp);
+        if (!fn->is_object()) bad_type(fp, "an object", *fn);
+      }
+      ToolSpec spec = tool_spec(field(*fn, "name"), field(*fn, "description"), field(*fn, "parameters"), fp);
+      for (const ToolSpec& other : r.tools)
+        if (other.name == spec.name) bad_value(fp + ".name", "two tools are named '" + spec.name + "'.");
+      r.tools.push_back(std::move(spec));
+    }
+  }
+  r.tool_choice.kind = r.tools.empty() ? ToolChoice::none : ToolChoice::automatic;
+  if (const json* tc = field(body, "tool_choice")) {
+    if (tc->is_string()) {
+      const std::string v = tc->get<std::string>();
+      if (v == "none") r.tool_choice.kind = ToolChoice::none;
+      else if (v == "auto") r.tool_choice.kind = r.tools.empty() ? ToolChoice::none : ToolChoice::automatic;
+      else if (v == "required") r.tool_choice.kind = ToolChoice::required;
+      else bad_value("tool_choice", "expected 'none', 'auto', 'required' or a function, got '" + v.substr(0, 80) + "'.");
+    } else if (tc->is_object()) {
+      const json* ty = field(*tc, "type");
+      if (!ty || !ty->is_string() || *ty != "function") bad_value("tool_choice.type", "expected 'function'.");
+      const json* fn = flat ? tc : field(*tc, "function");
+      if (!fn) missing("tool_choice.function");
+      if (!fn->is_object()) bad_type("tool_choice.function", "an object", *fn);
+      const json* name = field(*fn, "name");
+      if (!name) missing(flat ? "tool_choice.name" : "tool_choice.function.name");
+      if (!name->is_string()) bad_type("tool_choice.function.name", "a string", *name);
+      r.tool_choice.kind = ToolChoice::named;
+      r.tool_choice.name = name->get<std::string>();
+      if (std::none_of(r.tools.begin(), r.tools.end(), [&](const ToolSpec& t) { return t.name == r.tool_choice.name; }))
+        bad_value("tool_choice", "the function '" + r.tool_choice.name.substr(0, 80) + "' is not one of the tools.");
+    } else {
+      bad_type("tool_choice", "a string or an object", *tc);
+    }
+    if (r.tool_choice.kind == ToolChoice::required && r.tools.empty())
+      bad_value("tool_choice", "'required' needs at least one tool in 'tools'.");
+  }
+  r.parallel_tool_calls = boolean(body, "parallel_tool_calls", true);
+}
+
+CompletionRequest parse_completion_request(const std::string& body_text, bool chat, const SamplerParams& defaults) {
+  const json body = parse_body(body_text);
+  CompletionRequest r;
+  r.chat = chat;
+  const json* model = field(body, "model");
+  if (!model)
+    throw ApiError(400, "Missing required parameter: 'model'.", "invalid_request_error", "model",
+                   "missing_required_parameter");
+  if (!model->is_string()) bad_type("model", "a string", *model);
+  r.model = model->get<std::string>();
+
+  if (chat)
+    parse_messages(body, r);
+  else
+    parse_prompt(body, r);
+
+  r.n = static_cast<int>(integer_in(body, "n", 1, kMaxChoices, 1));
+  if (!chat && integer_in(body, "best_of", 1, 128, 1) != 1)
+    unsupported("best_of", "Only best_of = 1 is supported.");
+  if (!chat && boolean(body, "echo", false)) unsupported("echo", "echo is not supported.");
+  if (const json* s = field(body, "suffix"); !chat && s) {
+    if (!s->is_string()) bad_type("suffix", "a string", *s);
+    if (!s->get<std::string>().empty()) unsupported("suffix", "suffix is not supported.");
+  }
+  // logprobs: chat takes `logprobs: true` and `top_logprobs` 0..20; the
+  // legacy endpoint takes `logprobs: N` alternatives (OpenAI allows 0..5,
+  // llama.cpp more: 0..20 here).
+  if (chat) {
+    const bool on = boolean(body, "logprobs", false);
+    const int64_t top = integer_in(body, "top_logprobs", 0, kMaxTopLogprobs, -1);
+    if (top >= 0 && !on) bad_value("top_logprobs", "top_logprobs needs logprobs: true.");
+    if (on) r.gen.logprobs = static_cast<int32_t>(std::max<int64_t>(top, 0));
+  } else {
+    r.gen.logprobs = static_cast<int32_t>(integer_in(body, "logprobs", 0, kMaxTopLogprobs, -1));
+  }
+  if (chat) {
+    parse_tools(body, r);
+    if (const json* rf = field(body, "reasoning_format")) {
+      if (!rf->is_string()) bad_type("reasoning_format", "a string", *rf);
+      const std::string v = rf->get<std::string>();
+      if (v != "none" && v != "auto" && v != "deepseek" && v != "deepseek-legacy")
+        bad_value("reasoning_format", "expected 'none', 'auto' or 'deepseek', got '" + v.substr(0, 80) + "'.");
+      r.reasoning = v != "none";
+    }
+  } else if (const json* t = field(body, "tools")) {
+    if (!t->is_array()) bad_type("tools", "an array", *t);
+    if (!t->empty()) unsupported("tools", "Tools are for /v1/chat/completions, not /v1/completions.");
+  }
+  if (const json* f = field(body, "functions"); f && !(f->is_array() && f->empty()))
+    unsupported("functions", "Function calling is not supported by this server.");
+  GenParams& g = r.gen;
+  g.grammar = parse_grammar_fields(body);
+  int64_t max_tokens = integer_in(body, "max_tokens", 0, INT32_MAX, -1);
+  if (chat) max_tokens = integer_in(body, "max_completion_tokens", 0, INT32_MAX, max_tokens);
+  if (!chat && max_tokens < 0) max_tokens = 16;  // the legacy endpoint's documented default
+  g.max_tokens = static_cast<int32_t>(max_tokens);
+  parse_sampling(body, g, defaults);
   if (const json* stop = field(body, "stop")) {
     // Each stop sequence is matched against the text after every token: bound its length.
     auto check_len = [](const std::string& s) {
@@ -492,6 +626,10 @@ json model_list(const std::string& id, int64_t created) {
 }
 
 ApiError generation_error(const std::string& error) {
+  // The request's own grammar could not go on (no token continues it, or it
+  // is too ambiguous for the matcher's caps): the client's input.
+  if (error.rfind("grammar:", 0) == 0)
+    return ApiError(400, "The grammar could not be followed: " + error, "invalid_request_error", "", "invalid_grammar");
   const bool down = error.find("shutting down") != std::string::npos;
   return ApiError(down ? 503 : 500, "The generation failed: " + error, "server_error", "",
                   down ? "server_shutting_down" : "internal_error");

@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "engine/scheduler.h"
+#include "server/tool_calls.h"
 
 namespace kvad::server {
 
@@ -36,6 +37,9 @@ nlohmann::ordered_json error_body(const ApiError& e);
 struct ChatMessage {
   std::string role;     ///< "system", "user", "assistant", "tool" ("developer" becomes "system")
   std::string content;  ///< text parts joined
+  bool content_null = false;         ///< an assistant turn with tool calls and no content
+  std::vector<ToolCall> tool_calls;  ///< assistant: the calls it made (arguments: JSON text)
+  std::string tool_call_id;          ///< tool: the call this result answers
 };
 
 /// A validated /v1/chat/completions or /v1/completions request.
@@ -52,10 +56,16 @@ struct CompletionRequest {
   int n = 1;                          ///< choices (OpenAI's n), 1..kMaxChoices
   // gen.logprobs: -1 none; else the alternatives per token (chat:
   // logprobs true + top_logprobs; completions: logprobs N).
+  std::vector<ToolSpec> tools;        ///< tools[i].function
+  ToolChoice tool_choice;             ///< default: auto with tools, none without
+  bool parallel_tool_calls = true;
+  bool reasoning = true;              ///< reasoning_format != "none": <think> goes to reasoning_content
 };
 
 /// Arrays and objects nested deeper than this in a request body: 400 invalid_json.
 inline constexpr int kMaxJsonDepth = 64;
+/// The most tools one request may offer (OpenAI's limit).
+inline constexpr size_t kMaxTools = 128;
 /// The longest stop sequence accepted, in bytes (400 invalid_value, param stop).
 inline constexpr size_t kMaxStopBytes = 1024;
 /// The most choices one request may ask for (`n`): each holds a slot or a
@@ -93,15 +103,43 @@ inline SamplerParams openai_sampling_defaults() {
 /// Constrained output (gen.grammar, engine/grammar.h): response_format
 /// {type: text | json_object | json_schema {name, schema, strict}}, or
 /// llama.cpp's `grammar` (GBNF text) or `json_schema` (a schema); at most one.
+/// Chat also takes tools (at most kMaxTools functions: name
+/// [a-zA-Z0-9_-]{1,64}, description, parameters as a JSON Schema object),
+/// tool_choice ("none", "auto", "required" or {"type": "function",
+/// "function": {"name"}} naming one of the tools), parallel_tool_calls,
+/// assistant messages with tool_calls ({id, type: "function", function:
+/// {name, arguments: JSON text}}) and null content, tool messages with
+/// tool_call_id, and reasoning_format ("none" keeps <think> in content).
 /// Throws ApiError 400: invalid_json, invalid_type, invalid_value,
 /// missing_required_parameter, invalid_schema (a keyword the schema compiler
 /// cannot enforce, named in the message), invalid_grammar, unsupported_value
-/// (echo, best_of > 1, suffix, tools, non-text content parts, other response
+/// (echo, best_of > 1, suffix, non-text content parts, other response
 /// formats).
 /// logprobs: chat `logprobs` (boolean) with `top_logprobs` 0..20 (400 when
 /// given without logprobs: true); completions `logprobs` 0..20.
 CompletionRequest parse_completion_request(const std::string& body, bool chat,
                                            const SamplerParams& defaults = openai_sampling_defaults());
+
+/// Parses `tools` ([{type: "function", function: {name, description,
+/// parameters}}], or with `flat` the Responses API's [{type: "function",
+/// name, description, parameters}]) and `tool_choice` of an OpenAI body into
+/// r.tools / r.tool_choice / r.parallel_tool_calls. Throws ApiError 400.
+void parse_tools(const nlohmann::ordered_json& body, CompletionRequest& r, bool flat = false);
+
+/// One tool definition's checks, shared by the OpenAI, Responses and
+/// Anthropic parsers: name [a-zA-Z0-9_-]{1,64}, parameters an object.
+/// Throws ApiError 400 naming `param`.
+ToolSpec tool_spec(const nlohmann::ordered_json* name, const nlohmann::ordered_json* description,
+                   const nlohmann::ordered_json* parameters, const std::string& param);
+
+/// parse_completion_request's body checks (depth, JSON, an object); throws ApiError 400.
+nlohmann::ordered_json parse_body(const std::string& body_text);
+
+/// The sampling fields common to all endpoints (temperature, top_p, top_k,
+/// min_p, penalties, logit_bias, seed) into g.sampling; `defaults` for what
+/// the body leaves out. Throws ApiError 400.
+void parse_sampling(const nlohmann::ordered_json& body, GenParams& g,
+                    const SamplerParams& defaults = openai_sampling_defaults());
 
 /// Token counts for `usage`.
 nlohmann::ordered_json usage_json(const GenUsage& u);
@@ -135,6 +173,23 @@ nlohmann::ordered_json completion_response(const ResponseMeta& m, const std::str
                                            const std::string& finish_reason, const GenUsage& usage,
                                            const nlohmann::ordered_json& logprobs = nullptr);
 
+/// A whole chat completion whose reply was split by parse_output: the
+/// message has content (null when empty and there are calls),
+/// reasoning_content (when any) and tool_calls (when any: [{id, type:
+/// "function", function: {name, arguments}}]); `logprobs` the choice's
+/// (logprobs_json, or null). (chat_output.cpp)
+nlohmann::ordered_json chat_response(const ResponseMeta& m, const ParsedOutput& out,
+                                     const std::string& finish_reason, const GenUsage& usage,
+                                     const nlohmann::ordered_json& logprobs = nullptr);
+
+/// The chunks that send `d` in a chat stream: a reasoning_content delta, a
+/// content delta, and for each call a delta with tool_calls [{index, id,
+/// type, function: {name, arguments: ""}}] then one with its arguments;
+/// the first chunk carries `logprobs` (null: none). (chat_output.cpp)
+std::vector<nlohmann::ordered_json> chat_delta_chunks(const ResponseMeta& m, const OutputDelta& d,
+                                                      bool include_usage,
+                                                      const nlohmann::ordered_json& logprobs = nullptr);
+
 /// A streamed chunk with one choice: a text delta while `finish_reason` is
 /// null, then an empty delta with it. "usage": null when include_usage.
 nlohmann::ordered_json completion_chunk(const ResponseMeta& m, const std::string& text,
@@ -155,8 +210,9 @@ nlohmann::ordered_json model_object(const std::string& id, int64_t created);
 nlohmann::ordered_json model_list(const std::string& id, int64_t created);
 
 /// The error for a generation that failed with `error` (GenEvent::error):
-/// 503 server_shutting_down when the scheduler was shutting down, else 500
-/// internal_error.
+/// 400 invalid_grammar when the request's grammar could not be followed
+/// ("grammar: ..."), 503 server_shutting_down when the scheduler was
+/// shutting down, else 500 internal_error.
 ApiError generation_error(const std::string& error);
 
 /// A fresh response id: prefix + 24 random hex digits ("chatcmpl-...", "cmpl-...").

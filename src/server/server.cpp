@@ -14,13 +14,18 @@
 #include <cstdlib>
 #include <ctime>
 #include <algorithm>
+#include <functional>
 
 #include "model/model.h"
 #include "server/chat_page.h"
 #include "server/embeddings.h"
 #include "server/guard.h"
 #include "server/metrics.h"
+#include "server/anthropic.h"
 #include "server/openai.h"
+#include "server/responses.h"
+#include "server/stream.h"
+#include "server/tool_prompt.h"
 #include "engine/chat_prompt.h"
 #include "jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -83,16 +88,19 @@ bool peer_closed(int fd) {
 }
 
 std::string endpoint_label(const std::string& path) {
-  for (const char* known :
-       {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models", "/health", "/metrics", "/"})
+  for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses",
+                            "/v1/embeddings", "/v1/models", "/health", "/metrics", "/"})
     if (path == known) return known;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   return "other";
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
+/// Anthropic's clients read errors in Anthropic's shape.
+bool anthropic_path(const std::string& path) { return path == "/v1/messages"; }
+
+void send_error(httplib::Response& res, const ApiError& e, bool anthropic = false) {
   res.status = e.status;
-  res.set_content(dump(error_body(e)), "application/json");
+  res.set_content(dump(anthropic ? anthropic_error_body(e) : error_body(e)), "application/json");
 }
 
 // Set by the pre-routing handler when it refused a request whose body (if
@@ -126,6 +134,7 @@ struct Server::Impl {
     for (int32_t id = 0; id < tok->n_vocab(); ++id)
       longest = std::max({longest, tok->token_text(id).size(), tok->token_to_piece(id, true).size()});
     max_token_bytes = longest;
+    if (o.chat) tools_caps = probe_template(o.chat->chat_template());
   }
 
   void routes();
@@ -135,12 +144,42 @@ struct Server::Impl {
                               : static_cast<size_t>(o.sched.n_slots) + o.sched.max_queue + 64;
   }
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
-  /// n > 1 choices of one request (Scheduler::submit_n: the prompt is
-  /// evaluated once), streamed or not; each choice carries its index.
-  void completion_n(const httplib::Request& req, httplib::Response& res, const CompletionRequest& r,
-                    std::vector<int32_t> prompt);
-  std::vector<int32_t> tokenize(const CompletionRequest& r) const;
-  std::vector<int32_t> tokenize_chat(const std::vector<ChatMessage>& messages) const;
+  void anthropic_messages(const httplib::Request& req, httplib::Response& res);
+  void responses(const httplib::Request& req, httplib::Response& res);
+  std::vector<int32_t> tokenize(const CompletionRequest& r, OutputFormat* fmt) const;
+  std::vector<int32_t> tokenize_chat(const CompletionRequest& r, OutputFormat* fmt) const;
+
+  /// A request submitted: its job, how to read its reply, its connection.
+  struct Prepared {
+    std::shared_ptr<Job> job;
+    OutputFormat fmt;
+    int fd = -1;
+    int64_t created = 0;
+    int32_t n_prompt = 0;  ///< prompt tokens
+    std::vector<std::shared_ptr<Job>> choices;  ///< n > 1: every choice's job (job is choices[0])
+    bool chat = false;     ///< /v1/chat/completions shapes (logprobs)
+  };
+  /// Checks the model and the prompt's size, renders and tokenizes it,
+  /// submits it. Throws ApiError.
+  Prepared prepare(const httplib::Request& req, CompletionRequest& r);
+  /// Waits for the whole reply; false when the client left (res is 499).
+  /// Throws ApiError when generation failed.
+  bool collect(Prepared& p, httplib::Response& res, std::string* text, GenEvent* last,
+               std::vector<GenTokenLogprobs>* logprobs = nullptr);
+  /// n > 1 choices (Scheduler::submit_n: the prompt is evaluated once),
+  /// streamed or not; each choice carries its index. Plain text (no tool
+  /// calls: refused with n > 1 before this).
+  void completion_n(const CompletionRequest& r, Prepared& p, httplib::Response& res);
+  /// Token texts for logprobs: control tokens by their text (<|im_end|>).
+  std::function<std::string(int32_t)> piece_fn() const {
+    std::shared_ptr<const Tokenizer> t = tok;
+    return [t](int32_t id) { return t->token_to_piece(id, /*special=*/true); };
+  }
+  /// Streams the reply through `em`.
+  /// Streams the reply through `em`; with `logprobs`, each token's logprobs
+  /// go with the delta that carries its text (text_offset from `offset0`).
+  void stream(Prepared p, httplib::Response& res, std::shared_ptr<StreamEmitter> em, bool logprobs = false,
+              size_t offset0 = 0);
 
   ServerOptions o;
   std::shared_ptr<const Tokenizer> tok;
@@ -152,18 +191,24 @@ struct Server::Impl {
   std::atomic<int> open_streams{0};  ///< streamed responses not yet finished
   ConnectionWatchdog watchdog;
   size_t max_token_bytes = 1;
+  TemplateTools tools_caps;  ///< what the chat template does with tools (probed once)
   int64_t created;
   httplib::Server::HandlerResponse front_door(const httplib::Request& req, httplib::Response& res);
 };
 
-std::vector<int32_t> Server::Impl::tokenize_chat(const std::vector<ChatMessage>& messages) const {
+std::vector<int32_t> Server::Impl::tokenize_chat(const CompletionRequest& r, OutputFormat* fmt) const {
   if (!o.chat)
     throw ApiError(500, "This model's chat template cannot be used (" + o.chat_error + "); use /v1/completions.",
                    "server_error", "", "chat_template_error");
-  nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
-  for (const auto& m : messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
+  ChatInput in = build_chat_input(r, tools_caps);
   try {
-    return o.chat->tokenize(msgs, /*add_generation_prompt=*/true);
+    std::string rendered;
+    std::vector<int32_t> ids = o.chat->tokenize(in.messages, /*add_generation_prompt=*/true, in.tools, &rendered,
+                                                in.reply_prefix);
+    *fmt = output_format(r, tools_caps, in, rendered);
+    if (fmt->think_open && !in.reply_prefix.empty())  // no forced call inside <think>
+      ids = o.chat->tokenize(in.messages, true, in.tools);
+    return ids;
   } catch (const ChatTemplateError& e) {
     // raise_exception(): the conversation is at fault (e.g. roles that do not alternate).
     if (e.raised()) throw ApiError(400, e.message(), "invalid_request_error", "messages", "invalid_value");
@@ -171,8 +216,9 @@ std::vector<int32_t> Server::Impl::tokenize_chat(const std::vector<ChatMessage>&
   }
 }
 
-std::vector<int32_t> Server::Impl::tokenize(const CompletionRequest& r) const {
-  if (r.chat) return tokenize_chat(r.messages);
+std::vector<int32_t> Server::Impl::tokenize(const CompletionRequest& r, OutputFormat* fmt) const {
+  if (r.chat) return tokenize_chat(r, fmt);
+  fmt->tools = fmt->reasoning = false;
   if (r.prompt_is_ids) {
     for (int32_t id : r.prompt_ids)
       if (id < 0 || id >= tok->n_vocab())
@@ -185,26 +231,29 @@ std::vector<int32_t> Server::Impl::tokenize(const CompletionRequest& r) const {
   return tok->encode(r.prompt, /*add_special=*/true, /*parse_special=*/true);
 }
 
-void Server::Impl::completion(const httplib::Request& req, httplib::Response& res, bool is_chat) {
+Server::Impl::Prepared Server::Impl::prepare(const httplib::Request& req, CompletionRequest& r) {
   if (o.model_kind != "text")
     throw ApiError(400, "The model '" + o.model_id + "' is an " + o.model_kind + " model (kind " + o.model_kind +
                             "): it serves POST /v1/embeddings, not " + req.path + ".",
                    "invalid_request_error", "model", "model_not_supported");
-  CompletionRequest r = parse_completion_request(req.body, is_chat, o.sampling_defaults);
+  if (r.model != o.model_id)
+    throw ApiError(404, "The model '" + r.model + "' does not exist; this server has '" + o.model_id + "'.",
+                   "invalid_request_error", "model", "model_not_found");
   for (const auto& [id, bias] : r.gen.sampling.logit_bias)
     if (id >= tok->n_vocab())
       throw ApiError(400, "Invalid value for 'logit_bias': token id " + std::to_string(id) +
                               " is not in the vocabulary (" + std::to_string(tok->n_vocab()) + " tokens).",
                      "invalid_request_error", "logit_bias", "invalid_value");
-  if (r.model != o.model_id)
-    throw ApiError(404, "The model '" + r.model + "' does not exist; this server has '" + o.model_id + "'.",
-                   "invalid_request_error", "model", "model_not_found");
-  const char* pparam = is_chat ? "messages" : "prompt";
+  const char* pparam = r.chat ? "messages" : "prompt";
   {
     // Cheap bounds before the template and the tokenizer see the text.
     const int64_t n_ctx = sched.n_ctx();
     size_t bytes = r.prompt.size();
-    for (const auto& m : r.messages) bytes += m.role.size() + m.content.size();
+    for (const auto& m : r.messages) {
+      bytes += m.role.size() + m.content.size() + m.tool_call_id.size();
+      for (const ToolCall& c : m.tool_calls) bytes += c.id.size() + c.name.size() + c.arguments.size();
+    }
+    for (const ToolSpec& t : r.tools) bytes += t.name.size() + t.description.size() + t.parameters.dump().size();
     const uint64_t max_bytes = static_cast<uint64_t>(n_ctx) * max_token_bytes * 2;
     if ((r.chat && static_cast<int64_t>(r.messages.size()) >= n_ctx) || bytes > max_bytes ||
         (r.prompt_is_ids && static_cast<int64_t>(r.prompt_ids.size()) >= n_ctx))
@@ -214,21 +263,29 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
                          " messages) cannot fit in it. Shorten the prompt or raise --ctx-size.",
                      "invalid_request_error", pparam, "context_length_exceeded");
   }
-  std::vector<int32_t> prompt = tokenize(r);
+  Prepared p;
+  p.chat = r.chat;
+  std::vector<int32_t> prompt = tokenize(r, &p.fmt);
   if (prompt.empty())
     throw ApiError(400, "The prompt is empty (0 tokens).", "invalid_request_error", pparam, "invalid_value");
   if (static_cast<int64_t>(prompt.size()) >= sched.n_ctx())
     throw ApiError(400,
                    "This model's maximum context length is " + std::to_string(sched.n_ctx()) +
-                       " tokens. However, your " + (is_chat ? "messages" : "prompt") + " resulted in " +
+                       " tokens. However, your " + pparam + " resulted in " +
                        std::to_string(prompt.size()) + " tokens, which leaves no room for the completion. " +
                        "Shorten the prompt or raise --ctx-size.",
                    "invalid_request_error", pparam, "context_length_exceeded");
-  r.gen.tenant = req.get_header_value("Authorization");  // prefix-cache isolation (issue 15, finding 6)
-  if (r.n > 1) return completion_n(req, res, r, std::move(prompt));
-  std::shared_ptr<Job> job;
   try {
-    job = sched.submit(std::move(prompt), r.gen);
+    // prefix-cache isolation (issue 15, finding 6): the key, whichever header carried it
+    r.gen.tenant = req.get_header_value("Authorization") + "|" + req.get_header_value("x-api-key");
+    r.gen.special_text = p.fmt.tools;
+    p.n_prompt = static_cast<int32_t>(prompt.size());
+    if (r.n > 1) {
+      p.choices = sched.submit_n(std::move(prompt), r.gen, r.n);
+      p.job = p.choices[0];
+    } else {
+      p.job = sched.submit(std::move(prompt), r.gen);
+    }
   } catch (const QueueFullError& e) {
     throw ApiError(429, std::string(e.what()) + "; retry later.", "rate_limit_error", "", "rate_limit_exceeded");
   } catch (const ShuttingDownError& e) {
@@ -236,109 +293,109 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
   } catch (const Error& e) {
     throw ApiError(400, e.what(), "invalid_request_error", pparam, "invalid_value");
   }
+  p.fd = find_connection_fd(req);
+  p.created = static_cast<int64_t>(std::time(nullptr));
+  return p;
+}
 
-  const std::string id = new_response_id(is_chat ? "chatcmpl-" : "cmpl-");
-  const int64_t created_at = static_cast<int64_t>(std::time(nullptr));
-  const int fd = find_connection_fd(req);
-  const ResponseMeta meta{id, created_at, o.model_id, is_chat};
-
-  // Token texts for logprobs: control tokens by their text (<|im_end|>).
-  std::shared_ptr<const Tokenizer> toks = tok;
-  auto piece = [toks](int32_t id) { return toks->token_to_piece(id, /*special=*/true); };
-  const bool want_logprobs = r.gen.logprobs >= 0;
-  // completions' text_offset counts from the start of the prompt text, as
-  // llama-cpp-python does (without echo).
-  const size_t offset0 = r.chat || r.prompt_is_ids ? 0 : r.prompt.size();
-
-  if (!r.stream) {
-    std::string text;
-    std::vector<GenTokenLogprobs> lps;
-    GenEvent last;
-    for (;;) {
-      std::optional<GenEvent> ev = job->wait(kPoll);
-      // After every event too, not only when none came: tokens arriving
-      // faster than kPoll must not hide a client that left.
-      if (peer_closed(fd) && !(ev && ev->done)) {
-        job->cancel();
-        metrics.count_finish("cancelled");
-        res.status = 499;  // nginx's "client closed request"; nobody reads it
-        return;
-      }
-      if (!ev) continue;
-      text += ev->text;
-      for (GenTokenLogprobs& t : ev->logprobs) lps.push_back(std::move(t));
-      if (ev->done) {
-        last = std::move(*ev);
-        break;
-      }
+bool Server::Impl::collect(Prepared& p, httplib::Response& res, std::string* text, GenEvent* last,
+                           std::vector<GenTokenLogprobs>* logprobs) {
+  // A forced call ends the reply: generation stops once it has parsed.
+  std::optional<OutputStream> watch;
+  if (p.fmt.stop_after_call) watch.emplace(p.fmt);
+  for (;;) {
+    std::optional<GenEvent> ev = p.job->wait(kPoll);
+    // After every event too, not only when none came: tokens arriving
+    // faster than kPoll must not hide a client that left.
+    if (peer_closed(p.fd) && !(ev && ev->done)) {
+      p.job->cancel();
+      metrics.count_finish("cancelled");
+      res.status = 499;  // nginx's "client closed request"; nobody reads it
+      return false;
     }
-    metrics.count_finish(last.finish_reason);
-    if (last.finish_reason == "error") throw generation_error(last.error);
-    size_t offset = offset0;
-    const json lp = want_logprobs ? logprobs_json(r.chat, lps, piece, &offset) : json(nullptr);
-    res.set_content(dump(completion_response(meta, text, last.finish_reason, last.usage, lp)), "application/json");
-    return;
+    if (!ev) continue;
+    *text += ev->text;
+    if (logprobs)
+      for (GenTokenLogprobs& t : ev->logprobs) logprobs->push_back(std::move(t));
+    if (watch && !ev->done && !ev->text.empty()) {
+      watch->push(ev->text);
+      if (watch->n_calls() > 0) p.job->cancel();
+    }
+    if (ev->done) {
+      *last = std::move(*ev);
+      if (last->finish_reason == "cancelled" && watch && watch->n_calls() > 0) last->finish_reason = "stop";
+      break;
+    }
   }
+  metrics.count_finish(last->finish_reason);
+  if (last->finish_reason == "error") throw generation_error(last->error);
+  return true;
+}
 
-  // Streaming: one provider call per event; the provider returns false to
-  // drop the connection (client gone), and the releaser cancels whatever is
-  // still running.
+void Server::Impl::stream(Prepared p, httplib::Response& res, std::shared_ptr<StreamEmitter> em, bool logprobs,
+                          size_t offset0) {
+  // One provider call per event; the provider returns false to drop the
+  // connection (client gone), and the releaser cancels whatever is still
+  // running.
   struct State {
     std::shared_ptr<Job> job;
+    OutputStream os;
+    std::shared_ptr<StreamEmitter> em;
     bool started = false, finished = false;
     std::vector<GenTokenLogprobs> pending;  ///< logprobs of tokens whose text is not out yet
     size_t text_offset = 0;
   };
-  auto st = std::make_shared<State>();
-  st->job = job;
+  auto st = std::make_shared<State>(State{p.job, OutputStream(p.fmt), std::move(em)});
   st->text_offset = offset0;
+  auto piece = piece_fn();
+  const bool chat = p.chat;
   ++open_streams;
-  const bool include_usage = r.include_usage;
+  const int fd = p.fd;
+  const bool stop_after_call = p.fmt.stop_after_call;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, st, fd, meta, include_usage, want_logprobs, piece](size_t, httplib::DataSink& sink) -> bool {
-        auto send = [&](const json& j) {
-          const std::string s = "data: " + dump(j) + "\n\n";
-          return sink.write(s.data(), s.size());
-        };
+      [this, st, fd, stop_after_call, logprobs, piece, chat](size_t, httplib::DataSink& sink) -> bool {
+        auto send = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
         auto drop = [&] {
           st->job->cancel();
           return false;
         };
         if (!st->started) {
           st->started = true;
-          if (meta.chat && !send(chat_role_chunk(meta, include_usage))) return drop();
-          return true;
+          return send(st->em->begin()) ? true : drop();
         }
         std::optional<GenEvent> ev = st->job->wait(kPoll);
         if (!ev) return peer_closed(fd) ? drop() : true;
         for (GenTokenLogprobs& t : ev->logprobs) st->pending.push_back(std::move(t));
-        // A token's logprobs go out with the chunk that carries its text
-        // (or with the last one, for text a stop string swallowed).
-        if (!ev->text.empty() || (ev->done && !st->pending.empty() && ev->finish_reason != "error" &&
-                                  ev->finish_reason != "cancelled")) {
-          json lp = nullptr;
-          if (want_logprobs) {
-            lp = logprobs_json(meta.chat, st->pending, piece, &st->text_offset);
-            st->pending.clear();
-          }
-          if (!send(completion_chunk(meta, ev->text, nullptr, include_usage, lp))) return drop();
+        // Logprobs ride on the next delta that sends text.
+        auto attach = [&] {
+          if (!logprobs || st->pending.empty()) return;
+          st->em->set_logprobs(logprobs_json(chat, st->pending, piece,
+                                             &st->text_offset));
+          st->pending.clear();
+        };
+        if (!ev->text.empty()) {
+          const OutputDelta d = st->os.push(ev->text);
+          if (!d.empty()) attach();
+          if (!d.empty() && !send(st->em->delta(d))) return drop();
+          if (stop_after_call && st->os.n_calls() > 0) st->job->cancel();  // a forced call ends the reply
         }
         if (!ev->done) return true;
         st->finished = true;
+        if (ev->finish_reason == "cancelled" && stop_after_call && st->os.n_calls() > 0) ev->finish_reason = "stop";
         metrics.count_finish(ev->finish_reason);
         if (ev->finish_reason == "cancelled") return false;
         if (ev->finish_reason == "error") {
-          send(error_body(generation_error(ev->error)));
+          send(st->em->error(generation_error(ev->error)));
           sink.done();
           return true;
         }
-        if (!send(completion_chunk(meta, "", ev->finish_reason, include_usage))) return false;
-        if (include_usage && !send(usage_chunk(meta, ev->usage))) return false;
-        const std::string done = "data: [DONE]\n\n";
-        if (!sink.write(done.data(), done.size())) return false;
+        const OutputDelta d = st->os.finish();
+        if (!d.empty()) attach();
+        if (!d.empty() && !send(st->em->delta(d))) return false;
+        if (!send(st->em->end(*ev, st->os))) return false;
         sink.done();
         return true;
       },
@@ -351,25 +408,86 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
       });
 }
 
-void Server::Impl::completion_n(const httplib::Request& req, httplib::Response& res, const CompletionRequest& r,
-                                std::vector<int32_t> prompt) {
-  const size_t n = static_cast<size_t>(r.n);
-  std::vector<std::shared_ptr<Job>> jobs;
-  try {
-    jobs = sched.submit_n(std::move(prompt), r.gen, r.n);
-  } catch (const QueueFullError& e) {
-    throw ApiError(429, std::string(e.what()) + "; retry later or ask for fewer choices (n).", "rate_limit_error", "",
-                   "rate_limit_exceeded");
-  } catch (const ShuttingDownError& e) {
-    throw ApiError(503, e.what(), "server_error", "", "server_shutting_down");
-  } catch (const Error& e) {
-    throw ApiError(400, e.what(), "invalid_request_error", r.chat ? "messages" : "prompt", "invalid_value");
+void Server::Impl::completion(const httplib::Request& req, httplib::Response& res, bool is_chat) {
+  CompletionRequest r = parse_completion_request(req.body, is_chat, o.sampling_defaults);
+  if (r.n > 1 && !r.tools.empty() && r.tool_choice.kind != ToolChoice::none)
+    throw ApiError(400, "n > 1 with tools is not supported: ask for one choice, or set tool_choice to 'none'.",
+                   "invalid_request_error", "n", "unsupported_value");
+  Prepared p = prepare(req, r);
+  if (r.n > 1) return completion_n(r, p, res);
+  const ResponseMeta meta{new_response_id(is_chat ? "chatcmpl-" : "cmpl-"), p.created, o.model_id, is_chat};
+  const bool forced = r.tool_choice.kind == ToolChoice::required || r.tool_choice.kind == ToolChoice::named;
+  const bool want_logprobs = r.gen.logprobs >= 0;
+  // completions' text_offset counts from the start of the prompt text, as
+  // llama-cpp-python does (without echo).
+  const size_t offset0 = r.chat || r.prompt_is_ids ? 0 : r.prompt.size();
+  if (r.stream) {
+    stream(std::move(p), res,
+           is_chat ? chat_emitter(meta, r.include_usage, forced && p.fmt.tools) : text_emitter(meta, r.include_usage),
+           want_logprobs, offset0);
+    return;
   }
-  const ResponseMeta meta{new_response_id(r.chat ? "chatcmpl-" : "cmpl-"), static_cast<int64_t>(std::time(nullptr)),
-                          o.model_id, r.chat};
-  const int fd = find_connection_fd(req);
-  std::shared_ptr<const Tokenizer> toks = tok;
-  auto piece = [toks](int32_t id) { return toks->token_to_piece(id, /*special=*/true); };
+  std::string text;
+  GenEvent last;
+  std::vector<GenTokenLogprobs> lps;
+  if (!collect(p, res, &text, &last, want_logprobs ? &lps : nullptr)) return;
+  size_t offset = offset0;
+  const json lp = want_logprobs ? logprobs_json(is_chat, lps, piece_fn(), &offset) : json(nullptr);
+  if (!is_chat) {
+    res.set_content(dump(completion_response(meta, text, last.finish_reason, last.usage, lp)), "application/json");
+    return;
+  }
+  const ParsedOutput out = parse_output(text, p.fmt);
+  if (p.fmt.tools) check_tool_choice(r, out, p.fmt.prefix + text);
+  const std::string finish = out.calls.empty() ? last.finish_reason : "tool_calls";
+  res.set_content(dump(chat_response(meta, out, finish, last.usage, lp)), "application/json");
+}
+
+void Server::Impl::anthropic_messages(const httplib::Request& req, httplib::Response& res) {
+  CompletionRequest r = parse_anthropic_request(req.body);
+  Prepared p = prepare(req, r);
+  const std::string id = new_response_id("msg_");
+  const bool forced = p.fmt.tools && (r.tool_choice.kind == ToolChoice::required || r.tool_choice.kind == ToolChoice::named);
+  if (r.stream) {
+    const int32_t n_prompt = p.n_prompt;
+    stream(std::move(p), res, anthropic_emitter(id, o.model_id, n_prompt, forced));
+    return;
+  }
+  std::string text;
+  GenEvent last;
+  if (!collect(p, res, &text, &last)) return;
+  const ParsedOutput out = parse_output(text, p.fmt);
+  if (p.fmt.tools) check_tool_choice(r, out, p.fmt.prefix + text);
+  res.set_content(dump(anthropic_message(id, o.model_id, out, last.finish_reason, last.stop_sequence, last.usage)),
+                  "application/json");
+}
+
+void Server::Impl::responses(const httplib::Request& req, httplib::Response& res) {
+  ResponsesEcho echo;
+  CompletionRequest r = parse_responses_request(req.body, &echo);
+  Prepared p = prepare(req, r);
+  const std::string id = new_response_id("resp_");
+  const bool forced = p.fmt.tools && (r.tool_choice.kind == ToolChoice::required || r.tool_choice.kind == ToolChoice::named);
+  if (r.stream) {
+    const int64_t created = p.created;
+    stream(std::move(p), res, responses_emitter(id, created, o.model_id, echo, forced));
+    return;
+  }
+  std::string text;
+  GenEvent last;
+  if (!collect(p, res, &text, &last)) return;
+  const ParsedOutput out = parse_output(text, p.fmt);
+  if (p.fmt.tools) check_tool_choice(r, out, p.fmt.prefix + text);
+  res.set_content(dump(responses_object(id, p.created, o.model_id, out, last.finish_reason, last.usage, echo)),
+                  "application/json");
+}
+
+void Server::Impl::completion_n(const CompletionRequest& r, Prepared& p, httplib::Response& res) {
+  const size_t n = p.choices.size();
+  std::vector<std::shared_ptr<Job>> jobs = p.choices;
+  const ResponseMeta meta{new_response_id(r.chat ? "chatcmpl-" : "cmpl-"), p.created, o.model_id, r.chat};
+  const int fd = p.fd;
+  auto piece = piece_fn();
   const bool want_logprobs = r.gen.logprobs >= 0;
   const size_t offset0 = r.chat || r.prompt_is_ids ? 0 : r.prompt.size();
   const auto poll = std::chrono::milliseconds(std::max<int64_t>(1, kPoll.count() / static_cast<int64_t>(n)));
@@ -524,7 +642,7 @@ httplib::Server::HandlerResponse Server::Impl::front_door(const httplib::Request
   using HR = httplib::Server::HandlerResponse;
   t_close_after_answer = false;
   auto refuse = [&](const ApiError& e) {
-    send_error(res, e);
+    send_error(res, e, anthropic_path(req.path));
     res.set_header("Connection", "close");
     t_close_after_answer = true;
     return HR::Handled;
@@ -554,7 +672,7 @@ httplib::Server::HandlerResponse Server::Impl::front_door(const httplib::Request
     res.set_header("Allow", "GET, POST, OPTIONS");
     if (cors_ok) {
       res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
       res.set_header("Access-Control-Max-Age", "600");
     }
     t_close_after_answer = req.has_header("Content-Length") || req.has_header("Transfer-Encoding");
@@ -563,9 +681,12 @@ httplib::Server::HandlerResponse Server::Impl::front_door(const httplib::Request
 
   if (!o.api_key.empty() && req.path != "/health") {
     const std::string auth = req.get_header_value("Authorization");
-    if (!constant_time_equal(auth, "Bearer " + o.api_key))
+    const std::string xkey = req.get_header_value("x-api-key");  // Anthropic's clients send the key so
+    const bool ok_bearer = constant_time_equal(auth, "Bearer " + o.api_key);
+    const bool ok_xkey = constant_time_equal(xkey, o.api_key);
+    if (!ok_bearer && !ok_xkey)
       return refuse(ApiError(401,
-                             auth.empty() ? "You didn't provide an API key. Send it as 'Authorization: Bearer KEY'."
+                             auth.empty() && xkey.empty() ? "You didn't provide an API key. Send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'."
                                           : "Incorrect API key provided.",
                              "invalid_request_error", "", "invalid_api_key"));
   }
@@ -666,25 +787,29 @@ void Server::Impl::routes() {
   auto guarded = [this](auto fn) {
     return [this, fn](const httplib::Request& req, httplib::Response& res) {
       watchdog.busy(req.remote_addr, req.remote_port);  // generating: no deadline until the answer is written
+      const bool anthropic = anthropic_path(req.path);
       try {
         fn(req, res);
       } catch (const ApiError& e) {
-        send_error(res, e);
+        send_error(res, e, anthropic);
       } catch (const std::exception& e) {
-        send_error(res, ApiError(500, std::string("Internal error: ") + e.what(), "server_error", "", "internal_error"));
+        send_error(res, ApiError(500, std::string("Internal error: ") + e.what(), "server_error", "", "internal_error"),
+                   anthropic);
       }
     };
   };
 
   http.Post("/v1/chat/completions", guarded([this](const auto& req, auto& res) { completion(req, res, true); }));
   http.Post("/v1/completions", guarded([this](const auto& req, auto& res) { completion(req, res, false); }));
+  http.Post("/v1/messages", guarded([this](const auto& req, auto& res) { anthropic_messages(req, res); }));
+  http.Post("/v1/responses", guarded([this](const auto& req, auto& res) { responses(req, res); }));
   http.Post("/v1/embeddings", guarded([this](const httplib::Request& req, httplib::Response& res) {
     if (!o.embedder)
       throw ApiError(400, "The model '" + o.model_id + "' (kind " + o.model_kind + ") is not serving embeddings; "
                      "start kvad serve with --embeddings.", "invalid_request_error", "model", "model_not_supported");
     res.set_content(embeddings_response(req.body, o.model_id, *o.embedder), "application/json");
   }));
-  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/embeddings"})
+  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses", "/v1/embeddings"})
     http.Get(p, [](const httplib::Request& req, httplib::Response& res) {
       send_error(res, ApiError(405, "Method not allowed: use POST " + req.path + ".", "invalid_request_error", "",
                                "method_not_allowed"));

@@ -3,13 +3,15 @@
 //
 // Endpoints:
 //   POST /v1/chat/completions, POST /v1/completions   (stream: server-sent events)
+//   POST /v1/responses (responses.h), POST /v1/messages (Anthropic, anthropic.h)
 //   POST /v1/embeddings (server/embeddings.h; with an Embedder in ServerOptions)
 //   GET  /v1/models, GET /v1/models/{id}
 //   GET  /health     {"status": "ok"} (503 while shutting down)
 //   GET  /metrics    Prometheus text format (server/metrics.h)
 //   GET  /           the chat page (server/chat_page.html)
 // With an API key, every request except GET /health needs
-// `Authorization: Bearer KEY` (compared in constant time).
+// `Authorization: Bearer KEY` or `x-api-key: KEY` (compared in constant time).
+// /v1/messages answers errors in Anthropic's shape (anthropic_error_body).
 //
 // The front door (guard.h), before any body is read: Host must be an allowed
 // name (403 host_not_allowed: DNS rebinding); a cross-origin request (Origin

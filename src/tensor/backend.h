@@ -27,12 +27,18 @@ enum class Unary : uint8_t {
 enum class Binary : uint8_t { Add, Mul };
 
 /// Rotary position embedding (Su et al. 2021) of the first n_rot dims of
-/// each head: pair i rotates by pos·freq_scale·freq_base^(-2i/n_rot).
+/// each head: pair i rotates by θ_i = pos·freq_scale·freq_base^(-2i/n_rot) /
+/// freq_factors[i], and cos θ_i, sin θ_i are multiplied by attn_factor
+/// (ggml's ggml_rope_ext with its freq_factors `c` and attn_factor, ext_factor
+/// 0). Llama 3's rope_freqs, LongRoPE's short/long factors and YaRN's ramp
+/// (model/rope.h computes them) are all per-pair factors of this form.
 struct RopeParams {
   int64_t n_rot = 0;
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;  ///< linear scaling: multiplies positions
   bool neox = false;        ///< pair (i, i + n_rot/2) (HF rotate_half); else (2i, 2i+1)
+  Tensor freq_factors;      ///< empty, or [n_rot/2] f32 on x's device: divides pair i's frequency
+  float attn_factor = 1.0f; ///< multiplies cos and sin (YaRN's mscale, LongRoPE's attention factor)
 };
 
 /// Attention over a KV cache (ops.h: attention).
@@ -80,6 +86,10 @@ struct BackendOps {
   void (*kv_store)(const Tensor& cache, const Tensor& x, const Tensor& seq, const Tensor& pos, int64_t slots) = nullptr;
   void (*attention)(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
                     const AttentionOpParams& p, const Tensor& out) = nullptr;
+  // Mixture of experts (ops.h moe_route, matmul_id, moe_sum).
+  void (*moe_route)(const Tensor& logits, int64_t k, bool norm, const Tensor& ids, const Tensor& weights) = nullptr;
+  void (*matmul_id)(const Tensor& x, const Tensor& w, const Tensor& ids, const Tensor& out) = nullptr;
+  void (*moe_sum)(const Tensor& y, const Tensor& weights, const Tensor& out) = nullptr;
 };
 
 /// Installs the row of a device type (called once by each backend library

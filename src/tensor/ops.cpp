@@ -297,6 +297,12 @@ Tensor rope(const Tensor& x, const Tensor& pos, const RopeParams& p) {
        "x " + shape_str(x) + " is not [n_tok, n_head, head_dim] for " + std::to_string(pos.n_elements()) + " positions");
   KVAD_NEED("rope", p.n_rot > 0 && p.n_rot % 2 == 0 && p.n_rot <= x.ne[0],
        "n_rot " + std::to_string(p.n_rot) + " does not fit head_dim " + std::to_string(x.ne[0]));
+  if (p.freq_factors) {
+    KVAD_NEED("rope", p.freq_factors.device() == d, "freq_factors are on " + p.freq_factors.device().str() + ", x on " + d.str());
+    need_type("rope", p.freq_factors, DType::F32, "freq_factors");
+    KVAD_NEED("rope", p.freq_factors.n_elements() == p.n_rot / 2,
+              "freq_factors " + shape_str(p.freq_factors) + " is not [n_rot/2 = " + std::to_string(p.n_rot / 2) + "]");
+  }
   Tensor out = f32_like(x, x.ne);
   entry(row(d, "rope").rope, d, "rope")(x, pos, p, out);
   return out;
@@ -402,6 +408,46 @@ Tensor convert(const Tensor& t, DType to) {
   Tensor out = empty(to, t.ne, d);
   entry(row(d, "convert").convert, d, "convert")(t, out);
   out.name = t.name;
+  return out;
+}
+
+MoeRoute moe_route(const Tensor& logits, int64_t k, bool norm) {
+  const Device d = logits.device();
+  need_type("moe_route", logits, DType::F32, "logits");
+  const int64_t n_tok = logits.n_rows();
+  KVAD_NEED("moe_route", k > 0 && k <= logits.ne[0],
+            "k " + std::to_string(k) + " does not fit " + std::to_string(logits.ne[0]) + " experts");
+  MoeRoute r;
+  r.ids = empty(DType::I32, {k, n_tok, 1, 1}, d);
+  r.weights = f32_like(logits, {k, n_tok, 1, 1});
+  entry(row(d, "moe_route").moe_route, d, "moe_route")(logits, k, norm, r.ids, r.weights);
+  return r;
+}
+
+Tensor matmul_id(const Tensor& x, const Tensor& w, const Tensor& ids) {
+  const Device d = same_device("matmul_id", {&x, &w, &ids});
+  need_type("matmul_id", x, DType::F32, "x");
+  need_type("matmul_id", ids, DType::I32, "ids");
+  const int64_t k = ids.ne[0], n_tok = ids.n_rows();
+  KVAD_NEED("matmul_id", w.ne[3] == 1 && x.ne[0] == w.ne[0],
+            "x " + shape_str(x) + " does not match experts " + w.name + " " + shape_str(w));
+  KVAD_NEED("matmul_id", x.ne[3] == 1 && x.ne[2] == n_tok && (x.ne[1] == 1 || x.ne[1] == k),
+            "x " + shape_str(x) + " is not [n_tok, 1 or k, n_in] for ids " + shape_str(ids));
+  KVAD_NEED("matmul_id", has_format(d, w.type),
+            std::string("experts ") + w.name + " are " + dtype_name(w.type) + ", a format " + d.str() + " cannot compute with");
+  Tensor out = f32_like(x, {w.ne[1], k, n_tok, 1});
+  entry(row(d, "matmul_id").matmul_id, d, "matmul_id")(x, w, ids, out);
+  return out;
+}
+
+Tensor moe_sum(const Tensor& y, const Tensor& weights) {
+  const Device d = same_device("moe_sum", {&y, &weights});
+  need_type("moe_sum", y, DType::F32, "y");
+  need_type("moe_sum", weights, DType::F32, "weights");
+  KVAD_NEED("moe_sum", y.ne[3] == 1 && weights.ne[0] == y.ne[1] && weights.n_rows() == y.ne[2],
+            "y " + shape_str(y) + " is not [n_tok, k, n] for weights " + shape_str(weights));
+  Tensor out = f32_like(y, {y.ne[0], y.ne[2], 1, 1});
+  entry(row(d, "moe_sum").moe_sum, d, "moe_sum")(y, weights, out);
   return out;
 }
 

@@ -152,4 +152,28 @@ void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Ten
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
                  const AttentionOpParams& p);
 
+// ---- mixture of experts ----------------------------------------------------
+
+/// The router of a sparse MoE layer (Shazeer et al. 2017; transformers'
+/// Qwen3MoeTopKRouter, llama.cpp build_moe_ffn with softmax gating):
+/// p = softmax(row of logits); ids: the k experts of largest p, largest
+/// first (ties: lower index first); weights: their p, divided by their sum
+/// when `norm` (norm_topk_prob). logits: [n_tok, n_expert] f32, 0 < k <=
+/// n_expert; ids: [n_tok, k] i32; weights: [n_tok, k] f32.
+struct MoeRoute {
+  Tensor ids, weights;
+};
+MoeRoute moe_route(const Tensor& logits, int64_t k, bool norm);
+/// Per-slot expert products (ggml_mul_mat_id): y[t, j] = x[t, j'] · W[ids[t, j]]ᵀ
+/// with j' = j, or 0 when x has one row per token. x: [n_tok, n_x, n_in] f32,
+/// n_x = 1 or k; w: [n_expert, n_out, n_in] (ne = {n_in, n_out, n_expert}) in
+/// a format the device's matmul reads; ids: [n_tok, k] i32 in [0, n_expert)
+/// (moe_route's); y: [n_tok, k, n_out]. The slots are grouped by expert, so
+/// each expert's matrix is read once per call however many tokens chose it.
+/// An id out of range throws (CPU).
+Tensor matmul_id(const Tensor& x, const Tensor& w, const Tensor& ids);
+/// The weighted sum of each token's expert outputs: out[t] = Σ_j weights[t, j] · y[t, j].
+/// y: [n_tok, k, n] f32; weights: [n_tok, k] f32; out: [n_tok, n].
+Tensor moe_sum(const Tensor& y, const Tensor& weights);
+
 }  // namespace kvad::ops

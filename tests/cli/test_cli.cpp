@@ -38,12 +38,15 @@ TEST(Cli, NotAGgufIsOneLineError) {
 }
 
 TEST(Cli, UnsupportedArchitectureNamesSupportedOnes) {
-  // A real vocab-only GGUF whose general.architecture is not a llama.
-  Out r = run_kvad("run --model " + kPeer + "/ggml-vocab-gpt-2.gguf --prompt hi");
+  // A real vocab-only GGUF whose general.architecture (starcoder) kvad does not run.
+  Out r = run_kvad("run --model " + kPeer + "/ggml-vocab-starcoder.gguf --prompt hi");
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(one_error_line(r.err)) << r.err;
   EXPECT_NE(r.err.find("not supported"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("llama"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("qwen3moe"), std::string::npos) << r.err;  // every architecture of the registry
+  EXPECT_NE(r.err.find("gpt2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("phi3"), std::string::npos) << r.err;
 }
 
 TEST(Cli, DeviceCudaWithoutGpuIsOneLineError) {

@@ -132,3 +132,11 @@ def test_bad_grammar_is_400(gserver):
     with pytest.raises(openai.BadRequestError) as e:
         c.completions.create(model=MODEL_NAME, prompt="x", max_tokens=4, extra_body={"grammar": "root ::= ("})
     assert e.value.body["code"] == "invalid_grammar"
+    # Parses, but matches nothing: found at the first token, still the client's 400.
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=MODEL_NAME, prompt="x", max_tokens=4,
+                             extra_body={"grammar": "root ::= [^\\x00-\\U0010FFFF]"})
+    assert e.value.body["code"] == "invalid_grammar"
+    # The server keeps serving.
+    r = c.completions.create(model=MODEL_NAME, prompt="x", max_tokens=2, extra_body={"grammar": 'root ::= "ok"'})
+    assert r.choices[0].text == "ok"

@@ -7,7 +7,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "server/anthropic.h"
 #include "server/openai.h"
+#include "server/responses.h"
 
 using kvad::server::ApiError;
 using kvad::server::CompletionRequest;
@@ -32,6 +34,13 @@ Expect error_of(const std::string& body, bool chat) {
 const std::string kMsgs = R"("messages": [{"role": "user", "content": "Hi"}])";
 
 std::string chat(const std::string& extra) { return "{\"model\": \"m\", " + kMsgs + (extra.empty() ? "" : ", " + extra) + "}"; }
+
+std::string read_fixture(const std::string& name) {
+  std::ifstream in(std::filesystem::path(KVAD_SOURCE_DIR) / "tests/fixtures/server/requests" / name, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 }  // namespace
 
@@ -205,9 +214,13 @@ TEST(OpenAIRequest, BrokenBodiesCorpus) {
     std::ifstream in(e.path(), std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
-    for (bool is_chat : {true, false}) {
+    // Each API's parser: a request or ApiError 400, never anything else.
+    for (int api = 0; api < 4; ++api) {
       try {
-        parse_completion_request(ss.str(), is_chat);
+        kvad::server::ResponsesEcho echo;
+        if (api < 2) parse_completion_request(ss.str(), api == 0);
+        else if (api == 2) kvad::server::parse_anthropic_request(ss.str());
+        else kvad::server::parse_responses_request(ss.str(), &echo);
       } catch (const ApiError& err) {
         EXPECT_EQ(err.status, 400) << e.path() << ": " << err.what();
       } catch (const std::exception& other) {
@@ -217,6 +230,94 @@ TEST(OpenAIRequest, BrokenBodiesCorpus) {
     ++n;
   }
   EXPECT_GE(n, 15);
+}
+
+TEST(OpenAIRequest, Tools) {
+  CompletionRequest r = parse_completion_request(
+      read_fixture("tools_ok.json"), true);
+  ASSERT_EQ(r.tools.size(), 1u);
+  EXPECT_EQ(r.tools[0].name, "get_weather");
+  EXPECT_EQ(r.tool_choice.kind, kvad::server::ToolChoice::named);
+  EXPECT_EQ(r.tool_choice.name, "get_weather");
+  EXPECT_FALSE(r.parallel_tool_calls);
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_TRUE(r.messages[1].content_null);
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].arguments, R"({"city": "Oslo"})");
+  EXPECT_EQ(r.messages[2].tool_call_id, "call_1");
+  // Defaults: auto with tools, none without.
+  EXPECT_EQ(parse_completion_request(chat(""), true).tool_choice.kind, kvad::server::ToolChoice::none);
+  EXPECT_EQ(parse_completion_request(chat(R"("tools": [{"type": "function", "function": {"name": "f"}}])"), true)
+                .tool_choice.kind,
+            kvad::server::ToolChoice::automatic);
+  EXPECT_FALSE(parse_completion_request(chat(R"("reasoning_format": "none")"), true).reasoning);
+}
+
+TEST(OpenAIRequest, ToolErrorsNameTheField) {
+  struct C { std::string extra, param, code; };
+  const C cases[] = {
+      {R"("tools": [{"type": "function", "function": {"name": "a b"}}])", "tools[0].function.name", "invalid_value"},
+      {R"("tools": [{"type": "function", "function": {"name": "f", "parameters": []}}])", "tools[0].function.parameters", "invalid_type"},
+      {R"("tools": [{"type": "code_interpreter"}])", "tools[0].type", "unsupported_value"},
+      {R"("tools": [{"type": "function"}])", "tools[0].function", "missing_required_parameter"},
+      {R"("tool_choice": "required")", "tool_choice", "invalid_value"},
+      {R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}})", "tool_choice", "invalid_value"},
+      {R"("reasoning_format": "loud")", "reasoning_format", "invalid_value"},
+  };
+  for (const C& c : cases) {
+    const Expect e = error_of(chat(c.extra), true);
+    EXPECT_EQ(e.status, 400) << c.extra;
+    EXPECT_EQ(e.param, c.param) << c.extra;
+    EXPECT_EQ(e.code, c.code) << c.extra;
+  }
+  EXPECT_EQ(error_of(R"({"model": "m", "messages": [{"role": "tool", "content": "r"}]})", true).param,
+            "messages[0].tool_call_id");
+}
+
+TEST(AnthropicRequest, BlocksBecomeMessages) {
+  CompletionRequest r = kvad::server::parse_anthropic_request(read_fixture("anthropic_ok.json"));
+  ASSERT_EQ(r.messages.size(), 4u);  // system, user, assistant (tool_use), tool
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[0].content, "be brief");
+  EXPECT_EQ(r.messages[2].tool_calls.at(0).arguments, R"({"a":1})");
+  EXPECT_EQ(r.messages[3].role, "tool");
+  EXPECT_EQ(r.messages[3].tool_call_id, "toolu_1");
+  EXPECT_EQ(r.messages[3].content, "ok");
+  EXPECT_EQ(r.tool_choice.kind, kvad::server::ToolChoice::required);
+  EXPECT_FALSE(r.parallel_tool_calls);
+  EXPECT_EQ(r.gen.max_tokens, 10);
+  EXPECT_EQ(r.gen.stop, std::vector<std::string>{"END"});
+  for (const char* body : {R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})",         // max_tokens
+                           R"({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]})",
+                           R"({"model": "m", "max_tokens": 5, "temperature": 1.5, "messages": [{"role": "user", "content": "x"}]})"}) {
+    try {
+      kvad::server::parse_anthropic_request(body);
+      ADD_FAILURE() << body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_EQ(kvad::server::anthropic_error_body(e)["error"]["type"], "invalid_request_error");
+    }
+  }
+}
+
+TEST(ResponsesRequest, ItemsBecomeMessages) {
+  kvad::server::ResponsesEcho echo;
+  CompletionRequest r = kvad::server::parse_responses_request(read_fixture("responses_ok.json"), &echo);
+  ASSERT_EQ(r.messages.size(), 4u);  // instructions, developer, the call, its output
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[1].role, "system");
+  EXPECT_EQ(r.messages[2].role, "assistant");
+  EXPECT_EQ(r.messages[2].tool_calls.at(0).id, "call_1");
+  EXPECT_EQ(r.messages[3].tool_call_id, "call_1");
+  EXPECT_EQ(r.tool_choice.kind, kvad::server::ToolChoice::named);
+  EXPECT_EQ(r.gen.max_tokens, 20);
+  EXPECT_EQ(echo.fields["instructions"], "brief");
+  try {
+    kvad::server::parse_responses_request(R"({"model": "m", "input": "x", "previous_response_id": "resp_1"})", &echo);
+    ADD_FAILURE();
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param, "previous_response_id");
+  }
 }
 
 TEST(OpenAIRequest, ModelSamplingDefaultsFillWhatTheRequestLeavesOut) {

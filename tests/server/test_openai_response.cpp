@@ -72,6 +72,9 @@ TEST(OpenAIResponse, GenerationError) {
   const ApiError down = generation_error("the server is shutting down");
   EXPECT_EQ(down.status, 503);
   EXPECT_EQ(down.code, "server_shutting_down");
+  const ApiError gram = generation_error("grammar: no token of the vocabulary can continue the text");
+  EXPECT_EQ(gram.status, 400);
+  EXPECT_EQ(gram.code, "invalid_grammar");
   const ApiError other = generation_error("out of memory");
   EXPECT_EQ(other.status, 500);
   EXPECT_EQ(other.code, "internal_error");

@@ -8,6 +8,9 @@
 // within each op's tolerance. Every case prints its max error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <numeric>
+
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -207,7 +210,10 @@ TEST(Ops, Rope) {
   for (bool neox : {false, true})
     for (int64_t n_rot : {32, 16}) {  // full and partial rotary
       const Tensor x = rand_f32(rng, {32, 3, 5, 1});
-      kvad::RopeParams p{n_rot, 10000.0f, n_rot == 16 ? 0.5f : 1.0f, neox};
+      kvad::RopeParams p;
+      p.n_rot = n_rot;
+      p.freq_scale = n_rot == 16 ? 0.5f : 1.0f;
+      p.neox = neox;
       // 1e-3: at position 4095 one ulp of a frequency moves the result ~2e-4.
       check(std::string("rope ") + (neox ? "neox" : "norm") + " n_rot=" + std::to_string(n_rot), {x, pos}, 1e-3,
             [p](const auto& t) { return ops::rope(t[0], t[1], p); });
@@ -218,6 +224,95 @@ TEST(Ops, Rope) {
           for (int64_t c = n_rot; c < 32; ++c) EXPECT_EQ(y[i * 32 + c], xv[i * 32 + c]);
       }
     }
+}
+
+// Per-pair divisors and a factor on cos/sin (Llama 3, YaRN, LongRoPE; ggml's
+// rope_ext freq_factors and attn_factor): every backend against the definition.
+TEST(Ops, RopeFreqFactors) {
+  std::mt19937 rng(15);
+  const Tensor pos = ids_tensor({0, 3, 100});
+  const Tensor x = rand_f32(rng, {16, 2, 3, 1});
+  const std::vector<float> ff = {1.0f, 1.5f, 2.0f, 4.0f, 8.0f, 0.5f};
+  const Tensor f = kvad::ops::from_host(ff.data(), DType::F32, {6, 1, 1, 1}, Device::cpu());
+  auto run = [](const auto& t) {
+    kvad::RopeParams p;
+    p.n_rot = 12;  // partial: dims 12..15 pass through
+    p.neox = true;
+    p.freq_factors = t[2];
+    p.attn_factor = 1.25f;
+    return ops::rope(t[0], t[1], p);
+  };
+  check("rope freq_factors", {x, pos, f}, 1e-4, run);
+  const auto xv = host_f32(x), y = host_f32(run(std::vector<Tensor>{x, pos, f}));
+  const int p_of[3] = {0, 3, 100};
+  for (int t = 0; t < 3; ++t)
+    for (int h = 0; h < 2; ++h) {
+      const float* v = &xv[(t * 2 + h) * 16];
+      const float* o = &y[(t * 2 + h) * 16];
+      for (int i = 0; i < 6; ++i) {
+        const double th = p_of[t] * std::pow(10000.0, -2.0 * i / 12) / ff[i];
+        EXPECT_NEAR(o[i], 1.25 * (v[i] * std::cos(th) - v[i + 6] * std::sin(th)), 1e-4);
+        EXPECT_NEAR(o[i + 6], 1.25 * (v[i] * std::sin(th) + v[i + 6] * std::cos(th)), 1e-4);
+      }
+      for (int i = 12; i < 16; ++i) EXPECT_EQ(o[i], v[i]);
+    }
+  kvad::RopeParams bad;
+  bad.n_rot = 12;
+  bad.freq_factors = kvad::ops::from_host(ff.data(), DType::F32, {5, 1, 1, 1}, Device::cpu());
+  EXPECT_THROW(ops::rope(x, pos, bad), kvad::Error);  // not n_rot/2 factors
+}
+
+// Mixture of experts: routing, per-expert products and the weighted sum,
+// against their definitions on the CPU and bit for bit on sim (CUDA has no
+// row for them yet and says so).
+TEST(Ops, MixtureOfExperts) {
+  std::mt19937 rng(21);
+  const int64_t n_tok = 5, n_exp = 6, k = 2, n_in = 32, n_out = 8;
+  const Tensor logits = rand_f32(rng, {n_exp, n_tok, 1, 1}, 2.0f);
+  const Tensor w = ops::convert(rand_f32(rng, {n_in, n_out, n_exp, 1}), DType::F32);
+  const Tensor x = rand_f32(rng, {n_in, 1, n_tok, 1});
+  const ops::MoeRoute r = ops::moe_route(logits, k, true);
+  const Tensor y = ops::matmul_id(x, w, r.ids);
+  const Tensor s = ops::moe_sum(y, r.weights);
+  const auto lv = host_f32(logits), wv = host_f32(w), xv = host_f32(x), yv = host_f32(y), sv = host_f32(s),
+             rw = host_f32(r.weights);
+  std::vector<int32_t> ids(n_tok * k);
+  ops::to_host(r.ids, ids.data());
+  for (int64_t t = 0; t < n_tok; ++t) {
+    std::vector<double> p(n_exp);
+    double mx = -1e30, z = 0;
+    for (int64_t e = 0; e < n_exp; ++e) mx = std::max(mx, double(lv[t * n_exp + e]));
+    for (int64_t e = 0; e < n_exp; ++e) z += p[e] = std::exp(lv[t * n_exp + e] - mx);
+    std::vector<int> order(n_exp);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+    const double top = p[order[0]] + p[order[1]];
+    for (int64_t j = 0; j < k; ++j) {
+      EXPECT_EQ(ids[t * k + j], order[j]);
+      EXPECT_NEAR(rw[t * k + j], p[order[j]] / top, 1e-6);
+    }
+    for (int64_t n = 0; n < n_out; ++n) {
+      double want = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        double dot = 0;
+        for (int64_t i = 0; i < n_in; ++i) dot += double(xv[t * n_in + i]) * wv[(ids[t * k + j] * n_out + n) * n_in + i];
+        EXPECT_NEAR(yv[(t * k + j) * n_out + n], dot, 1e-4);
+        want += rw[t * k + j] * dot;
+      }
+      EXPECT_NEAR(sv[t * n_out + n], want, 1e-4);
+    }
+  }
+  // sim: the same bits.
+  const Device sim = Device::sim();
+  const ops::MoeRoute rs = ops::moe_route(ops::to(logits, sim), k, true);
+  const Tensor ss = ops::moe_sum(ops::matmul_id(ops::to(x, sim), ops::to(w, sim), rs.ids), rs.weights);
+  EXPECT_EQ(host_f32(ss), sv);
+  // Bad input.
+  EXPECT_THROW(ops::moe_route(logits, n_exp + 1, true), kvad::Error);
+  const Tensor bad = ids_tensor({0, 9, 1, 1, 2, 2, 3, 3, 4, 4});
+  EXPECT_THROW(ops::matmul_id(x, w, bad.view({2, 5, 1, 1})), kvad::Error);       // expert 9 of 6
+  EXPECT_THROW(ops::matmul_id(rand_f32(rng, {16, 1, n_tok, 1}), w, r.ids), kvad::Error);  // n_in
+  EXPECT_THROW(ops::moe_sum(y, ops::moe_route(logits, 3, true).weights), kvad::Error);    // k
 }
 
 TEST(Ops, GetRows) {
@@ -426,7 +521,9 @@ TEST(Ops, Errors) {
   EXPECT_THROW(ops::add(a, b), kvad::Error);                              // shapes
   EXPECT_THROW(ops::add(a, ops::to(a, Device::sim())), kvad::Error);      // devices
   EXPECT_THROW(ops::matmul(a, b), kvad::Error);                           // inner dims
-  EXPECT_THROW(ops::rope(a.view({8, 1, 2, 1}), ids_tensor({0}), {8}), kvad::Error);  // positions
+  kvad::RopeParams r8;
+  r8.n_rot = 8;
+  EXPECT_THROW(ops::rope(a.view({8, 1, 2, 1}), ids_tensor({0}), r8), kvad::Error);  // positions
   EXPECT_THROW(Device::parse("tpu"), kvad::Error);
   EXPECT_EQ(Device::parse("cuda:1"), Device::cuda(1));
 }

@@ -21,6 +21,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 #include "tensor/backend.h"
 #include "tensor/ops.h"
@@ -239,9 +240,11 @@ void rope(const Tensor& x, const Tensor& pos, const RopeParams& p, const Tensor&
   const float* px = in(x);
   float* po = out(o);
   const int32_t* ps = ids(pos);
+  const float* ff = p.freq_factors ? in(p.freq_factors) : nullptr;
   pool().parallel_for(n_tok, 8, [&](int64_t t0, int64_t t1, int) {
     std::memcpy(po + t0 * H * D, px + t0 * H * D, static_cast<size_t>((t1 - t0) * H * D) * sizeof(float));
-    for (int64_t t = t0; t < t1; ++t) cpu::rope(po + t * H * D, H, D, p.n_rot, ps[t], p.freq_base, p.freq_scale, p.neox);
+    for (int64_t t = t0; t < t1; ++t)
+      cpu::rope(po + t * H * D, H, D, p.n_rot, ps[t], p.freq_base, p.freq_scale, p.neox, ff, p.attn_factor);
   });
 }
 
@@ -427,6 +430,9 @@ constexpr BackendOps kCpuRow = {
     .concat = &concat,
     .kv_store = &kv_store,
     .attention = &attention,
+    .moe_route = &cpu::moe_route,
+    .matmul_id = &cpu::matmul_id,
+    .moe_sum = &cpu::moe_sum,
 };
 
 // The sim row: the CPU's kernels on memory of its own.

@@ -39,15 +39,16 @@ void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y) {
 }
 
 void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos,
-          float freq_base, float freq_scale, bool neox) {
+          float freq_base, float freq_scale, bool neox, const float* freq_factors, float attn_factor) {
   const int64_t half = n_rot / 2;
   thread_local std::vector<float> cs;
   cs.resize(2 * half);
   const float p = static_cast<float>(pos) * freq_scale;
   for (int64_t i = 0; i < half; ++i) {
-    const float theta = p * std::pow(freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot));
-    cs[2 * i] = std::cos(theta);
-    cs[2 * i + 1] = std::sin(theta);
+    float theta = p * std::pow(freq_base, -2.0f * static_cast<float>(i) / static_cast<float>(n_rot));
+    if (freq_factors) theta /= freq_factors[i];
+    cs[2 * i] = std::cos(theta) * attn_factor;
+    cs[2 * i + 1] = std::sin(theta) * attn_factor;
   }
   for (int64_t h = 0; h < n_head; ++h) {
     float* v = x + h * head_dim;

@@ -53,9 +53,12 @@ void rms_norm(const float* x, const float* w, int64_t n, float eps, float* y);
 /// of each head rotate with theta_i = pos * freq_base^(-2i/n_rot).
 /// `neox` = false pairs (2i, 2i+1) (GGUF llama files, whose Q/K were permuted
 /// at conversion); true pairs (i, i + n_rot/2) (HF rotate_half: GPT-NeoX,
-/// Qwen2, Gemma). `freq_scale` multiplies pos (linear scaling).
+/// Qwen2, Gemma). `freq_scale` multiplies pos (linear scaling);
+/// `freq_factors` (nullptr or [n_rot/2]) divides theta_i, and `attn_factor`
+/// multiplies cos and sin (tensor/backend.h RopeParams; ggml_rope_ext).
 void rope(float* x, int64_t n_head, int64_t head_dim, int64_t n_rot, int64_t pos,
-          float freq_base, float freq_scale, bool neox);
+          float freq_base, float freq_scale, bool neox, const float* freq_factors = nullptr,
+          float attn_factor = 1.0f);
 
 /// gate[i] = silu(gate[i]) * up[i] (SwiGLU, Shazeer 2020), n elements.
 void swiglu(float* gate, const float* up, int64_t n);

@@ -113,7 +113,8 @@ __global__ void softmax_kernel(const float* x, int64_t n, float* y) {
 // does; j >= n_rot/2 copies dim n_rot + (j - n_rot/2), which partial rotary
 // passes through. y may alias x (each thread reads the dims it writes).
 __global__ void rope_kernel(const float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim,
-                            int64_t n_rot, float freq_base, float freq_scale, bool neox, float* y) {
+                            int64_t n_rot, float freq_base, float freq_scale, bool neox, const float* freq_factors,
+                            float attn_factor, float* y) {
   const int64_t half = n_rot / 2, per_head = half + (head_dim - n_rot);
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (g >= n_tok * n_head * per_head) return;
@@ -133,8 +134,9 @@ __global__ void rope_kernel(const float* x, const int32_t* pos, int64_t n_tok, i
   const float e = -2.0f * static_cast<float>(j) / static_cast<float>(n_rot);
   const float freq = static_cast<float>(pow(static_cast<double>(freq_base), static_cast<double>(e)));
   const float p = static_cast<float>(pos[t]) * freq_scale;
-  const float theta = p * freq;
-  const float c = cosf(theta), s = sinf(theta);
+  float theta = p * freq;
+  if (freq_factors) theta /= freq_factors[j];
+  const float c = cosf(theta) * attn_factor, s = sinf(theta) * attn_factor;
   const int64_t a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
   const float x0 = v[a], x1 = v[b];
   o[a] = x0 * c - x1 * s;
@@ -346,14 +348,14 @@ void softmax(const float* x, int64_t n_rows, int64_t n, float* y) {
 }
 
 void rope(const float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
-          float freq_base, float freq_scale, bool neox, float* y) {
+          float freq_base, float freq_scale, bool neox, float* y, const float* freq_factors, float attn_factor) {
   if (n_rot <= 0 || n_rot % 2 != 0 || n_rot > head_dim)
     throw Error("cuda::rope: n_rot " + std::to_string(n_rot) + " does not fit head_dim " + std::to_string(head_dim));
   const int64_t n = n_tok * n_head * (n_rot / 2 + (head_dim - n_rot));
   if (n <= 0) return;
   Stream st = stream_for("rope");
   rope_kernel<<<blocks_for(n, 256), 256, 0, st>>>(x, pos, n_tok, n_head, head_dim, n_rot, freq_base, freq_scale,
-                                                  neox, y);
+                                                  neox, freq_factors, attn_factor, y);
   Context::get().check("rope");
 }
 

@@ -211,7 +211,8 @@ void layer_norm_op(const Tensor& x, const Tensor* w, const Tensor* b, float eps,
 }
 
 void rope_op(const Tensor& x, const Tensor& pos, const RopeParams& p, const Tensor& o) {
-  rope(in(x), ids(pos), x.ne[2], x.ne[1], x.ne[0], p.n_rot, p.freq_base, p.freq_scale, p.neox, out(o));
+  rope(in(x), ids(pos), x.ne[2], x.ne[1], x.ne[0], p.n_rot, p.freq_base, p.freq_scale, p.neox, out(o),
+       p.freq_factors ? in(p.freq_factors) : nullptr, p.attn_factor);
   written(o);
 }
 

@@ -136,9 +136,12 @@ void softmax(const float* x, int64_t n_rows, int64_t n, float* y);
 /// [n_tok, n_head, head_dim] f32 (y may alias x), pos: [n_tok] int32
 /// positions. Pair i < n_rot/2 rotates by pos·freq_scale·freq_base^(-2i/n_rot);
 /// neox pairs (i, i + n_rot/2), else (2i, 2i+1); dims from n_rot on are copied
-/// (partial rotary). Throws kvad::Error unless 0 < n_rot <= head_dim, n_rot even.
+/// (partial rotary); freq_factors (nullptr or [n_rot/2] on the device)
+/// divides pair i's angle and attn_factor multiplies cos and sin (RopeParams).
+/// Throws kvad::Error unless 0 < n_rot <= head_dim, n_rot even.
 void rope(const float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
-          float freq_base, float freq_scale, bool neox, float* y);
+          float freq_base, float freq_scale, bool neox, float* y, const float* freq_factors = nullptr,
+          float attn_factor = 1.0f);
 /// The same in place.
 void rope(float* x, const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t head_dim, int64_t n_rot,
           float freq_base, float freq_scale, bool neox);

@@ -14,7 +14,7 @@
 // Local and global layers: five sliding-window layers (window
 // `gemma3.attention.sliding_window`, RoPE base 10 000, no RoPE scaling) then
 // one global layer (RoPE base `gemma3.rope.freq_base`, 1e6, and the file's
-// linear `rope.scaling.factor` when it has one): layer il is global when
+// rope scaling, model/rope.h: linear `rope.scaling.factor` on 4B and larger): layer il is global when
 // il % 6 == 5, as llama.cpp decides for gemma3 GGUFs (set_swa_pattern(6),
 // rope_freq_base_train_swa = 10000). A file without a sliding window runs
 // every layer as global. A local layer's cache keeps only a ring of
@@ -40,6 +40,7 @@
 #include "model/hparams.h"
 #include "model/model.h"
 #include "model/registry.h"
+#include "model/rope.h"
 #include "model/weights.h"
 #include "tensor/ops.h"
 
@@ -101,6 +102,9 @@ class Gemma3 final : public Model {
       require_f32(src->path(), {&L.post_attention_norm, &L.post_ffw_norm});
     }
     require_f32(src->path(), {&output_norm_});
+    // The global layers' rope scaling (model/rope.h; Gemma 3 4B+ use linear 8).
+    const RopeScaling rope = load_rope_scaling(*src, wl, hp_, /*neox=*/true);
+    if (rope.has_long) throw Error(src->path() + ": LongRoPE factors are not supported for gemma3");
     wl.finish();  // a file with output.weight (an untied head) is refused here, naming it
     weight_bytes_ = wl.bytes();
     hp_.n_params = wl.n_params();
@@ -109,13 +113,15 @@ class Gemma3 final : public Model {
     g.n_head = hp_.n_head;
     g.n_head_kv = hp_.n_head_kv;
     g.head_dim = D;
-    g.rope = {hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale, /*neox=*/true};
+    g.rope = rope.params;
     const bool is_27b = hp_.n_layer == 62;
     g.scale = 1.0f / std::sqrt(static_cast<float>(is_27b ? E / hp_.n_head : D));
     g.norm_eps = hp_.norm_eps;
     local_ = g;
     local_.rope.freq_base = kLocalRopeBase;
     local_.rope.freq_scale = 1.0f;
+    local_.rope.freq_factors = Tensor{};
+    local_.rope.attn_factor = 1.0f;
     local_.sliding_window = cfg_.sliding_window;
   }
 
@@ -154,10 +160,10 @@ class Gemma3 final : public Model {
 // HF names (transformers' Gemma3ForCausalLM, model_type gemma3_text) →
 // GGUF names. Every RMSNorm weight w becomes 1 + w, as the GGUF converter
 // stores it (Gemma's norm multiplies by 1 + w).
-void hf_config(const nlohmann::json& cfg, Metadata& md) {
-  decoder_config("gemma3", cfg, md);
+void hf_config(const nlohmann::json& cfg, HfConfig& out) {
+  decoder_config("gemma3", cfg, out);
   const int64_t window = config_int(cfg, "sliding_window", 0);
-  md["gemma3.attention.sliding_window"] = window;
+  out.md["gemma3.attention.sliding_window"] = window;
   // kvad runs Gemma 3's fixed pattern (Gemma3Params::is_global); a config
   // with another one is refused rather than run wrong.
   const std::vector<bool> local = sliding_layers(cfg, config_int(cfg, "num_hidden_layers"), kSlidingWindowPattern);

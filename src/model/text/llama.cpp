@@ -15,6 +15,28 @@
 // every HF checkpoint (read through the HfNames tables below) keep HF's
 // layout and rotate halves (NeoX pairing, rotate_half), which is the same
 // rotation of the unpermuted rows.
+//
+// Shared options (model/rope.h): linear, Llama 3 (rope_freqs.weight), YaRN
+// and LongRoPE scaling. Mistral (Jiang et al. 2023; HF model_type "mistral",
+// which llama.cpp converts to GGUF "llama") is Llama with a sliding window:
+// `llama.attention.sliding_window` W > 0 makes every layer attend to
+// positions (p - W, p] (HF's sliding_window; llama.cpp reads that key for
+// other architectures, and runs llama files without a window).
+//
+// Phi-3/3.5 (Abdin et al. 2024, "Phi-3 Technical Report"; modeling_phi3.py;
+// GGUF "phi3") is the same decoder with fused projections: attn_qkv
+// [n_embd → q | k | v] and ffn_up [n_embd → gate | up], used as row views;
+// NeoX rotary, often partial (rope.dimension_count < head_dim), LongRoPE
+// factors and a sliding window (`phi3.attention.sliding_window`).
+//
+// Qwen3-MoE (GGUF "qwen3moe"; modeling_qwen3_moe.py) is Qwen3 whose
+// feed-forward is the shared sparse MoE block (blocks.h moe_ffn: softmax
+// router, top-k experts, optionally renormalised) in every layer that has a
+// router (ffn_gate_inp); a layer without one (HF mlp_only_layers, or off
+// decoder_sparse_step) keeps the dense MLP. Keys as llama.cpp's:
+// {arch}.expert_count, expert_used_count, expert_feed_forward_length;
+// kvad.moe.norm_topk_prob 0 turns the renormalisation off (llama.cpp always
+// renormalises qwen3moe).
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -27,6 +49,7 @@
 #include "model/hparams.h"
 #include "model/model.h"
 #include "model/registry.h"
+#include "model/rope.h"
 #include "model/weights.h"
 #include "tensor/ops.h"
 
@@ -39,11 +62,17 @@ namespace {
 struct LlamaParams {
   HParams hp;
   bool rope_neox = false;
+  int32_t sliding_window = 0;  ///< {arch}.attention.sliding_window; 0: full attention
+  int64_t n_expert = 0;        ///< {arch}.expert_count (MoE layers)
+  int64_t n_ff_exp = 0;        ///< {arch}.expert_feed_forward_length
+  MoeParams moe;               ///< expert_used_count, norm_topk_prob
 };
 
 struct Layer {
-  AttentionWeights attn;  // attn_norm, attn_q/k/v, attn_output
-  MlpWeights ffn;         // ffn_norm, ffn_gate/up/down
+  AttentionWeights attn;  // attn_norm, attn_q/k/v (or attn_qkv), attn_output
+  MlpWeights ffn;         // ffn_norm, ffn_gate/up/down (or ffn_up fused), when dense
+  MoeWeights moe;         // ffn_norm, ffn_gate_inp, ffn_{gate,up,down}_exps, when sparse
+  bool sparse = false;
 };
 
 class Llama final : public Model {
@@ -53,6 +82,16 @@ class Llama final : public Model {
     cfg_.hp = read_hparams(*src);
     cfg_.rope_neox = cfg_.hp.arch != "llama" || src->get_int("kvad.rope.neox", 0) != 0;
     hp_ = cfg_.hp;
+    const int64_t window = src->get_int(hp_.arch + ".attention.sliding_window", 0);
+    if (window < 0 || window > INT32_MAX)
+      throw Error(src->path() + ": " + hp_.arch + ".attention.sliding_window " + std::to_string(window) + " is invalid");
+    cfg_.sliding_window = static_cast<int32_t>(window);
+    const std::string a = hp_.arch + ".";
+    cfg_.n_expert = src->get_int(a + "expert_count", 0);
+    cfg_.n_ff_exp = src->get_int(a + "expert_feed_forward_length", 0);
+    cfg_.moe.n_expert_used = src->get_int(a + "expert_used_count", 0);
+    cfg_.moe.norm_topk = src->get_int("kvad.moe.norm_topk_prob", 1) != 0;
+    cfg_.moe.norm_eps = hp_.norm_eps;
     WeightLoader wl(src, o);
     device_ = wl.device();
     const int64_t E = hp_.n_embd, D = hp_.head_dim, F = hp_.n_ff;
@@ -64,14 +103,24 @@ class Llama final : public Model {
     output_norm_ = wl.get("output_norm.weight", {E});
     output_ = wl.get_optional("output.weight", {E, hp_.n_vocab});
     if (!output_) output_ = tok_embd_;  // tied head: the same tensor, no copy
-    // Tensors not taken here (e.g. llama3's rope_freqs.weight, which kvad
-    // does not apply yet) make wl.finish() refuse the file rather than ignore them.
+    rope_ = load_rope_scaling(*src, wl, hp_, cfg_.rope_neox);
     layers_.resize(hp_.n_layer);
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const std::string p = "blk." + std::to_string(il) + ".";
       Layer& L = layers_[il];
-      L.attn = load_attention_weights(wl, p, E, q_dim, kv_dim, D);
-      L.ffn = load_mlp_weights(wl, p, E, F);
+      // Fused projections (Phi-3) where the file has them.
+      L.attn = wl.has(p + "attn_qkv.weight") ? load_fused_attention_weights(wl, p, E, q_dim, kv_dim)
+                                             : load_attention_weights(wl, p, E, q_dim, kv_dim, D);
+      L.sparse = wl.has(p + "ffn_gate_inp.weight");
+      if (L.sparse) {
+        if (cfg_.n_expert <= 0 || cfg_.n_ff_exp <= 0 || cfg_.moe.n_expert_used <= 0 ||
+            cfg_.moe.n_expert_used > cfg_.n_expert)
+          throw Error(src->path() + ": " + p + "ffn_gate_inp.weight needs " + a + "expert_count, " + a +
+                      "expert_used_count (1.." + a + "expert_count) and " + a + "expert_feed_forward_length");
+        L.moe = load_moe_weights(wl, p, E, cfg_.n_ff_exp, cfg_.n_expert);
+      } else {
+        L.ffn = wl.has(p + "ffn_gate.weight") ? load_mlp_weights(wl, p, E, F) : load_fused_mlp_weights(wl, p, E, F);
+      }
     }
     require_f32(src->path(), {&output_norm_});
     wl.finish();
@@ -81,7 +130,7 @@ class Llama final : public Model {
     attn_.n_head = hp_.n_head;
     attn_.n_head_kv = hp_.n_head_kv;
     attn_.head_dim = D;
-    attn_.rope = {hp_.n_rot, hp_.rope_freq_base, hp_.rope_freq_scale, cfg_.rope_neox};
+    attn_.sliding_window = cfg_.sliding_window;
     attn_.scale = 1.0f / std::sqrt(static_cast<float>(D));
     attn_.norm_eps = hp_.norm_eps;
   }
@@ -90,17 +139,19 @@ class Llama final : public Model {
     const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim;
     LayerSpec kv;
     kv.k_dim = kv.v_dim = kv_dim;
+    kv.window = cfg_.sliding_window;
     return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, kv), n_ctx, n_seq, n_batch, device_);
   }
 
  protected:
   // The decoder blocks over a batch: [n, n_embd], before the final norm.
   Tensor blocks(LayerCaches& cache, const BatchIds& ids) {
+    attn_.rope = rope_.at(cache.n_ctx());
     Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const Layer& L = layers_[il];
       x = ops::add(x, attention_block(L.attn, attn_, cache.kv(il), ids, x));
-      x = ops::add(x, gated_mlp(L.ffn, Activation::SiLU, hp_.norm_eps, x));
+      x = ops::add(x, L.sparse ? moe_ffn(L.moe, cfg_.moe, x) : gated_mlp(L.ffn, Activation::SiLU, hp_.norm_eps, x));
     }
     return x;
   }
@@ -129,23 +180,46 @@ class Llama final : public Model {
   Tensor tok_embd_, output_norm_, output_;
   std::vector<Layer> layers_;
   AttentionParams attn_;
+  RopeScaling rope_;
 };
 
 // HF names (transformers' LlamaForCausalLM) → GGUF names.
-void hf_config(const nlohmann::json& cfg, Metadata& md) {
-  decoder_config("llama", cfg, md);
-  md["kvad.rope.neox"] = int64_t{1};
+// Mistral's checkpoints are Llama's plus sliding_window (null: none).
+void hf_config(const nlohmann::json& cfg, HfConfig& out) {
+  decoder_config("llama", cfg, out);
+  out.md["kvad.rope.neox"] = int64_t{1};
+  const int64_t window = config_int(cfg, "sliding_window", 0);
+  if (window < 0) throw Error("config.json: sliding_window must not be negative");
+  if (window > 0) out.md["llama.attention.sliding_window"] = window;
 }
 
 // Qwen2 and Qwen3 checkpoints name their tensors as Llama's do (the biases
 // and QK-norm weights are in the shared table); only the GGUF architecture
 // differs, and Qwen2's optional sliding window is refused.
-void hf_config_qwen2(const nlohmann::json& cfg, Metadata& md) {
+void hf_config_qwen2(const nlohmann::json& cfg, HfConfig& out) {
   if (config_bool(cfg, "use_sliding_window", false))
     throw Error("config.json: use_sliding_window is not supported yet for qwen2");
-  decoder_config("qwen2", cfg, md);
+  decoder_config("qwen2", cfg, out);
 }
-void hf_config_qwen3(const nlohmann::json& cfg, Metadata& md) { decoder_config("qwen3", cfg, md); }
+void hf_config_qwen3(const nlohmann::json& cfg, HfConfig& out) { decoder_config("qwen3", cfg, out); }
+
+void hf_config_phi3(const nlohmann::json& cfg, HfConfig& out) {
+  decoder_config("phi3", cfg, out);
+  const int64_t window = config_int(cfg, "sliding_window", 0);
+  if (window < 0) throw Error("config.json: sliding_window must not be negative");
+  if (window > 0) out.md["phi3.attention.sliding_window"] = window;
+}
+
+bool hf_tensor_phi3(const std::string& hf, TensorRename& r) {
+  using T = TensorTransform;
+  static const HfLayerName kLayer[] = {
+      {"post_attention_layernorm.weight", "ffn_norm.weight", T::ToF32},
+      {"self_attn.qkv_proj.weight", "attn_qkv.weight", T::None},
+      {"mlp.gate_up_proj.weight", "ffn_up.weight", T::None},
+  };
+  if (hf == "lm_head.weight") return r.name = "output.weight", r.transform = T::None, true;
+  return hf_decoder_tensor(hf, T::ToF32, kLayer, std::size(kLayer), r);
+}
 
 bool hf_tensor(const std::string& hf, TensorRename& r) {
   static const HfLayerName kLayer[] = {{"post_attention_layernorm.weight", "ffn_norm.weight", TensorTransform::ToF32}};
@@ -153,12 +227,54 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
   return hf_decoder_tensor(hf, TensorTransform::ToF32, kLayer, std::size(kLayer), r);
 }
 
+void hf_config_qwen3moe(const nlohmann::json& cfg, HfConfig& out) {
+  decoder_config("qwen3moe", cfg, out);
+  // transformers 5 saves num_experts as num_local_experts.
+  const int64_t n_exp = config_int(cfg, "num_experts", config_int(cfg, "num_local_experts", 0));
+  if (n_exp <= 0) throw Error("config.json: missing field num_experts");
+  out.md["qwen3moe.expert_count"] = n_exp;
+  out.md["qwen3moe.expert_used_count"] = config_int(cfg, "num_experts_per_tok");
+  out.md["qwen3moe.expert_feed_forward_length"] = config_int(cfg, "moe_intermediate_size");
+  if (!config_bool(cfg, "norm_topk_prob", true)) out.md["kvad.moe.norm_topk_prob"] = int64_t{0};
+  if (config_int(cfg, "shared_expert_intermediate_size", 0) > 0)
+    throw Error("config.json: shared experts are not supported for qwen3_moe");
+}
+
+// Experts: model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight stacked
+// into the 3-D blk.N.ffn_{gate,up,down}_exps.weight; the router mlp.gate.
+bool hf_tensor_qwen3moe(const std::string& hf, TensorRename& r) {
+  int64_t il;
+  std::string rest;
+  if (hf_layer_tensor(hf, il, rest)) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    if (rest == "mlp.gate.weight") return r.name = p + "ffn_gate_inp.weight", r.transform = TensorTransform::None, true;
+    static const std::string ex = "mlp.experts.";
+    if (rest.compare(0, ex.size(), ex) == 0) {
+      size_t j = ex.size(), k = j;
+      while (k < rest.size() && rest[k] >= '0' && rest[k] <= '9') ++k;
+      if (k == j || k - j > 6 || k >= rest.size() || rest[k] != '.') return false;
+      const std::string w = rest.substr(k + 1);
+      const char* g = w == "gate_proj.weight" ? "ffn_gate_exps.weight"
+                      : w == "up_proj.weight" ? "ffn_up_exps.weight"
+                      : w == "down_proj.weight" ? "ffn_down_exps.weight" : nullptr;
+      if (!g) return false;
+      r.name = p + g;
+      r.transform = TensorTransform::None;
+      r.part = std::stoll(rest.substr(j, k - j));
+      return true;
+    }
+  }
+  return hf_tensor(hf, r);
+}
+
 }  // namespace
 
-extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames;
-const HfNames kLlamaHfNames = {{"llama"}, &hf_config, &hf_tensor};
+extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kPhi3HfNames, kQwen3MoeHfNames;
+const HfNames kLlamaHfNames = {{"llama", "mistral"}, &hf_config, &hf_tensor};
 const HfNames kQwen2HfNames = {{"qwen2"}, &hf_config_qwen2, &hf_tensor};
 const HfNames kQwen3HfNames = {{"qwen3"}, &hf_config_qwen3, &hf_tensor};
+const HfNames kPhi3HfNames = {{"phi3"}, &hf_config_phi3, &hf_tensor_phi3};
+const HfNames kQwen3MoeHfNames = {{"qwen3_moe"}, &hf_config_qwen3moe, &hf_tensor_qwen3moe};
 
 std::unique_ptr<Model> load_llama(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
   return std::make_unique<Llama>(std::move(src), o);

@@ -1,0 +1,179 @@
+// GPT-2 (Radford et al. 2019, "Language Models are Unsupervised Multitask
+// Learners"; transformers' modeling_gpt2.py; GGUF architecture "gpt2").
+// Learned absolute position embeddings, no rotary, and pre-LayerNorm decoder
+// blocks with biases everywhere:
+//   x = wte[token] + wpe[pos]
+//   x = x + (Wo · Attn(q, k, v) + bo),   q | k | v = Wqkv · n + bqkv,  n = LayerNorm(x) ⊙ attn_norm + attn_norm.bias
+//   x = x + Wdown · GELU_tanh(Wup · n + bup) + bdown,                  n = LayerNorm(x) ⊙ ffn_norm + ffn_norm.bias
+// then LayerNorm ⊙ output_norm + output_norm.bias and the head tied to
+// token_embd (llama.cpp's converter also writes the copy as output.weight,
+// which is used when present). Attention scale 1/sqrt(head_dim); GELU is
+// HF's "gelu_new" (the tanh approximation).
+//
+// Names as llama.cpp's gpt2: token_embd, position_embd, blk.N.attn_norm(.bias),
+// attn_qkv(.bias), attn_output(.bias), ffn_norm(.bias), ffn_up(.bias),
+// ffn_down(.bias), output_norm(.bias). HF checkpoints store the four
+// matrices as Conv1D weights [n_in, n_out]; the name table transposes them
+// (TensorTransform::Transpose), as llama.cpp's converter does.
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "base/error.h"
+#include "io/tensor_source.h"
+#include "model/blocks.h"
+#include "model/cache.h"
+#include "model/hf.h"
+#include "model/hparams.h"
+#include "model/model.h"
+#include "model/registry.h"
+#include "model/weights.h"
+#include "tensor/ops.h"
+
+namespace kvad {
+namespace {
+
+struct Layer {
+  AttentionWeights attn;  // attn_norm(.bias), attn_qkv(.bias) as q/k/v views, attn_output(.bias)
+  MlpWeights ffn;         // ffn_norm(.bias), ffn_up(.bias), ffn_down(.bias)
+};
+
+class Gpt2 final : public Model {
+ public:
+  Gpt2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
+    source_ = src;
+    hp_ = read_hparams(*src);
+    hp_.norm_eps = static_cast<float>(src->get_float("gpt2.attention.layer_norm_epsilon", 1e-5));
+    hp_.n_rot = 0;
+    if (hp_.n_head_kv != hp_.n_head) throw Error(src->path() + ": gpt2 with head_count_kv != head_count");
+    WeightLoader wl(src, o);
+    device_ = wl.device();
+    const int64_t E = hp_.n_embd, F = hp_.n_ff;
+    const SourceTensor* te = src->find("token_embd.weight");
+    if (!te || te->n_dims < 2) throw Error(src->path() + ": missing tensor token_embd.weight");
+    const SourceTensor* pe = src->find("position_embd.weight");
+    if (!pe || pe->n_dims < 2) throw Error(src->path() + ": missing tensor position_embd.weight");
+    hp_.n_vocab = te->ne[1];
+    n_pos_ = pe->ne[1];
+    tok_embd_ = wl.get("token_embd.weight", {E, hp_.n_vocab});
+    pos_embd_ = wl.get("position_embd.weight", {E, n_pos_});
+    output_norm_ = wl.get("output_norm.weight", {E});
+    output_norm_b_ = wl.get("output_norm.bias", {E});
+    output_ = wl.get_optional("output.weight", {E, hp_.n_vocab});
+    if (!output_) output_ = tok_embd_;
+    require_f32(src->path(), {&output_norm_, &output_norm_b_});
+    layers_.resize(hp_.n_layer);
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+      const std::string p = "blk." + std::to_string(il) + ".";
+      Layer& L = layers_[il];
+      L.attn = load_fused_attention_weights(wl, p, E, E, E);
+      if (!L.attn.norm_b) throw Error(src->path() + ": missing tensor " + p + "attn_norm.bias");
+      L.ffn.norm = wl.get(p + "ffn_norm.weight", {E});
+      L.ffn.norm_b = wl.get(p + "ffn_norm.bias", {E});
+      L.ffn.up = wl.get(p + "ffn_up.weight", {E, F});
+      L.ffn.up_b = wl.get_optional(p + "ffn_up.bias", {F});
+      L.ffn.down = wl.get(p + "ffn_down.weight", {F, E});
+      L.ffn.down_b = wl.get_optional(p + "ffn_down.bias", {E});
+      require_f32(src->path(), {&L.ffn.norm, &L.ffn.norm_b, &L.ffn.up_b, &L.ffn.down_b});
+    }
+    wl.finish();
+    weight_bytes_ = wl.bytes();
+    hp_.n_params = wl.n_params();
+
+    attn_.n_head = attn_.n_head_kv = hp_.n_head;
+    attn_.head_dim = hp_.head_dim;
+    attn_.rope.n_rot = 0;  // learned positions instead
+    attn_.scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
+    attn_.norm_eps = hp_.norm_eps;
+  }
+
+  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch) const override {
+    if (n_ctx > n_pos_)
+      throw Error("gpt2 has learned positions for " + std::to_string(n_pos_) + " tokens; a context of " +
+                  std::to_string(n_ctx) + " does not fit (use -c " + std::to_string(n_pos_) + " or less)");
+    LayerSpec kv;
+    kv.k_dim = kv.v_dim = hp_.n_embd;
+    return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, kv), n_ctx, n_seq, n_batch, device_);
+  }
+
+ protected:
+  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) override {
+    auto& cache = static_cast<LayerCaches&>(cache_base);
+    const BatchIds ids = upload_batch(b, device_);
+    Tensor x = ops::add(ops::get_rows(tok_embd_, ids.token), ops::get_rows(pos_embd_, ids.pos));  // [n, n_embd]
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+      const Layer& L = layers_[il];
+      x = ops::add(x, attention_block(L.attn, attn_, cache.kv(il), ids, x));
+      x = ops::add(x, mlp(L.ffn, Activation::GELU_tanh, hp_.norm_eps, x));
+    }
+    cache.advance(b);
+    decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits, output_norm_b_);
+  }
+
+ private:
+  int64_t n_pos_ = 0;
+  Tensor tok_embd_, pos_embd_, output_norm_, output_norm_b_, output_;
+  std::vector<Layer> layers_;
+  AttentionParams attn_;
+};
+
+// HF names (transformers' GPT2LMHeadModel, model_type gpt2) → GGUF names.
+void hf_config(const nlohmann::json& cfg, HfConfig& out) {
+  Metadata& md = out.md;
+  md["general.architecture"] = std::string("gpt2");
+  if (cfg.contains("_name_or_path") && cfg["_name_or_path"].is_string())
+    md["general.name"] = cfg["_name_or_path"].get<std::string>();
+  const int64_t E = config_int(cfg, "n_embd");
+  md["gpt2.context_length"] = config_int(cfg, "n_positions");
+  md["gpt2.embedding_length"] = E;
+  md["gpt2.block_count"] = config_int(cfg, "n_layer");
+  md["gpt2.feed_forward_length"] = config_int(cfg, "n_inner", 4 * E);
+  md["gpt2.attention.head_count"] = config_int(cfg, "n_head");
+  md["gpt2.attention.layer_norm_epsilon"] = config_float(cfg, "layer_norm_epsilon", 1e-5);
+  const std::string act = cfg.value("activation_function", std::string("gelu_new"));
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    throw Error("config.json: activation_function '" + act + "' is not supported (kvad runs gelu_new)");
+  if (config_bool(cfg, "scale_attn_by_inverse_layer_idx", false) || !config_bool(cfg, "scale_attn_weights", true))
+    throw Error("config.json: GPT-2 attention scaling other than 1/sqrt(head_dim) is not supported");
+}
+
+bool hf_tensor(const std::string& name, TensorRename& r) {
+  using T = TensorTransform;
+  // openai-community/gpt2 names its tensors without the "transformer." prefix.
+  if (name == "lm_head.weight") return r.name = "output.weight", r.transform = T::None, true;  // an untied head
+  std::string hf = name.compare(0, 12, "transformer.") == 0 ? name.substr(12) : name;
+  if (hf == "wte.weight") return r.name = "token_embd.weight", r.transform = T::None, true;
+  if (hf == "wpe.weight") return r.name = "position_embd.weight", r.transform = T::None, true;
+  if (hf == "ln_f.weight") return r.name = "output_norm.weight", r.transform = T::ToF32, true;
+  if (hf == "ln_f.bias") return r.name = "output_norm.bias", r.transform = T::ToF32, true;
+  if (hf.compare(0, 2, "h.") != 0) return false;
+  size_t i = 2, j = 2;
+  while (j < hf.size() && hf[j] >= '0' && hf[j] <= '9') ++j;
+  if (j == i || j - i > 6 || j >= hf.size() || hf[j] != '.') return false;
+  const std::string p = "blk." + hf.substr(i, j - i) + ".", rest = hf.substr(j + 1);
+  static const HfLayerName kLayer[] = {
+      {"ln_1.weight", "attn_norm.weight", T::ToF32},        {"ln_1.bias", "attn_norm.bias", T::ToF32},
+      {"attn.c_attn.weight", "attn_qkv.weight", T::Transpose}, {"attn.c_attn.bias", "attn_qkv.bias", T::ToF32},
+      {"attn.c_proj.weight", "attn_output.weight", T::Transpose}, {"attn.c_proj.bias", "attn_output.bias", T::ToF32},
+      {"ln_2.weight", "ffn_norm.weight", T::ToF32},         {"ln_2.bias", "ffn_norm.bias", T::ToF32},
+      {"mlp.c_fc.weight", "ffn_up.weight", T::Transpose},   {"mlp.c_fc.bias", "ffn_up.bias", T::ToF32},
+      {"mlp.c_proj.weight", "ffn_down.weight", T::Transpose}, {"mlp.c_proj.bias", "ffn_down.bias", T::ToF32},
+  };
+  for (const HfLayerName& n : kLayer)
+    if (rest == n.hf) return r.name = p + n.gguf, r.transform = n.transform, true;
+  // Older checkpoints store the causal mask as buffers; kvad builds its own.
+  if (rest == "attn.bias" || rest == "attn.masked_bias") return r.name.clear(), true;
+  return false;
+}
+
+}  // namespace
+
+extern const HfNames kGpt2HfNames;
+const HfNames kGpt2HfNames = {{"gpt2"}, &hf_config, &hf_tensor};
+
+std::unique_ptr<Model> load_gpt2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
+  return std::make_unique<Gpt2>(std::move(src), o);
+}
+
+}  // namespace kvad
