@@ -163,7 +163,8 @@ class Bert final : public Model {
 };
 
 // HF BertModel config.json → GGUF keys, as llama.cpp's converter writes them.
-void hf_config(const nlohmann::json& cfg, Metadata& md) {
+void hf_config(const nlohmann::json& cfg, HfConfig& out) {
+  Metadata& md = out.md;
   const std::string a = "bert";
   md["general.architecture"] = a;
   if (cfg.contains("_name_or_path") && cfg["_name_or_path"].is_string())
