@@ -10,7 +10,10 @@ sentences/s and tokens/s per side, the machine's load average before and
 after, and the threads used. kvad is timed from the client (HTTP and JSON
 included, base64 answers), sentence-transformers as model.encode() in this
 process (tokenization included); both check their first run's vectors
-against each other (min cosine printed).
+against each other (min cosine printed). The CPU seconds each side used per
+run (kvad serve's process, from /proc; this process for
+sentence-transformers) are printed too: on a shared machine the wall time
+depends on the other load, the CPU time much less.
 
 Run with the tools venv that has torch and sentence-transformers:
   ~/.cache/kvad/torch-venv/bin/python bench/embed_bench.py --kvad build/kvad
@@ -66,12 +69,21 @@ def kvad_embed(url, texts):
                                    base64.b64decode(d["embedding"])) for d in data], dtype=np.float32)
 
 
-def timed(fn, sentences, batch):
+def cpu_seconds(pid=None):
+    """User + system CPU seconds of a process (this one when pid is None)."""
+    if pid is None:
+        return time.process_time()
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(fn, sentences, batch, pid=None):
+    """Wall seconds, CPU seconds (of `pid`, else this process) and the vectors."""
     vecs = []
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds(pid)
     for i in range(0, len(sentences), batch):
         vecs.append(fn([s for s, _ in sentences[i:i + batch]]))
-    return time.perf_counter() - t0, np.concatenate(vecs)
+    return time.perf_counter() - t0, cpu_seconds(pid) - c0, np.concatenate(vecs)
 
 
 def main():
@@ -96,13 +108,16 @@ def main():
     try:
         kvad_embed(url, ["warm up"])
         st.encode(["warm up"])
-        k_times, s_times = [], []
+        k_times, s_times, k_cpu, s_cpu = [], [], [], []
         for r in range(a.runs):
-            tk, vk = timed(lambda b: kvad_embed(url, b), sentences, a.batch)
+            tk, ck, vk = timed(lambda b: kvad_embed(url, b), sentences, a.batch, proc.pid)
             with torch.inference_mode():
-                ts, vs = timed(lambda b: st.encode(b, batch_size=a.batch, convert_to_numpy=True), sentences, a.batch)
+                ts, cs, vs = timed(lambda b: st.encode(b, batch_size=a.batch, convert_to_numpy=True), sentences,
+                                   a.batch)
             k_times.append(tk)
             s_times.append(ts)
+            k_cpu.append(ck)
+            s_cpu.append(cs)
             if r == 0:
                 cos = (vk * vs).sum(1) / np.linalg.norm(vk, axis=1) / np.linalg.norm(vs, axis=1)
                 min_cos = float(cos.min())
@@ -115,12 +130,12 @@ def main():
           f"{os.cpu_count()} cores")
     print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}; "
           f"after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
-    for name, ts in (("kvad serve /v1/embeddings", k_times),
-                     (f"sentence-transformers {sentence_transformers.__version__} (torch {torch.__version__})",
-                      s_times)):
+    for name, ts, cs in (("kvad serve /v1/embeddings", k_times, k_cpu),
+                         (f"sentence-transformers {sentence_transformers.__version__} (torch {torch.__version__})",
+                          s_times, s_cpu)):
         med = statistics.median(ts)
         print(f"{name}: median {n / med:.1f} sentences/s, {n_tok / med:.0f} tokens/s "
-              f"(runs: {', '.join('%.2f s' % t for t in ts)})")
+              f"(runs: {', '.join('%.2f s' % t for t in ts)}); median CPU {statistics.median(cs):.2f} s per run")
     print(f"kvad / sentence-transformers: {statistics.median(s_times) / statistics.median(k_times):.2f}x; "
           f"min cosine between them: {min_cos:.7f}")
 
