@@ -1,5 +1,7 @@
 #include "server/responses.h"
 
+#include "engine/json_schema.h"
+
 namespace kvad::server {
 
 using json = nlohmann::ordered_json;
@@ -179,9 +181,32 @@ CompletionRequest parse_responses_request(const std::string& body_text, Response
     if (const json* f = field(*t, "format")) {
       const json* ty = f->is_object() ? field(*f, "type") : nullptr;
       if (!ty || !ty->is_string()) bad("text.format.type", "expected a string.", "invalid_type");
-      if (*ty != "text")
-        throw ApiError(400, "text.format '" + ty->get<std::string>().substr(0, 40) + "' is not supported yet; only 'text'.",
-                       "invalid_request_error", "text.format", "unsupported_value");
+      // Structured output as chat's response_format, in the Responses API's
+      // flat shape: {"type": "json_schema", "name", "schema", "strict"} or
+      // {"type": "json_object"}; a schema the compiler refuses is a 400
+      // naming the keyword.
+      try {
+        if (*ty == "json_object") {
+          r.gen.grammar = Grammar::parse(json_any_gbnf(true));
+        } else if (*ty == "json_schema") {
+          const json* schema = field(*f, "schema");
+          if (!schema) bad("text.format.schema", "text.format json_schema needs a schema.", "missing_required_parameter");
+          if (const json* name = field(*f, "name"); name && !name->is_string())
+            bad("text.format.name", "expected a string.", "invalid_type");
+          r.gen.grammar = json_schema_grammar(*schema);
+        } else if (*ty != "text") {
+          throw ApiError(400, "text.format '" + ty->get<std::string>().substr(0, 40) +
+                                  "' is not supported; use 'text', 'json_object' or 'json_schema'.",
+                         "invalid_request_error", "text.format", "unsupported_value");
+        }
+      } catch (const SchemaError& err) {
+        throw ApiError(400, std::string("Invalid schema for text.format.schema: ") + err.what(),
+                       "invalid_request_error", "text.format.schema", "invalid_schema");
+      } catch (const GrammarError& err) {
+        throw ApiError(400, std::string("Invalid text.format: ") + err.what(), "invalid_request_error",
+                       "text.format", "invalid_grammar");
+      }
+      e["text"] = {{"format", *f}};
     }
   }
   if (const json* s = field(body, "stream")) {
@@ -194,7 +219,7 @@ CompletionRequest parse_responses_request(const std::string& body_text, Response
   e["top_p"] = r.gen.sampling.top_p;
   e["tool_choice"] = field(body, "tool_choice") ? body["tool_choice"] : json("auto");
   e["tools"] = field(body, "tools") ? body["tools"] : json::array();
-  e["text"] = {{"format", {{"type", "text"}}}};
+  if (!e.contains("text")) e["text"] = {{"format", {{"type", "text"}}}};
   e["store"] = false;
   e["truncation"] = "disabled";
   e["metadata"] = json::object();

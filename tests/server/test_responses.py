@@ -124,3 +124,32 @@ def test_reasoning_item(client):
     events = list(client.responses.create(stream=True, **kw))
     assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == "5 plus 5 is 10."
     assert events[-1].response.output_text == r.output_text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_text_format_json_schema_is_enforced(client, stream):
+    # text.format json_schema constrains the output as chat's response_format does.
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                               "population": {"type": "integer", "minimum": 0}},
+              "required": ["city", "population"], "additionalProperties": False}
+    fmt = {"format": {"type": "json_schema", "name": "city", "schema": schema, "strict": True}}
+    for seed in range(3):
+        kw = dict(model=MODEL_NAME, input="Name a big city and its population.", text=fmt, temperature=1.5,
+                  extra_body={"seed": seed}, max_output_tokens=80)
+        if stream:
+            text = ""
+            for ev in client.responses.create(stream=True, **kw):
+                if ev.type == "response.output_text.delta":
+                    text += ev.delta
+                if ev.type == "response.completed":
+                    assert ev.response.text.format.type == "json_schema"
+        else:
+            r = client.responses.create(**kw)
+            text = r.output_text
+            assert r.text.format.type == "json_schema"
+        jsonschema.validate(json.loads(text), schema)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model=MODEL_NAME, input="x", text={"format": {
+            "type": "json_schema", "name": "n", "schema": {"type": "object", "patternProperties": {"a": {}}}}})
+    assert e.value.body["code"] == "invalid_schema" and "patternProperties" in e.value.body["message"]
