@@ -32,28 +32,6 @@ const char* type_of(const json& j) {
   }
 }
 
-// Whether `text` nests arrays/objects deeper than `limit` outside strings,
-// checked before parsing (nlohmann's parser recurses per level; as
-// openai.cpp's check for the completion endpoints).
-bool nested_deeper_than(const std::string& text, int limit) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > limit) return true;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return false;
-}
-
 const json* field(const json& body, const char* key) {
   auto it = body.find(key);
   return it == body.end() || it->is_null() ? nullptr : &*it;
@@ -144,7 +122,7 @@ EmbeddingsModel embeddings_model(const std::string& id, const Embedder& e) {
 
 EmbeddingsRequest parse_embeddings_request(const std::string& body_text, const EmbeddingsModel& e,
                                            size_t max_inputs) {
-  if (nested_deeper_than(body_text, kMaxJsonDepth))
+  if (json_depth_over(body_text, kMaxJsonDepth) != 0)
     throw ApiError(400, "The JSON body of your request is nested more than " + std::to_string(kMaxJsonDepth) +
                             " levels deep.", "invalid_request_error", "", "invalid_json");
   json body;

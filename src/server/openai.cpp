@@ -216,7 +216,6 @@ json error_body(const ApiError& e) {
   return json{{"error", err}};
 }
 
-namespace {
 // The deepest nesting of arrays and objects in `text` outside strings,
 // stopping once it passes `limit` (nlohmann's parser recurses per level and
 // builds every level: 8 MB of '[' cost 600 MB before this check).
@@ -237,6 +236,8 @@ int json_depth_over(const std::string& text, int limit) {
   }
   return 0;
 }
+
+namespace {
 }  // namespace
 
 // response_format (OpenAI) and grammar / json_schema (llama.cpp's server):

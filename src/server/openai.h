@@ -132,6 +132,11 @@ void parse_tools(const nlohmann::ordered_json& body, CompletionRequest& r, bool 
 ToolSpec tool_spec(const nlohmann::ordered_json* name, const nlohmann::ordered_json* description,
                    const nlohmann::ordered_json* parameters, const std::string& param);
 
+/// The nesting depth of arrays and objects in JSON `text` (outside
+/// strings) once it exceeds `limit`, else 0; linear, allocates nothing.
+/// Checked before parsing: nlohmann's parser recurses per level.
+int json_depth_over(const std::string& text, int limit);
+
 /// parse_completion_request's body checks (depth, JSON, an object); throws ApiError 400.
 nlohmann::ordered_json parse_body(const std::string& body_text);
 
