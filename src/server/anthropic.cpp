@@ -295,7 +295,7 @@ class AnthropicEmitter : public StreamEmitter {
   }
 
   std::string end(const GenEvent& last, const OutputStream& os) override {
-    if (forced_ && os.n_calls() == 0)
+    if (forced_ && os.n_calls() == 0 && last.finish_reason != "length")
       return error(ApiError(500, "tool_choice requires a tool call but the model's reply holds none that parses.",
                             "server_error", "tool_choice", "tool_call_failed"));
     std::string s = close();

@@ -74,7 +74,7 @@ class ChatEmitter : public StreamEmitter {
   std::string end(const GenEvent& last, const OutputStream& os) override {
     const std::string& finish_reason = last.finish_reason;
     const GenUsage& usage = last.usage;
-    if (forced_ && os.n_calls() == 0)
+    if (forced_ && os.n_calls() == 0 && last.finish_reason != "length")
       return error(ApiError(500, "tool_choice requires a tool call but the model's reply holds none that parses.",
                             "server_error", "tool_choice", "tool_call_failed"));
     std::string s = sse_data(completion_chunk(m_, "", os.n_calls() > 0 ? "tool_calls" : finish_reason, usage_));

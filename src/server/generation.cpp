@@ -219,7 +219,9 @@ void Server::Impl::stream(Prepared p, httplib::Response& res, std::shared_ptr<St
           sink.done();
           return true;
         }
-        const OutputDelta d = st->os.finish();
+        OutputDelta d = st->os.finish();
+        // A forced call cut off by the length limit: its opening is not content.
+        if (stop_after_call && st->os.n_calls() == 0 && ev->finish_reason == "length") d = OutputDelta{};
         if (!d.empty()) attach();
         if (!d.empty() && !send(st->em->delta(d))) return false;
         if (!send(st->em->end(*ev, st->os))) return false;
@@ -264,8 +266,8 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
     res.set_content(dump(completion_response(meta, text, last.finish_reason, last.usage, lp)), "application/json");
     return;
   }
-  const ParsedOutput out = parse_output(text, p.fmt);
-  if (p.fmt.tools) check_tool_choice(r, out, p.fmt.prefix + text);
+  ParsedOutput out = parse_output(text, p.fmt);
+  if (p.fmt.tools) check_tool_choice(r, out, p.fmt.prefix + text, last.finish_reason);
   const std::string finish = out.calls.empty() ? last.finish_reason : "tool_calls";
   res.set_content(dump(chat_response(meta, out, finish, last.usage, lp)), "application/json");
 }
@@ -283,8 +285,8 @@ void Server::Impl::anthropic_messages(const httplib::Request& req, httplib::Resp
   std::string text;
   GenEvent last;
   if (!collect(p, res, &text, &last)) return;
-  const ParsedOutput out = parse_output(text, p.fmt);
-  if (p.fmt.tools) check_tool_choice(r, out, p.fmt.prefix + text);
+  ParsedOutput out = parse_output(text, p.fmt);
+  if (p.fmt.tools) check_tool_choice(r, out, p.fmt.prefix + text, last.finish_reason);
   res.set_content(dump(anthropic_message(id, o.model_id, out, last.finish_reason, last.stop_sequence, last.usage)),
                   "application/json");
 }
@@ -303,8 +305,8 @@ void Server::Impl::responses(const httplib::Request& req, httplib::Response& res
   std::string text;
   GenEvent last;
   if (!collect(p, res, &text, &last)) return;
-  const ParsedOutput out = parse_output(text, p.fmt);
-  if (p.fmt.tools) check_tool_choice(r, out, p.fmt.prefix + text);
+  ParsedOutput out = parse_output(text, p.fmt);
+  if (p.fmt.tools) check_tool_choice(r, out, p.fmt.prefix + text, last.finish_reason);
   res.set_content(dump(responses_object(id, p.created, o.model_id, out, last.finish_reason, last.usage, echo)),
                   "application/json");
 }

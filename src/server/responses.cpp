@@ -301,7 +301,7 @@ class ResponsesEmitter : public StreamEmitter {
   }
 
   std::string end(const GenEvent& last, const OutputStream& os) override {
-    if (forced_ && os.n_calls() == 0)
+    if (forced_ && os.n_calls() == 0 && last.finish_reason != "length")
       return error(ApiError(500, "tool_choice requires a function call but the model's reply holds none that parses.",
                             "server_error", "tool_choice", "tool_call_failed"));
     std::string s = close();  // (each event() call in its own statement: sequence numbers in order)

@@ -295,9 +295,15 @@ std::shared_ptr<const Grammar> forced_call_grammar(const CompletionRequest& r, c
   return Grammar::parse(root + "\n" + rules);
 }
 
-void check_tool_choice(const CompletionRequest& r, const ParsedOutput& out, const std::string& raw_text) {
+void check_tool_choice(const CompletionRequest& r, ParsedOutput& out, const std::string& raw_text,
+                       const std::string& finish_reason) {
   const bool forced = r.tool_choice.kind == ToolChoice::required || r.tool_choice.kind == ToolChoice::named;
   if (!forced || r.tools.empty() || !out.calls.empty()) return;
+  if (finish_reason == "length") {
+    out.content.clear();  // the opening of a call that never closed, not an answer
+    out.malformed = false;
+    return;
+  }
   std::string head = raw_text.substr(0, 200);
   throw ApiError(500,
                  "tool_choice is '" +

@@ -76,6 +76,11 @@ std::shared_ptr<const Grammar> forced_call_grammar(const CompletionRequest& r, c
 /// Checks a finished reply against tool_choice: under required or named
 /// without a call (of that name), ApiError 500 code tool_call_failed, with
 /// the start of the model's text. Does nothing otherwise.
-void check_tool_choice(const CompletionRequest& r, const ParsedOutput& out, const std::string& raw_text);
+/// A reply cut off by max_tokens or the context (`finish_reason` "length")
+/// before its forced call closed is no error: its partial call is dropped
+/// from `out` (content empty, no calls) and the reply ends "length", as
+/// OpenAI answers a truncated reply.
+void check_tool_choice(const CompletionRequest& r, ParsedOutput& out, const std::string& raw_text,
+                       const std::string& finish_reason);
 
 }  // namespace kvad::server

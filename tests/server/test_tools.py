@@ -207,3 +207,20 @@ def test_reasoning_content(server):
                                     extra_body={"reasoning_format": "none"})
     assert raw.choices[0].message.content == "<think>5 plus 5 is 10.</think>" + m.content
     assert getattr(raw.choices[0].message, "reasoning_content", None) is None
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_forced_call_cut_off_by_max_tokens_ends_length(server, stream):
+    # Not a 500: the reply ends "length" with neither a partial call nor its text as content.
+    kw = dict(model=MODEL_NAME, messages=ASK, tools=[WEATHER], tool_choice="required", temperature=0, max_tokens=3)
+    if not stream:
+        r = client(server).chat.completions.create(**kw)
+        assert r.choices[0].finish_reason == "length"
+        assert not r.choices[0].message.content and not r.choices[0].message.tool_calls
+        return
+    finish, content = None, ""
+    for k in client(server).chat.completions.create(stream=True, **kw):
+        if k.choices:
+            content += k.choices[0].delta.content or ""
+            finish = k.choices[0].finish_reason or finish
+    assert finish == "length" and content == ""
