@@ -254,7 +254,9 @@ class Engine {
     g.kv_bytes = session_->cache().bytes();
     g.kv_bytes_per_token = session_->cache().bytes_per_token();
     g.rss_bytes = rss_now();
-    g.peak_rss_bytes = peak_rss_bytes();
+    // ru_maxrss and /proc's resident count are sampled apart: the peak is
+    // never shown below the figure beside it.
+    g.peak_rss_bytes = std::max(peak_rss_bytes(), g.rss_bytes);
     g.ctx_used = session_->cached(0);
   }
 
