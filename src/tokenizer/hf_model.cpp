@@ -1,4 +1,4 @@
-// tokenizer.json models: BPE, WordPiece, WordLevel.
+// tokenizer.json models: BPE, WordPiece, WordLevel, Unigram.
 //
 // BPE. Source: tokenizers/src/models/bpe/model.rs (merge_word: one symbol
 // per character, continuing_subword_prefix / end_of_word_suffix, byte_fallback
@@ -13,6 +13,10 @@
 // no piece covers, or longer than max_input_chars_per_word characters, is one
 // unk_token.
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <string>
+#include <cmath>
 #include <cstdio>
 
 #include "base/error.h"
@@ -270,6 +274,172 @@ class WordLevel final : public Model {
   std::string unk_text_;
 };
 
+// The double serde_json (without its float_roundtrip feature, as tokenizers
+// builds it) reads for the number whose shortest text is that of `v`: the
+// decimal digits as a u64 significand, then one multiplication or division
+// by 10^|exp| (serde_json de.rs f64_from_parts). That can differ from the
+// correctly rounded value nlohmann reads by an ulp, and Unigram's Viterbi
+// breaks exact ties on those bits, so the scores are read the same way.
+double serde_f64(double v) {
+  if (!std::isfinite(v) || v == 0.0) return v;
+  static const std::vector<double> pow10 = [] {
+    std::vector<double> p(309);
+    for (int i = 0; i <= 308; ++i) p[static_cast<size_t>(i)] = std::strtod(("1e" + std::to_string(i)).c_str(), nullptr);
+    return p;
+  }();
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);  // the shortest text that reads back as v
+  const std::string_view t(buf, static_cast<size_t>(r.ptr - buf));
+  size_t i = 0;
+  const bool neg = t[i] == '-';
+  if (neg) ++i;
+  uint64_t sig = 0;
+  int exp = 0;
+  bool frac = false;
+  for (; i < t.size() && t[i] != 'e'; ++i) {
+    if (t[i] == '.') {
+      frac = true;
+      continue;
+    }
+    if (sig > (UINT64_MAX - 9) / 10) return v;  // beyond what a shortest text holds
+    sig = sig * 10 + static_cast<uint64_t>(t[i] - '0');
+    if (frac) --exp;
+  }
+  if (i < t.size()) exp += std::atoi(std::string(t.substr(i + 1)).c_str());
+  double f = static_cast<double>(sig);
+  const int a = exp < 0 ? -exp : exp;
+  if (a > 308) return v;  // serde's loop over 1e308 steps: not reached by scores
+  f = exp >= 0 ? f * pow10[static_cast<size_t>(a)] : f / pow10[static_cast<size_t>(a)];
+  return neg ? -f : f;
+}
+
+// Unigram (Kudo 2018, "Subword Regularization"). Source:
+// tokenizers/src/models/unigram/model.rs (encode_optimized): Viterbi over
+// the word's characters; at each start, every vocabulary piece that is a
+// prefix of the rest, shortest first, replaces the best path to its end
+// only when its score is strictly higher; a character no one-character
+// piece covers is unk with score min_score - 10. Consecutive unks are fused
+// (Unigram always fuses), and a fused unk's text becomes <0xXX> byte tokens
+// when byte_fallback is on and every byte has one, else unk_id.
+class Unigram final : public Model {
+ public:
+  Unigram(const Ctx& c, const json& j, const std::string& path) {
+    type_ = "Unigram";
+    byte_fallback_ = c.opt_bool(j, path, "byte_fallback", false);
+    const std::string vp = path + ".vocab";
+    const json& v = c.array(c.at(j, path, "vocab"), vp);
+    if (v.size() > static_cast<size_t>(kMaxTokenId) + 1) c.fail(vp, "more than " + std::to_string(kMaxTokenId + 1) + " pieces");
+    scores_.reserve(v.size());
+    vocab_.reserve(v.size());
+    min_score_ = 0.0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const std::string ip = vp + "[" + std::to_string(i) + "]";
+      const json& e = c.array(v[i], ip);
+      if (e.size() != 2 || !e[1].is_number()) c.fail(ip, "expected [piece, score]");
+      const std::string piece = c.str(e[0], ip + "[0]");
+      if (piece.empty()) c.fail(ip + "[0]", "an empty piece");
+      const double score = serde_f64(e[1].get<double>());
+      if (!std::isfinite(score)) c.fail(ip + "[1]", "the score is not a finite number");
+      vocab_[piece] = static_cast<int32_t>(i);  // a later duplicate wins, as tokenizers' map does
+      scores_.push_back(score);
+      max_len_ = std::max(max_len_, piece.size());
+      min_score_ = i == 0 ? score : std::min(min_score_, score);
+    }
+    if (const json* u = c.find(j, path, "unk_id")) {
+      unk_ = static_cast<int32_t>(c.integer(*u, path + ".unk_id", 0, static_cast<int64_t>(v.size()) - 1));
+    }
+    if (byte_fallback_) {
+      for (int b = 0; b < 256; ++b) {
+        char name[8];
+        std::snprintf(name, sizeof name, "<0x%02X>", b);
+        byte_id_[b] = lookup(vocab_, name);
+      }
+    }
+  }
+
+  void tokenize(std::string_view w, std::vector<int32_t>& out) const override {
+    constexpr double kUnkPenalty = 10.0;
+    constexpr int32_t kUnkNode = -1;  // an unknown character (no piece covers it)
+    const double unk_score = min_score_ - kUnkPenalty;
+    struct Node {
+      int32_t id = -1;       // -1: unk
+      size_t start = 0;
+      double score = 0.0;
+      bool set = false;
+    };
+    std::vector<Node> best(w.size() + 1);
+    best[0].set = true;
+    size_t pos = 0;
+    while (pos < w.size()) {
+      // A byte that starts no sequence counts as one character (never 0: the loop advances).
+      const size_t lead = static_cast<size_t>(utf8::seq_len(static_cast<uint8_t>(w[pos])));
+      const size_t mblen = std::min(std::max<size_t>(lead, 1), w.size() - pos);
+      const double here = best[pos].score;
+      bool single = false;
+      for (size_t len = 1; len <= std::min(max_len_, w.size() - pos); ++len) {
+        auto it = vocab_.find(w.substr(pos, len));
+        if (it == vocab_.end()) continue;
+        Node& t = best[pos + len];
+        const double cand = here + scores_[static_cast<size_t>(it->second)];
+        if (!t.set || cand > t.score) t = {it->second, pos, cand, true};
+        if (len == mblen) single = true;
+      }
+      if (!single) {
+        Node& t = best[pos + mblen];
+        const double cand = here + unk_score;
+        if (!t.set || cand > t.score) t = {kUnkNode, pos, cand, true};
+      }
+      pos += mblen;
+    }
+    // Back from the end; fuse runs of unk.
+    struct Piece {
+      int32_t id;
+      size_t b, e;
+    };
+    // tokenizers fuses by id: a vocabulary piece whose id is unk_id (the
+    // text "<unk>" read as plain text) fuses with unknown characters too.
+    auto is_unk = [&](int32_t id) { return id == kUnkNode || (unk_ >= 0 && id == unk_); };
+    std::vector<Piece> rev;
+    for (size_t end = w.size(); end > 0;) {
+      const Node& n = best[end];
+      if (is_unk(n.id) && !rev.empty() && is_unk(rev.back().id)) {
+        rev.back().b = n.start;
+        rev.back().id = kUnkNode;
+      } else {
+        rev.push_back({n.id, n.start, end});
+      }
+      end = n.start;
+    }
+    for (auto it = rev.rbegin(); it != rev.rend(); ++it) {
+      if (it->id != kUnkNode) {
+        out.push_back(it->id);
+        continue;
+      }
+      const std::string_view text = w.substr(it->b, it->e - it->b);
+      if (int32_t id = lookup(vocab_, text); id >= 0) {  // tokenizers looks the fused text up first
+        out.push_back(id);
+        continue;
+      }
+      if (byte_fallback_) {
+        bool all = true;
+        for (unsigned char ch : text) all = all && byte_id_[ch] >= 0;
+        if (all) {
+          for (unsigned char ch : text) out.push_back(byte_id_[ch]);
+          continue;
+        }
+      }
+      if (unk_ < 0) throw Error("tokenizer.json: Unigram met an unknown character but has no unk_id");
+      out.push_back(unk_);
+    }
+  }
+
+ private:
+  std::vector<double> scores_;
+  double min_score_ = 0.0;
+  size_t max_len_ = 0;
+  int32_t byte_id_[256] = {};
+};
+
 }  // namespace
 
 std::unique_ptr<Model> make_model(const Ctx& c, const json& j, const std::string& path) {
@@ -278,12 +448,14 @@ std::unique_ptr<Model> make_model(const Ctx& c, const json& j, const std::string
   std::string t;
   if (c.find(j, path, "type")) t = c.type(j, path);
   else if (j.contains("merges")) t = "BPE";
+  else if (j.contains("vocab") && j["vocab"].is_array()) t = "Unigram";
   else if (j.contains("continuing_subword_prefix") || j.contains("max_input_chars_per_word")) t = "WordPiece";
   else t = "WordLevel";
   if (t == "BPE") return std::make_unique<Bpe>(c, j, path);
   if (t == "WordPiece") return std::make_unique<WordPiece>(c, j, path);
   if (t == "WordLevel") return std::make_unique<WordLevel>(c, j, path);
-  c.fail(path + ".type", "model \"" + t + "\" is not supported (supported: BPE, WordPiece, WordLevel)");
+  if (t == "Unigram") return std::make_unique<Unigram>(c, j, path);
+  c.fail(path + ".type", "model \"" + t + "\" is not supported (supported: BPE, WordPiece, WordLevel, Unigram)");
 }
 
 }  // namespace kvad::tok::hf
