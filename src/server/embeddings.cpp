@@ -32,11 +32,6 @@ const char* type_of(const json& j) {
   }
 }
 
-const json* field(const json& body, const char* key) {
-  auto it = body.find(key);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
-}
-
 // One input of token ids, checked against the vocabulary and the length.
 std::vector<int32_t> token_input(const json& a, const std::string& param, const EmbeddingsModel& e) {
   if (a.empty()) throw bad("'" + param + "' is an empty list of tokens.", param);

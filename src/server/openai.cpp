@@ -41,11 +41,6 @@ std::string type_name(const json& v) {
 }
 
 /// The field, or nullptr when absent or null.
-const json* field(const json& body, const char* name) {
-  auto it = body.find(name);
-  if (it == body.end() || it->is_null()) return nullptr;
-  return &*it;
-}
 
 double number_in(const json& body, const char* name, double lo, double hi, double dflt) {
   const json* v = field(body, name);

@@ -132,6 +132,15 @@ void parse_tools(const nlohmann::ordered_json& body, CompletionRequest& r, bool 
 ToolSpec tool_spec(const nlohmann::ordered_json* name, const nlohmann::ordered_json* description,
                    const nlohmann::ordered_json* parameters, const std::string& param);
 
+/// Member `key` of JSON object `o`, or nullptr when it is absent or null (a
+/// null field counts as absent in every request parser). J: nlohmann's
+/// json or ordered_json.
+template <class J>
+const J* field(const J& o, const char* key) {
+  auto it = o.find(key);
+  return it == o.end() || it->is_null() ? nullptr : &*it;
+}
+
 /// The nesting depth of arrays and objects in JSON `text` (outside
 /// strings) once it exceeds `limit`, else 0; linear, allocates nothing.
 /// Checked before parsing: nlohmann's parser recurses per level.

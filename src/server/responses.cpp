@@ -12,12 +12,6 @@ namespace {
   throw ApiError(400, "Invalid value for '" + param + "': " + message, "invalid_request_error", param, code);
 }
 
-const json* field(const json& o, const char* name) {
-  auto it = o.find(name);
-  if (it == o.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
 const json& required(const json& o, const char* name, const std::string& param) {
   const json* v = field(o, name);
   if (!v)
