@@ -164,7 +164,4 @@ void init_style();
 std::u32string to_u32(const std::string& s);
 std::string to_utf8(const std::u32string& s);
 
-/// Human sizes: "92.1 MiB", "512 B".
-std::string format_bytes(size_t n);
-
 }  // namespace kvad::cli::tui

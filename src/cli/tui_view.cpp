@@ -17,6 +17,8 @@
 #include "base/utf8.h"
 #include "cli/tui.h"
 
+#include "cli/download_progress.h"  // human_bytes
+
 namespace kvad::cli::tui {
 
 namespace {
@@ -236,9 +238,9 @@ void draw_panel(const View& v, int x, int w, int h) {
   row("arch", g.arch + (g.n_layer ? " (" + std::to_string(g.n_layer) + " layers)" : ""));
   row("form", v.forms.empty() ? "?" : v.forms[v.form].label, A_BOLD);
   row("backend", g.backend + " | " + g.weight_format);
-  row("weights", format_bytes(g.weight_bytes));
-  row("KV cache", format_bytes(g.kv_bytes) + " (" + format_bytes(g.kv_bytes_per_token) + "/token)");
-  row("RSS", format_bytes(g.rss_bytes) + " (peak " + format_bytes(g.peak_rss_bytes) + ")");
+  row("weights", human_bytes(g.weight_bytes));
+  row("KV cache", human_bytes(g.kv_bytes) + " (" + human_bytes(g.kv_bytes_per_token) + "/token)");
+  row("RSS", human_bytes(g.rss_bytes) + " (peak " + human_bytes(g.peak_rss_bytes) + ")");
   rule(v.generating ? "this reply" : "last reply");
   row("TTFT", g.ttft_s > 0 ? fmt("%.3f s", g.ttft_s) : "-");
   row(g.prefill_was_reprefill ? "re-prefill" : "prefill",
@@ -396,15 +398,6 @@ std::string to_utf8(const std::u32string& s) {
   std::string out;
   for (char32_t c : s) utf8::append(out, static_cast<uint32_t>(c));
   return out;
-}
-
-std::string format_bytes(size_t n) {
-  char b[32];
-  if (n >= (1ull << 30)) std::snprintf(b, sizeof b, "%.2f GiB", n / 1073741824.0);
-  else if (n >= (1ull << 20)) std::snprintf(b, sizeof b, "%.1f MiB", n / 1048576.0);
-  else if (n >= 1024) std::snprintf(b, sizeof b, "%.1f KiB", n / 1024.0);
-  else std::snprintf(b, sizeof b, "%zu B", n);
-  return b;
 }
 
 }  // namespace kvad::cli::tui

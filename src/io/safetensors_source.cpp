@@ -15,10 +15,6 @@ namespace st = safetensors;
 
 using Files = std::vector<std::unique_ptr<st::File>>;
 
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 SourceTensor to_source(const st::TensorInfo& ti, const std::string& origin) {
   SourceTensor t;
   t.name = ti.name;
@@ -147,7 +143,7 @@ std::shared_ptr<const TensorSource> safetensors_source(const std::string& path) 
       return sharded(path, (dir / "model.safetensors.index.json").string());
     throw Error(path + ": a directory with neither model.safetensors nor model.safetensors.index.json");
   }
-  if (ends_with(path, ".index.json")) return sharded(path, path);
+  if (path.ends_with(".index.json")) return sharded(path, path);
   return single(path, path);
 }
 

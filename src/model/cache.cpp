@@ -74,16 +74,23 @@ bool LayerCaches::copy_prefix(int src, int dst, int32_t n) {
     n_cached_[dst] = 0;
     return true;
   }
+  // The row indices of a copy of m rows, uploaded once per distinct m (all
+  // full layers share one; a ring its own).
   std::vector<int32_t> seq, pos;
+  int64_t uploaded = -1;
+  Tensor ts, tp;
   for (KVLayer& L : kv_) {
     // Full layer: rows 0..n-1 are positions 0..n-1. Ring: every slot (what
     // dst will read is a subset, at the same slot indices).
     const int64_t m = std::min<int64_t>(n, L.slots);
-    seq.assign(static_cast<size_t>(m), dst);
-    pos.resize(static_cast<size_t>(m));
-    for (int64_t i = 0; i < m; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-    const Tensor ts = ops::from_host(seq.data(), DType::I32, {m, 1, 1, 1}, L.k.device());
-    const Tensor tp = ops::from_host(pos.data(), DType::I32, {m, 1, 1, 1}, L.k.device());
+    if (m != uploaded) {
+      seq.assign(static_cast<size_t>(m), dst);
+      pos.resize(static_cast<size_t>(m));
+      for (int64_t i = 0; i < m; ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+      ts = ops::from_host(seq.data(), DType::I32, {m, 1, 1, 1}, L.k.device());
+      tp = ops::from_host(pos.data(), DType::I32, {m, 1, 1, 1}, L.k.device());
+      uploaded = m;
+    }
     for (Tensor* t : {&L.k, &L.v}) {
       const Tensor rows = ops::convert(t->rows(src * L.slots, src * L.slots + m), DType::F32);
       ops::kv_store(*t, rows, ts, tp, L.slots);

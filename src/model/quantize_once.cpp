@@ -53,11 +53,6 @@ std::vector<int64_t> qk_rows(int64_t n_rows, int64_t n_head) {
   return m;
 }
 
-bool ends_with(const std::string& s, const char* suffix) {
-  const size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
 std::string stamp_of(const TensorSource& hf) {
   std::string s;
   for (const SourceTensor& t : hf.tensors()) s += t.name + ":" + dtype_name(t.type) + ";";
@@ -106,8 +101,8 @@ std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSo
     std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + std::max(1, t.n_dims));
     descs.push_back({t.name, ne, t.type});
     quant::InputTensor it{t.name, t.type, ne, static_cast<const uint8_t*>(t.data), t.n_bytes, {}};
-    if (neox && arch == "llama" && (ends_with(t.name, "attn_q.weight") || ends_with(t.name, "attn_k.weight"))) {
-      const int64_t heads = ends_with(t.name, "attn_q.weight") ? n_head : n_head_kv;
+    if (neox && arch == "llama" && (t.name.ends_with("attn_q.weight") || t.name.ends_with("attn_k.weight"))) {
+      const int64_t heads = t.name.ends_with("attn_q.weight") ? n_head : n_head_kv;
       it.row_map = qk_rows(t.ne[1], heads);
     }
     in.push_back(std::move(it));

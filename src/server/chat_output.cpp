@@ -79,7 +79,7 @@ class ChatEmitter : public StreamEmitter {
                             "server_error", "tool_choice", "tool_call_failed"));
     std::string s = sse_data(completion_chunk(m_, "", os.n_calls() > 0 ? "tool_calls" : finish_reason, usage_));
     if (usage_) s += sse_data(usage_chunk(m_, usage));
-    return s + "data: [DONE]\n\n";
+    return s + std::string(kSseDone);
   }
   std::string error(const ApiError& e) override { return sse_data(error_body(e)); }
 
@@ -100,7 +100,7 @@ class TextEmitter : public StreamEmitter {
     const GenUsage& usage = last.usage;
     std::string s = sse_data(completion_chunk(m_, "", finish_reason, usage_));
     if (usage_) s += sse_data(usage_chunk(m_, usage));
-    return s + "data: [DONE]\n\n";
+    return s + std::string(kSseDone);
   }
   std::string error(const ApiError& e) override { return sse_data(error_body(e)); }
 

@@ -245,14 +245,13 @@ void Server::Impl::completion(const httplib::Request& req, httplib::Response& re
   Prepared p = prepare(req, r);
   if (r.n > 1) return completion_n(r, p, res);
   const ResponseMeta meta{new_response_id(is_chat ? "chatcmpl-" : "cmpl-"), p.created, o.model_id, is_chat};
-  const bool forced = r.tool_choice.kind == ToolChoice::required || r.tool_choice.kind == ToolChoice::named;
   const bool want_logprobs = r.gen.logprobs >= 0;
   // completions' text_offset counts from the start of the prompt text, as
   // llama-cpp-python does (without echo).
   const size_t offset0 = r.chat || r.prompt_is_ids ? 0 : r.prompt.size();
   if (r.stream) {
     stream(std::move(p), res,
-           is_chat ? chat_emitter(meta, r.include_usage, forced && p.fmt.tools) : text_emitter(meta, r.include_usage),
+           is_chat ? chat_emitter(meta, r.include_usage, p.fmt.stop_after_call) : text_emitter(meta, r.include_usage),
            want_logprobs, offset0);
     return;
   }
@@ -276,7 +275,7 @@ void Server::Impl::anthropic_messages(const httplib::Request& req, httplib::Resp
   CompletionRequest r = parse_anthropic_request(req.body);
   Prepared p = prepare(req, r);
   const std::string id = new_response_id("msg_");
-  const bool forced = p.fmt.tools && (r.tool_choice.kind == ToolChoice::required || r.tool_choice.kind == ToolChoice::named);
+  const bool forced = p.fmt.stop_after_call;  // tools given and tool_choice required or named
   if (r.stream) {
     const int32_t n_prompt = p.n_prompt;
     stream(std::move(p), res, anthropic_emitter(id, o.model_id, n_prompt, forced));
@@ -296,7 +295,7 @@ void Server::Impl::responses(const httplib::Request& req, httplib::Response& res
   CompletionRequest r = parse_responses_request(req.body, &echo);
   Prepared p = prepare(req, r);
   const std::string id = new_response_id("resp_");
-  const bool forced = p.fmt.tools && (r.tool_choice.kind == ToolChoice::required || r.tool_choice.kind == ToolChoice::named);
+  const bool forced = p.fmt.stop_after_call;  // tools given and tool_choice required or named
   if (r.stream) {
     const int64_t created = p.created;
     stream(std::move(p), res, responses_emitter(id, created, o.model_id, echo, forced));
@@ -404,7 +403,7 @@ void Server::Impl::completion_n(const CompletionRequest& r, Prepared& p, httplib
       [this, st, fd, meta, include_usage, want_logprobs, piece, poll, n, with_index,
        total_usage](size_t, httplib::DataSink& sink) -> bool {
         auto send = [&](const json& j) {
-          const std::string s = "data: " + dump(j) + "\n\n";
+          const std::string s = sse_data(j);
           return sink.write(s.data(), s.size());
         };
         auto drop = [&] {
@@ -452,8 +451,7 @@ void Server::Impl::completion_n(const CompletionRequest& r, Prepared& p, httplib
         if (st->left > 0) return any || !peer_closed(fd) ? true : drop();
         st->finished = true;
         if (include_usage && !send(usage_chunk(meta, total_usage(st->usage)))) return false;
-        const std::string done = "data: [DONE]\n\n";
-        if (!sink.write(done.data(), done.size())) return false;
+        if (!sink.write(kSseDone.data(), kSseDone.size())) return false;
         sink.done();
         return true;
       },

@@ -211,29 +211,10 @@ json error_body(const ApiError& e) {
   return json{{"error", err}};
 }
 
-// The deepest nesting of arrays and objects in `text` outside strings,
-// stopping once it passes `limit` (nlohmann's parser recurses per level and
-// builds every level: 8 MB of '[' cost 600 MB before this check).
-int json_depth_over(const std::string& text, int limit) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == '"') in_string = true;
-    else if (c == '[' || c == '{') {
-      if (++depth > limit) return depth;
-    } else if (c == ']' || c == '}') --depth;
-  }
-  return 0;
+std::shared_ptr<const Grammar> json_object_grammar() {
+  static const std::shared_ptr<const Grammar> g = Grammar::parse(json_any_gbnf(true));
+  return g;
 }
-
-namespace {
-}  // namespace
 
 // response_format (OpenAI) and grammar / json_schema (llama.cpp's server):
 // the grammar that constrains the output, or null. A schema or grammar the
@@ -261,8 +242,7 @@ static std::shared_ptr<const Grammar> parse_grammar_fields(const json& body) {
     if (!t || !t->is_string()) bad_type("response_format.type", "a string", t ? *t : json());
     const std::string type = t->get<std::string>();
     if (type == "json_object") {
-      static const std::shared_ptr<const Grammar> any_object = Grammar::parse(json_any_gbnf(true));
-      set("response_format", [] { return any_object; });
+      set("response_format", [] { return json_object_grammar(); });
     } else if (type == "json_schema") {
       const json* js = field(*rf, "json_schema");
       if (!js || !js->is_object()) bad_type("response_format.json_schema", "an object", js ? *js : json());

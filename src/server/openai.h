@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -141,10 +142,31 @@ const J* field(const J& o, const char* key) {
   return it == o.end() || it->is_null() ? nullptr : &*it;
 }
 
+/// The grammar of any JSON object (response_format / text.format
+/// {"type": "json_object"}), built once.
+std::shared_ptr<const Grammar> json_object_grammar();
+
 /// The nesting depth of arrays and objects in JSON `text` (outside
 /// strings) once it exceeds `limit`, else 0; linear, allocates nothing.
-/// Checked before parsing: nlohmann's parser recurses per level.
-int json_depth_over(const std::string& text, int limit);
+/// Checked before parsing: nlohmann's parser recurses per level and builds
+/// every level (8 MB of '[' cost 600 MB before this check).
+inline int json_depth_over(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') {
+      if (++depth > limit) return depth;
+    } else if (c == ']' || c == '}') --depth;
+  }
+  return 0;
+}
 
 /// parse_completion_request's body checks (depth, JSON, an object); throws ApiError 400.
 nlohmann::ordered_json parse_body(const std::string& body_text);

@@ -181,7 +181,7 @@ CompletionRequest parse_responses_request(const std::string& body_text, Response
       // naming the keyword.
       try {
         if (*ty == "json_object") {
-          r.gen.grammar = Grammar::parse(json_any_gbnf(true));
+          r.gen.grammar = json_object_grammar();
         } else if (*ty == "json_schema") {
           const json* schema = field(*f, "schema");
           if (!schema) bad("text.format.schema", "text.format json_schema needs a schema.", "missing_required_parameter");

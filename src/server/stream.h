@@ -1,9 +1,10 @@
 // What a streamed answer sends, per API: the server's stream loop
-// (server.cpp) feeds generated text through an OutputStream and hands each
+// (generation.cpp) feeds generated text through an OutputStream and hands each
 // part to the API's emitter, which returns the server-sent-event text for it.
 #pragma once
 #include <utility>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -15,6 +16,8 @@ namespace kvad::server {
 
 /// "data: JSON\n\n".
 std::string sse_data(const nlohmann::ordered_json& j);
+/// The OpenAI streams' last event.
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 /// "event: NAME\ndata: JSON\n\n" (Anthropic's and the Responses API's framing).
 std::string sse_event(const std::string& name, const nlohmann::ordered_json& j);
 

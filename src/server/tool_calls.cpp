@@ -1,5 +1,7 @@
 #include "server/tool_calls.h"
 
+#include "server/openai.h"  // json_depth_over, kMaxJsonDepth
+
 #include <algorithm>
 #include <random>
 
@@ -19,9 +21,6 @@ constexpr std::string_view kDsCallsBegin = "<｜tool▁calls▁begin｜>", kDsCa
 constexpr std::string_view kDsCallBegin = "<｜tool▁call▁begin｜>", kDsCallEnd = "<｜tool▁call▁end｜>";
 constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
 constexpr std::string_view kFence = "```";
-/// Arrays and objects nested deeper than this in a call: not a call (the
-/// JSON parser recurses per level).
-constexpr int kMaxDepth = 64;
 /// A name or a header between markers longer than this: not a call.
 constexpr size_t kMaxName = 256;
 
@@ -65,22 +64,7 @@ std::string trim(std::string_view s) {
 
 /// Parses t[b, e) as JSON; discarded on any error or when nested too deep.
 json parse_json(std::string_view t) {
-  int depth = 0, max_depth = 0;
-  bool in_str = false, esc = false;
-  for (char c : t) {
-    if (in_str) {
-      if (esc) esc = false;
-      else if (c == '\\') esc = true;
-      else if (c == '"') in_str = false;
-    } else if (c == '"') {
-      in_str = true;
-    } else if (c == '{' || c == '[') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  if (max_depth > kMaxDepth) return json(json::value_t::discarded);
+  if (json_depth_over(t, kMaxJsonDepth) != 0) return json(json::value_t::discarded);
   return json::parse(t.begin(), t.end(), nullptr, /*allow_exceptions=*/false);
 }
 

@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "io/generation_config.h"
+#include "model_path.h"
 #include "run_kvad.h"
 
 namespace fs = std::filesystem;
@@ -20,11 +21,7 @@ using kvad::test::run_kvad;
 
 namespace {
 
-std::string kvad_home() {
-  const char* h = std::getenv("KVAD_HOME");
-  if (h && *h) return h;
-  return std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") + "/.cache/kvad";
-}
+using kvad::test::kvad_home;
 
 class GenerationConfigCli : public ::testing::Test {
  protected:

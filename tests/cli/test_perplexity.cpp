@@ -86,11 +86,7 @@ TEST(Perplexity, KlDivergenceAgainstItselfIsZero) {
   EXPECT_GT(std::stod(m[1]), 99.0) << b.out;
 }
 
-std::string kvad_home() {
-  const char* h = std::getenv("KVAD_HOME");
-  if (h && *h) return h;
-  return std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") + "/.cache/kvad";
-}
+using kvad::test::kvad_home;
 
 std::string json_string(const std::string& json, const std::string& key) {
   std::smatch m;

@@ -14,4 +14,9 @@ std::string find_model(const std::string& name) {
   }
   return "";
 }
+std::string kvad_home() {
+  const char* h = std::getenv("KVAD_HOME");
+  if (h && *h) return h;
+  return std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") + "/.cache/kvad";
+}
 }  // namespace kvad::test

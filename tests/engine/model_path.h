@@ -6,4 +6,6 @@
 namespace kvad::test {
 /// Path of a store model, or "" when it is not installed.
 std::string find_model(const std::string& name);
+/// $KVAD_HOME, else ~/.cache/kvad (where setup puts the store and hf-cache).
+std::string kvad_home();
 }

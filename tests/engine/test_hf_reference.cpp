@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/chat_prompt.h"
+#include "model_path.h"
 #include "engine/session.h"
 #include "io/tensor_source.h"
 #include "model/hf.h"
@@ -28,11 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
-std::string kvad_home() {
-  const char* h = std::getenv("KVAD_HOME");
-  if (h && *h) return h;
-  return std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") + "/.cache/kvad";
-}
+using kvad::test::kvad_home;
 
 struct Stats {
   int prompts = 0, full_equal = 0;
