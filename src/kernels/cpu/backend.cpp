@@ -20,6 +20,7 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "kernels/cpu/row_util.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
@@ -99,15 +100,10 @@ bool always(std::string*) { return true; }
 
 // ---- helpers -------------------------------------------------------------
 
-ThreadPool& pool() {
-  if (ThreadPool* p = ops::current_pool()) return *p;
-  static thread_local ThreadPool solo(1);
-  return solo;
-}
-
-const float* in(const Tensor& t) { return static_cast<const float*>(t.raw()); }
-float* out(const Tensor& t) { return static_cast<float*>(t.raw()); }
-const int32_t* ids(const Tensor& t) { return static_cast<const int32_t*>(t.raw()); }
+using row::in;
+using row::ids;
+using row::out;
+using row::pool;
 
 // A Tensor whose `data` is its bytes' host address (sim tensors have none),
 // for the kernels that read weights through Tensor::row().

@@ -14,27 +14,18 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/row_util.h"
 #include "tensor/ops.h"
 
 namespace kvad::cpu {
-namespace {
-
-ThreadPool& pool() {
-  if (ThreadPool* p = ops::current_pool()) return *p;
-  static thread_local ThreadPool solo(1);
-  return solo;
-}
-
-const float* in(const Tensor& t) { return static_cast<const float*>(t.raw()); }
-float* out_f(const Tensor& t) { return static_cast<float*>(t.raw()); }
-
-}  // namespace
+using row::in;
+using row::pool;
 
 void moe_route(const Tensor& logits, int64_t k, bool norm, const Tensor& ids, const Tensor& weights) {
   const int64_t n_exp = logits.ne[0], n_tok = logits.n_rows();
   const float* pl = in(logits);
   auto* pi = static_cast<int32_t*>(ids.raw());
-  float* pw = out_f(weights);
+  float* pw = row::out(weights);
   pool().parallel_for(n_tok, 16, [&](int64_t t0, int64_t t1, int) {
     std::vector<float> p(n_exp);
     std::vector<int32_t> order(n_exp);
@@ -72,7 +63,7 @@ void matmul_id(const Tensor& x, const Tensor& w, const Tensor& ids, const Tensor
   wh.offset = 0;
   wh.storage.reset();
   const float* px = in(x);
-  float* po = out_f(o);
+  float* po = row::out(o);
   std::vector<float> xe, ye;
   for (int64_t e = 0; e < n_exp; ++e) {
     const std::vector<int64_t>& ss = slots[e];
@@ -94,7 +85,7 @@ void moe_sum(const Tensor& y, const Tensor& weights, const Tensor& o) {
   const int64_t n = y.ne[0], k = y.ne[1], n_tok = y.ne[2];
   const float* py = in(y);
   const float* pw = in(weights);
-  float* po = out_f(o);
+  float* po = row::out(o);
   pool().parallel_for(n_tok, 4, [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t) {
       float* dst = po + t * n;
