@@ -219,6 +219,36 @@ def main():
             if n.endswith("mlp.gate.weight"):
                 p.normal_(0.0, 1.0)
     save("qwen3moe_sparse", sharpen(m, 4.0))
+    # gpt-oss: attention sinks, Q/K/V/O biases, 4:1 GQA, sliding (window 4
+    # < 14 tokens) and full layers alternating, YaRN without truncation,
+    # 8 experts top-2 with router and expert biases, the clamped SwiGLU.
+    # Random sinks, biases and norm weights (HF initialises some to 0 / 1);
+    # expert weights scaled so that gate and up often pass the limit 7 (the
+    # clamps are exercised), router weights so the top-k has clear margins.
+    torch.manual_seed(11)
+    cfg = transformers.GptOssConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=32, num_hidden_layers=4,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+        sliding_window=4, rms_norm_eps=1e-5, num_local_experts=8, num_experts_per_tok=2,
+        tie_word_embeddings=False, torch_dtype="float32", attn_implementation="eager",
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 128})
+    m = transformers.GptOssForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith("sinks"):
+                p.normal_(0.0, 1.5)
+            elif n.endswith("_bias") or n.endswith(".bias"):
+                p.normal_(0.0, 0.5)
+            elif n.endswith("layernorm.weight") or n == "model.norm.weight":
+                p.normal_(1.0, 0.2)
+            elif n.endswith("router.weight"):
+                p.normal_(0.0, 1.0)
+            elif n.endswith("experts.gate_up_proj"):
+                p.normal_(0.0, 1.2)
+            elif n.endswith("experts.down_proj"):
+                p.normal_(0.0, 0.1)
+    save("gpt_oss", sharpen(m, 4.0))
     print("transformers", transformers.__version__, "torch", torch.__version__)
 
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <set>
 
 #include "base/error.h"
 #include "tensor/half.h"
@@ -23,8 +24,12 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     for (const TensorRename& r : rules) {
       const SourceTensor* b = base_->find(r.base);
       if (!b) throw Error(base_->path() + ": missing tensor " + r.base + " (for " + r.name + ")");
-      if (used.count(r.base) && used[r.base] == 2) throw Error(base_->path() + ": tensor " + r.base + " named twice");
-      used[r.base] = 2;
+      // 2: named by a rule; 3: named by rules taking lanes of it, one each.
+      const int seen = used.count(r.base) ? used[r.base] : 0;
+      if (seen == 2 || (seen == 3 && (r.lanes <= 1 || !lanes_.insert({r.base, r.lane}).second)))
+        throw Error(base_->path() + ": tensor " + r.base + " named twice");
+      if (r.lanes > 1) lanes_.insert({r.base, r.lane});
+      used[r.base] = r.lanes > 1 ? 3 : 2;
       if (r.part >= 0) {
         if (r.transform != TensorTransform::None) throw Error(base_->path() + ": " + r.base + ": stacked and transformed");
         stacks[r.name].emplace_back(r.part, b);
@@ -32,8 +37,14 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
       }
       SourceTensor t = *b;
       t.name = r.name;
-      if (r.transform == TensorTransform::Transpose) t = transpose(*b, r);
-      else if (r.transform != TensorTransform::None) t = to_f32(*b, r);
+      if (r.lanes > 1 || (r.transform == TensorTransform::Transpose && b->n_dims == 3)) {
+        t = rearrange(*b, r);
+        if (r.transform == TensorTransform::ToF32 || r.transform == TensorTransform::ToF32PlusOne) t = to_f32(t, r);
+      } else if (r.transform == TensorTransform::Transpose) {
+        t = transpose(*b, r);
+      } else if (r.transform != TensorTransform::None) {
+        t = to_f32(*b, r);
+      }
       tensors_.push_back(std::move(t));
     }
     for (auto& [name, parts] : stacks) tensors_.push_back(stack(name, parts));
@@ -164,8 +175,40 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     return t;
   }
 
+  // Lane `r.lane` of `r.lanes` interleaved columns and/or each matrix of a
+  // 3-D tensor transposed: [outer, rows, cols] → [outer, cols / lanes, rows]
+  // (Transpose) or [outer, rows, cols / lanes].
+  SourceTensor rearrange(const SourceTensor& b, const TensorRename& r) {
+    const size_t es = b.type == DType::F32 ? 4 : b.type == DType::F16 || b.type == DType::BF16 ? 2 : 0;
+    const bool tr = r.transform == TensorTransform::Transpose;
+    const int64_t L = std::max<int64_t>(r.lanes, 1), c = b.ne[0], rws = b.ne[1], outer = b.ne[2] * b.ne[3];
+    if (!es || b.n_dims > 3 || (tr && b.n_dims < 2) || c % L != 0 || r.lane < 0 || r.lane >= L)
+      throw Error(base_->path() + ": tensor " + b.name + " (" + dtype_name(b.type) + ", " + std::to_string(b.n_dims) +
+                  " dims, " + std::to_string(c) + " columns) cannot be split into " + std::to_string(L) +
+                  " lanes" + (tr ? " and transposed" : "") + "; kvad rearranges f32, f16 and bf16 of up to 3 dims");
+    const int64_t cl = c / L;
+    std::vector<uint8_t>& v = owned_bytes_.emplace_back(static_cast<size_t>(cl * rws * outer) * es);
+    const auto* src = static_cast<const uint8_t*>(b.data);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < rws; ++i)
+        for (int64_t j = 0; j < cl; ++j) {
+          const int64_t from = (o * rws + i) * c + r.lane + j * L;
+          const int64_t to = tr ? (o * cl + j) * rws + i : (o * rws + i) * cl + j;
+          std::memcpy(&v[to * es], &src[from * es], es);
+        }
+    SourceTensor t = b;
+    t.name = r.name;
+    t.ne = tr ? std::array<int64_t, 4>{rws, cl, b.ne[2], b.ne[3]} : std::array<int64_t, 4>{cl, rws, b.ne[2], b.ne[3]};
+    t.shape.clear();
+    for (int d = t.n_dims - 1; d >= 0; --d) t.shape.push_back(t.ne[d]);
+    t.data = v.data();
+    t.n_bytes = v.size();
+    return t;
+  }
+
   std::shared_ptr<const TensorSource> base_;
   Metadata md_;
+  std::set<std::pair<std::string, int64_t>> lanes_;  // (base, lane) pairs named
   std::deque<std::vector<uint8_t>> owned_bytes_;  // transposed copies (a deque: pointers stay valid)
   std::vector<std::vector<float>> owned_;  // reserved up front: pointers into it stay valid
   std::vector<SourceTensor> tensors_;

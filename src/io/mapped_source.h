@@ -23,7 +23,8 @@ enum class TensorTransform {
   ToF32PlusOne,  ///< converted to f32, plus 1 (Gemma's RMSNorm x̂·(1 + w), stored as w + 1 in GGUF)
   /// A 2-D matrix with its dims swapped, copied once into memory the view
   /// owns (HF GPT-2's Conv1D stores [n_in, n_out]; GGUF wants n_out rows
-  /// of n_in). f32, f16 and bf16 only.
+  /// of n_in); a 3-D tensor has each of its matrices swapped (gpt-oss's
+  /// experts [n_expert, n_in, n_out]). f32, f16 and bf16 only.
   Transpose,
 };
 
@@ -38,6 +39,13 @@ struct TensorRename {
   /// The parts must be 0..n-1; the stack is copied once into memory the view
   /// owns. Only with TensorTransform::None.
   int64_t part = -1;
+  /// lanes > 1: the base's innermost dim interleaves `lanes` tensors, and
+  /// this rule takes lane `lane`: columns lane, lane + lanes, ... (gpt-oss's
+  /// gate_up_proj and its bias: gate in the even columns, up in the odd, as
+  /// transformers' GptOssExperts reads them), before any Transpose. Several
+  /// rules may then name the same base, one per lane. Copied once into
+  /// memory the view owns; f32, f16 and bf16 only.
+  int64_t lanes = 1, lane = 0;
 };
 
 /// Metadata of the view, by GGUF key: an integer, a float or a string.

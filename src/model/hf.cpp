@@ -197,6 +197,14 @@ std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir) {
       ignored.push_back(t.name);
       continue;
     }
+    std::vector<TensorRename> parts;
+    if (entry->hf->split && entry->hf->split(t.name, parts)) {
+      for (TensorRename& r : parts) {
+        r.base = t.name;
+        rules.push_back(std::move(r));
+      }
+      continue;
+    }
     TensorRename r;
     if (!entry->hf->tensor(t.name, r))
       throw Error(raw->path() + ": tensor " + t.name + " is not read by architecture " + entry->name);

@@ -232,6 +232,15 @@ TEST(LlamaCppGguf, Llama3RopeFreqsEqualTheConverters) {
     EXPECT_NEAR(static_cast<const float*>(a->data)[i], static_cast<const float*>(b->data)[i], 1e-6) << i;
 }
 
+// gpt-oss: attention sinks, Q/K/V/O biases, 4:1 GQA, sliding (4) and full
+// layers alternating, YaRN without truncation, 8 experts top-2 with router
+// and expert biases, the clamped SwiGLU (the tiny model's gate/up values pass
+// the limit 7), HF's interleaved gate_up_proj.
+TEST(HfCheckpoint, GptOssMatchesTransformers) {
+  check("gpt_oss", "cpu");
+  check("gpt_oss", "sim");
+}
+
 TEST(HfCheckpoint, Qwen3MoeAllSparseMatchesTransformers) {  // 4 experts, top-2, renormalised
   check("qwen3moe_sparse", "cpu");
   check("qwen3moe_sparse", "sim");

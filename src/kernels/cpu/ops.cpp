@@ -96,7 +96,7 @@ void f32_to_f16_row(const float* x, uint16_t* y, int64_t n) { vec_ops().f32_to_f
 
 void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_pos,
                    int64_t kv_stride, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                   float scale, float* out, float* scratch) {
+                   float scale, float* out, float* scratch, float sink) {
   const VecOps& vo = vec_ops();
   const int64_t group = n_head / n_head_kv;
   for (int64_t h = 0; h < n_head; ++h) {
@@ -104,7 +104,16 @@ void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t
     const float* qh = q + h * head_dim;
     for (int64_t p = 0; p < n_pos; ++p)
       scratch[p] = vo.dot_f16_f32(head_dim, k + p * kv_stride + kvh * head_dim, qh) * scale;
-    softmax(scratch, n_pos);
+    if (sink == -INFINITY) {
+      softmax(scratch, n_pos);
+    } else {  // the sink's logit joins the max and the sum, and is then dropped
+      float mx = sink;
+      for (int64_t p = 0; p < n_pos; ++p) mx = std::max(mx, scratch[p]);
+      double sum = std::exp(static_cast<double>(sink - mx));
+      for (int64_t p = 0; p < n_pos; ++p) sum += scratch[p] = std::exp(scratch[p] - mx);
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t p = 0; p < n_pos; ++p) scratch[p] *= inv;
+    }
     float* oh = out + h * head_dim;
     std::fill(oh, oh + head_dim, 0.0f);
     for (int64_t p = 0; p < n_pos; ++p)
@@ -132,7 +141,8 @@ void attention_rows_f16_ref(const AttentionRows& rows, const uint16_t* k, const 
       kp = kr.data();
       vp = vr.data();
     }
-    attention_f16(rows.q[r], kp, vp, n_pos, kv_stride, 1, 1, head_dim, scale, rows.out[r], scores.data());
+    attention_f16(rows.q[r], kp, vp, n_pos, kv_stride, 1, 1, head_dim, scale, rows.out[r], scores.data(),
+                  rows.sinks ? rows.sink[r] : -INFINITY);
   }
 }
 
