@@ -249,6 +249,17 @@ def main():
             elif n.endswith("experts.down_proj"):
                 p.normal_(0.0, 0.1)
     save("gpt_oss", sharpen(m, 4.0))
+    # llama.cpp's converter writes no rope truncate key and llama.cpp always
+    # rounds YaRN's correction dims: transformers' logits of the same weights
+    # with truncate true are what kvad on the converted GGUF must give.
+    if not ONLY or "gpt_oss" in ONLY:
+        cfg.rope_parameters["truncate"] = True
+        t = transformers.GptOssForCausalLM(cfg).eval()
+        t.load_state_dict(m.state_dict())
+        with torch.no_grad():
+            out = t(torch.tensor([TOKENS])).logits[0].float()
+        logits = [[round(float(v), 6) for v in row] for row in out]
+        (OUT / "gpt_oss" / "logits-truncate.json").write_text(json.dumps({"tokens": TOKENS, "logits": logits}))
     print("transformers", transformers.__version__, "torch", torch.__version__)
 
 

@@ -60,8 +60,10 @@ double rel_err(const std::vector<float>& want, const float* got) {
 void check_source(const char* name, const char* label, std::shared_ptr<const kvad::TensorSource> src,
                   const char* device, int n_check = 0, double tol = 1e-3, const char* against = "transformers",
                   int32_t n_ctx = 64) {
-  const Reference ref =
-      read_reference(kDir / name, std::string(against) == "transformers" ? "logits.json" : "llama.cpp-f32.logits.json");
+  const std::string vs = against;
+  const Reference ref = read_reference(kDir / name, vs == "transformers"              ? "logits.json"
+                                                    : vs == "transformers (truncate)" ? "logits-truncate.json"
+                                                                                      : "llama.cpp-f32.logits.json");
   kvad::DeviceOptions o;
   o.device = device;
   o.dtype = "f32";  // cuda: keep the checkpoint's f32 (cpu and sim always do)
@@ -197,6 +199,12 @@ TEST(HfCheckpoint, Qwen3MoeMatchesTransformers) {
 TEST(LlamaCppGguf, NewArchitecturesMatchTransformers) {
   for (const char* name : {"llama3", "qwen2_yarn", "gpt2", "phi3", "phi3_long", "qwen3moe_sparse"})
     for (const char* device : {"cpu", "sim"}) check_source(name, " (llama.cpp GGUF)", llama_cpp_gguf(name), device);
+  // gpt-oss: llama.cpp's converter writes no YaRN truncate flag (llama.cpp
+  // always rounds the correction dims), so the GGUF gives transformers'
+  // logits with rope_parameters.truncate true (tools/make_tiny_hf.py wrote
+  // them; truncate false moves them by 2.4e-2).
+  for (const char* device : {"cpu", "sim"})
+    check_source("gpt_oss", " (llama.cpp GGUF)", llama_cpp_gguf("gpt_oss"), device, 0, 1e-3, "transformers (truncate)");
   // llama.cpp's converter writes no sliding window for Mistral (llama.cpp runs
   // it with full attention), so only the positions inside the window agree.
   check_source("mistral", " (llama.cpp GGUF, positions < window 4)", llama_cpp_gguf("mistral"), "cpu", 4);
@@ -211,6 +219,10 @@ TEST(LlamaCppGguf, NewArchitecturesMatchTransformers) {
 TEST(LlamaCppGguf, MatchesLlamaCpp) {
   for (const char* name : {"llama3", "qwen2_yarn", "gpt2", "qwen3moe_sparse"})
     check_source(name, " (llama.cpp GGUF)", llama_cpp_gguf(name), "cpu", 0, 1e-3, "llama.cpp");
+  // gpt-oss: 2e-3, as llama.cpp's own logits are 8.5e-4 from transformers'
+  // f32 ones (truncate true) on this model, kvad's 4.6e-4.
+  for (const char* device : {"cpu", "sim"})
+    check_source("gpt_oss", " (llama.cpp GGUF)", llama_cpp_gguf("gpt_oss"), device, 0, 2e-3, "llama.cpp");
   check_source("mistral", " (llama.cpp GGUF, positions < window 4)", llama_cpp_gguf("mistral"), "cpu", 4, 1e-3,
                "llama.cpp");
   check_source("phi3_long", " (llama.cpp GGUF, positions < window 8)", llama_cpp_gguf("phi3_long"), "cpu", 8, 1e-3,
@@ -347,7 +359,7 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
   const fs::path cache = fs::temp_directory_path() / ("kvad-qcache-" + std::to_string(::getpid()));
   fs::remove_all(cache);
   for (const char* name : {"llama", "gemma3", "qwen2", "qwen3", "llama3", "mistral", "qwen2_yarn", "gpt2",
-                           "phi3_long", "qwen3moe", "qwen3moe_sparse"}) {
+                           "phi3_long", "qwen3moe", "qwen3moe_sparse", "gpt_oss"}) {
     SCOPED_TRACE(name);
     const fs::path dir = kDir / name;
     const kvad::QuantizeOnceKey key{cache.string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};
@@ -361,7 +373,7 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
     EXPECT_EQ(down->type, kvad::DType::Q8_0);
     if (const kvad::SourceTensor* e = q->find("blk.0.ffn_down_exps.weight")) {
       EXPECT_EQ(e->type, kvad::DType::Q8_0);  // the 3-D experts, quantized per row
-      EXPECT_EQ(e->ne[2], std::string(name) == "qwen3moe" ? 8 : 4);  // experts
+      EXPECT_EQ(e->ne[2], std::string(name) == "qwen3moe_sparse" ? 4 : 8);  // experts
     }
     EXPECT_EQ(q->find("blk.0.attn_norm.weight")->type, kvad::DType::F32);
     EXPECT_FALSE(q->has("kvad.rope.neox"));  // a plain GGUF: rows permuted instead
@@ -381,7 +393,14 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
     // Measured 1.6e-2 (llama) and 5.2e-2 (Gemma 3: six layers of random
     // norms around 1 amplify the q8_0 rounding): a quantization error, where a
     // wrong Q/K row order or a lost norm gives errors of order 1.
-    EXPECT_LT(worst, 1e-1);
+    // gpt_oss is left out of the bound: its tiny model (expert weights large
+    // enough to pass the SwiGLU clamp, 8 experts top-2) is chaotic under
+    // quantization — transformers' own logits move by 0.6 when its weights
+    // are rounded to q8_0 blocks (measured 0.77 here).
+    if (std::string(name) != "gpt_oss") {
+      EXPECT_LT(worst, 1e-1);
+    }
+    EXPECT_TRUE(std::isfinite(worst));
   }
   fs::remove_all(cache);
 }
