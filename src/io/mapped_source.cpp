@@ -37,11 +37,9 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
       }
       SourceTensor t = *b;
       t.name = r.name;
-      if (r.lanes > 1 || (r.transform == TensorTransform::Transpose && b->n_dims == 3)) {
+      if (r.lanes > 1 || r.transform == TensorTransform::Transpose) {
         t = rearrange(*b, r);
         if (r.transform == TensorTransform::ToF32 || r.transform == TensorTransform::ToF32PlusOne) t = to_f32(t, r);
-      } else if (r.transform == TensorTransform::Transpose) {
-        t = transpose(*b, r);
       } else if (r.transform != TensorTransform::None) {
         t = to_f32(*b, r);
       }
@@ -157,29 +155,12 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     return t;
   }
 
-  SourceTensor transpose(const SourceTensor& b, const TensorRename& r) {
-    if (!is_float(b.type) || b.n_dims != 2)
-      throw Error(base_->path() + ": tensor " + b.name + " (" + dtype_name(b.type) + ", " + std::to_string(b.n_dims) +
-                  " dims) cannot be transposed; kvad transposes 2-D f32, f16 and bf16");
-    const size_t es = dtype_info(b.type).block_bytes;
-    const int64_t c = b.ne[0], rws = b.ne[1];
-    std::vector<uint8_t>& v = owned_bytes_.emplace_back(static_cast<size_t>(c * rws) * es);
-    const auto* src = static_cast<const uint8_t*>(b.data);
-    for (int64_t i = 0; i < rws; ++i)
-      for (int64_t j = 0; j < c; ++j) std::memcpy(&v[(j * rws + i) * es], &src[(i * c + j) * es], es);
-    SourceTensor t = b;
-    t.name = r.name;
-    t.ne = {rws, c, 1, 1};
-    t.shape = {c, rws};
-    t.data = v.data();
-    return t;
-  }
-
-  // Lane `r.lane` of `r.lanes` interleaved columns and/or each matrix of a
-  // 3-D tensor transposed: [outer, rows, cols] → [outer, cols / lanes, rows]
-  // (Transpose) or [outer, rows, cols / lanes].
+  // Lane `r.lane` of `r.lanes` interleaved columns and/or each matrix
+  // transposed (GPT-2's 2-D Conv1D weights, gpt-oss's 3-D experts):
+  // [outer, rows, cols] → [outer, cols / lanes, rows] (Transpose) or
+  // [outer, rows, cols / lanes].
   SourceTensor rearrange(const SourceTensor& b, const TensorRename& r) {
-    const size_t es = b.type == DType::F32 ? 4 : b.type == DType::F16 || b.type == DType::BF16 ? 2 : 0;
+    const size_t es = is_float(b.type) ? dtype_info(b.type).block_bytes : 0;
     const bool tr = r.transform == TensorTransform::Transpose;
     const int64_t L = std::max<int64_t>(r.lanes, 1), c = b.ne[0], rws = b.ne[1], outer = b.ne[2] * b.ne[3];
     if (!es || b.n_dims > 3 || (tr && b.n_dims < 2) || c % L != 0 || r.lane < 0 || r.lane >= L)
@@ -209,7 +190,7 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
   std::shared_ptr<const TensorSource> base_;
   Metadata md_;
   std::set<std::pair<std::string, int64_t>> lanes_;  // (base, lane) pairs named
-  std::deque<std::vector<uint8_t>> owned_bytes_;  // transposed copies (a deque: pointers stay valid)
+  std::deque<std::vector<uint8_t>> owned_bytes_;  // rearranged copies and stacks (a deque: pointers stay valid)
   std::vector<std::vector<float>> owned_;  // reserved up front: pointers into it stay valid
   std::vector<SourceTensor> tensors_;
   std::map<std::string, size_t, std::less<>> index_;
