@@ -17,6 +17,7 @@ transformers (a venv for tools/, never the tests):
 
     ~/.cache/kvad/torch-venv/bin/python tools/make_tiny_hf.py
 """
+import copy
 import json
 import os
 import shutil
@@ -60,6 +61,84 @@ def save(name, model):
     logits = [[round(float(v), 6) for v in row] for row in out]
     (d / "logits.json").write_text(json.dumps({"tokens": TOKENS, "logits": logits}))
     print(name, sorted(p.name for p in d.iterdir()), sum(p.stat().st_size for p in d.iterdir()), "bytes")
+
+
+FP4 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def mxfp4_pack(w):
+    """OCP MX FP4 (e2m1 values, one e8m0 scale per 32) of w [..., n], n % 32 == 0,
+    in the layout of OpenAI's gpt-oss checkpoints (what transformers'
+    convert_moe_packed_tensors reads): blocks [..., n/32, 16] uint8, value 2k
+    in the low nibble of byte k and 2k+1 in the high one, scales [..., n/32]
+    uint8 (exponent + 127). Rounding is to the nearest value; the reference
+    logits use transformers' dequantization of exactly these bytes."""
+    x = w.reshape(*w.shape[:-1], w.shape[-1] // 32, 32).double()
+    amax = x.abs().amax(-1, keepdim=True).clamp(min=1e-30)
+    e = torch.ceil(torch.log2(amax / 6.0)).clamp(-127, 127)
+    y = x / torch.pow(2.0, e)
+    mag = torch.tensor(FP4, dtype=torch.float64)
+    idx = (y.abs().unsqueeze(-1) - mag).abs().argmin(-1)
+    code = (idx + 8 * (y < 0).long()).to(torch.uint8)
+    blocks = code[..., 0::2] | (code[..., 1::2] << 4)
+    return blocks.contiguous(), (e.squeeze(-1) + 127).to(torch.uint8).contiguous()
+
+
+def save_gpt_oss_mxfp4(cfg):
+    """gpt_oss's weights with MXFP4 experts, as OpenAI's checkpoints store
+    them (mlp.experts.{gate_up,down}_proj_{blocks,scales}, quantization_config
+    mxfp4), for llama.cpp's converter, which repacks them into GGUF MXFP4
+    tensors. Reference: transformers' float model with the experts set to
+    transformers' own dequantization of those bytes, YaRN truncate true (as
+    llama.cpp runs the converted file)."""
+    from safetensors.torch import save_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    # Its own weights: moderate experts and a router with wide margins, so
+    # that rounding activations to q8_0 (as llama.cpp's and kvad's MXFP4 dot
+    # products do) does not change which experts run.
+    torch.manual_seed(12)
+    m = transformers.GptOssForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith("sinks"):
+                p.normal_(0.0, 1.5)
+            elif n.endswith("_bias") or n.endswith(".bias"):
+                p.normal_(0.0, 0.2)
+            elif n.endswith("layernorm.weight") or n == "model.norm.weight":
+                p.normal_(1.0, 0.2)
+            elif n.endswith("router.weight"):
+                p.normal_(0.0, 3.0)
+            elif n.endswith("experts.gate_up_proj") or n.endswith("experts.down_proj"):
+                p.normal_(0.0, 0.3)
+    sharpen(m, 2.0)
+    d = OUT / "gpt_oss_mxfp4"
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    sd = {k: v.detach().clone().contiguous() for k, v in m.state_dict().items()}
+    c = json.loads(cfg.to_json_string())
+    c["rope_parameters"]["truncate"] = False  # the checkpoint's own (gpt_oss's) config
+    c["architectures"] = ["GptOssForCausalLM"]
+    rcfg = copy.deepcopy(cfg)
+    rcfg.rope_parameters["truncate"] = True
+    ref = transformers.GptOssForCausalLM(rcfg).eval()
+    deq = dict(sd)
+    for k in list(sd):
+        if k.endswith("mlp.experts.gate_up_proj") or k.endswith("mlp.experts.down_proj"):
+            blocks, scales = mxfp4_pack(sd[k].transpose(1, 2))  # rows: output features
+            del sd[k]
+            sd[k + "_blocks"], sd[k + "_scales"] = blocks, scales
+            deq[k] = convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)
+    ref.load_state_dict(deq)
+    save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
+    c["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    (d / "config.json").write_text(json.dumps(c, indent=2) + "\n")
+    with torch.no_grad():
+        out = ref(torch.tensor([TOKENS])).logits[0].float()
+    logits = [[round(float(v), 6) for v in row] for row in out]
+    (d / "logits-truncate.json").write_text(json.dumps({"tokens": TOKENS, "logits": logits}))
+    print("gpt_oss_mxfp4", sorted(p.name for p in d.iterdir()), sum(p.stat().st_size for p in d.iterdir()), "bytes")
 
 
 def main():
@@ -260,6 +339,8 @@ def main():
             out = t(torch.tensor([TOKENS])).logits[0].float()
         logits = [[round(float(v), 6) for v in row] for row in out]
         (OUT / "gpt_oss" / "logits-truncate.json").write_text(json.dumps({"tokens": TOKENS, "logits": logits}))
+    if not ONLY or "gpt_oss_mxfp4" in ONLY:
+        save_gpt_oss_mxfp4(cfg)
     print("transformers", transformers.__version__, "torch", torch.__version__)
 
 
