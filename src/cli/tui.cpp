@@ -184,6 +184,7 @@ void tui_main(const TuiOptions& o) {
   if (form < 0)
     throw Error("kvad tui runs --device cpu or cuda with --quant none, q8_0 or q4_0 (asked: --device " +
                 o.device.device + " --quant " + (o.device.quant.empty() ? "none" : o.device.quant) + ")");
+  o.cache_type.types();  // a bad --cache-type-k/-v fails before the model loads
   std::fprintf(stderr, "kvad tui: loading %s ...\n", o.model.empty() ? kDefaultModel : o.model.c_str());
   LoadedModel m = load_for_cli(resolved, asked[form].device);
   std::vector<Form> forms = make_forms(checkpoint, m.model->hparams().arch, o.device.dtype);
