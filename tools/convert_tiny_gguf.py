@@ -79,8 +79,7 @@ def write_llama_cpp_logits(d, gguf_path):
     except ImportError:
         print("  (no llama_cpp: llama.cpp's logits not written)")
         return
-    ref = d / "logits.json" if (d / "logits.json").exists() else d / "logits-truncate.json"  # gpt_oss_mxfp4
-    tokens = json.loads(ref.read_text())["tokens"]
+    tokens = json.loads((d / "logits.json").read_text())["tokens"]
     m = llama_cpp.Llama(str(gguf_path), logits_all=True, n_ctx=64, n_batch=64, verbose=False)
     m.eval(tokens)
     logits = [[round(float(v), 6) for v in m.scores[i]] for i in range(len(tokens))]

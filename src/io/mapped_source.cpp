@@ -37,7 +37,12 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
       }
       SourceTensor t = *b;
       t.name = r.name;
-      if (r.lanes > 1 || r.transform == TensorTransform::Transpose) {
+      if (r.transform == TensorTransform::Mxfp4) {
+        const SourceTensor* sc = base_->find(r.scales);
+        if (!sc) throw Error(base_->path() + ": missing tensor " + r.scales + " (the scales of " + r.base + ")");
+        used[r.scales] = 3;
+        t = mxfp4(*b, *sc, r);
+      } else if (r.lanes > 1 || r.transform == TensorTransform::Transpose) {
         t = rearrange(*b, r);
         if (r.transform == TensorTransform::ToF32 || r.transform == TensorTransform::ToF32PlusOne) t = to_f32(t, r);
       } else if (r.transform != TensorTransform::None) {
@@ -180,6 +185,44 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     SourceTensor t = b;
     t.name = r.name;
     t.ne = tr ? std::array<int64_t, 4>{rws, cl, b.ne[2], b.ne[3]} : std::array<int64_t, 4>{cl, rws, b.ne[2], b.ne[3]};
+    t.shape.clear();
+    for (int d = t.n_dims - 1; d >= 0; --d) t.shape.push_back(t.ne[d]);
+    t.data = v.data();
+    t.n_bytes = v.size();
+    return t;
+  }
+
+  // OpenAI's MXFP4 blocks b [outer, R, G, 16] and scales sc [outer, R, G]
+  // (ne reversed) → GGUF MXFP4 [outer, R / lanes, G·32]: rows lane, lane +
+  // lanes, ... with each block's 32 values reordered into ggml's nibbles.
+  SourceTensor mxfp4(const SourceTensor& b, const SourceTensor& sc, const TensorRename& r) {
+    const int64_t G = b.ne[1], R = b.ne[2], outer = b.ne[3], L = std::max<int64_t>(r.lanes, 1);
+    const bool bytes = dtype_info(b.type).block_bytes == 1 && dtype_info(sc.type).block_bytes == 1;
+    if (!bytes || b.n_dims < 3 || b.ne[0] != 16 || sc.ne[0] != G || sc.ne[1] != R || sc.ne[2] != outer ||
+        sc.ne[3] != 1 || R % L != 0 || r.lane < 0 || r.lane >= L)
+      throw Error(base_->path() + ": tensors " + b.name + " and " + sc.name +
+                  " are not MXFP4 blocks [..., rows, n/32, 16] and scales [..., rows, n/32] of bytes");
+    const int64_t rl = R / L;
+    std::vector<uint8_t>& v = owned_bytes_.emplace_back(static_cast<size_t>(outer * rl * G) * 17);
+    const auto* q = static_cast<const uint8_t*>(b.data);
+    const auto* e = static_cast<const uint8_t*>(sc.data);
+    size_t at = 0;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < rl; ++i)
+        for (int64_t g = 0; g < G; ++g) {
+          const int64_t blk = (o * R + i * L + r.lane) * G + g;
+          const uint8_t* in = q + blk * 16;
+          auto val = [&](int k) { return k % 2 == 0 ? in[k / 2] & 15 : in[k / 2] >> 4; };
+          v[at++] = e[blk];
+          for (int j = 0; j < 16; ++j) v[at++] = static_cast<uint8_t>(val(j) | (val(j + 16) << 4));
+        }
+    SourceTensor t = b;
+    t.name = r.name;
+    t.type = DType::MXFP4;
+    t.stored_dtype = "MXFP4";
+    t.supported = true;
+    t.ne = {G * 32, rl, outer, 1};
+    t.n_dims = b.n_dims - 1;
     t.shape.clear();
     for (int d = t.n_dims - 1; d >= 0; --d) t.shape.push_back(t.ne[d]);
     t.data = v.data();

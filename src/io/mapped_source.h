@@ -26,6 +26,15 @@ enum class TensorTransform {
   /// of n_in); a 3-D tensor has each of its matrices swapped (gpt-oss's
   /// experts [n_expert, n_in, n_out]). f32, f16 and bf16 only.
   Transpose,
+  /// OpenAI's MXFP4 (gpt-oss checkpoints): `base` holds the packed values
+  /// [..., rows, n/32, 16] (u8; value 2k in the low nibble of byte k, 2k+1
+  /// in the high, as transformers' convert_moe_packed_tensors reads them)
+  /// and TensorRename::scales their e8m0 scales [..., rows, n/32] (u8); the
+  /// view is GGUF's MXFP4 [..., rows, n] (ggml's block_mxfp4: the scale, then
+  /// value j in the low nibble of byte j and j + 16 in the high), copied once
+  /// into memory the view owns. lanes > 1 selects rows rather than columns
+  /// (gpt-oss's gate_up_proj_blocks: gate rows even, up rows odd).
+  Mxfp4,
 };
 
 /// One tensor of the view: GGUF name → the base source's tensor.
@@ -46,6 +55,7 @@ struct TensorRename {
   /// rules may then name the same base, one per lane. Copied once into
   /// memory the view owns; f32, f16 and bf16 only.
   int64_t lanes = 1, lane = 0;
+  std::string scales;  ///< TensorTransform::Mxfp4: the base source's tensor of scales
 };
 
 /// Metadata of the view, by GGUF key: an integer, a float or a string.

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -253,6 +254,48 @@ TEST(LlamaCppGguf, MatchesLlamaCpp) {
                "llama.cpp");
   check_source("phi3", " (llama.cpp GGUF, long factors at n_ctx 256, positions < window 8)", llama_cpp_gguf("phi3"),
                "cpu", 8, 1e-3, "llama.cpp", 256);
+}
+
+// gpt-oss as OpenAI ships it, experts in MXFP4 (tools/make_tiny_hf.py's
+// gpt_oss_mxfp4: OpenAI's _blocks/_scales layout), which llama.cpp's converter
+// repacks into GGUF MXFP4 tensors: kvad reads them and matches llama.cpp and
+// transformers (its own dequantization of the same bytes, in f32). 1e-2: the
+// MXFP4 dot products of kvad and llama.cpp round activations to q8_0 blocks,
+// which alone moves transformers' logits on this model by 2.5e-3 (measured:
+// kvad 1.9e-3 from llama.cpp, 3.0e-3 from transformers; llama.cpp 2.8e-3 from
+// transformers); experts with shuffled columns (a wrong nibble order) move
+// them by 0.23.
+TEST(LlamaCppGguf, GptOssMxfp4ExpertsMatchLlamaCpp) {
+  auto src = llama_cpp_gguf("gpt_oss_mxfp4");
+  ASSERT_NE(src->find("blk.0.ffn_gate_exps.weight"), nullptr);
+  EXPECT_EQ(src->find("blk.0.ffn_gate_exps.weight")->type, kvad::DType::MXFP4);
+  EXPECT_EQ(src->find("blk.1.ffn_down_exps.weight")->type, kvad::DType::MXFP4);
+  for (const char* device : {"cpu", "sim"})
+    check_source("gpt_oss_mxfp4", " (llama.cpp GGUF, MXFP4 experts)", llama_cpp_gguf("gpt_oss_mxfp4"), device, 0, 1e-2,
+                 "llama.cpp");
+  check_source("gpt_oss_mxfp4", " (llama.cpp GGUF, MXFP4 experts)", llama_cpp_gguf("gpt_oss_mxfp4"), "cpu", 0, 1e-2);
+}
+
+// The same checkpoint read by kvad itself: OpenAI's MXFP4 blocks and scales
+// repacked at load into exactly the bytes llama.cpp's converter wrote, and
+// the model's logits those of the converted GGUF.
+TEST(HfCheckpoint, GptOssMxfp4ExpertsEqualTheConverters) {
+  auto ours = kvad::open_hf_checkpoint((kDir / "gpt_oss_mxfp4").string());
+  auto theirs = llama_cpp_gguf("gpt_oss_mxfp4");
+  int n = 0;
+  for (const kvad::SourceTensor& t : theirs->tensors()) {
+    if (t.type != kvad::DType::MXFP4) continue;
+    const kvad::SourceTensor* o = ours->find(t.name);
+    ASSERT_NE(o, nullptr) << t.name;
+    EXPECT_EQ(o->type, kvad::DType::MXFP4) << t.name;
+    ASSERT_EQ(o->ne, t.ne) << t.name;
+    ASSERT_EQ(o->n_bytes, t.n_bytes) << t.name;
+    EXPECT_EQ(std::memcmp(o->data, t.data, t.n_bytes), 0) << t.name;
+    ++n;
+  }
+  EXPECT_EQ(n, 6);  // gate, up, down x 2 layers
+  for (const char* device : {"cpu", "sim"})
+    check_source("gpt_oss_mxfp4", " (HF MXFP4 checkpoint)", ours, device, 0, 1e-2, "llama.cpp");
 }
 
 // Both paths give the same Llama 3 frequencies: kvad's rope_freqs.weight made

@@ -166,14 +166,6 @@ void hf_config(const nlohmann::json& cfg, HfConfig& out) {
   if (limit != 7.0) out.md["kvad.moe.swiglu_limit"] = limit;
 }
 
-bool mxfp4_tensor(const std::string& hf) {
-  auto ends = [&](const char* s) { return hf.ends_with(s); };
-  if (ends("_blocks") || ends("_scales"))
-    throw Error("tensor " + hf + ": HF gpt-oss checkpoints with MXFP4 experts are not read yet; convert them with "
-                "llama.cpp's convert_hf_to_gguf.py and run the GGUF");
-  return false;
-}
-
 bool hf_tensor(const std::string& hf, TensorRename& r) {
   using T = TensorTransform;
   static const HfLayerName kLayer[] = {
@@ -185,7 +177,6 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
       {"mlp.experts.down_proj", "ffn_down_exps.weight", T::Transpose},
       {"mlp.experts.down_proj_bias", "ffn_down_exps.bias", T::ToF32},
   };
-  if (mxfp4_tensor(hf)) return false;
   if (hf == "lm_head.weight") return r.name = "output.weight", r.transform = T::None, true;
   return hf_decoder_tensor(hf, T::ToF32, kLayer, std::size(kLayer), r);
 }
@@ -193,13 +184,34 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
 // gate_up_proj [n_expert, n_embd, 2·n_ff]: gate is columns 0, 2, 4, ..., up
 // columns 1, 3, 5, ... (GptOssExperts._apply_gate), each transposed to GGUF's
 // [n_expert, n_ff, n_embd]; its bias [n_expert, 2·n_ff] splits the same way.
+//
+// OpenAI's own checkpoints store the experts in MXFP4 instead
+// (quantization_config mxfp4): {gate_up,down}_proj_blocks [n_expert, rows,
+// n_in/32, 16] with their _scales [n_expert, rows, n_in/32], rows being
+// output features (gate_up's interleaved), which become GGUF MXFP4 tensors
+// as llama.cpp's converter repacks them (TensorTransform::Mxfp4).
 bool hf_split(const std::string& hf, std::vector<TensorRename>& out) {
   int64_t il;
   std::string rest;
   if (!hf_layer_tensor(hf, il, rest)) return false;
+  const std::string p = "blk." + std::to_string(il) + ".";
+  if (rest == "mlp.experts.gate_up_proj_scales" || rest == "mlp.experts.down_proj_scales") return true;  // with _blocks
+  if (rest == "mlp.experts.gate_up_proj_blocks" || rest == "mlp.experts.down_proj_blocks") {
+    const bool gate_up = rest == "mlp.experts.gate_up_proj_blocks";
+    for (int64_t lane = 0; lane < (gate_up ? 2 : 1); ++lane) {
+      TensorRename r;
+      r.name = p + (gate_up ? (lane == 0 ? "ffn_gate_exps.weight" : "ffn_up_exps.weight") : "ffn_down_exps.weight");
+      r.transform = TensorTransform::Mxfp4;
+      r.scales = hf.substr(0, hf.size() - 7) + "_scales";
+      r.lanes = gate_up ? 2 : 1;
+      r.lane = lane;
+      out.push_back(std::move(r));
+    }
+    return true;
+  }
   const bool w = rest == "mlp.experts.gate_up_proj", b = rest == "mlp.experts.gate_up_proj_bias";
   if (!w && !b) return false;
-  const std::string p = "blk." + std::to_string(il) + ".", suffix = w ? ".weight" : ".bias";
+  const std::string suffix = w ? ".weight" : ".bias";
   for (int64_t lane = 0; lane < 2; ++lane) {
     TensorRename r;
     r.name = p + (lane == 0 ? "ffn_gate_exps" : "ffn_up_exps") + suffix;
