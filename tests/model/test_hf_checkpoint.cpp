@@ -363,16 +363,16 @@ TEST(HfCheckpoint, NamesAreGgufNames) {
 // A scratch checkpoint: the tiny llama's safetensors with an edited config.
 struct Scratch {
   fs::path dir = fs::temp_directory_path() / ("kvad-hf-" + std::to_string(::getpid()));
-  explicit Scratch(const std::string& config) {
+  explicit Scratch(const std::string& config, const char* from = "llama") {
     fs::create_directories(dir);
-    fs::copy_file(kDir / "llama" / "model.safetensors", dir / "model.safetensors", fs::copy_options::overwrite_existing);
+    fs::copy_file(kDir / from / "model.safetensors", dir / "model.safetensors", fs::copy_options::overwrite_existing);
     std::ofstream(dir / "config.json") << config;
   }
   ~Scratch() { fs::remove_all(dir); }
 };
 
-std::string error_of(const std::string& config) {
-  Scratch s(config);
+std::string error_of(const std::string& config, const char* from = "llama") {
+  Scratch s(config, from);
   try {
     kvad::load_model(kvad::open_hf_checkpoint(s.dir.string()), kvad::DeviceOptions{});
   } catch (const kvad::Error& e) {
@@ -413,6 +413,30 @@ TEST(HfCheckpoint, BadConfigsAreClearErrors) {
   j = good;
   j["hidden_size"] = 32;  // shapes no longer match
   EXPECT_NE(error_of(j.dump()).find("has shape"), std::string::npos);
+}
+
+TEST(HfCheckpoint, BadGptOssConfigsAreClearErrors) {
+  std::ifstream in(kDir / "gpt_oss" / "config.json");
+  const nlohmann::json good = nlohmann::json::parse(in);
+  EXPECT_EQ(error_of(good.dump(), "gpt_oss"), "");
+  nlohmann::json j = good;
+  j["layer_types"] = {"full_attention", "sliding_attention", "sliding_attention", "full_attention"};
+  EXPECT_NE(error_of(j.dump(), "gpt_oss").find("layer_types is not a repeating pattern"), std::string::npos);
+  j = good;
+  j["layer_types"] = {"sliding_attention", "full_attention", "chunked_attention", "full_attention"};
+  EXPECT_NE(error_of(j.dump(), "gpt_oss").find("'chunked_attention' is not supported"), std::string::npos);
+  j = good;
+  j["sliding_window"] = 0;
+  EXPECT_NE(error_of(j.dump(), "gpt_oss").find("sliding_window must be positive"), std::string::npos);
+  j = good;
+  j["num_experts_per_tok"] = 9;  // of 8
+  EXPECT_NE(error_of(j.dump(), "gpt_oss").find("expert_used_count"), std::string::npos);
+  j = good;
+  j["attention_bias"] = false;
+  EXPECT_NE(error_of(j.dump(), "gpt_oss").find("attention_bias"), std::string::npos);
+  j = good;
+  j["intermediate_size"] = 48;  // the experts are 32 wide
+  EXPECT_NE(error_of(j.dump(), "gpt_oss").find("has shape"), std::string::npos);
 }
 
 }  // namespace
