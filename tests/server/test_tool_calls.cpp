@@ -408,7 +408,7 @@ TEST(ToolCalls, BrokenCorpusNeverFails) {
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     const std::string text = read(e.path());
     for (ToolFormat fmt : {ToolFormat::generic, ToolFormat::hermes, ToolFormat::qwen3_coder, ToolFormat::llama3,
-                           ToolFormat::mistral, ToolFormat::deepseek}) {
+                           ToolFormat::mistral, ToolFormat::deepseek, ToolFormat::harmony}) {
       SCOPED_TRACE(e.path().filename().string() + " " + tool_format_name(fmt));
       OutputFormat f;
       f.tools = true;
