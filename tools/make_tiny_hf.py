@@ -219,7 +219,74 @@ def main():
             if n.endswith("mlp.gate.weight"):
                 p.normal_(0.0, 1.0)
     save("qwen3moe_sparse", sharpen(m, 4.0))
+
+    deepseek()
     print("transformers", transformers.__version__, "torch", torch.__version__)
+
+
+def deepseek():
+    """DeepSeek V2 / V3 (MLA + routed MoE with shared experts). Dimensions
+    small but every option real: kv_lora_rank 32 < n_head · head dims, a
+    decoupled rotary part (qk_rope_head_dim 8) next to qk_nope_head_dim 16,
+    v_head_dim != qk head dim, first_k_dense_replace 1 dense layer, then 8
+    routed experts in 4 groups (2 of them kept) with top-2 plus shared experts,
+    YaRN with DeepSeek's mscale / mscale_all_dim softmax correction."""
+    common = dict(
+        vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+        v_head_dim=16, n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2,
+        first_k_dense_replace=1, max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        torch_dtype="float32", attn_implementation="eager")
+
+    def randomise(m, router=2.0):
+        with torch.no_grad():
+            for n, p in m.named_parameters():
+                if n.endswith("mlp.gate.weight"):
+                    p.normal_(0.0, router)
+                elif "layernorm" in n or n.endswith("norm.weight"):
+                    p.normal_(1.0, 0.3)
+            for n, b in m.named_buffers():
+                if n.endswith("e_score_correction_bias"):
+                    b.normal_(0.0, 0.3)
+        return m
+
+    def sharpen_mla(m, s=4.0):
+        with torch.no_grad():
+            for n, p in m.named_parameters():
+                if n.endswith(("q_proj.weight", "q_b_proj.weight", "kv_a_proj_with_mqa.weight")):
+                    p.mul_(s)
+        return m
+
+    # V3 (DeepSeek-V3/R1, Kimi K2): q_lora_rank, sigmoid router with
+    # e_score_correction_bias, noaux_tc over 4 groups (group score: the sum of
+    # its top 2), norm_topk_prob, routed_scaling_factor; interleaved rope.
+    torch.manual_seed(11)
+    cfg = transformers.DeepseekV3Config(
+        **common, q_lora_rank=24, n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+        topk_method="noaux_tc", rope_interleave=True,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1,
+                         "mscale": 1.0, "mscale_all_dim": 1.0})
+    save("deepseek_v3", sharpen_mla(randomise(transformers.DeepseekV3ForCausalLM(cfg).eval())))
+
+    # V2-Lite shape: no q_lora_rank (a direct q_proj), softmax router with
+    # group_limited_greedy, 2 shared experts, YaRN with mscale 0.707 as
+    # DeepSeek-V2-Lite's config.
+    torch.manual_seed(12)
+    cfg = transformers.DeepseekV2Config(
+        **common, q_lora_rank=None, n_shared_experts=2, routed_scaling_factor=1.5, norm_topk_prob=False,
+        topk_method="group_limited_greedy",
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1,
+                         "mscale": 0.707, "mscale_all_dim": 0.707})
+    save("deepseek_v2_lite", sharpen_mla(randomise(transformers.DeepseekV2ForCausalLM(cfg).eval())))
+
+    # V2 / V2.5 / Coder-V2 shape: q_lora_rank, greedy top-k, plain rope.
+    torch.manual_seed(13)
+    cfg = transformers.DeepseekV2Config(
+        **common, q_lora_rank=24, n_shared_experts=1, routed_scaling_factor=1.0, norm_topk_prob=False,
+        topk_method="greedy", rope_theta=10000.0)
+    save("deepseek_v2", sharpen_mla(randomise(transformers.DeepseekV2ForCausalLM(cfg).eval())))
 
 
 if __name__ == "__main__":
