@@ -271,10 +271,12 @@ def deepseek():
 
     # V2-Lite shape: no q_lora_rank (a direct q_proj), softmax router with
     # group_limited_greedy, 2 shared experts, YaRN with mscale 0.707 as
-    # DeepSeek-V2-Lite's config.
+    # DeepSeek-V2-Lite's config. Top-3 from the best 1 of 2 groups (with the
+    # group's max as its score, limiting only matters when k > topk_group).
     torch.manual_seed(12)
+    v2 = dict(common, n_group=2, topk_group=1, num_experts_per_tok=3)
     cfg = transformers.DeepseekV2Config(
-        **common, q_lora_rank=None, n_shared_experts=2, routed_scaling_factor=1.5, norm_topk_prob=False,
+        **v2, q_lora_rank=None, n_shared_experts=2, routed_scaling_factor=1.5, norm_topk_prob=False,
         topk_method="group_limited_greedy",
         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                          "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1,

@@ -22,6 +22,7 @@
 #include "engine/session.h"
 #include "io/gguf.h"
 #include "io/tensor_source.h"
+#include "model/cache.h"
 #include "model/hf.h"
 #include "model/registry.h"
 
@@ -378,3 +379,49 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
 }
 
 }  // namespace
+
+// DeepSeek V2 / V3 (GGUF deepseek2): MLA over the latent cache, absorbed
+// (W_UK folded into the query, W_UV after attention) for prefill and decode;
+// routed experts with shared experts. f32 latent cache, so 1e-4.
+// deepseek_v3: q_lora_rank, sigmoid + e_score_correction_bias, noaux_tc over
+// 4 groups, norm_topk_prob, routed_scaling_factor 2.5, YaRN (mscale 1).
+// deepseek_v2_lite: direct q_proj, softmax group_limited_greedy, 2 shared
+// experts, YaRN with mscale_all_dim 0.707. deepseek_v2: q_lora, greedy.
+TEST(HfCheckpoint, DeepseekMatchesTransformers) {
+  for (const char* name : {"deepseek_v3", "deepseek_v2_lite", "deepseek_v2"})
+    for (const char* device : {"cpu", "sim"})
+      check_source(name, "", kvad::open_hf_checkpoint((kDir / name).string()), device, 0, 1e-4);
+}
+
+// The cache holds c_kv | k_pe per token and layer, nothing expanded: the
+// tiny models' 3 layers × (kv_lora_rank 32 + rope 8) f32, and the
+// DeepSeek-V2-Lite shape (27 layers, 512 + 64) as 27 × 576 × 4 bytes.
+TEST(HfCheckpoint, DeepseekCacheIsTheLatent) {
+  kvad::DeviceOptions o;
+  std::shared_ptr<kvad::Model> m = kvad::load_model(kvad::open_hf_checkpoint((kDir / "deepseek_v3").string()), o);
+  EXPECT_EQ(m->new_cache(64, 2, 8)->bytes_per_token(), size_t{3 * (32 + 8) * 4});
+  kvad::LayerSpec s;
+  s.kind = kvad::LayerKind::Latent;
+  s.kv_lora_rank = 512;
+  s.rope_dim = 64;
+  kvad::LayerCaches lite(std::vector<kvad::LayerSpec>(27, s), 4096, 1, 512, kvad::Device::cpu());
+  EXPECT_EQ(lite.bytes_per_token(), size_t{27 * 576 * 4});
+  EXPECT_EQ(lite.bytes(), size_t{27} * 576 * 4 * 4096);
+  // Rewind and prefix copy: continuing from a truncated or copied latent
+  // gives transformers' logits again.
+  const Reference ref = read_reference(kDir / "deepseek_v3");
+  const int64_t V = m->hparams().n_vocab;
+  const int n = static_cast<int>(ref.tokens.size());
+  kvad::Session sess(m, 64, 2, 2);
+  kvad::Batch b;
+  for (int i = 0; i < n; ++i) b.add(ref.tokens[i], i, 0, false);
+  sess.forward(b);
+  EXPECT_EQ(sess.truncate(0, 6), 6);
+  ASSERT_TRUE(sess.copy_prefix(0, 1, 6));
+  for (int seq = 0; seq < 2; ++seq)
+    for (int i = 6; i < n; ++i) {
+      kvad::Batch d;
+      d.add(ref.tokens[i], i, seq, true);
+      EXPECT_LT(rel_err(ref.logits[i], sess.forward(d).data()), 1e-4) << "sequence " << seq << " position " << i;
+    }
+}

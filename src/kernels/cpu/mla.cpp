@@ -1,0 +1,87 @@
+// Absorbed multi-head latent attention on the CPU (DeepSeek-V2, section 2.1;
+// the same product llama.cpp's deepseek2 graph forms with W_UK folded into
+// the query). Every head reads the one latent row per position, so a work
+// item is a token and a block of its heads: each cached row is loaded once
+// per block for the scores and once more for the weighted sum of its first
+// n_v values, instead of once per head. Scores, softmax and sums are f32.
+#include "kernels/cpu/mla.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "kernels/cpu/row_util.h"
+
+namespace kvad::cpu {
+namespace {
+
+// Eight partial sums: the compiler keeps them in one vector register.
+float dot(const float* a, const float* b, int64_t n) {
+  float s[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) s[j] += a[i + j] * b[i + j];
+  float r = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+  for (; i < n; ++i) r += a[i] * b[i];
+  return r;
+}
+
+}  // namespace
+
+void attention_latent(const Tensor& q, const Tensor& cache, const Tensor& seq, const Tensor& pos,
+                      const AttentionOpParams& p, const Tensor& o) {
+  const int64_t D = q.ne[0], H = q.ne[1], n = q.ne[2], n_v = o.ne[0];
+  const int32_t* ss = row::ids(seq);
+  const int32_t* ps = row::ids(pos);
+  const float* pq = row::in(q);
+  const float* pc = row::in(cache);
+  float* po = row::out(o);
+  const int64_t n_seq = cache.n_rows() / p.slots;
+  for (int64_t t = 0; t < n; ++t)
+    if (ss[t] < 0 || ss[t] >= n_seq || ps[t] < 0)
+      throw Error("attention_latent: token " + std::to_string(t) + " at sequence " + std::to_string(ss[t]) +
+                  ", position " + std::to_string(ps[t]) + " is outside the cache");
+  ThreadPool& pool = row::pool();
+  // Enough items for every thread even at one token (decode).
+  const int64_t blocks = std::min<int64_t>(H, std::max<int64_t>(1, (2 * pool.size() + n - 1) / n));
+  const int64_t hb = (H + blocks - 1) / blocks;
+  const int64_t per_tok = (H + hb - 1) / hb;
+  pool.parallel_for(n * per_tok, 1, [&](int64_t i0, int64_t i1, int) {
+    std::vector<float> w;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / per_tok, h0 = (i % per_tok) * hb, h1 = std::min(H, h0 + hb), nh = h1 - h0;
+      const int64_t last = ps[t];
+      const int64_t first = p.window > 0 ? std::max<int64_t>(0, last - p.window + 1) : 0;
+      const int64_t m = last - first + 1;
+      const float* base = pc + static_cast<size_t>(ss[t]) * p.slots * D;
+      auto row_of = [&](int64_t j) { return base + ((first + j) % p.slots) * D; };
+      w.resize(static_cast<size_t>(nh * m));
+      // Scores, head-major: w[h·m + j].
+      for (int64_t j = 0; j < m; ++j) {
+        const float* c = row_of(j);
+        for (int64_t h = 0; h < nh; ++h) w[h * m + j] = p.scale * dot(pq + (t * H + h0 + h) * D, c, D);
+      }
+      for (int64_t h = 0; h < nh; ++h) {
+        float* wh = &w[h * m];
+        const float mx = *std::max_element(wh, wh + m);
+        float sum = 0;
+        for (int64_t j = 0; j < m; ++j) sum += (wh[j] = std::exp(wh[j] - mx));
+        const float inv = 1.0f / sum;
+        for (int64_t j = 0; j < m; ++j) wh[j] *= inv;
+        std::fill(po + (t * H + h0 + h) * n_v, po + (t * H + h0 + h + 1) * n_v, 0.0f);
+      }
+      for (int64_t j = 0; j < m; ++j) {
+        const float* c = row_of(j);
+        for (int64_t h = 0; h < nh; ++h) {
+          const float wj = w[h * m + j];
+          float* dst = po + (t * H + h0 + h) * n_v;
+          for (int64_t x = 0; x < n_v; ++x) dst[x] += wj * c[x];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace kvad::cpu

@@ -1,0 +1,13 @@
+// The CPU (and sim) row's multi-head latent attention (tensor/ops.h
+// attention_latent; shapes as documented there).
+#pragma once
+
+#include "tensor/backend.h"
+#include "tensor/tensor.h"
+
+namespace kvad::cpu {
+
+void attention_latent(const Tensor& q, const Tensor& cache, const Tensor& seq, const Tensor& pos,
+                      const AttentionOpParams& p, const Tensor& out);
+
+}  // namespace kvad::cpu

@@ -1,0 +1,409 @@
+// DeepSeek V2 / V3 (DeepSeek-AI 2024, "DeepSeek-V2: A Strong, Economical,
+// and Efficient Mixture-of-Experts Language Model" and "DeepSeek-V3
+// Technical Report"; transformers' modeling_deepseek_v2.py /
+// modeling_deepseek_v3.py; GGUF architecture "deepseek2", which llama.cpp
+// also uses for V2-Lite, V2.5, Coder-V2, V3/R1, Kimi K2 and Moonlight).
+// Pre-norm decoder blocks
+//   x = x + MLA(RMSNorm(x) ⊙ attn_norm)
+//   x = x + FFN(x)   dense gated MLP in the first leading_dense_block_count
+//                    layers, then routed experts plus shared experts (moe_ffn)
+//
+// Multi-head latent attention, per token t (n = the normed input):
+//   q_t = Wq · n, or Wq_b · (RMSNorm(Wq_a · n) ⊙ q_a_norm) with q_lora_rank;
+//         per head q_nope (qk_nope_head_dim) | q_pe (qk_rope_head_dim)
+//   c_t | k_pe_t = Wkv_a · n;  c_t ← RMSNorm(c_t) ⊙ kv_a_norm   (kv_lora_rank | rope)
+//   q_pe, k_pe ← RoPE(·, pos)  (one k_pe shared by every head)
+//   head h: k_h,s = W_UK,h · c_s | k_pe_s,  v_h,s = W_UV,h · c_s
+//   a_h = Σ_s softmax_s(scale · q_h · k_h,s) v_h,s;  out = Wo · (a_1 | ... | a_H)
+// The cache holds only c | k_pe per token and layer (LayerKind::Latent), and
+// attention runs in the absorbed form, for prefill as for decode:
+//   q_h · k_h,s = (W_UK,hᵀ q_nope_h) · c_s + q_pe_h · k_pe_s
+//   a_h = W_UV,h · Σ_s softmax_s(·) c_s
+// so nothing is expanded per cached position (ops::attention_latent). W_UK
+// and W_UV are llama.cpp's attn_k_b [n_head, kv_lora_rank, qk_nope] and
+// attn_v_b [n_head, v_head_dim, kv_lora_rank]; a file with the older fused
+// attn_kv_b [kv_lora_rank → n_head · (qk_nope + v_head_dim)] (and every HF
+// checkpoint: kv_b_proj) is split into them at load, in f32.
+//
+// The softmax scale is 1/√(qk_nope + qk_rope) times mscale², mscale =
+// 0.1 · mscale_all_dim · ln(factor) + 1 under YaRN (DeepSeek's correction;
+// GGUF rope.scaling.yarn_log_multiplier = 0.1 · mscale_all_dim as
+// llama.cpp's converter writes it). RoPE pairs adjacent dims (V2's complex
+// rotation, V3's rope_interleave), or halves when kvad.rope.neox is set (V3
+// with rope_interleave false).
+//
+// Routing (moe_ffn, ops::moe_route): V2 softmax with greedy or
+// group_limited_greedy top-k, V3 sigmoid with the e_score_correction_bias
+// (exp_probs_b) for choosing and noaux_tc groups; weights optionally
+// renormalised (expert_weights_norm) and scaled (expert_weights_scale).
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "base/error.h"
+#include "io/tensor_source.h"
+#include "model/blocks.h"
+#include "model/cache.h"
+#include "model/hf.h"
+#include "model/hparams.h"
+#include "model/model.h"
+#include "model/registry.h"
+#include "model/rope.h"
+#include "model/weights.h"
+#include "tensor/ops.h"
+
+namespace kvad {
+namespace {
+
+/// DeepSeek's hyper-parameters, GGUF keys as llama.cpp's (deepseek2.*).
+struct DeepseekParams {
+  int64_t q_lora_rank = 0;     ///< attention.q_lora_rank (0: a direct attn_q)
+  int64_t kv_lora_rank = 0;    ///< attention.kv_lora_rank
+  int64_t qk_nope = 0;         ///< attention.key_length_mla - rope
+  int64_t qk_rope = 0;         ///< rope.dimension_count
+  int64_t v_head_dim = 0;      ///< attention.value_length_mla
+  int64_t n_dense = 0;         ///< leading_dense_block_count
+  int64_t n_expert = 0;        ///< expert_count
+  int64_t n_ff_exp = 0;        ///< expert_feed_forward_length
+  int64_t n_shared = 0;        ///< expert_shared_count
+  MoeParams moe;
+};
+
+struct Layer {
+  Tensor attn_norm, wq, wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wk_b, wv_b, wo;
+  MlpWeights ffn;  // dense layers
+  MoeWeights moe;  // the others
+  bool sparse = false;
+};
+
+// Splits the fused kv_b [kv_lora_rank → H · (nope + v)] (per head nope rows,
+// then v rows) into k_b [H, kv_lora_rank, nope] (W_UK,h transposed) and v_b
+// [H, v, kv_lora_rank], f32 on kv_b's device.
+void split_kv_b(const Tensor& kv_b, int64_t H, int64_t nope, int64_t v, int64_t r, Device d, Tensor& k_b,
+                Tensor& v_b) {
+  std::vector<float> w(static_cast<size_t>(H * (nope + v) * r));
+  ops::to_host(ops::convert(kv_b, DType::F32), w.data());
+  std::vector<float> k(static_cast<size_t>(H * r * nope)), vv(static_cast<size_t>(H * v * r));
+  for (int64_t h = 0; h < H; ++h) {
+    const float* wh = &w[static_cast<size_t>(h * (nope + v) * r)];
+    for (int64_t i = 0; i < nope; ++i)
+      for (int64_t c = 0; c < r; ++c) k[(h * r + c) * nope + i] = wh[i * r + c];
+    for (int64_t j = 0; j < v; ++j)
+      for (int64_t c = 0; c < r; ++c) vv[(h * v + j) * r + c] = wh[(nope + j) * r + c];
+  }
+  k_b = ops::from_host(k.data(), DType::F32, {nope, r, H, 1}, d);
+  v_b = ops::from_host(vv.data(), DType::F32, {r, v, H, 1}, d);
+  k_b.name = kv_b.name + " (k_b)";
+  v_b.name = kv_b.name + " (v_b)";
+}
+
+class Deepseek2 final : public Model {
+ public:
+  Deepseek2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
+    source_ = src;
+    hp_ = read_hparams(*src);
+    const std::string a = hp_.arch + ".", path = src->path();
+    auto need = [&](const std::string& key) {
+      const int64_t v = src->require_int(a + key);
+      if (v <= 0) throw Error(path + ": " + a + key + " must be positive, is " + std::to_string(v));
+      return v;
+    };
+    cfg_.q_lora_rank = src->get_int(a + "attention.q_lora_rank", 0);
+    cfg_.kv_lora_rank = need("attention.kv_lora_rank");
+    cfg_.qk_rope = hp_.n_rot;
+    // The MLA widths: key_length_mla / value_length_mla when the file is in
+    // llama.cpp's MQA form (key_length = kv_lora_rank + rope), else
+    // key_length / value_length (older files).
+    const int64_t qk_head = src->has(a + "attention.key_length_mla") ? need("attention.key_length_mla") : hp_.head_dim;
+    cfg_.v_head_dim = src->has(a + "attention.value_length_mla") ? need("attention.value_length_mla")
+                                                                  : need("attention.value_length");
+    cfg_.qk_nope = qk_head - cfg_.qk_rope;
+    if (cfg_.qk_nope <= 0 || cfg_.q_lora_rank < 0)
+      throw Error(path + ": " + a + "attention.key_length_mla " + std::to_string(qk_head) +
+                  " leaves no room beside rope.dimension_count " + std::to_string(cfg_.qk_rope));
+    cfg_.n_dense = src->get_int(a + "leading_dense_block_count", 0);
+    cfg_.n_expert = src->get_int(a + "expert_count", 0);
+    cfg_.n_ff_exp = src->get_int(a + "expert_feed_forward_length", 0);
+    cfg_.n_shared = src->get_int(a + "expert_shared_count", 0);
+    MoeParams& m = cfg_.moe;
+    m.n_expert_used = src->get_int(a + "expert_used_count", 0);
+    m.norm_topk = src->get_int(a + "expert_weights_norm", 0) != 0;
+    m.scale = static_cast<float>(src->get_float(a + "expert_weights_scale", 1.0));
+    const int64_t gating = src->get_int(a + "expert_gating_func", 1);
+    if (gating != 1 && gating != 2)
+      throw Error(path + ": " + a + "expert_gating_func " + std::to_string(gating) + " is not 1 (softmax) or 2 (sigmoid)");
+    m.gating = gating == 2 ? MoeGating::Sigmoid : MoeGating::Softmax;
+    m.n_group = src->get_int(a + "expert_group_count", 1);
+    m.topk_group = src->get_int(a + "expert_group_used_count", m.n_group);
+    // V3's noaux_tc scores a group by its top two (with the bias); V2's
+    // group_limited_greedy by its best. llama.cpp ties this to the gating.
+    m.group_top2_sum = m.gating == MoeGating::Sigmoid;
+    m.norm_eps = hp_.norm_eps;
+    if (cfg_.n_dense < 0 || cfg_.n_dense > hp_.n_layer)
+      throw Error(path + ": " + a + "leading_dense_block_count " + std::to_string(cfg_.n_dense) + " is not in [0, " +
+                  a + "block_count]");
+    if (cfg_.n_dense < hp_.n_layer &&
+        (cfg_.n_expert <= 0 || cfg_.n_ff_exp <= 0 || m.n_expert_used <= 0 || m.n_expert_used > cfg_.n_expert ||
+         cfg_.n_shared < 0 || m.n_group <= 0 || cfg_.n_expert % m.n_group != 0 || m.topk_group <= 0 ||
+         m.topk_group > m.n_group || m.n_expert_used > m.topk_group * (cfg_.n_expert / m.n_group)))
+      throw Error(path + ": sparse layers need " + a + "expert_count, expert_used_count (1..expert_count), " +
+                  "expert_feed_forward_length, and expert_group_count dividing expert_count with " +
+                  "expert_group_used_count groups holding at least expert_used_count experts");
+
+    WeightLoader wl(src, o);
+    device_ = wl.device();
+    const int64_t E = hp_.n_embd, H = hp_.n_head, R = cfg_.kv_lora_rank, P = cfg_.qk_rope, N = cfg_.qk_nope,
+                  V = cfg_.v_head_dim;
+    const SourceTensor* te = src->find("token_embd.weight");
+    if (!te || te->n_dims < 2) throw Error(path + ": missing tensor token_embd.weight");
+    hp_.n_vocab = te->ne[1];
+    tok_embd_ = wl.get("token_embd.weight", {E, hp_.n_vocab});
+    output_norm_ = wl.get("output_norm.weight", {E});
+    output_ = wl.get_optional("output.weight", {E, hp_.n_vocab});
+    if (!output_) output_ = tok_embd_;
+    rope_neox_ = src->get_int("kvad.rope.neox", 0) != 0;
+    rope_ = load_rope_scaling(*src, wl, hp_, rope_neox_);
+    layers_.resize(hp_.n_layer);
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+      const std::string p = "blk." + std::to_string(il) + ".";
+      Layer& L = layers_[il];
+      L.attn_norm = wl.get(p + "attn_norm.weight", {E});
+      if (cfg_.q_lora_rank > 0) {
+        L.wq_a = wl.get(p + "attn_q_a.weight", {E, cfg_.q_lora_rank});
+        L.q_a_norm = wl.get(p + "attn_q_a_norm.weight", {cfg_.q_lora_rank});
+        L.wq_b = wl.get(p + "attn_q_b.weight", {cfg_.q_lora_rank, H * (N + P)});
+      } else {
+        L.wq = wl.get(p + "attn_q.weight", {E, H * (N + P)});
+      }
+      L.wkv_a = wl.get(p + "attn_kv_a_mqa.weight", {E, R + P});
+      L.kv_a_norm = wl.get(p + "attn_kv_a_norm.weight", {R});
+      if (wl.has(p + "attn_kv_b.weight")) {
+        split_kv_b(wl.get(p + "attn_kv_b.weight", {R, H * (N + V)}), H, N, V, R, device_, L.wk_b, L.wv_b);
+      } else {
+        L.wk_b = wl.get(p + "attn_k_b.weight", {N, R, H});
+        L.wv_b = wl.get(p + "attn_v_b.weight", {R, V, H});
+      }
+      L.wo = wl.get(p + "attn_output.weight", {H * V, E});
+      require_f32(path, {&L.attn_norm, &L.q_a_norm, &L.kv_a_norm});
+      L.sparse = il >= cfg_.n_dense;
+      if (L.sparse) {
+        L.moe = load_moe_weights(wl, p, E, cfg_.n_ff_exp, cfg_.n_expert);
+        load_moe_shared(wl, p, E, cfg_.n_shared * cfg_.n_ff_exp, cfg_.n_expert, L.moe);
+      } else {
+        L.ffn = load_mlp_weights(wl, p, E, hp_.n_ff);
+      }
+    }
+    require_f32(path, {&output_norm_});
+    wl.finish();
+    weight_bytes_ = wl.bytes();
+    hp_.n_params = wl.n_params();
+
+    // Softmax scale with DeepSeek's YaRN correction (mscale_all_dim).
+    scale_ = 1.0f / std::sqrt(static_cast<float>(N + P));
+    const double log_mul = src->get_float(a + "rope.scaling.yarn_log_multiplier", 0.0);
+    const double factor = src->get_float(a + "rope.scaling.factor", 1.0);
+    if (log_mul != 0 && factor > 1 && src->get_string(a + "rope.scaling.type", "none") == "yarn") {
+      const double ms = 1.0 + log_mul * std::log(factor);
+      scale_ = static_cast<float>(scale_ * ms * ms);
+    }
+    // What the rest of kvad reads: the MLA widths, not the latent's.
+    hp_.head_dim = N + P;
+    hp_.n_head_kv = 1;
+  }
+
+  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch) const override {
+    LayerSpec s;
+    s.kind = LayerKind::Latent;
+    s.kv_lora_rank = cfg_.kv_lora_rank;
+    s.rope_dim = cfg_.qk_rope;
+    return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, s), n_ctx, n_seq, n_batch, device_);
+  }
+
+ protected:
+  // [n, H] i32 rows 0..H-1: matmul_id's "expert" of slot h is head h (the
+  // per-head W_UK / W_UV products). Uploaded when a batch is larger than any
+  // before, then viewed.
+  Tensor head_ids(int64_t n) {
+    if (n > head_ids_rows_) {
+      const int64_t H = hp_.n_head;
+      std::vector<int32_t> v(static_cast<size_t>(n * H));
+      for (int64_t i = 0; i < n * H; ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(i % H);
+      head_ids_ = ops::from_host(v.data(), DType::I32, {H, n, 1, 1}, device_);
+      head_ids_rows_ = n;
+    }
+    return head_ids_.rows(0, n);
+  }
+
+  Tensor mla(const Layer& L, LatentLayer& cache, const BatchIds& b, const Tensor& x) {
+    const int64_t n = b.n, H = hp_.n_head, R = cfg_.kv_lora_rank, P = cfg_.qk_rope, N = cfg_.qk_nope,
+                  V = cfg_.v_head_dim;
+    const float eps = hp_.norm_eps;
+    const Tensor h = ops::rms_norm(x, L.attn_norm, eps);                                       // [n, E]
+    const Tensor q = L.wq ? ops::matmul(h, L.wq)
+                          : ops::matmul(ops::rms_norm(ops::matmul(h, L.wq_a), L.q_a_norm, eps), L.wq_b);  // [n, H·(N+P)]
+    const Tensor qh = q.view({N + P, H * n, 1, 1});
+    const Tensor q_nope = ops::slice(qh, 0, N).view({N, H, n, 1});                             // [n, H, N]
+    const Tensor q_pe = ops::rope(ops::slice(qh, N, P).view({P, H, n, 1}), b.pos, rope_p_);    // [n, H, P]
+    const Tensor kva = ops::matmul(h, L.wkv_a);                                                // [n, R+P]
+    const Tensor c = ops::rms_norm(ops::slice(kva, 0, R), L.kv_a_norm, eps);                   // [n, R]
+    const Tensor k_pe = ops::rope(ops::slice(kva, R, P).view({P, 1, n, 1}), b.pos, rope_p_);   // [n, 1, P]
+    ops::kv_store(cache.c, ops::concat(c, k_pe.view({P, n, 1, 1})), b.seq, b.pos, cache.slots);
+    const Tensor ids = head_ids(n);
+    const Tensor q_abs = ops::matmul_id(q_nope, L.wk_b, ids);                                  // [n, H, R]
+    const Tensor qf = ops::concat(q_abs.view({R, H * n, 1, 1}), q_pe.view({P, H * n, 1, 1})).view({R + P, H, n, 1});
+    AttentionOpParams ap;
+    ap.scale = scale_;
+    ap.slots = cache.slots;
+    const Tensor a = ops::attention_latent(qf, cache.c, b.seq, b.pos, ap, R);                 // [n, H, R]
+    const Tensor o = ops::matmul_id(a, L.wv_b, ids);                                           // [n, H, V]
+    return ops::matmul(o.view({H * V, n, 1, 1}), L.wo);                                        // [n, E]
+  }
+
+  void forward_impl(Cache& cache_base, const BatchView& bv, float* logits) override {
+    auto& cache = static_cast<LayerCaches&>(cache_base);
+    const BatchIds ids = upload_batch(bv, device_);
+    rope_p_ = rope_.at(cache.n_ctx());
+    Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, E]
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+      const Layer& L = layers_[il];
+      x = ops::add(x, mla(L, cache.latent(il), ids, x));
+      x = ops::add(x, L.sparse ? moe_ffn(L.moe, cfg_.moe, x) : gated_mlp(L.ffn, Activation::SiLU, hp_.norm_eps, x));
+    }
+    cache.advance(bv);
+    decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
+  }
+
+ private:
+  DeepseekParams cfg_;
+  Tensor tok_embd_, output_norm_, output_;
+  std::vector<Layer> layers_;
+  RopeScaling rope_;
+  RopeParams rope_p_;
+  bool rope_neox_ = false;
+  float scale_ = 1.0f;
+  Tensor head_ids_;
+  int64_t head_ids_rows_ = 0;
+};
+
+// ---- HF checkpoints (transformers' DeepseekV2ForCausalLM / DeepseekV3ForCausalLM)
+
+// config.json → the keys llama.cpp's converter (DeepseekV2Model) writes.
+void hf_config(const nlohmann::json& cfg, HfConfig& out, bool v3) {
+  const std::string a = "deepseek2";
+  decoder_config(a, cfg, out);  // the shared keys; the MLA widths and rope are set below
+  Metadata& md = out.md;
+  const int64_t rope = config_int(cfg, "qk_rope_head_dim"), nope = config_int(cfg, "qk_nope_head_dim");
+  const int64_t kv_lora = config_int(cfg, "kv_lora_rank"), v_head = config_int(cfg, "v_head_dim");
+  if (rope <= 0 || rope % 2 || nope <= 0 || kv_lora <= 0 || v_head <= 0)
+    throw Error("config.json: qk_rope_head_dim (even), qk_nope_head_dim, kv_lora_rank and v_head_dim must be positive");
+  md[a + ".attention.head_count_kv"] = int64_t{1};  // MLA as MQA over the latent (llama.cpp's form)
+  md[a + ".attention.kv_lora_rank"] = kv_lora;
+  md[a + ".attention.key_length"] = kv_lora + rope;
+  md[a + ".attention.value_length"] = kv_lora;
+  md[a + ".attention.key_length_mla"] = nope + rope;
+  md[a + ".attention.value_length_mla"] = v_head;
+  md[a + ".rope.dimension_count"] = rope;
+  const int64_t q_lora = config_int(cfg, "q_lora_rank", 0);
+  if (q_lora < 0) throw Error("config.json: q_lora_rank must not be negative");
+  if (q_lora > 0) md[a + ".attention.q_lora_rank"] = q_lora;
+  const int64_t n_layer = config_int(cfg, "num_hidden_layers");
+  const bool moe = cfg.contains("n_routed_experts") && !cfg["n_routed_experts"].is_null();
+  md[a + ".leading_dense_block_count"] = config_int(cfg, "first_k_dense_replace", moe ? 0 : n_layer);
+  md[a + ".expert_feed_forward_length"] = config_int(cfg, "moe_intermediate_size", config_int(cfg, "intermediate_size"));
+  if (moe) {
+    md[a + ".expert_count"] = config_int(cfg, "n_routed_experts");
+    md[a + ".expert_used_count"] = config_int(cfg, "num_experts_per_tok");
+  }
+  md[a + ".expert_shared_count"] = config_int(cfg, "n_shared_experts", 0);
+  md[a + ".expert_weights_scale"] = config_float(cfg, "routed_scaling_factor", 1.0);
+  // transformers' V2 router never renormalises; V3's does when norm_topk_prob.
+  if (v3 && config_bool(cfg, "norm_topk_prob", false)) md[a + ".expert_weights_norm"] = int64_t{1};
+  const std::string method = cfg.value("topk_method", std::string(v3 ? "noaux_tc" : "greedy"));
+  const int64_t n_group = config_int(cfg, "n_group", 1), topk_group = config_int(cfg, "topk_group", n_group);
+  if (v3) {
+    if (method != "noaux_tc") throw Error("config.json: topk_method '" + method + "' is not noaux_tc (DeepSeek V3)");
+    md[a + ".expert_gating_func"] = int64_t{2};  // sigmoid
+  } else {
+    if (method != "greedy" && method != "group_limited_greedy")
+      throw Error("config.json: topk_method '" + method + "' is not greedy or group_limited_greedy (DeepSeek V2)");
+    md[a + ".expert_gating_func"] = int64_t{1};  // softmax
+  }
+  if (v3 || method == "group_limited_greedy") {
+    md[a + ".expert_group_count"] = n_group;
+    md[a + ".expert_group_used_count"] = topk_group;
+  }
+  if (v3 && !config_bool(cfg, "rope_interleave", true)) md["kvad.rope.neox"] = int64_t{1};
+  // DeepSeek's softmax correction: transformers' yarn_apply_mscale.
+  using json = nlohmann::json;
+  json rope_cfg = cfg.contains("rope_parameters") && cfg["rope_parameters"].is_object()
+                      ? cfg["rope_parameters"]
+                      : (cfg.contains("rope_scaling") && cfg["rope_scaling"].is_object() ? cfg["rope_scaling"] : json());
+  if (rope_cfg.is_object()) {
+    const std::string type = rope_cfg.value("rope_type", rope_cfg.value("type", std::string("default")));
+    const double ms_all = config_float(rope_cfg, "mscale_all_dim", 0.0);
+    if (type != "default" && ms_all != 0) md[a + ".rope.scaling.yarn_log_multiplier"] = 0.1 * ms_all;
+  }
+  // decoder_config sized the rope from head_dim; redo it for the rotary part.
+  for (auto it = md.begin(); it != md.end();)
+    it = it->first.rfind(a + ".rope.scaling.", 0) == 0 && it->first != a + ".rope.scaling.yarn_log_multiplier"
+             ? md.erase(it)
+             : std::next(it);
+  out.tensors.clear();
+  json rp = rope_cfg.is_object() ? rope_cfg : json::object();
+  if (!rp.contains("rope_theta") && cfg.contains("rope_theta")) rp["rope_theta"] = cfg["rope_theta"];
+  hf_rope_scaling(a, rp, cfg, rope, out);
+}
+
+// V2 and V3 differ in their routers; model_type says which.
+void hf_config_any(const nlohmann::json& cfg, HfConfig& out) {
+  hf_config(cfg, out, cfg.value("model_type", std::string()) == "deepseek_v3");
+}
+
+bool hf_tensor(const std::string& hf, TensorRename& r) {
+  using T = TensorTransform;
+  static const HfLayerName kLayer[] = {
+      {"post_attention_layernorm.weight", "ffn_norm.weight", T::ToF32},
+      {"self_attn.q_a_proj.weight", "attn_q_a.weight", T::None},
+      {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight", T::ToF32},
+      {"self_attn.q_b_proj.weight", "attn_q_b.weight", T::None},
+      {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight", T::None},
+      {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight", T::ToF32},
+      {"self_attn.kv_b_proj.weight", "attn_kv_b.weight", T::None},
+      {"mlp.gate.weight", "ffn_gate_inp.weight", T::None},
+      {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias", T::ToF32},
+      {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight", T::None},
+      {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight", T::None},
+      {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight", T::None},
+  };
+  if (hf == "lm_head.weight") return r.name = "output.weight", r.transform = T::None, true;
+  int64_t il;
+  std::string rest;
+  static const std::string ex = "mlp.experts.";
+  if (hf_layer_tensor(hf, il, rest) && rest.compare(0, ex.size(), ex) == 0) {
+    size_t j = ex.size(), k = j;
+    while (k < rest.size() && rest[k] >= '0' && rest[k] <= '9') ++k;
+    if (k == j || k - j > 6 || k >= rest.size() || rest[k] != '.') return false;
+    const std::string w = rest.substr(k + 1);
+    const char* g = w == "gate_proj.weight" ? "ffn_gate_exps.weight"
+                    : w == "up_proj.weight" ? "ffn_up_exps.weight"
+                    : w == "down_proj.weight" ? "ffn_down_exps.weight" : nullptr;
+    if (!g) return false;
+    r.name = "blk." + std::to_string(il) + "." + g;
+    r.transform = T::None;
+    r.part = std::stoll(rest.substr(j, k - j));
+    return true;
+  }
+  return hf_decoder_tensor(hf, T::ToF32, kLayer, std::size(kLayer), r);
+}
+
+}  // namespace
+
+extern const HfNames kDeepseek2HfNames;
+const HfNames kDeepseek2HfNames = {{"deepseek_v2", "deepseek_v3"}, &hf_config_any, &hf_tensor};
+
+std::unique_ptr<Model> load_deepseek2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
+  return std::make_unique<Deepseek2>(std::move(src), o);
+}
+
+}  // namespace kvad
