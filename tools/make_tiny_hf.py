@@ -260,10 +260,12 @@ def deepseek():
     # V3 (DeepSeek-V3/R1, Kimi K2): q_lora_rank, sigmoid router with
     # e_score_correction_bias, noaux_tc over 4 groups (group score: the sum of
     # its top 2), norm_topk_prob, routed_scaling_factor; interleaved rope.
+    # scoring_func as DeepSeek-V3's own config.json has it (transformers
+    # ignores it; llama.cpp's converter reads it for expert_gating_func).
     torch.manual_seed(11)
     cfg = transformers.DeepseekV3Config(
         **common, q_lora_rank=24, n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True,
-        topk_method="noaux_tc", rope_interleave=True,
+        topk_method="noaux_tc", scoring_func="sigmoid", rope_interleave=True,
         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                          "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1,
                          "mscale": 1.0, "mscale_all_dim": 1.0})

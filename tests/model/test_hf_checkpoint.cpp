@@ -425,3 +425,70 @@ TEST(HfCheckpoint, DeepseekCacheIsTheLatent) {
       EXPECT_LT(rel_err(ref.logits[i], sess.forward(d).data()), 1e-4) << "sequence " << seq << " position " << i;
     }
 }
+
+// llama.cpp's converter on the same checkpoints: its deepseek2 keys and the
+// split attn_k_b / attn_v_b form (the HF path reads the fused kv_b_proj as the
+// older attn_kv_b). Against transformers on all three, and against llama.cpp
+// (llama-cpp-python 0.3.36, f16 KV cache) on V3 and V2: llama.cpp takes a
+// file without q_lora_rank only at V2-Lite's 26 or 27 layers, so the 3-layer
+// V2-Lite has no llama.cpp logits. Greedy picks equal llama.cpp's wherever
+// its best two logits are further apart than the tolerance.
+TEST(LlamaCppGguf, DeepseekMatchesTransformersAndLlamaCpp) {
+  for (const char* name : {"deepseek_v3", "deepseek_v2_lite", "deepseek_v2"})
+    for (const char* device : {"cpu", "sim"})
+      check_source(name, " (llama.cpp GGUF)", llama_cpp_gguf(name), device, 0, 1e-4);
+  for (const char* name : {"deepseek_v3", "deepseek_v2"}) {
+    check_source(name, " (llama.cpp GGUF)", llama_cpp_gguf(name), "cpu", 0, 1e-3, "llama.cpp");
+    const Reference ref = read_reference(kDir / name, "llama.cpp-f32.logits.json");
+    std::shared_ptr<kvad::Model> m = kvad::load_model(llama_cpp_gguf(name), kvad::DeviceOptions{});
+    const int64_t V = m->hparams().n_vocab;
+    kvad::Session s(m, 64, 1, 2);
+    kvad::Batch b;
+    for (size_t i = 0; i < ref.tokens.size(); ++i) b.add(ref.tokens[i], static_cast<int32_t>(i), 0, true);
+    const std::vector<float>& all = s.forward(b);
+    int compared = 0;
+    for (size_t i = 0; i < ref.tokens.size(); ++i) {
+      std::vector<float> r = ref.logits[i];
+      const auto best = std::max_element(r.begin(), r.end()) - r.begin();
+      const float top = r[best], scale = *std::max_element(r.begin(), r.end(), [](float x, float y) {
+        return std::fabs(x) < std::fabs(y);
+      });
+      r[best] = -INFINITY;
+      if (top - *std::max_element(r.begin(), r.end()) < 1e-3 * std::fabs(scale)) continue;  // a near-tie
+      ++compared;
+      const float* got = &all[i * V];
+      EXPECT_EQ(std::max_element(got, got + V) - got, best) << name << " position " << i;
+    }
+    EXPECT_GT(compared, 10) << name;
+  }
+}
+
+// The quantize-once cache writes a DeepSeek HF checkpoint as a deepseek2
+// GGUF in the older attn_kv_b form (which llama.cpp also once wrote), which
+// loads back through the same split at q8_0 (V2-Lite: V3's q_lora_rank 24
+// is no whole number of q8_0 blocks).
+TEST(HfCheckpoint, DeepseekQuantizeOnceReadsTheFusedKvB) {
+  const fs::path cache = fs::temp_directory_path() / ("kvad-qcache-ds-" + std::to_string(::getpid()));
+  fs::remove_all(cache);
+  for (const char* name : {"deepseek_v2_lite"}) {
+    SCOPED_TRACE(name);
+    const fs::path dir = kDir / name;
+    const kvad::QuantizeOnceKey key{cache.string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};
+    auto q = kvad::quantize_once(kvad::open_hf_checkpoint(dir.string()), "q8_0", key);
+    ASSERT_NE(q->find("blk.1.attn_kv_b.weight"), nullptr);
+    EXPECT_EQ(q->find("blk.1.attn_k_b.weight"), nullptr);
+    EXPECT_EQ(q->find("blk.1.ffn_down_exps.weight")->type, kvad::DType::Q8_0);
+    const Reference ref = read_reference(dir);
+    std::shared_ptr<kvad::Model> m = kvad::load_model(q, kvad::DeviceOptions{});
+    kvad::Session s(m, 64, 1, 1);
+    kvad::Batch b;
+    for (size_t i = 0; i < ref.tokens.size(); ++i) b.add(ref.tokens[i], static_cast<int32_t>(i), 0, true);
+    const std::vector<float>& all = s.forward(b);
+    double worst = 0;
+    for (size_t i = 0; i < ref.tokens.size(); ++i)
+      worst = std::max(worst, rel_err(ref.logits[i], &all[i * m->hparams().n_vocab]));
+    std::printf("%s q8_0 via the quantize-once cache: max |diff| / max |logit| vs transformers %.2e\n", name, worst);
+    EXPECT_LT(worst, 1e-1);
+  }
+  fs::remove_all(cache);
+}

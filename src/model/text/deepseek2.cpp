@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "io/gguf.h"
 #include "io/tensor_source.h"
 #include "model/blocks.h"
 #include "model/cache.h"
@@ -98,6 +99,14 @@ void split_kv_b(const Tensor& kv_b, int64_t H, int64_t nope, int64_t v, int64_t 
   v_b.name = kv_b.name + " (v_b)";
 }
 
+// A GGUF bool (llama.cpp's converter writes expert_weights_norm so), or an
+// integer (kvad's HF view and the quantize-once files it writes).
+bool get_flag(const TensorSource& src, const std::string& key) {
+  if (const std::shared_ptr<const gguf::File> f = gguf_file(src))
+    if (const gguf::Value* v = f->find(key); v && v->type() == gguf::ValueType::BOOL) return v->as_bool();
+  return src.get_int(key, 0) != 0;
+}
+
 class Deepseek2 final : public Model {
  public:
   Deepseek2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
@@ -128,7 +137,7 @@ class Deepseek2 final : public Model {
     cfg_.n_shared = src->get_int(a + "expert_shared_count", 0);
     MoeParams& m = cfg_.moe;
     m.n_expert_used = src->get_int(a + "expert_used_count", 0);
-    m.norm_topk = src->get_int(a + "expert_weights_norm", 0) != 0;
+    m.norm_topk = get_flag(*src, a + "expert_weights_norm");
     m.scale = static_cast<float>(src->get_float(a + "expert_weights_scale", 1.0));
     const int64_t gating = src->get_int(a + "expert_gating_func", 1);
     if (gating != 1 && gating != 2)
@@ -164,6 +173,13 @@ class Deepseek2 final : public Model {
     if (!output_) output_ = tok_embd_;
     rope_neox_ = src->get_int("kvad.rope.neox", 0) != 0;
     rope_ = load_rope_scaling(*src, wl, hp_, rope_neox_);
+    // llama.cpp's deepseek2 rule for a file with yarn_log_multiplier and no
+    // yarn_attn_factor: cos and sin unscaled (mscale == mscale_all_dim, so
+    // transformers' attention_factor is 1); the correction is all in the
+    // softmax scale below. HF checkpoints state their factor explicitly.
+    if (src->get_string(a + "rope.scaling.type", "none") == "yarn" && src->has(a + "rope.scaling.yarn_log_multiplier") &&
+        !src->has(a + "rope.scaling.yarn_attn_factor"))
+      rope_.params.attn_factor = 1.0f;
     layers_.resize(hp_.n_layer);
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const std::string p = "blk." + std::to_string(il) + ".";
@@ -353,6 +369,11 @@ void hf_config(const nlohmann::json& cfg, HfConfig& out, bool v3) {
   json rp = rope_cfg.is_object() ? rope_cfg : json::object();
   if (!rp.contains("rope_theta") && cfg.contains("rope_theta")) rp["rope_theta"] = cfg["rope_theta"];
   hf_rope_scaling(a, rp, cfg, rope, out);
+  // Say the cos/sin factor even when it is YaRN's default, so that the rule
+  // for files without it (llama.cpp's, in the loader) does not apply.
+  if (md.count(a + ".rope.scaling.type") && std::get<std::string>(md[a + ".rope.scaling.type"]) == "yarn" &&
+      !md.count(a + ".rope.scaling.yarn_attn_factor"))
+    md[a + ".rope.scaling.yarn_attn_factor"] = 1.0;
 }
 
 // V2 and V3 differ in their routers; model_type says which.
