@@ -291,6 +291,90 @@ def deepseek():
         **common, q_lora_rank=24, n_shared_experts=1, routed_scaling_factor=1.0, norm_topk_prob=False,
         topk_method="greedy", rope_theta=10000.0)
     save("deepseek_v2", sharpen_mla(randomise(transformers.DeepseekV2ForCausalLM(cfg).eval())))
+    deepseek_fp8()
+
+
+FP8_BLOCK = 16  # DeepSeek-V3 uses 128; 16 gives the tiny matrices several blocks, edge blocks included
+
+
+def deepseek_fp8():
+    """deepseek_v3 re-saved as DeepSeek-V3/R1 ship it: every linear weight
+    (attention, dense MLP, experts, shared experts) float8_e4m3fn with a
+    float32 `weight_scale_inv` per FP8_BLOCK x FP8_BLOCK block (w = fp8 ·
+    scale_inv), quantization_config as theirs, and one multi-token prediction
+    layer model.layers.3.* (num_nextn_predict_layers 1: eh_proj, enorm,
+    hnorm, shared_head, embed_tokens and a decoder layer) that transformers
+    does not run. logits.json: transformers on the dequantized weights
+    (torch's own float8 → float32), without the MTP layer; dequantized.json:
+    torch's dequantized values of one matrix."""
+    name = "deepseek_v3_fp8"
+    if ONLY and name not in ONLY:
+        return
+    import tempfile
+    from safetensors.torch import load_file, save_file
+    src = OUT / "deepseek_v3"
+    tensors = load_file(src / "model.safetensors")
+    cfg = json.loads((src / "config.json").read_text())
+    g = torch.Generator().manual_seed(14)
+    # The MTP layer: a decoder layer like layer 2 (MoE) plus its own parts.
+    n_layer, E, V = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]
+    mtp = f"model.layers.{n_layer}."
+    for k, v in list(tensors.items()):
+        if k.startswith(f"model.layers.{n_layer - 1}."):
+            tensors[mtp + k[len(f"model.layers.{n_layer - 1}."):]] = v + 0.01 * torch.randn(v.shape, generator=g)
+    tensors[mtp + "eh_proj.weight"] = 0.1 * torch.randn(E, 2 * E, generator=g)
+    for n in ("enorm.weight", "hnorm.weight", "shared_head.norm.weight"):
+        tensors[mtp + n] = 1.0 + 0.3 * torch.randn(E, generator=g)
+    tensors[mtp + "shared_head.head.weight"] = 0.1 * torch.randn(V, E, generator=g)
+    tensors[mtp + "embed_tokens.weight"] = 0.1 * torch.randn(V, E, generator=g)
+
+    def fp8_matrix(k, v):
+        return (v.dim() == 2 and k.endswith("_proj.weight") and ("self_attn." in k or "mlp." in k)) or \
+            k.endswith("eh_proj.weight")
+
+    out, dequant = {}, {}
+    B = FP8_BLOCK
+    for k, v in tensors.items():
+        if not fp8_matrix(k, v):
+            out[k] = v.contiguous()
+            dequant[k] = v
+            continue
+        r, c = v.shape
+        sr, sc = (r + B - 1) // B, (c + B - 1) // B
+        scale = torch.empty(sr, sc, dtype=torch.float32)
+        q = torch.empty(r, c, dtype=torch.float8_e4m3fn)
+        for i in range(sr):
+            for j in range(sc):
+                blk = v[i * B:(i + 1) * B, j * B:(j + 1) * B]
+                s = blk.abs().max().clamp(min=1e-12) / 448.0
+                scale[i, j] = s
+                q[i * B:(i + 1) * B, j * B:(j + 1) * B] = (blk / s).to(torch.float8_e4m3fn)
+        out[k] = q
+        out[k + "_scale_inv"] = scale
+        full = scale.repeat_interleave(B, 0)[:r].repeat_interleave(B, 1)[:, :c]
+        dequant[k] = q.to(torch.float32) * full
+    d = OUT / name
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    save_file(out, d / "model.safetensors", metadata={"format": "pt"})
+    cfg_fp8 = dict(cfg, num_nextn_predict_layers=1, quantization_config={
+        "activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [B, B]})
+    (d / "config.json").write_text(json.dumps(cfg_fp8, indent=2, sort_keys=True) + "\n")
+    # transformers on the dequantized weights (the MTP layer left out: it has no module for it).
+    with tempfile.TemporaryDirectory() as tmp:
+        save_file({k: v.contiguous() for k, v in dequant.items() if not k.startswith(mtp)}, Path(tmp) / "model.safetensors",
+                  metadata={"format": "pt"})
+        (Path(tmp) / "config.json").write_text(json.dumps(cfg))
+        m = transformers.DeepseekV3ForCausalLM.from_pretrained(tmp, attn_implementation="eager").eval()
+        with torch.no_grad():
+            logits = m(torch.tensor([TOKENS])).logits[0].float()
+    (d / "logits.json").write_text(json.dumps({"tokens": TOKENS, "logits": [[round(float(x), 6) for x in row]
+                                                                             for row in logits]}))
+    k = "model.layers.1.self_attn.kv_a_proj_with_mqa.weight"
+    (d / "dequantized.json").write_text(json.dumps({"tensor": k, "shape": list(dequant[k].shape),
+                                                    "values": [float(x) for x in dequant[k].flatten()]}))
+    print(name, sorted(p.name for p in d.iterdir()), sum(p.stat().st_size for p in d.iterdir()), "bytes")
 
 
 if __name__ == "__main__":

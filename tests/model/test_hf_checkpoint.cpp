@@ -410,7 +410,6 @@ TEST(HfCheckpoint, DeepseekCacheIsTheLatent) {
   // Rewind and prefix copy: continuing from a truncated or copied latent
   // gives transformers' logits again.
   const Reference ref = read_reference(kDir / "deepseek_v3");
-  const int64_t V = m->hparams().n_vocab;
   const int n = static_cast<int>(ref.tokens.size());
   kvad::Session sess(m, 64, 2, 2);
   kvad::Batch b;
@@ -491,4 +490,37 @@ TEST(HfCheckpoint, DeepseekQuantizeOnceReadsTheFusedKvB) {
     EXPECT_LT(worst, 1e-1);
   }
   fs::remove_all(cache);
+}
+
+// DeepSeek-V3 as its official checkpoints ship: float8_e4m3fn matrices with
+// block scales (weight_scale_inv; 16x16 blocks in the fixture, edge blocks
+// included) and a multi-token prediction layer. The view dequantizes each
+// matrix to exactly torch's float32 values, the scales count as read, the MTP
+// layer is loaded (its parameters are in the count) though forward does not
+// run it, and the logits are transformers' on the dequantized weights.
+TEST(HfCheckpoint, DeepseekFp8AndMtpLayer) {
+  const fs::path dir = kDir / "deepseek_v3_fp8";
+  auto src = kvad::open_hf_checkpoint(dir.string());
+  std::ifstream in(dir / "dequantized.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const kvad::SourceTensor* t = src->find("blk.1.attn_kv_a_mqa.weight");
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(t->type, kvad::DType::F32);
+  const std::vector<float> want = j["values"].get<std::vector<float>>();
+  ASSERT_EQ(static_cast<int64_t>(want.size()), t->ne[0] * t->ne[1]);
+  int differ = 0;
+  for (size_t i = 0; i < want.size(); ++i) differ += static_cast<const float*>(t->data)[i] != want[i];
+  EXPECT_EQ(differ, 0);
+  EXPECT_EQ(src->find("blk.1.attn_kv_a_mqa.weight_scale_inv"), nullptr);
+  ASSERT_NE(src->find("blk.3.nextn.eh_proj.weight"), nullptr);
+  for (const char* device : {"cpu", "sim"}) check_source("deepseek_v3_fp8", "", src, device, 0, 1e-4);
+  // The MTP layer's tensors are taken: the parameter count exceeds the same
+  // model's without them by exactly their size.
+  int64_t mtp = 0;
+  for (const kvad::SourceTensor& s : src->tensors())
+    if (s.name.rfind("blk.3.", 0) == 0) mtp += s.ne[0] * s.ne[1] * s.ne[2] * s.ne[3];
+  EXPECT_GT(mtp, 0);
+  auto with = kvad::load_model(src, kvad::DeviceOptions{});
+  auto without = kvad::load_model(kvad::open_hf_checkpoint((kDir / "deepseek_v3").string()), kvad::DeviceOptions{});
+  EXPECT_EQ(with->hparams().n_params - without->hparams().n_params, mtp);
 }

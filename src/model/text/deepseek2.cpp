@@ -162,8 +162,7 @@ class Deepseek2 final : public Model {
 
     WeightLoader wl(src, o);
     device_ = wl.device();
-    const int64_t E = hp_.n_embd, H = hp_.n_head, R = cfg_.kv_lora_rank, P = cfg_.qk_rope, N = cfg_.qk_nope,
-                  V = cfg_.v_head_dim;
+    const int64_t E = hp_.n_embd, P = cfg_.qk_rope, N = cfg_.qk_nope;
     const SourceTensor* te = src->find("token_embd.weight");
     if (!te || te->n_dims < 2) throw Error(path + ": missing tensor token_embd.weight");
     hp_.n_vocab = te->ne[1];
@@ -181,9 +180,53 @@ class Deepseek2 final : public Model {
         !src->has(a + "rope.scaling.yarn_attn_factor"))
       rope_.params.attn_factor = 1.0f;
     layers_.resize(hp_.n_layer);
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    for (int64_t il = 0; il < hp_.n_layer; ++il) load_layer(wl, il, layers_[il]);
+    // The multi-token prediction layers (DeepSeek-V3 section 2.2; GGUF
+    // {arch}.nextn_predict_layers, llama.cpp's blk.N.nextn.* past the
+    // decoder's blocks) when the checkpoint carries them: loaded, so the
+    // unread-tensor guard sees them taken, as the multi-token prediction
+    // head, used only for speculative decoding; forward does not run them.
+    const int64_t n_nextn = src->get_int(a + "nextn_predict_layers", 0);
+    if (n_nextn < 0 || n_nextn > 16)
+      throw Error(path + ": " + a + "nextn_predict_layers " + std::to_string(n_nextn) + " is not in [0, 16]");
+    for (int64_t il = hp_.n_layer; il < hp_.n_layer + n_nextn; ++il) {
       const std::string p = "blk." + std::to_string(il) + ".";
-      Layer& L = layers_[il];
+      if (!wl.has(p + "nextn.eh_proj.weight")) continue;  // transformers saves V3 without them
+      Mtp& m = mtp_.emplace_back();
+      load_layer(wl, il, m.layer);
+      m.eh_proj = wl.get(p + "nextn.eh_proj.weight", {2 * E, E});
+      m.enorm = wl.get(p + "nextn.enorm.weight", {E});
+      m.hnorm = wl.get(p + "nextn.hnorm.weight", {E});
+      m.head_norm = wl.get_optional(p + "nextn.shared_head_norm.weight", {E});
+      m.head = wl.get_optional(p + "nextn.shared_head_head.weight", {E, hp_.n_vocab});
+      m.embd = wl.get_optional(p + "nextn.embed_tokens.weight", {E, hp_.n_vocab});
+    }
+    require_f32(path, {&output_norm_});
+    wl.finish();
+    weight_bytes_ = wl.bytes();
+    hp_.n_params = wl.n_params();
+
+    // Softmax scale with DeepSeek's YaRN correction (mscale_all_dim).
+    scale_ = 1.0f / std::sqrt(static_cast<float>(N + P));
+    const double log_mul = src->get_float(a + "rope.scaling.yarn_log_multiplier", 0.0);
+    const double factor = src->get_float(a + "rope.scaling.factor", 1.0);
+    if (log_mul != 0 && factor > 1 && src->get_string(a + "rope.scaling.type", "none") == "yarn") {
+      const double ms = 1.0 + log_mul * std::log(factor);
+      scale_ = static_cast<float>(scale_ * ms * ms);
+    }
+    // What the rest of kvad reads: the MLA widths, not the latent's.
+    hp_.head_dim = N + P;
+    hp_.n_head_kv = 1;
+  }
+
+  /// The multi-token prediction layers the checkpoint carries (none for most files).
+  size_t n_mtp_layers() const { return mtp_.size(); }
+
+  void load_layer(WeightLoader& wl, int64_t il, Layer& L) {
+    const int64_t E = hp_.n_embd, H = hp_.n_head, R = cfg_.kv_lora_rank, P = cfg_.qk_rope, N = cfg_.qk_nope,
+                  V = cfg_.v_head_dim;
+    const std::string p = "blk." + std::to_string(il) + ".", path = wl.path();
+    {
       L.attn_norm = wl.get(p + "attn_norm.weight", {E});
       if (cfg_.q_lora_rank > 0) {
         L.wq_a = wl.get(p + "attn_q_a.weight", {E, cfg_.q_lora_rank});
@@ -210,22 +253,6 @@ class Deepseek2 final : public Model {
         L.ffn = load_mlp_weights(wl, p, E, hp_.n_ff);
       }
     }
-    require_f32(path, {&output_norm_});
-    wl.finish();
-    weight_bytes_ = wl.bytes();
-    hp_.n_params = wl.n_params();
-
-    // Softmax scale with DeepSeek's YaRN correction (mscale_all_dim).
-    scale_ = 1.0f / std::sqrt(static_cast<float>(N + P));
-    const double log_mul = src->get_float(a + "rope.scaling.yarn_log_multiplier", 0.0);
-    const double factor = src->get_float(a + "rope.scaling.factor", 1.0);
-    if (log_mul != 0 && factor > 1 && src->get_string(a + "rope.scaling.type", "none") == "yarn") {
-      const double ms = 1.0 + log_mul * std::log(factor);
-      scale_ = static_cast<float>(scale_ * ms * ms);
-    }
-    // What the rest of kvad reads: the MLA widths, not the latent's.
-    hp_.head_dim = N + P;
-    hp_.n_head_kv = 1;
   }
 
   std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch) const override {
@@ -294,6 +321,12 @@ class Deepseek2 final : public Model {
   DeepseekParams cfg_;
   Tensor tok_embd_, output_norm_, output_;
   std::vector<Layer> layers_;
+  /// The multi-token prediction head (V3), used only for speculative decoding.
+  struct Mtp {
+    Layer layer;
+    Tensor eh_proj, enorm, hnorm, head_norm, head, embd;
+  };
+  std::vector<Mtp> mtp_;
   RopeScaling rope_;
   RopeParams rope_p_;
   bool rope_neox_ = false;
@@ -332,6 +365,8 @@ void hf_config(const nlohmann::json& cfg, HfConfig& out, bool v3) {
     md[a + ".expert_used_count"] = config_int(cfg, "num_experts_per_tok");
   }
   md[a + ".expert_shared_count"] = config_int(cfg, "n_shared_experts", 0);
+  if (const int64_t nextn = config_int(cfg, "num_nextn_predict_layers", 0); nextn > 0)
+    md[a + ".nextn_predict_layers"] = nextn;
   md[a + ".expert_weights_scale"] = config_float(cfg, "routed_scaling_factor", 1.0);
   // transformers' V2 router never renormalises; V3's does when norm_topk_prob.
   if (v3 && config_bool(cfg, "norm_topk_prob", false)) md[a + ".expert_weights_norm"] = int64_t{1};
@@ -400,6 +435,19 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
   if (hf == "lm_head.weight") return r.name = "output.weight", r.transform = T::None, true;
   int64_t il;
   std::string rest;
+  // The MTP layer's own tensors (model.layers.{num_hidden_layers}.*), as
+  // llama.cpp names them; its decoder part is named as any layer's.
+  static const HfLayerName kNextn[] = {
+      {"eh_proj.weight", "nextn.eh_proj.weight", T::None},
+      {"enorm.weight", "nextn.enorm.weight", T::ToF32},
+      {"hnorm.weight", "nextn.hnorm.weight", T::ToF32},
+      {"embed_tokens.weight", "nextn.embed_tokens.weight", T::None},
+      {"shared_head.norm.weight", "nextn.shared_head_norm.weight", T::ToF32},
+      {"shared_head.head.weight", "nextn.shared_head_head.weight", T::None},
+  };
+  if (hf_layer_tensor(hf, il, rest))
+    for (const HfLayerName& n : kNextn)
+      if (rest == n.hf) return r.name = "blk." + std::to_string(il) + "." + n.gguf, r.transform = n.transform, true;
   static const std::string ex = "mlp.experts.";
   if (hf_layer_tensor(hf, il, rest) && rest.compare(0, ex.size(), ex) == 0) {
     size_t j = ex.size(), k = j;
