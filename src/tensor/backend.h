@@ -115,6 +115,9 @@ struct BackendOps {
   /// Multi-head latent attention over one f32 latent cache (ops.h: attention_latent).
   void (*attention_latent)(const Tensor& q, const Tensor& cache, const Tensor& seq, const Tensor& pos,
                            const AttentionOpParams& p, const Tensor& out) = nullptr;
+  /// Causal attention over one sequence's f32 keys and values (ops.h: attention_seq).
+  void (*attention_seq)(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, float scale,
+                        const Tensor& out) = nullptr;
   // Mixture of experts (ops.h moe_route, matmul_id, moe_sum).
   void (*moe_route)(const Tensor& logits, const MoeRouteParams& p, const Tensor& ids, const Tensor& weights) = nullptr;
   void (*matmul_id)(const Tensor& x, const Tensor& w, const Tensor& ids, const Tensor& out) = nullptr;

@@ -411,6 +411,22 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   return out;
 }
 
+Tensor attention_seq(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, float scale) {
+  const Device d = same_device("attention_seq", {&q, &k, &v, &pos});
+  need_type("attention_seq", q, DType::F32, "q");
+  need_type("attention_seq", k, DType::F32, "k");
+  need_type("attention_seq", v, DType::F32, "v");
+  need_type("attention_seq", pos, DType::I32, "pos");
+  const int64_t H = q.ne[1], n_tok = q.ne[2], n_kv = k.ne[2];
+  KVAD_NEED("attention_seq", q.ne[3] == 1 && k.ne[3] == 1 && v.ne[3] == 1 && k.ne[0] == q.ne[0] && k.ne[1] == H &&
+                                 v.ne[1] == H && v.ne[2] == n_kv && pos.n_elements() == n_tok,
+            "q " + shape_str(q) + ", k " + shape_str(k) + ", v " + shape_str(v) + " and pos " + shape_str(pos) +
+                " do not fit");
+  Tensor out = f32_like(q, {v.ne[0], H, n_tok, 1});
+  entry(row(d, "attention_seq").attention_seq, d, "attention_seq")(q, k, v, pos, scale, out);
+  return out;
+}
+
 Tensor attention_latent(const Tensor& q, const Tensor& cache, const Tensor& seq, const Tensor& pos,
                         const AttentionOpParams& p, int64_t n_v) {
   const Device d = same_device("attention_latent", {&q, &cache, &seq, &pos});

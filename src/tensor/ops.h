@@ -169,6 +169,15 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 Tensor attention_latent(const Tensor& q, const Tensor& cache, const Tensor& seq, const Tensor& pos,
                         const AttentionOpParams& p, int64_t n_v);
 
+/// Causal multi-head attention of n_tok query tokens of one sequence over
+/// f32 keys and values given for its positions 0..n_kv-1 (no cache): token
+/// t sees positions [0, pos[t]]: out_h = softmax(scale · q_h·K_hᵀ) · V_h.
+/// q: [n_tok, n_head, d_k]; k: [n_kv, n_head, d_k]; v: [n_kv, n_head, d_v];
+/// pos: [n_tok] i32 in [0, n_kv); out: [n_tok, n_head, d_v]. MLA's expanded
+/// prefill (K and V decompressed from the latent cache). The CUDA row has
+/// no kernel for it yet and throws.
+Tensor attention_seq(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, float scale);
+
 // ---- mixture of experts ----------------------------------------------------
 
 /// The router of a sparse MoE layer (Shazeer et al. 2017; transformers'

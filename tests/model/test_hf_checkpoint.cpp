@@ -393,6 +393,40 @@ TEST(HfCheckpoint, DeepseekMatchesTransformers) {
       check_source(name, "", kvad::open_hf_checkpoint((kDir / name).string()), device, 0, 1e-4);
 }
 
+// The two forms of MLA: the prefill above was expanded (one sequence of 14
+// tokens: fewer multiply-adds than absorbed) and the step-by-step decode
+// absorbed; forced either way, prefill and decode agree with each other and
+// with transformers.
+TEST(HfCheckpoint, DeepseekAbsorbedAndExpandedAgree) {
+  for (const char* mode : {"absorbed", "expanded"}) {
+    ::setenv("KVAD_MLA_PREFILL", mode, 1);
+    for (const char* name : {"deepseek_v3", "deepseek_v2_lite"}) {
+      const Reference ref = read_reference(kDir / name);
+      std::shared_ptr<kvad::Model> m = kvad::load_model(kvad::open_hf_checkpoint((kDir / name).string()), {});
+      const int64_t V = m->hparams().n_vocab;
+      const int n = static_cast<int>(ref.tokens.size());
+      kvad::Session s(m, 64, 1, 2), t(m, 64, 1, 2);
+      kvad::Batch b;
+      for (int i = 0; i < n; ++i) b.add(ref.tokens[i], i, 0, true);
+      const std::vector<float> all = s.forward(b);
+      double vs_ref = 0, vs_step = 0;
+      for (int i = 0; i < n; ++i) {
+        kvad::Batch d;
+        d.add(ref.tokens[i], i, 0, true);
+        const std::vector<float>& step = t.forward(d);
+        vs_step = std::max(vs_step, rel_err(std::vector<float>(step.begin(), step.end()), &all[i * V]));
+        vs_ref = std::max(vs_ref, rel_err(ref.logits[i], &all[i * V]));
+      }
+      std::printf("%s, %s prefill: vs transformers %.2e, vs absorbed decode %.2e\n", name, mode, vs_ref, vs_step);
+      EXPECT_LT(vs_ref, 1e-4) << name << " " << mode;
+      EXPECT_LT(vs_step, 1e-4) << name << " " << mode;
+    }
+  }
+  ::setenv("KVAD_MLA_PREFILL", "banana", 1);
+  EXPECT_THROW(kvad::load_model(kvad::open_hf_checkpoint((kDir / "deepseek_v3").string()), {}), kvad::Error);
+  ::unsetenv("KVAD_MLA_PREFILL");
+}
+
 // The cache holds c_kv | k_pe per token and layer, nothing expanded: the
 // tiny models' 3 layers × (kv_lora_rank 32 + rope 8) f32, and the
 // DeepSeek-V2-Lite shape (27 layers, 512 + 64) as 27 × 576 × 4 bytes.

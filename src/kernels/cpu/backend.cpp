@@ -440,6 +440,7 @@ constexpr BackendOps kCpuRow = {
     .kv_store = &kv_store,
     .attention = &attention,
     .attention_latent = &cpu::attention_latent,
+    .attention_seq = &cpu::attention_seq,
     .moe_route = &cpu::moe_route,
     .matmul_id = &cpu::matmul_id,
     .moe_sum = &cpu::moe_sum,

@@ -84,4 +84,40 @@ void attention_latent(const Tensor& q, const Tensor& cache, const Tensor& seq, c
   });
 }
 
+// One (token, head) row per work item: scores over the visible keys, softmax,
+// then the weighted sum of the values (rows strided by n_head).
+void attention_seq(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, float scale,
+                   const Tensor& o) {
+  const int64_t D = q.ne[0], H = q.ne[1], n = q.ne[2], n_kv = k.ne[2], Dv = v.ne[0];
+  const int32_t* ps = row::ids(pos);
+  for (int64_t t = 0; t < n; ++t)
+    if (ps[t] < 0 || ps[t] >= n_kv)
+      throw Error("attention_seq: token " + std::to_string(t) + " at position " + std::to_string(ps[t]) + " sees past the " +
+                  std::to_string(n_kv) + " keys given");
+  const float* pq = row::in(q);
+  const float* pk = row::in(k);
+  const float* pv = row::in(v);
+  float* po = row::out(o);
+  row::pool().parallel_for(n * H, 1, [&](int64_t i0, int64_t i1, int) {
+    std::vector<float> w;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / H, h = i % H, m = ps[t] + 1;
+      w.resize(static_cast<size_t>(m));
+      const float* qh = pq + i * D;
+      for (int64_t j = 0; j < m; ++j) w[j] = scale * dot(qh, pk + (j * H + h) * D, D);
+      const float mx = *std::max_element(w.begin(), w.end());
+      float sum = 0;
+      for (float& x : w) sum += (x = std::exp(x - mx));
+      const float inv = 1.0f / sum;
+      float* dst = po + i * Dv;
+      std::fill(dst, dst + Dv, 0.0f);
+      for (int64_t j = 0; j < m; ++j) {
+        const float wj = w[j] * inv;
+        const float* vr = pv + (j * H + h) * Dv;
+        for (int64_t x = 0; x < Dv; ++x) dst[x] += wj * vr[x];
+      }
+    }
+  });
+}
+
 }  // namespace kvad::cpu

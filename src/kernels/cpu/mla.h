@@ -10,4 +10,7 @@ namespace kvad::cpu {
 void attention_latent(const Tensor& q, const Tensor& cache, const Tensor& seq, const Tensor& pos,
                       const AttentionOpParams& p, const Tensor& out);
 
+void attention_seq(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, float scale,
+                   const Tensor& out);
+
 }  // namespace kvad::cpu

@@ -15,11 +15,15 @@
 //   q_pe, k_pe ← RoPE(·, pos)  (one k_pe shared by every head)
 //   head h: k_h,s = W_UK,h · c_s | k_pe_s,  v_h,s = W_UV,h · c_s
 //   a_h = Σ_s softmax_s(scale · q_h · k_h,s) v_h,s;  out = Wo · (a_1 | ... | a_H)
-// The cache holds only c | k_pe per token and layer (LayerKind::Latent), and
-// attention runs in the absorbed form, for prefill as for decode:
+// The cache holds only c | k_pe per token and layer (LayerKind::Latent).
+// Decode runs in the absorbed form
 //   q_h · k_h,s = (W_UK,hᵀ q_nope_h) · c_s + q_pe_h · k_pe_s
 //   a_h = W_UV,h · Σ_s softmax_s(·) c_s
-// so nothing is expanded per cached position (ops::attention_latent). W_UK
+// so nothing is expanded per cached position (ops::attention_latent). A
+// one-sequence prefill batch is expanded instead (k_h,s and v_h,s formed for
+// its positions, ops::attention_seq) when that costs fewer multiply-adds:
+// for a prompt from scratch, 2·kv_lora_rank > qk_nope + v_head_dim makes it
+// so; KVAD_MLA_PREFILL=absorbed|expanded forces one form. W_UK
 // and W_UV are llama.cpp's attn_k_b [n_head, kv_lora_rank, qk_nope] and
 // attn_v_b [n_head, v_head_dim, kv_lora_rank]; a file with the older fused
 // attn_kv_b [kv_lora_rank → n_head · (qk_nope + v_head_dim)] (and every HF
@@ -36,7 +40,9 @@
 // group_limited_greedy top-k, V3 sigmoid with the e_score_correction_bias
 // (exp_probs_b) for choosing and noaux_tc groups; weights optionally
 // renormalised (expert_weights_norm) and scaled (expert_weights_scale).
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -73,6 +79,7 @@ struct DeepseekParams {
 
 struct Layer {
   Tensor attn_norm, wq, wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wk_b, wv_b, wo;
+  Tensor wk_up;  // W_UK [H, qk_nope, kv_lora_rank] f32, for the expanded prefill only
   MlpWeights ffn;  // dense layers
   MoeWeights moe;  // the others
   bool sparse = false;
@@ -82,7 +89,7 @@ struct Layer {
 // then v rows) into k_b [H, kv_lora_rank, nope] (W_UK,h transposed) and v_b
 // [H, v, kv_lora_rank], f32 on kv_b's device.
 void split_kv_b(const Tensor& kv_b, int64_t H, int64_t nope, int64_t v, int64_t r, Device d, Tensor& k_b,
-                Tensor& v_b) {
+                Tensor& v_b, Tensor* k_up) {
   std::vector<float> w(static_cast<size_t>(H * (nope + v) * r));
   ops::to_host(ops::convert(kv_b, DType::F32), w.data());
   std::vector<float> k(static_cast<size_t>(H * r * nope)), vv(static_cast<size_t>(H * v * r));
@@ -93,10 +100,44 @@ void split_kv_b(const Tensor& kv_b, int64_t H, int64_t nope, int64_t v, int64_t 
     for (int64_t j = 0; j < v; ++j)
       for (int64_t c = 0; c < r; ++c) vv[(h * v + j) * r + c] = wh[(nope + j) * r + c];
   }
+  if (k_up) {  // the nope rows of each head as they are: W_UK,h [nope, r]
+    std::vector<float> u(static_cast<size_t>(H * nope * r));
+    for (int64_t h = 0; h < H; ++h)
+      std::copy_n(&w[static_cast<size_t>(h * (nope + v) * r)], nope * r, &u[static_cast<size_t>(h * nope * r)]);
+    *k_up = ops::from_host(u.data(), DType::F32, {r, nope, H, 1}, d);
+    k_up->name = kv_b.name + " (k_up)";
+  }
   k_b = ops::from_host(k.data(), DType::F32, {nope, r, H, 1}, d);
   v_b = ops::from_host(vv.data(), DType::F32, {r, v, H, 1}, d);
   k_b.name = kv_b.name + " (k_b)";
   v_b.name = kv_b.name + " (v_b)";
+}
+
+// W_UK as the expansion multiplies it, [H, nope, r], from llama.cpp's
+// attn_k_b [H, r, nope] (its transpose per head), f32.
+Tensor k_up_from_k_b(const Tensor& k_b, int64_t H, int64_t nope, int64_t r, Device d) {
+  std::vector<float> w(static_cast<size_t>(H * r * nope)), u(w.size());
+  ops::to_host(ops::convert(k_b, DType::F32), w.data());
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t c = 0; c < r; ++c)
+      for (int64_t i = 0; i < nope; ++i) u[(h * nope + i) * r + c] = w[(h * r + c) * nope + i];
+  Tensor t = ops::from_host(u.data(), DType::F32, {r, nope, H, 1}, d);
+  t.name = k_b.name + " (k_up)";
+  return t;
+}
+
+/// How MLA's prefill runs (KVAD_MLA_PREFILL): absorbed like decode, expanded
+/// (K and V decompressed from the latent rows, then ordinary attention), or
+/// whichever costs fewer multiply-adds for the batch (the default).
+enum class PrefillMode { Auto, Absorbed, Expanded };
+PrefillMode prefill_mode() {
+  const char* v = std::getenv("KVAD_MLA_PREFILL");
+  const std::string m = v ? v : "";
+  if (m == "absorbed") return PrefillMode::Absorbed;
+  if (m == "expanded") return PrefillMode::Expanded;
+  if (!m.empty() && m != "auto")
+    throw Error("KVAD_MLA_PREFILL='" + m + "' is not auto, absorbed or expanded");
+  return PrefillMode::Auto;
 }
 
 // A GGUF bool (llama.cpp's converter writes expert_weights_norm so), or an
@@ -160,6 +201,7 @@ class Deepseek2 final : public Model {
                   "expert_feed_forward_length, and expert_group_count dividing expert_count with " +
                   "expert_group_used_count groups holding at least expert_used_count experts");
 
+    mode_ = prefill_mode();
     WeightLoader wl(src, o);
     device_ = wl.device();
     const int64_t E = hp_.n_embd, P = cfg_.qk_rope, N = cfg_.qk_nope;
@@ -238,10 +280,12 @@ class Deepseek2 final : public Model {
       L.wkv_a = wl.get(p + "attn_kv_a_mqa.weight", {E, R + P});
       L.kv_a_norm = wl.get(p + "attn_kv_a_norm.weight", {R});
       if (wl.has(p + "attn_kv_b.weight")) {
-        split_kv_b(wl.get(p + "attn_kv_b.weight", {R, H * (N + V)}), H, N, V, R, device_, L.wk_b, L.wv_b);
+        split_kv_b(wl.get(p + "attn_kv_b.weight", {R, H * (N + V)}), H, N, V, R, device_, L.wk_b, L.wv_b,
+                   mode_ != PrefillMode::Absorbed ? &L.wk_up : nullptr);
       } else {
         L.wk_b = wl.get(p + "attn_k_b.weight", {N, R, H});
         L.wv_b = wl.get(p + "attn_v_b.weight", {R, V, H});
+        if (mode_ != PrefillMode::Absorbed) L.wk_up = k_up_from_k_b(L.wk_b, H, N, R, device_);
       }
       L.wo = wl.get(p + "attn_output.weight", {H * V, E});
       require_f32(path, {&L.attn_norm, &L.q_a_norm, &L.kv_a_norm});
@@ -278,6 +322,40 @@ class Deepseek2 final : public Model {
     return head_ids_.rows(0, n);
   }
 
+  // [n·H] i32, row i = i / H: each position's k_pe once per head.
+  Tensor repeat_ids(int64_t n) {
+    const int64_t H = hp_.n_head;
+    if (n > repeat_ids_rows_) {
+      std::vector<int32_t> v(static_cast<size_t>(n * H));
+      for (int64_t i = 0; i < n * H; ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(i / H);
+      repeat_ids_ = ops::from_host(v.data(), DType::I32, {n * H, 1, 1, 1}, device_);
+      repeat_ids_rows_ = n;
+    }
+    return repeat_ids_.view({1, repeat_ids_.ne[0], 1, 1}).rows(0, n * H).view({n * H, 1, 1, 1});
+  }
+
+  // Whether this batch's attention is expanded: one sequence, and (auto)
+  // fewer multiply-adds than the absorbed form for n queries over n_kv
+  // positions. Sets expand_kv_ (0: absorbed) and expand_seq_.
+  void choose_prefill(const BatchView& bv) {
+    expand_kv_ = 0;
+    if (mode_ == PrefillMode::Absorbed || bv.n < 2) return;
+    int32_t last = 0;
+    for (int64_t t = 0; t < bv.n; ++t) {
+      if (bv.seq[t] != bv.seq[0]) return;
+      last = std::max(last, bv.pos[t]);
+    }
+    const double n = static_cast<double>(bv.n), L = last + 1.0, R = static_cast<double>(cfg_.kv_lora_rank),
+                 P = static_cast<double>(cfg_.qk_rope), N = static_cast<double>(cfg_.qk_nope),
+                 V = static_cast<double>(cfg_.v_head_dim);
+    const double absorbed = n * N * R + n * L * (2 * R + P) + n * R * V;  // per head
+    const double expanded = L * R * (N + V) + n * L * (N + P + V);
+    if (mode_ == PrefillMode::Expanded || expanded < absorbed) {
+      expand_kv_ = last + 1;
+      expand_seq_ = bv.seq[0];
+    }
+  }
+
   Tensor mla(const Layer& L, LatentLayer& cache, const BatchIds& b, const Tensor& x) {
     const int64_t n = b.n, H = hp_.n_head, R = cfg_.kv_lora_rank, P = cfg_.qk_rope, N = cfg_.qk_nope,
                   V = cfg_.v_head_dim;
@@ -292,6 +370,20 @@ class Deepseek2 final : public Model {
     const Tensor c = ops::rms_norm(ops::slice(kva, 0, R), L.kv_a_norm, eps);                   // [n, R]
     const Tensor k_pe = ops::rope(ops::slice(kva, R, P).view({P, 1, n, 1}), b.pos, rope_p_);   // [n, 1, P]
     ops::kv_store(cache.c, ops::concat(c, k_pe.view({P, n, 1, 1})), b.seq, b.pos, cache.slots);
+    if (expand_kv_ > 0) {
+      // Expanded: every position's K and V decompressed from its latent row.
+      const int64_t n_kv = expand_kv_, row0 = expand_seq_ * cache.slots;
+      const Tensor lat = cache.c.rows(row0, row0 + n_kv);                                     // [n_kv, R+P]
+      const Tensor c_all = ops::slice(lat, 0, R).view({R, 1, n_kv, 1});
+      const Tensor ids_kv = head_ids(n_kv);
+      const Tensor k_nope = ops::matmul_id(c_all, L.wk_up, ids_kv);                             // [n_kv, H, N]
+      const Tensor v = ops::matmul_id(c_all, L.wv_b, ids_kv);                                   // [n_kv, H, V]
+      const Tensor k_rep = ops::get_rows(ops::slice(lat, R, P), repeat_ids(n_kv));              // [n_kv·H, P]
+      const Tensor k = ops::concat(k_nope.view({N, H * n_kv, 1, 1}), k_rep).view({N + P, H, n_kv, 1});
+      const Tensor qf = ops::concat(q_nope.view({N, H * n, 1, 1}), q_pe.view({P, H * n, 1, 1})).view({N + P, H, n, 1});
+      const Tensor a = ops::attention_seq(qf, k, v, b.pos, scale_);                            // [n, H, V]
+      return ops::matmul(a.view({H * V, n, 1, 1}), L.wo);
+    }
     const Tensor ids = head_ids(n);
     const Tensor q_abs = ops::matmul_id(q_nope, L.wk_b, ids);                                  // [n, H, R]
     const Tensor qf = ops::concat(q_abs.view({R, H * n, 1, 1}), q_pe.view({P, H * n, 1, 1})).view({R + P, H, n, 1});
@@ -307,6 +399,7 @@ class Deepseek2 final : public Model {
     auto& cache = static_cast<LayerCaches&>(cache_base);
     const BatchIds ids = upload_batch(bv, device_);
     rope_p_ = rope_.at(cache.n_ctx());
+    choose_prefill(bv);
     Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, E]
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const Layer& L = layers_[il];
@@ -331,8 +424,11 @@ class Deepseek2 final : public Model {
   RopeParams rope_p_;
   bool rope_neox_ = false;
   float scale_ = 1.0f;
-  Tensor head_ids_;
-  int64_t head_ids_rows_ = 0;
+  Tensor head_ids_, repeat_ids_;
+  int64_t head_ids_rows_ = 0, repeat_ids_rows_ = 0;
+  PrefillMode mode_ = PrefillMode::Auto;
+  int64_t expand_kv_ = 0;  // this batch: positions expanded (0: absorbed)
+  int32_t expand_seq_ = 0;
 };
 
 // ---- HF checkpoints (transformers' DeepseekV2ForCausalLM / DeepseekV3ForCausalLM)
