@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/cpu_features.h"
 #include "base/error.h"
 #include "kernels/cpu/row_util.h"
 
@@ -30,6 +31,34 @@ float dot(const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
+void latent_block_ref(const LatentBlock& b) {
+  const int nh = b.nh;
+  const int64_t D = b.D, n_v = b.n_v, m = b.m;
+  float* w = b.w;
+  auto row_of = [&](int64_t j) { return b.base + ((b.first + j) % b.slots) * D; };
+  for (int64_t j = 0; j < m; ++j) {
+    const float* c = row_of(j);
+    for (int h = 0; h < nh; ++h) w[h * m + j] = b.scale * dot(b.q[h], c, D);
+  }
+  for (int h = 0; h < nh; ++h) {
+    float* wh = w + h * m;
+    const float mx = *std::max_element(wh, wh + m);
+    float sum = 0;
+    for (int64_t j = 0; j < m; ++j) sum += (wh[j] = std::exp(wh[j] - mx));
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < m; ++j) wh[j] *= inv;
+    std::fill(b.out[h], b.out[h] + n_v, 0.0f);
+  }
+  for (int64_t j = 0; j < m; ++j) {
+    const float* c = row_of(j);
+    for (int h = 0; h < nh; ++h) {
+      const float wj = w[h * m + j];
+      float* dst = b.out[h];
+      for (int64_t x = 0; x < n_v; ++x) dst[x] += wj * c[x];
+    }
+  }
+}
+
 void attention_latent(const Tensor& q, const Tensor& cache, const Tensor& seq, const Tensor& pos,
                       const AttentionOpParams& p, const Tensor& o) {
   const int64_t D = q.ne[0], H = q.ne[1], n = q.ne[2], n_v = o.ne[0];
@@ -43,43 +72,35 @@ void attention_latent(const Tensor& q, const Tensor& cache, const Tensor& seq, c
     if (ss[t] < 0 || ss[t] >= n_seq || ps[t] < 0)
       throw Error("attention_latent: token " + std::to_string(t) + " at sequence " + std::to_string(ss[t]) +
                   ", position " + std::to_string(ps[t]) + " is outside the cache");
+  static const bool avx2 = cpu_features().has_avx2_fma();
+  const bool simd = avx2 && D % 8 == 0 && n_v % 8 == 0;
   ThreadPool& pool = row::pool();
-  // Enough items for every thread even at one token (decode).
-  const int64_t blocks = std::min<int64_t>(H, std::max<int64_t>(1, (2 * pool.size() + n - 1) / n));
-  const int64_t hb = (H + blocks - 1) / blocks;
+  // Blocks of at most 8 heads (the AVX2 loop keeps one accumulator each),
+  // and enough items for every thread even at one token (decode).
+  const int64_t want = std::max<int64_t>(1, (2 * pool.size() + n - 1) / n);
+  const int64_t hb = std::clamp<int64_t>((H + want - 1) / want, 1, 8);
   const int64_t per_tok = (H + hb - 1) / hb;
   pool.parallel_for(n * per_tok, 1, [&](int64_t i0, int64_t i1, int) {
     std::vector<float> w;
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / per_tok, h0 = (i % per_tok) * hb, h1 = std::min(H, h0 + hb), nh = h1 - h0;
-      const int64_t last = ps[t];
-      const int64_t first = p.window > 0 ? std::max<int64_t>(0, last - p.window + 1) : 0;
-      const int64_t m = last - first + 1;
-      const float* base = pc + static_cast<size_t>(ss[t]) * p.slots * D;
-      auto row_of = [&](int64_t j) { return base + ((first + j) % p.slots) * D; };
-      w.resize(static_cast<size_t>(nh * m));
-      // Scores, head-major: w[h·m + j].
-      for (int64_t j = 0; j < m; ++j) {
-        const float* c = row_of(j);
-        for (int64_t h = 0; h < nh; ++h) w[h * m + j] = p.scale * dot(pq + (t * H + h0 + h) * D, c, D);
+      const int64_t t = i / per_tok, h0 = (i % per_tok) * hb, h1 = std::min(H, h0 + hb);
+      LatentBlock b;
+      b.nh = static_cast<int>(h1 - h0);
+      for (int h = 0; h < b.nh; ++h) {
+        b.q[h] = pq + (t * H + h0 + h) * D;
+        b.out[h] = po + (t * H + h0 + h) * n_v;
       }
-      for (int64_t h = 0; h < nh; ++h) {
-        float* wh = &w[h * m];
-        const float mx = *std::max_element(wh, wh + m);
-        float sum = 0;
-        for (int64_t j = 0; j < m; ++j) sum += (wh[j] = std::exp(wh[j] - mx));
-        const float inv = 1.0f / sum;
-        for (int64_t j = 0; j < m; ++j) wh[j] *= inv;
-        std::fill(po + (t * H + h0 + h) * n_v, po + (t * H + h0 + h + 1) * n_v, 0.0f);
-      }
-      for (int64_t j = 0; j < m; ++j) {
-        const float* c = row_of(j);
-        for (int64_t h = 0; h < nh; ++h) {
-          const float wj = w[h * m + j];
-          float* dst = po + (t * H + h0 + h) * n_v;
-          for (int64_t x = 0; x < n_v; ++x) dst[x] += wj * c[x];
-        }
-      }
+      b.first = p.window > 0 ? std::max<int64_t>(0, ps[t] - p.window + 1) : 0;
+      b.m = ps[t] - b.first + 1;
+      b.base = pc + static_cast<size_t>(ss[t]) * p.slots * D;
+      b.slots = p.slots;
+      b.D = D;
+      b.n_v = n_v;
+      b.scale = p.scale;
+      w.resize(static_cast<size_t>(b.nh * b.m));
+      b.w = w.data();
+      if (simd) latent_block_avx2(b);
+      else latent_block_ref(b);
     }
   });
 }
@@ -98,13 +119,15 @@ void attention_seq(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   const float* pk = row::in(k);
   const float* pv = row::in(v);
   float* po = row::out(o);
+  static const bool avx2 = cpu_features().has_avx2_fma();
   row::pool().parallel_for(n * H, 1, [&](int64_t i0, int64_t i1, int) {
     std::vector<float> w;
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / H, h = i % H, m = ps[t] + 1;
       w.resize(static_cast<size_t>(m));
       const float* qh = pq + i * D;
-      for (int64_t j = 0; j < m; ++j) w[j] = scale * dot(qh, pk + (j * H + h) * D, D);
+      for (int64_t j = 0; j < m; ++j)
+        w[j] = scale * (avx2 ? dot_f32_avx2(qh, pk + (j * H + h) * D, D) : dot(qh, pk + (j * H + h) * D, D));
       const float mx = *std::max_element(w.begin(), w.end());
       float sum = 0;
       for (float& x : w) sum += (x = std::exp(x - mx));
@@ -114,7 +137,9 @@ void attention_seq(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
       for (int64_t j = 0; j < m; ++j) {
         const float wj = w[j] * inv;
         const float* vr = pv + (j * H + h) * Dv;
-        for (int64_t x = 0; x < Dv; ++x) dst[x] += wj * vr[x];
+        if (avx2) axpy_f32_avx2(wj, vr, dst, Dv);
+        else
+          for (int64_t x = 0; x < Dv; ++x) dst[x] += wj * vr[x];
       }
     }
   });
