@@ -558,3 +558,47 @@ TEST(HfCheckpoint, DeepseekFp8AndMtpLayer) {
   auto without = kvad::load_model(kvad::open_hf_checkpoint((kDir / "deepseek_v3").string()), kvad::DeviceOptions{});
   EXPECT_EQ(with->hparams().n_params - without->hparams().n_params, mtp);
 }
+
+// Malformed DeepSeek configs and FP8 settings are clear errors naming the field.
+TEST(HfCheckpoint, DeepseekBadConfigsAreClearErrors) {
+  const auto error_with = [](const char* fixture, const nlohmann::json& config) -> std::string {
+    const fs::path dir = fs::temp_directory_path() / ("kvad-hf-ds-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    fs::copy_file(kDir / fixture / "model.safetensors", dir / "model.safetensors", fs::copy_options::overwrite_existing);
+    std::ofstream(dir / "config.json") << config.dump();
+    std::string what;
+    try {
+      kvad::load_model(kvad::open_hf_checkpoint(dir.string()), kvad::DeviceOptions{});
+    } catch (const kvad::Error& e) {
+      what = e.what();
+    }
+    fs::remove_all(dir);
+    return what;
+  };
+  std::ifstream in3(kDir / "deepseek_v3" / "config.json"), in8(kDir / "deepseek_v3_fp8" / "config.json");
+  const nlohmann::json v3 = nlohmann::json::parse(in3), fp8 = nlohmann::json::parse(in8);
+  nlohmann::json j = v3;
+  j["topk_method"] = "greedy";
+  EXPECT_NE(error_with("deepseek_v3", j).find("topk_method 'greedy' is not noaux_tc"), std::string::npos);
+  j = v3;
+  j["topk_group"] = 5;  // more groups kept than there are
+  EXPECT_NE(error_with("deepseek_v3", j).find("expert_group_count"), std::string::npos);
+  j = v3;
+  j.erase("kv_lora_rank");
+  EXPECT_NE(error_with("deepseek_v3", j).find("kv_lora_rank"), std::string::npos);
+  j = v3;
+  j["qk_rope_head_dim"] = 7;
+  EXPECT_NE(error_with("deepseek_v3", j).find("qk_rope_head_dim (even)"), std::string::npos);
+  j = v3;
+  j["q_lora_rank"] = nullptr;  // the file has q_a_proj / q_b_proj
+  EXPECT_NE(error_with("deepseek_v3", j).find("attn_q.weight"), std::string::npos);
+  j = fp8;
+  j["quantization_config"]["quant_method"] = "awq";
+  EXPECT_NE(error_with("deepseek_v3_fp8", j).find("quant_method 'awq' is not supported"), std::string::npos);
+  j = fp8;
+  j["quantization_config"]["weight_block_size"] = {128, 128};  // the scales are for 16x16 blocks
+  EXPECT_NE(error_with("deepseek_v3_fp8", j).find("block scales"), std::string::npos);
+  j = fp8;
+  j.erase("quantization_config");  // FP8 bytes with no rule to read them
+  EXPECT_NE(error_with("deepseek_v3_fp8", j), "");
+}
