@@ -25,6 +25,7 @@
 #include "model/cache.h"
 #include "model/hf.h"
 #include "model/registry.h"
+#include "tensor/ops.h"
 
 namespace {
 
@@ -601,4 +602,22 @@ TEST(HfCheckpoint, DeepseekBadConfigsAreClearErrors) {
   j = fp8;
   j.erase("quantization_config");  // FP8 bytes with no rule to read them
   EXPECT_NE(error_with("deepseek_v3_fp8", j), "");
+}
+
+// Resident on the sim device: after the first steps, a decode step moves
+// its ids in (one transfer) and its logits out (one), nothing per layer.
+TEST(HfCheckpoint, DeepseekStaysOnTheDevice) {
+  kvad::DeviceOptions o;
+  o.device = "sim";
+  std::shared_ptr<kvad::Model> m = kvad::load_model(kvad::open_hf_checkpoint((kDir / "deepseek_v3").string()), o);
+  kvad::Session s(m, 64, 1, 2);
+  for (int32_t i = 0; i < 4; ++i) {
+    if (i == 3) kvad::ops::reset_transfer_stats();
+    kvad::Batch b;
+    b.add(7 + i, i, 0, true);
+    s.forward(b);
+  }
+  const kvad::ops::TransferStats st = kvad::ops::transfer_stats(kvad::DeviceType::Sim);
+  EXPECT_EQ(st.to_host, 1);
+  EXPECT_EQ(st.to_device, 1);
 }
