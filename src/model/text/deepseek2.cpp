@@ -299,12 +299,15 @@ class Deepseek2 final : public Model {
     }
   }
 
-  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch) const override {
+  // The latent rows are f32 whatever --cache-type-k/-v say (attention_latent
+  // reads f32; model/cache.h LatentLayer).
+  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     LayerSpec s;
     s.kind = LayerKind::Latent;
     s.kv_lora_rank = cfg_.kv_lora_rank;
     s.rope_dim = cfg_.qk_rope;
-    return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, s), n_ctx, n_seq, n_batch, device_);
+    return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, s), n_ctx, n_seq, n_batch, device_,
+                                         types);
   }
 
  protected:
