@@ -27,7 +27,7 @@
 // and W_UV are llama.cpp's attn_k_b [n_head, kv_lora_rank, qk_nope] and
 // attn_v_b [n_head, v_head_dim, kv_lora_rank]; a file with the older fused
 // attn_kv_b [kv_lora_rank → n_head · (qk_nope + v_head_dim)] (and every HF
-// checkpoint: kv_b_proj) is split into them at load, in f32.
+// checkpoint: kv_b_proj) is split into them at load (f32, or f16 beside quantized weights).
 //
 // The softmax scale is 1/√(qk_nope + qk_rope) times mscale², mscale =
 // 0.1 · mscale_all_dim · ln(factor) + 1 under YaRN (DeepSeek's correction;
@@ -41,6 +41,7 @@
 // (exp_probs_b) for choosing and noaux_tc groups; weights optionally
 // renormalised (expert_weights_norm) and scaled (expert_weights_scale).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -79,15 +80,24 @@ struct DeepseekParams {
 
 struct Layer {
   Tensor attn_norm, wq, wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wk_b, wv_b, wo;
-  Tensor wk_up;  // W_UK [H, qk_nope, kv_lora_rank] f32, for the expanded prefill only
+  Tensor wk_up;  // W_UK [H, qk_nope, kv_lora_rank], for the expanded prefill only
   MlpWeights ffn;  // dense layers
   MoeWeights moe;  // the others
   bool sparse = false;
 };
 
+// A matrix kvad derives at load (host f32 values) on device d: f32 when
+// its source was f32 (--quant none keeps f32 arithmetic), else f16, which
+// halves what the copies cost beside quantized weights.
+Tensor derived(const float* v, std::array<int64_t, 4> ne, DType source, Device d) {
+  const Tensor t = ops::from_host(v, DType::F32, ne, d);
+  return source == DType::F32 ? t : ops::convert(t, DType::F16);
+}
+
 // Splits the fused kv_b [kv_lora_rank → H · (nope + v)] (per head nope rows,
 // then v rows) into k_b [H, kv_lora_rank, nope] (W_UK,h transposed) and v_b
-// [H, v, kv_lora_rank], f32 on kv_b's device.
+// [H, v, kv_lora_rank] (and W_UK as it is, [H, nope, kv_lora_rank], for the
+// expanded prefill) on device d, f32 or f16 (derived()).
 void split_kv_b(const Tensor& kv_b, int64_t H, int64_t nope, int64_t v, int64_t r, Device d, Tensor& k_b,
                 Tensor& v_b, Tensor* k_up) {
   std::vector<float> w(static_cast<size_t>(H * (nope + v) * r));
@@ -104,24 +114,24 @@ void split_kv_b(const Tensor& kv_b, int64_t H, int64_t nope, int64_t v, int64_t 
     std::vector<float> u(static_cast<size_t>(H * nope * r));
     for (int64_t h = 0; h < H; ++h)
       std::copy_n(&w[static_cast<size_t>(h * (nope + v) * r)], nope * r, &u[static_cast<size_t>(h * nope * r)]);
-    *k_up = ops::from_host(u.data(), DType::F32, {r, nope, H, 1}, d);
+    *k_up = derived(u.data(), {r, nope, H, 1}, kv_b.type, d);
     k_up->name = kv_b.name + " (k_up)";
   }
-  k_b = ops::from_host(k.data(), DType::F32, {nope, r, H, 1}, d);
-  v_b = ops::from_host(vv.data(), DType::F32, {r, v, H, 1}, d);
+  k_b = derived(k.data(), {nope, r, H, 1}, kv_b.type, d);
+  v_b = derived(vv.data(), {r, v, H, 1}, kv_b.type, d);
   k_b.name = kv_b.name + " (k_b)";
   v_b.name = kv_b.name + " (v_b)";
 }
 
 // W_UK as the expansion multiplies it, [H, nope, r], from llama.cpp's
-// attn_k_b [H, r, nope] (its transpose per head), f32.
+// attn_k_b [H, r, nope] (its transpose per head), f32 or f16 (derived()).
 Tensor k_up_from_k_b(const Tensor& k_b, int64_t H, int64_t nope, int64_t r, Device d) {
   std::vector<float> w(static_cast<size_t>(H * r * nope)), u(w.size());
   ops::to_host(ops::convert(k_b, DType::F32), w.data());
   for (int64_t h = 0; h < H; ++h)
     for (int64_t c = 0; c < r; ++c)
       for (int64_t i = 0; i < nope; ++i) u[(h * nope + i) * r + c] = w[(h * r + c) * nope + i];
-  Tensor t = ops::from_host(u.data(), DType::F32, {r, nope, H, 1}, d);
+  Tensor t = derived(u.data(), {r, nope, H, 1}, k_b.type, d);
   t.name = k_b.name + " (k_up)";
   return t;
 }
@@ -186,8 +196,11 @@ class Deepseek2 final : public Model {
     m.gating = gating == 2 ? MoeGating::Sigmoid : MoeGating::Softmax;
     m.n_group = src->get_int(a + "expert_group_count", 1);
     m.topk_group = src->get_int(a + "expert_group_used_count", m.n_group);
-    // V3's noaux_tc scores a group by its top two (with the bias); V2's
-    // group_limited_greedy by its best. llama.cpp ties this to the gating.
+    // V3's noaux_tc scores a group by the sum of its top two (with the
+    // bias), V2's group_limited_greedy by its best (transformers, DeepSeek's
+    // own modeling code). A GGUF records no topk_method, so the gating tells
+    // them apart; llama.cpp's build_moe_ffn sums the top two for both, which
+    // differs from the reference for grouped V2 files (DeepSeek-V2 236B).
     m.group_top2_sum = m.gating == MoeGating::Sigmoid;
     m.norm_eps = hp_.norm_eps;
     if (cfg_.n_dense < 0 || cfg_.n_dense > hp_.n_layer)
