@@ -35,6 +35,13 @@ enum class TensorTransform {
   /// into memory the view owns. lanes > 1 selects rows rather than columns
   /// (gpt-oss's gate_up_proj_blocks: gate rows even, up rows odd).
   Mxfp4,
+  /// A 2-D float8_e4m3fn matrix (safetensors F8_E4M3) with block scales:
+  /// w[r, c] = fp8(q[r, c]) · scale[r / block_rows, c / block_cols], scale
+  /// the tensor TensorRename::scale names ([⌈rows / block_rows⌉, ⌈cols /
+  /// block_cols⌉] f32 or bf16; DeepSeek-V3's `weight_scale_inv`, 128×128
+  /// blocks), dequantized once into f32 memory the view owns. The scale
+  /// tensor counts as read.
+  Fp8BlockScaled,
 };
 
 /// One tensor of the view: GGUF name → the base source's tensor.
@@ -46,7 +53,8 @@ struct TensorRename {
   /// tensors along a new outermost dim (HF's per-expert matrices
   /// model.layers.N.mlp.experts.E.gate_proj → GGUF's 3-D ffn_gate_exps).
   /// The parts must be 0..n-1; the stack is copied once into memory the view
-  /// owns. Only with TensorTransform::None.
+  /// owns. Only with TensorTransform::None or Fp8BlockScaled (each part
+  /// dequantized first).
   int64_t part = -1;
   /// lanes > 1: the base's innermost dim interleaves `lanes` tensors, and
   /// this rule takes lane `lane`: columns lane, lane + lanes, ... (gpt-oss's
@@ -55,7 +63,10 @@ struct TensorRename {
   /// rules may then name the same base, one per lane. Copied once into
   /// memory the view owns; f32, f16 and bf16 only.
   int64_t lanes = 1, lane = 0;
-  std::string scales;  ///< TensorTransform::Mxfp4: the base source's tensor of scales
+  /// Fp8BlockScaled and Mxfp4: the scale tensor's name in the base;
+  /// Fp8BlockScaled: the block.
+  std::string scale;
+  int64_t block_rows = 128, block_cols = 128;
 };
 
 /// Metadata of the view, by GGUF key: an integer, a float or a string.

@@ -131,14 +131,14 @@ TEST(MappedSource, SplitsLanesAndTransposesEachMatrix) {
   three.lanes = 3;
   EXPECT_THROW(kvad::mapped_source(base, {three, {"c", "bias"}}, {}), kvad::Error);
   kvad::TensorRename mx{"m", "gu", T::Mxfp4};
-  mx.scales = "bias";
+  mx.scale = "bias";
   try {
     kvad::mapped_source(base, {mx}, {});
     ADD_FAILURE() << "f32 tensors were taken as MXFP4 blocks";
   } catch (const kvad::Error& e) {
     EXPECT_NE(std::string(e.what()).find("are not MXFP4 blocks"), std::string::npos) << e.what();
   }
-  mx.scales = "missing";
+  mx.scale = "missing";
   EXPECT_THROW(kvad::mapped_source(base, {mx, {"c", "bias"}}, {}), kvad::Error);
   fs::remove(p);
 }

@@ -202,7 +202,7 @@ bool hf_split(const std::string& hf, std::vector<TensorRename>& out) {
       TensorRename r;
       r.name = p + (gate_up ? (lane == 0 ? "ffn_gate_exps.weight" : "ffn_up_exps.weight") : "ffn_down_exps.weight");
       r.transform = TensorTransform::Mxfp4;
-      r.scales = hf.substr(0, hf.size() - 7) + "_scales";
+      r.scale = hf.substr(0, hf.size() - 7) + "_scales";
       r.lanes = gate_up ? 2 : 1;
       r.lane = lane;
       out.push_back(std::move(r));
