@@ -27,13 +27,19 @@ namespace kvad::tok::hf {
 
 namespace {
 
-void read_vocab(const Ctx& c, const json& j, const std::string& path, VocabMap& vocab) {
+void read_vocab(const Ctx& c, const json& j, const std::string& path, VocabMap& vocab, const ModelTables* tables) {
   const json& v = c.object(c.at(j, path, "vocab"), path + ".vocab");
-  vocab.reserve(v.size());
+  vocab.reserve(v.size() + (tables ? tables->in_vocab.size() : 0));
   for (auto it = v.begin(); it != v.end(); ++it) {
     const int64_t id = c.integer(it.value(), path + ".vocab[\"" + it.key() + "\"]", 0, kMaxTokenId);
     vocab[it.key()] = static_cast<int32_t>(id);
   }
+  if (!tables || tables->in_vocab.empty()) return;
+  if (!tables->tokens || tables->tokens->size() != tables->in_vocab.size() ||
+      tables->in_vocab.size() > static_cast<size_t>(kMaxTokenId) + 1)
+    c.fail(path + ".vocab", "the vocabulary flags do not match the token list");
+  for (size_t i = 0; i < tables->in_vocab.size(); ++i)
+    if (tables->in_vocab[i] != 0) vocab.emplace((*tables->tokens)[i], static_cast<int32_t>(i));
 }
 
 int32_t lookup(const VocabMap& v, std::string_view s) {
@@ -43,9 +49,9 @@ int32_t lookup(const VocabMap& v, std::string_view s) {
 
 class Bpe final : public Model {
  public:
-  Bpe(const Ctx& c, const json& j, const std::string& path) {
+  Bpe(const Ctx& c, const json& j, const std::string& path, const ModelTables* tables, std::vector<int32_t>* merges_out) {
     type_ = "BPE";
-    read_vocab(c, j, path, vocab_);
+    read_vocab(c, j, path, vocab_, tables);
     byte_fallback_ = c.opt_bool(j, path, "byte_fallback", false);
     fuse_unk_ = c.opt_bool(j, path, "fuse_unk", false);
     ignore_merges_ = c.opt_bool(j, path, "ignore_merges", false);
@@ -68,7 +74,7 @@ class Bpe final : public Model {
     // them into a hash map).
     const std::string mp = path + ".merges";
     const json& merges = c.array(c.at(j, path, "merges"), mp);
-    merges_.reserve(merges.size());
+    merges_.reserve(merges.size() + (tables ? tables->merges.size() / 3 : 0));
     std::string a, b, joined;
     uint32_t rank = 0;
     for (size_t i = 0; i < merges.size(); ++i) {
@@ -97,6 +103,24 @@ class Bpe final : public Model {
       const int32_t ji = lookup(vocab_, joined);
       if (ji < 0) c.fail(p, "merged token \"" + joined + "\" is not in the vocabulary");
       merges_[key(ai, bi)] = Merge{rank++, ji};
+      if (merges_out) merges_out->insert(merges_out->end(), {ai, bi, ji});
+    }
+    if (tables && !tables->merges.empty()) {
+      // Ids only: each must be one the vocabulary has (an id past it would
+      // reach the model's embedding table).
+      int64_t max_id = -1;
+      for (const auto& [t, id] : vocab_) max_id = std::max<int64_t>(max_id, id);
+      const std::vector<int64_t>& m = tables->merges;
+      if (m.size() % 3 != 0) c.fail(mp, "the merge table's length is not a multiple of 3");
+      for (size_t i = 0; i < m.size(); i += 3) {
+        for (size_t k = 0; k < 3; ++k)
+          if (m[i + k] < 0 || m[i + k] > max_id)
+            c.fail(mp, "merge " + std::to_string(i / 3) + " names token id " + std::to_string(m[i + k]) +
+                           ", outside the vocabulary");
+        const auto ai = static_cast<int32_t>(m[i]), bi = static_cast<int32_t>(m[i + 1]);
+        merges_[key(ai, bi)] = Merge{rank++, static_cast<int32_t>(m[i + 2])};
+        if (merges_out) merges_out->insert(merges_out->end(), {ai, bi, static_cast<int32_t>(m[i + 2])});
+      }
     }
   }
 
@@ -201,9 +225,9 @@ class Bpe final : public Model {
 
 class WordPiece final : public Model {
  public:
-  WordPiece(const Ctx& c, const json& j, const std::string& path) {
+  WordPiece(const Ctx& c, const json& j, const std::string& path, const ModelTables* tables) {
     type_ = "WordPiece";
-    read_vocab(c, j, path, vocab_);
+    read_vocab(c, j, path, vocab_, tables);
     unk_text_ = c.opt_str(j, path, "unk_token", "[UNK]");
     unk_ = lookup(vocab_, unk_text_);
     prefix_ = c.opt_str(j, path, "continuing_subword_prefix", "##");
@@ -258,9 +282,9 @@ class WordPiece final : public Model {
 
 class WordLevel final : public Model {
  public:
-  WordLevel(const Ctx& c, const json& j, const std::string& path) {
+  WordLevel(const Ctx& c, const json& j, const std::string& path, const ModelTables* tables) {
     type_ = "WordLevel";
-    read_vocab(c, j, path, vocab_);
+    read_vocab(c, j, path, vocab_, tables);
     unk_text_ = c.opt_str(j, path, "unk_token", "<unk>");
     unk_ = lookup(vocab_, unk_text_);
   }
@@ -442,7 +466,8 @@ class Unigram final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_model(const Ctx& c, const json& j, const std::string& path) {
+std::unique_ptr<Model> make_model(const Ctx& c, const json& j, const std::string& path, const ModelTables* tables,
+                                  std::vector<int32_t>* merges_out) {
   c.object(j, path);
   // Old files have no "type": tokenizers then tries each model in turn.
   std::string t;
@@ -451,9 +476,9 @@ std::unique_ptr<Model> make_model(const Ctx& c, const json& j, const std::string
   else if (j.contains("vocab") && j["vocab"].is_array()) t = "Unigram";
   else if (j.contains("continuing_subword_prefix") || j.contains("max_input_chars_per_word")) t = "WordPiece";
   else t = "WordLevel";
-  if (t == "BPE") return std::make_unique<Bpe>(c, j, path);
-  if (t == "WordPiece") return std::make_unique<WordPiece>(c, j, path);
-  if (t == "WordLevel") return std::make_unique<WordLevel>(c, j, path);
+  if (t == "BPE") return std::make_unique<Bpe>(c, j, path, tables, merges_out);
+  if (t == "WordPiece") return std::make_unique<WordPiece>(c, j, path, tables);
+  if (t == "WordLevel") return std::make_unique<WordLevel>(c, j, path, tables);
   if (t == "Unigram") return std::make_unique<Unigram>(c, j, path);
   c.fail(path + ".type", "model \"" + t + "\" is not supported (supported: BPE, WordPiece, WordLevel, Unigram)");
 }
