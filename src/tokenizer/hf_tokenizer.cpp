@@ -629,4 +629,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& pat
   return tok::make_hf(text, path, config, config_path);
 }
 
+std::vector<gguf::Value> tokenizer_json_file_gguf_keys(const std::string& path, const std::string& config_path) {
+  const std::string text = tok::read_text(path);
+  const std::string config = config_path.empty() ? std::string() : tok::read_text(config_path);
+  if (!config_path.empty() && config.empty()) throw Error(config_path + ": empty file");
+  return tok::hf_gguf_keys(text, path, config, config_path);
+}
+
 }  // namespace kvad

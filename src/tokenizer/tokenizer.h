@@ -145,6 +145,8 @@ class Tokenizer {
   std::vector<std::pair<std::string, std::string>> chat_templates_;
 };
 
+/// The key whose presence says a GGUF keeps an HF tokenizer (tokenizer_json_gguf_keys).
+inline constexpr const char* kGgufHfTokenizerKey = "kvad.tokenizer.json";
 /// The GGUF keys of the HF tokenizer `json` (tokenizer.json text; `name`
 /// for errors) with its tokenizer_config.json `config_json` (may be empty),
 /// for a GGUF that llama.cpp and kvad both read (the quantize-once cache):
@@ -160,6 +162,10 @@ class Tokenizer {
 std::vector<gguf::Value> tokenizer_json_gguf_keys(std::string_view json, const std::string& name,
                                                   std::string_view config_json = {},
                                                   const std::string& config_name = "tokenizer_config.json");
+
+/// The same for the files at `path` and `config_path` (empty: none), read as
+/// Tokenizer::from_tokenizer_json reads them.
+std::vector<gguf::Value> tokenizer_json_file_gguf_keys(const std::string& path, const std::string& config_path = "");
 
 /// Turns a stream of token ids into text that never ends inside a UTF-8
 /// sequence: push() returns the bytes that are complete so far, holding back

@@ -47,7 +47,7 @@ std::unique_ptr<Tokenizer> make_hf(std::string_view json, const std::string& nam
 /// with the model's vocabulary and merges moved out, the flags of which
 /// tokenizer.ggml.tokens entries are model.vocab entries (INT8 per id), the
 /// merges as id triples (INT32), and tokenizer_config.json.
-inline constexpr const char* kKeyJson = "kvad.tokenizer.json";
+inline constexpr const char* kKeyJson = kGgufHfTokenizerKey;
 inline constexpr const char* kKeyVocab = "kvad.tokenizer.in_vocab";
 inline constexpr const char* kKeyMerges = "kvad.tokenizer.merges";
 inline constexpr const char* kKeyConfig = "kvad.tokenizer.config";
