@@ -102,7 +102,7 @@ class Bpe final : public Model {
       joined.assign(a).append(b, prefix_.size(), std::string::npos);
       const int32_t ji = lookup(vocab_, joined);
       if (ji < 0) c.fail(p, "merged token \"" + joined + "\" is not in the vocabulary");
-      merges_[key(ai, bi)] = Merge{rank++, ji};
+      merges_.put(key(ai, bi), Merge{rank++, ji});
       if (merges_out) merges_out->insert(merges_out->end(), {ai, bi, ji});
     }
     if (tables && !tables->merges.empty()) {
@@ -118,7 +118,7 @@ class Bpe final : public Model {
             c.fail(mp, "merge " + std::to_string(i / 3) + " names token id " + std::to_string(m[i + k]) +
                            ", outside the vocabulary");
         const auto ai = static_cast<int32_t>(m[i]), bi = static_cast<int32_t>(m[i + 1]);
-        merges_[key(ai, bi)] = Merge{rank++, static_cast<int32_t>(m[i + 2])};
+        merges_.put(key(ai, bi), Merge{rank++, static_cast<int32_t>(m[i + 2])});
         if (merges_out) merges_out->insert(merges_out->end(), {ai, bi, static_cast<int32_t>(m[i + 2])});
       }
     }
@@ -179,8 +179,8 @@ class Bpe final : public Model {
       Symbol& cur = sy[top.pos];
       if (!cur.live || cur.next < 0) continue;
       Symbol& right = sy[cur.next];
-      auto it = merges_.find(key(cur.id, right.id));
-      if (it == merges_.end() || it->second.result != top.result) continue;  // stale
+      const Merge* mg = merges_.find(key(cur.id, right.id));
+      if (!mg || mg->result != top.result) continue;  // stale
       cur.id = top.result;
       right.live = false;
       cur.next = right.next;
@@ -211,13 +211,59 @@ class Bpe final : public Model {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
   void push(std::vector<Entry>& heap, int32_t a, int32_t b, int32_t pos) const {
-    auto it = merges_.find(key(a, b));
-    if (it == merges_.end()) return;
-    heap.push_back({it->second.rank, pos, it->second.result});
+    const Merge* m = merges_.find(key(a, b));
+    if (!m) return;
+    heap.push_back({m->rank, pos, m->result});
     std::push_heap(heap.begin(), heap.end());
   }
 
-  std::unordered_map<uint64_t, Merge> merges_;
+  // Pair of ids -> merge, open addressing with linear probing: one array,
+  // no node per merge (a 262k-token vocabulary has ~500k merges, and building
+  // and freeing a node-based map of them was most of a tokenizer's load).
+  class MergeTable {
+   public:
+    void reserve(size_t n) {
+      size_t cap = 16;
+      while (cap < 2 * n) cap <<= 1;
+      slots_.assign(cap, Slot{kEmpty, {}});
+    }
+    /// Inserts or replaces (a later duplicate wins).
+    void put(uint64_t k, Merge m) {
+      if (2 * (used_ + 1) > slots_.size()) grow();
+      Slot& s = slot(k);
+      if (s.key == kEmpty) ++used_;
+      s = Slot{k, m};
+    }
+    const Merge* find(uint64_t k) const {
+      if (slots_.empty()) return nullptr;
+      const Slot& s = const_cast<MergeTable*>(this)->slot(k);
+      return s.key == kEmpty ? nullptr : &s.merge;
+    }
+
+   private:
+    static constexpr uint64_t kEmpty = ~uint64_t{0};  // ids are < 2^22: no pair is all ones
+    struct Slot {
+      uint64_t key;
+      Merge merge;
+    };
+    Slot& slot(uint64_t k) {
+      const size_t mask = slots_.size() - 1;
+      size_t i = static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+      while (slots_[i].key != kEmpty && slots_[i].key != k) i = (i + 1) & mask;
+      return slots_[i];
+    }
+    void grow() {
+      std::vector<Slot> old = std::move(slots_);
+      reserve(std::max<size_t>(old.size(), 8));
+      used_ = 0;
+      for (const Slot& s : old)
+        if (s.key != kEmpty) put(s.key, s.merge);
+    }
+    std::vector<Slot> slots_;
+    size_t used_ = 0;
+  };
+
+  MergeTable merges_;
   std::string prefix_, suffix_, unk_text_;
   bool has_unk_ = false, fuse_unk_ = false, ignore_merges_ = false;
   std::array<int32_t, 256> byte_id_{};

@@ -422,6 +422,54 @@ TEST(TokenizerJson, ConfigAndPathApi) {
 // field); mutated versions of a valid file must give an error or a working
 // tokenizer, never a crash, in bounded time.
 
+// Broken kvad.tokenizer.* keys in a GGUF (a damaged or hostile cache file):
+// each is a kvad::Error naming the file, never a crash or an id past the
+// vocabulary.
+TEST(TokenizerJson, BrokenGgufTokenizerKeys) {
+  namespace gguf = kvad::gguf;
+  const std::vector<gguf::Value> keys = kvad::tokenizer_json_gguf_keys(kTiny, "tiny.json");
+  auto with = [&](const std::string& key, const gguf::Value* v) {
+    gguf::Writer w;
+    for (const gguf::Value& k : keys) {
+      if (k.key() != key) w.add(k);
+      else if (v) w.add(*v);
+    }
+    return w.to_bytes();
+  };
+  auto error_of = [](const std::vector<uint8_t>& bytes) -> std::string {
+    try {
+      auto f = gguf::File::parse(bytes.data(), bytes.size(), "broken.gguf");
+      auto t = Tokenizer::from_gguf(*f);
+      (void)t->encode("ab ab xx", true, true);
+      return "";
+    } catch (const kvad::Error& e) {
+      return e.what();
+    }
+  };
+  const std::string ok = error_of(with("", nullptr));
+  EXPECT_EQ(ok, "");
+  const gguf::Value short_flags = gguf::make_int_array("kvad.tokenizer.in_vocab", gguf::ValueType::INT8, {1, 1});
+  const gguf::Value bad_len = gguf::make_int_array("kvad.tokenizer.merges", gguf::ValueType::INT32, {4, 5});
+  const gguf::Value bad_id = gguf::make_int_array("kvad.tokenizer.merges", gguf::ValueType::INT32, {4, 5, 1000000});
+  const gguf::Value neg_id = gguf::make_int_array("kvad.tokenizer.merges", gguf::ValueType::INT32, {-1, 5, 7});
+  const gguf::Value not_json = gguf::make_string("kvad.tokenizer.json", "{\"model\": ");
+  const gguf::Value not_array = gguf::make_string("kvad.tokenizer.merges", "4 5 7");
+  const std::vector<std::pair<std::vector<uint8_t>, std::string>> cases = {
+      {with("kvad.tokenizer.in_vocab", &short_flags), "vocabulary flags"},
+      {with("kvad.tokenizer.merges", &bad_len), "multiple of 3"},
+      {with("kvad.tokenizer.merges", &bad_id), "outside the vocabulary"},
+      {with("kvad.tokenizer.merges", &neg_id), "outside the vocabulary"},
+      {with("kvad.tokenizer.json", &not_json), "kvad.tokenizer.json"},
+      {with("kvad.tokenizer.merges", &not_array), "kvad.tokenizer.merges"},
+      {with("tokenizer.ggml.tokens", nullptr), "tokenizer.ggml.tokens"},
+  };
+  for (const auto& [bytes, what] : cases) {
+    const std::string e = error_of(bytes);
+    EXPECT_NE(e.find("broken.gguf"), std::string::npos) << e;
+    EXPECT_NE(e.find(what), std::string::npos) << "want \"" << what << "\" in: " << e;
+  }
+}
+
 TEST(TokenizerJson, BrokenCorpus) {
   const fs::path dir = kSrcDir + "/broken";
   int n = 0;
