@@ -22,6 +22,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/row_util.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/mla.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 #include "tensor/backend.h"
@@ -297,20 +298,32 @@ void concat(const Tensor& a, const Tensor& b, const Tensor& o) {
   }
 }
 
+void slice(const Tensor& x, int64_t off, const Tensor& o) {
+  const int64_t m = x.ne[0], n = o.ne[0];
+  const float* px = in(x);
+  float* po = out(o);
+  for (int64_t r = 0; r < x.n_rows(); ++r) std::memcpy(po + r * n, px + r * m + off, static_cast<size_t>(n) * sizeof(float));
+}
+
 void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Tensor& pos, int64_t slots) {
   const int64_t n = cache.ne[0], n_tok = seq.n_elements();
   const float* px = in(x);
   const int32_t* ss = ids(seq);
   const int32_t* ps = ids(pos);
-  uint16_t* pc = static_cast<uint16_t*>(cache.raw());
   const int64_t n_seq = cache.n_rows() / slots;
   for (int64_t t = 0; t < n_tok; ++t)
     if (ss[t] < 0 || ss[t] >= n_seq || ps[t] < 0)
       throw Error("kv_store: token " + std::to_string(t) + " at sequence " + std::to_string(ss[t]) + ", position " +
                   std::to_string(ps[t]) + " is outside the cache");
+  if (cache.type == DType::F32) {
+    float* pc = static_cast<float*>(cache.raw());
+    for (int64_t t = 0; t < n_tok; ++t)
+      std::memcpy(pc + (ss[t] * slots + ps[t] % slots) * n, px + t * n, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  uint16_t* pc = static_cast<uint16_t*>(cache.raw());
   pool().parallel_for(n_tok, 8, [&](int64_t t0, int64_t t1, int) {
-    for (int64_t t = t0; t < t1; ++t)
-      f32_to_f16_row(px + t * n, pc + (ss[t] * slots + ps[t] % slots) * n, n);
+    for (int64_t t = t0; t < t1; ++t) f32_to_f16_row(px + t * n, pc + (ss[t] * slots + ps[t] % slots) * n, n);
   });
 }
 
@@ -319,7 +332,7 @@ void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Ten
 // (p.causal false): [0, the highest position of its sequence in this call]. Work is cut
 // into tiles of query rows that share a KV head: a run of tokens of one
 // sequence times the query heads of one group, so each K/V block is read
-// once per tile (attention_rows_f16).
+// once per tile (attention_rows).
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
                const AttentionOpParams& p, const Tensor& o) {
   const int64_t D = q.ne[0], H = q.ne[1], n = q.ne[2];
@@ -328,8 +341,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   const int32_t* ps = ids(pos);
   const float* pq = in(q);
   float* po = out(o);
-  const uint16_t* pk = static_cast<const uint16_t*>(k.raw());
-  const uint16_t* pv = static_cast<const uint16_t*>(v.raw());
+  const KVRows pk{k.raw(), k.type == DType::F32}, pv{v.raw(), v.type == DType::F32};
   const int64_t n_seq = k.n_rows() / p.slots;
   for (int64_t t = 0; t < n; ++t)
     if (ss[t] < 0 || ss[t] >= n_seq || ps[t] < 0)
@@ -379,8 +391,8 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
           ++rows.n;
         }
       const int64_t kvh = tile.h0 / G;
-      const size_t base = static_cast<size_t>(ss[tile.t0]) * p.slots * kv_dim + kvh * D;
-      attention_rows_f16(rows, pk + base, pv + base, kv_dim, D, p.scale);
+      const int64_t base = static_cast<int64_t>(ss[tile.t0]) * p.slots * kv_dim + kvh * D;
+      attention_rows(rows, pk.offset(base), pv.offset(base), kv_dim, D, p.scale);
     }
   });
 }
@@ -424,8 +436,11 @@ constexpr BackendOps kCpuRow = {
     .unary = &unary,
     .glu = &glu,
     .concat = &concat,
+    .slice = &slice,
     .kv_store = &kv_store,
     .attention = &attention,
+    .attention_latent = &cpu::attention_latent,
+    .attention_seq = &cpu::attention_seq,
     .moe_route = &cpu::moe_route,
     .matmul_id = &cpu::matmul_id,
     .moe_sum = &cpu::moe_sum,
