@@ -4,7 +4,8 @@
 // continuations and top-10 logits on them (tests/fixtures/hf_reference/,
 // made by tools/make_hf_reference.py with torch). kvad reads the checkpoint
 // through the HF path (safetensors, config.json, tokenizer.json) at
-// --quant none (bf16 as stored) and through the quantize-once cache at q8_0:
+// --quant none (bf16 as stored) and through the quantize-once cache at q8_0
+// (with the tokenizer the cache file keeps, which a cached kvad run reads):
 // the prompt ids equal transformers' exactly, free-running greedy decoding
 // equals transformers' up to the first near-tie (top-2 margin < 0.5), and
 // the listed logits are within the tolerance of the GGUF reference tests.
@@ -50,14 +51,19 @@ void run(const char* fixture, const std::string& quant, double logit_tol) {
   ASSERT_EQ(blob, ref["files"]["model.safetensors"]["blob"].get<std::string>());
 
   std::shared_ptr<const kvad::TensorSource> src = kvad::open_hf_checkpoint(snap.string());
+  std::unique_ptr<kvad::Tokenizer> tok;
   if (quant != "none") {
+    // As kvad run does: the quantize-once cache keeps the tokenizer, and a
+    // cached load reads it from there (so the prompt ids below check it too).
     const fs::path cache = fs::temp_directory_path() / ("kvad-hfref-" + std::to_string(::getpid()));
-    src = kvad::quantize_once(src, quant, {cache.string(), repo, commit});
+    src = kvad::quantize_once(src, quant, {cache.string(), repo, commit, snap.string()});
     fs::remove_all(cache);  // the file stays mapped
+    tok = kvad::Tokenizer::from_gguf(*kvad::gguf_file(*src));
+  } else {
+    tok = kvad::Tokenizer::from_tokenizer_json((snap / "tokenizer.json").string(),
+                                               (snap / "tokenizer_config.json").string());
   }
   std::shared_ptr<kvad::Model> model = kvad::load_model(src, kvad::DeviceOptions{});
-  auto tok = kvad::Tokenizer::from_tokenizer_json((snap / "tokenizer.json").string(),
-                                                  (snap / "tokenizer_config.json").string());
   Stats st;
   for (const json& p : ref["prompts"]) {
     std::vector<int32_t> ids;
