@@ -10,6 +10,7 @@
 // equals transformers' up to the first near-tie (top-2 margin < 0.5), and
 // the listed logits are within the tolerance of the GGUF reference tests.
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -21,6 +22,8 @@
 #include "model_path.h"
 #include "reference_check.h"
 #include "engine/session.h"
+#include "io/gguf.h"
+#include "io/gguf_writer.h"
 #include "io/tensor_source.h"
 #include "model/hf.h"
 #include "model/registry.h"
@@ -132,6 +135,73 @@ TEST(HfReference, SmolLM2None) { run("smollm2-135m.json", "none", 1.0); }
 TEST(HfReference, SmolLM2Q8_0) { run("smollm2-135m.json", "q8_0", 2.0); }
 TEST(HfReference, Gemma3None) { run("gemma3-270m.json", "none", 1.0); }
 TEST(HfReference, Gemma3Q8_0) { run("gemma3-270m.json", "q8_0", 2.0); }
+
+// The tokenizer the quantize-once cache keeps, for the two real checkpoints:
+// built from the cache file's keys it tokenizes every string of the
+// tokenizer suite (tests/fixtures/hf_tokenizer/gpt2.cases.json.gz: the peer
+// suites' strings and generated ones) exactly as the tokenizer.json one,
+// with and without special tokens, and decodes alike.
+std::string gunzip_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  const std::string gz((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  z_stream zs{};
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) return "";
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
+  zs.avail_in = static_cast<uInt>(gz.size());
+  std::string out;
+  char buf[1 << 16];
+  int rc;
+  do {
+    zs.next_out = reinterpret_cast<Bytef*>(buf);
+    zs.avail_out = sizeof buf;
+    rc = inflate(&zs, Z_NO_FLUSH);
+    if (rc != Z_OK && rc != Z_STREAM_END) break;
+    out.append(buf, sizeof buf - zs.avail_out);
+  } while (rc != Z_STREAM_END);
+  inflateEnd(&zs);
+  return out;
+}
+
+TEST(HfReference, CacheTokenizerEqualsTokenizerJson) {
+  const json cases =
+      json::parse(gunzip_file(fs::path(KVAD_SOURCE_DIR) / "tests" / "fixtures" / "hf_tokenizer" / "gpt2.cases.json.gz"));
+  int checked = 0;
+  for (const char* snap_rel : {"models--HuggingFaceTB--SmolLM2-135M-Instruct/snapshots/445506d8557cf6aae3c041117e8d4135ec426989",
+                               "models--google--gemma-3-270m/snapshots/ae0e30b556162d6b557c9572dfa6fea5250c67fc"}) {
+    const fs::path snap = fs::path(kvad_home()) / "hf-cache" / snap_rel;
+    if (!fs::exists(snap / "tokenizer.json")) continue;
+    SCOPED_TRACE(snap.string());
+    const std::string tj = (snap / "tokenizer.json").string(), tc = (snap / "tokenizer_config.json").string();
+    auto ref = kvad::Tokenizer::from_tokenizer_json(tj, tc);
+    kvad::gguf::Writer w;
+    for (const kvad::gguf::Value& v : kvad::tokenizer_json_file_gguf_keys(tj, tc)) w.add(v);
+    const std::vector<uint8_t> bytes = w.to_bytes();
+    auto f = kvad::gguf::File::parse(bytes.data(), bytes.size(), "cache.gguf");
+    auto tok = kvad::Tokenizer::from_gguf(*f);
+    EXPECT_EQ(tok->bos(), ref->bos());
+    EXPECT_EQ(tok->eos(), ref->eos());
+    EXPECT_EQ(tok->pad(), ref->pad());
+    EXPECT_EQ(tok->add_bos(), ref->add_bos());
+    EXPECT_EQ(tok->chat_template(), ref->chat_template());
+    EXPECT_EQ(tok->eog_ids(), ref->eog_ids());
+    size_t n = 0, equal = 0;
+    for (const json& c : cases["cases"]) {
+      const std::string text = c[0].get<std::string>();
+      const auto ids = ref->encode(text, true, true);
+      ++n;
+      const bool same = tok->encode(text, true, true) == ids && tok->encode(text, false, false) == ref->encode(text, false, false) &&
+                        tok->decode(ids, true) == ref->decode(ids, true) && tok->decode(ids, false) == ref->decode(ids, false);
+      equal += same;
+      if (!same && n - equal <= 3) ADD_FAILURE() << "differs: " << text.substr(0, 60);
+    }
+    std::printf("%s: %zu/%zu strings tokenized alike by the cache file's tokenizer and tokenizer.json's\n",
+                snap.filename().c_str(), equal, n);
+    EXPECT_EQ(equal, n);
+    EXPECT_GE(n, 1000u);
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no HF checkpoint in " << kvad_home() << "/hf-cache (scripts/setup makes them)";
+}
 
 // The quantize-once cache file is a GGUF llama.cpp loads (DESIGN.md seam 9):
 // tests/fixtures/reference/smollm2-135m-hf-q8_0.json is llama.cpp's greedy
