@@ -62,6 +62,26 @@ def save(name, model, tokens=TOKENS):
     print(name, sorted(p.name for p in d.iterdir()), sum(p.stat().st_size for p in d.iterdir()), "bytes")
 
 
+def save_kv_f16_logits(name, model, tokens):
+    """transformers' logits with its attention's keys and values rounded to
+    f16, as kvad's (and llama.cpp's default) KV cache stores them: the
+    reference that isolates kvad's arithmetic from the cache format."""
+    from transformers.models.qwen3_next import modeling_qwen3_next as mod
+    eager = mod.eager_attention_forward
+
+    def f16_kv(module, q, k, v, *args, **kw):
+        return eager(module, q, k.half().float(), v.half().float(), *args, **kw)
+
+    mod.eager_attention_forward = f16_kv
+    try:
+        with torch.no_grad():
+            out = model(torch.tensor([tokens])).logits[0].float()
+    finally:
+        mod.eager_attention_forward = eager
+    logits = [[round(float(v), 6) for v in row] for row in out]
+    (OUT / name / "logits-kv-f16.json").write_text(json.dumps({"tokens": tokens, "logits": logits}))
+
+
 def main():
     torch.manual_seed(0)
     llama = transformers.LlamaConfig(
@@ -253,6 +273,8 @@ def main():
     g = torch.Generator().manual_seed(12)
     tokens = torch.randint(0, 128, (80,), generator=g).tolist()
     save("qwen3next", sharpen(m, 2.0), tokens)
+    if not ONLY or "qwen3next" in ONLY:
+        save_kv_f16_logits("qwen3next", m, tokens)
     print("transformers", transformers.__version__, "torch", torch.__version__)
 
 

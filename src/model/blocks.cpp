@@ -117,8 +117,11 @@ MoeWeights load_moe_weights(WeightLoader& wl, const std::string& p, int64_t E, i
 }
 
 Tensor moe_ffn(const MoeWeights& w, const MoeParams& p, const Tensor& x) {
-  const int64_t n = x.ne[1], E = x.ne[0];
-  const Tensor h = ops::rms_norm(x, w.norm, p.norm_eps);                        // [n, E]
+  return moe_experts(w, p, ops::rms_norm(x, w.norm, p.norm_eps));
+}
+
+Tensor moe_experts(const MoeWeights& w, const MoeParams& p, const Tensor& h) {
+  const int64_t n = h.ne[1], E = h.ne[0];                                      // h: [n, E]
   const ops::MoeRoute r = ops::moe_route(ops::matmul(h, w.gate_inp), p.n_expert_used, p.norm_topk);
   const Tensor hx = h.view({E, 1, n, 1});                                        // every slot reads its token's row
   const Tensor g = ops::matmul_id(hx, w.gate_exps, r.ids);                       // [n, k, F]

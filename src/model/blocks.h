@@ -146,6 +146,10 @@ struct MoeParams {
 /// read once per batch, not once per token. x: [n_tok, n_embd]; returns
 /// [n_tok, n_embd].
 Tensor moe_ffn(const MoeWeights& w, const MoeParams& p, const Tensor& x);
+/// moe_ffn after its norm: the routed experts of h = RMSNorm(x) ⊙ norm (w.norm
+/// unused), for blocks that also feed h to a shared expert (Qwen3-Next,
+/// qwen3next.cpp). h: [n_tok, n_embd]; returns [n_tok, n_embd].
+Tensor moe_experts(const MoeWeights& w, const MoeParams& p, const Tensor& h);
 
 /// The pre-norm of a block: LayerNorm(x) ⊙ w + b when b is given, else
 /// RMSNorm(x) ⊙ w. x: [n_tok, n]; w, b: [n] f32.

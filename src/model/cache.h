@@ -3,6 +3,7 @@
 // bytes live on the model's device and never cross to the host.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -15,7 +16,7 @@ namespace kvad {
 enum class LayerKind {
   KeyValue,   ///< attention keys and values (full context, or a sliding-window ring)
   Latent,     ///< MLA's compressed c_kv and shared k_pe per token (DeepSeek V2/V3); declared, comes with deepseek2
-  Recurrent,  ///< convolution + delta-rule state with snapshots every N tokens (Qwen3-Next); declared, comes with qwen3next
+  Recurrent,  ///< convolution + delta-rule state with snapshots every N tokens (Qwen3-Next's gated DeltaNet layers)
 };
 
 struct LayerSpec {
@@ -27,9 +28,27 @@ struct LayerSpec {
   int32_t window = 0;
   // Latent: kv_lora_rank and qk_rope_head_dim values per token.
   int64_t kv_lora_rank = 0, rope_dim = 0;
-  // Recurrent: bytes of one sequence's state, and the snapshot interval.
-  size_t state_bytes = 0;
+  // Recurrent: f32 values of one sequence's convolution state ((K-1) · C)
+  // and delta-rule state (Hv · Dk · Dv), and the snapshot interval N (0:
+  // none). Every recurrent layer of a cache takes the same N.
+  int64_t conv_elems = 0, ssm_elems = 0;
   int32_t snapshot_every = 0;
+};
+
+/// One recurrent layer's live state, f32: conv [n_seq, conv_elems], ssm
+/// [n_seq, ssm_elems]; row s is sequence s's state after cached(s) tokens
+/// (ops::ssm_conv and ops::gated_delta_rule update it in place).
+struct RecurrentLayer {
+  Tensor conv, ssm;
+};
+
+/// A batch cut where a sequence reaches a snapshot position: `view` is the
+/// piece (its `out` re-indexed into it), `out_offset` the rows of logits
+/// earlier pieces produce.
+struct BatchPiece {
+  BatchView view;
+  int64_t out_offset = 0;
+  std::vector<int32_t> out;
 };
 
 /// One layer's keys and values, f16: k [n_seq · slots, k_dim], v [n_seq ·
@@ -44,7 +63,15 @@ struct KVLayer {
 class LayerCaches final : public Cache {
  public:
   /// Allocates every layer on `d`. Throws kvad::Error for a kind whose
-  /// implementation has not landed yet (Latent, Recurrent) or for sizes <= 0.
+  /// implementation has not landed yet (Latent) or for sizes <= 0.
+  ///
+  /// Recurrent layers: a state absorbs every token it reads and cannot give
+  /// one back, so a rewind lands on a snapshot. With N = snapshot_every > 0
+  /// the states of every recurrent layer are copied (on the device) each
+  /// time a sequence reaches a multiple of N positions, at a cost of
+  /// (positions / N) × the per-sequence state bytes, allocated as taken and
+  /// counted by bytes(); N = 0 keeps none, and any rewind short of cached(s)
+  /// lands on 0.
   LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, int n_seq, int64_t n_batch, Device d);
 
   int32_t n_ctx() const override { return n_ctx_; }
@@ -52,21 +79,45 @@ class LayerCaches final : public Cache {
   int32_t cached(int seq) const override { return n_cached_.at(seq); }
   int32_t truncate(int seq, int32_t n) override;
   bool copy_prefix(int src, int dst, int32_t n) override;
-  size_t bytes() const override { return bytes_; }
+  /// Allocated bytes: K/V, live recurrent states, and the snapshots held now.
+  size_t bytes() const override { return bytes_ + rec_bytes_ + snapshot_bytes_; }
   size_t bytes_per_token() const override;
+
+  /// Recurrent layers: the snapshot interval (0: none), the snapshots held
+  /// (over all sequences), their bytes, and the bytes of one sequence's live
+  /// states (all recurrent layers).
+  int32_t snapshot_every() const { return snapshot_every_; }
+  int64_t n_snapshots() const;
+  size_t snapshot_bytes() const { return snapshot_bytes_; }
+  size_t state_bytes_per_seq() const { return state_bytes_per_seq_; }
+  /// Layer il's recurrent state. Throws kvad::Error when it is not a Recurrent layer.
+  RecurrentLayer& recurrent(int64_t il);
+  /// `b` cut after every token that brings its sequence to a multiple of the
+  /// snapshot interval, so that advance() after each piece sees the state
+  /// at exactly that position. One piece when there are no snapshots.
+  std::vector<BatchPiece> pieces(const BatchView& b) const;
 
   /// Layer il's keys and values. Throws kvad::Error when it is not a KeyValue layer.
   KVLayer& kv(int64_t il);
-  /// Records that the batch's positions are now held (after the forward pass).
+  /// Records that the batch's positions are now held (after the forward
+  /// pass), and snapshots the recurrent states of each sequence that now
+  /// holds a multiple of the snapshot interval.
   void advance(const BatchView& b);
 
  private:
+  int32_t kv_landing(int seq, int32_t n) const;
   std::vector<LayerSpec> specs_;
   std::vector<KVLayer> kv_;
   int32_t n_ctx_;
   int n_seq_;
   size_t bytes_ = 0;
   std::vector<int32_t> n_cached_;
+  std::vector<RecurrentLayer> rec_;
+  std::vector<size_t> rec_layers_;  // indices of the recurrent layers
+  int32_t snapshot_every_ = 0;
+  size_t rec_bytes_ = 0, snapshot_bytes_ = 0, state_bytes_per_seq_ = 0;
+  // Per sequence: position → (conv, ssm) copies of every recurrent layer, in rec_layers_ order.
+  std::vector<std::map<int32_t, std::vector<Tensor>>> snaps_;
 };
 
 }  // namespace kvad

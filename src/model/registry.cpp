@@ -14,6 +14,8 @@ std::unique_ptr<Model> load_llama(std::shared_ptr<const TensorSource> src, const
 std::unique_ptr<Model> load_gemma3(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 std::unique_ptr<Model> load_bert(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 std::unique_ptr<Model> load_gpt2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
+std::unique_ptr<Model> load_qwen3next(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
+extern const HfNames kQwen3NextHfNames;
 extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kGemma3HfNames, kGpt2HfNames, kPhi3HfNames,
     kQwen3MoeHfNames, kBertHfNames;
 
@@ -34,6 +36,8 @@ const std::vector<ArchEntry>& architectures() {
       {"gemma3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gemma3, &kGemma3HfNames},
       // MoE's ops (moe_route, matmul_id, moe_sum) have no CUDA row yet.
       {"qwen3moe", ModelKind::Text, {"cpu", "sim"}, &load_llama, &kQwen3MoeHfNames},
+      // Gated DeltaNet layers: ssm_conv, gated_delta_rule, sigmoid, softplus have no CUDA row yet.
+      {"qwen3next", ModelKind::Text, {"cpu", "sim"}, &load_qwen3next, &kQwen3NextHfNames},
       {"phi3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kPhi3HfNames},
       {"gpt2", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gpt2, &kGpt2HfNames},
       // The CUDA row has no bidirectional attention or exact GELU yet.
