@@ -64,6 +64,8 @@ def main():
         d = OUT / name
         out = d / "llama.cpp-f32.gguf"
         sys.argv = ["convert_hf_to_gguf.py", str(d), "--outfile", str(out), "--outtype", "f32"]
+        if name.startswith("qwen3next"):
+            sys.argv.append("--no-mtp")  # a tiny checkpoint has no multi-token-prediction layers
         conv.main()
         print(name, out.stat().st_size, "bytes")
         write_llama_cpp_logits(d, out)
@@ -80,7 +82,8 @@ def write_llama_cpp_logits(d, gguf_path):
         print("  (no llama_cpp: llama.cpp's logits not written)")
         return
     tokens = json.loads((d / "logits.json").read_text())["tokens"]
-    m = llama_cpp.Llama(str(gguf_path), logits_all=True, n_ctx=64, n_batch=64, verbose=False)
+    n_ctx = 64 if len(tokens) <= 64 else 128  # qwen3next's 80-token prompt
+    m = llama_cpp.Llama(str(gguf_path), logits_all=True, n_ctx=n_ctx, n_batch=n_ctx, verbose=False)
     m.eval(tokens)
     logits = [[round(float(v), 6) for v in m.scores[i]] for i in range(len(tokens))]
     (d / "llama.cpp-f32.logits.json").write_text(json.dumps({"tokens": tokens, "logits": logits,

@@ -259,6 +259,19 @@ TEST(HfCheckpoint, Qwen3NextMatchesTransformers) {
   for (int i = 0; i < 4; ++i) EXPECT_LT(static_cast<const float*>(a->data)[i], 0.0f);  // −exp(A_log)
 }
 
+// llama.cpp's converter splits in_proj_qkvz into attn_qkv and attn_gate,
+// stores ssm_a = −exp(A_log), 1 + w norms and a [C, K] convolution: the
+// same logits from those names, and llama.cpp's own on that file.
+// llama.cpp (llama-cpp-python 0.3.36, f16 KV) is itself 4.6e-3 from
+// transformers in f32 and 1.6e-3 from transformers with f16 K/V (position
+// 2 both times); kvad is 1.3e-3 from llama.cpp: 2e-3 here.
+TEST(LlamaCppGguf, Qwen3NextMatchesTransformersAndLlamaCpp) {
+  for (const char* device : {"cpu", "sim"})
+    check_source("qwen3next", " (llama.cpp GGUF, K/V in f16 on both sides)", llama_cpp_gguf("qwen3next"), device, 0,
+                 5e-4, "transformers-kv-f16", 128);
+  check_source("qwen3next", " (llama.cpp GGUF)", llama_cpp_gguf("qwen3next"), "cpu", 0, 2e-3, "llama.cpp", 128);
+}
+
 TEST(HfCheckpoint, Qwen3MoeAllSparseMatchesTransformers) {  // 4 experts, top-2, renormalised
   check("qwen3moe_sparse", "cpu");
   check("qwen3moe_sparse", "sim");
