@@ -84,11 +84,13 @@ class LayerCaches final : public Cache {
   size_t bytes_per_token() const override;
 
   /// Recurrent layers: the snapshot interval (0: none), the snapshots held
-  /// (over all sequences), their bytes, and the bytes of one sequence's live
-  /// states (all recurrent layers).
+  /// (over all sequences), their bytes, the live states' bytes (all
+  /// sequences), and the bytes of one sequence's live states (all recurrent
+  /// layers), which is also what one snapshot costs.
   int32_t snapshot_every() const { return snapshot_every_; }
-  int64_t n_snapshots() const;
-  size_t snapshot_bytes() const { return snapshot_bytes_; }
+  int64_t n_snapshots() const override;
+  size_t snapshot_bytes() const override { return snapshot_bytes_; }
+  size_t state_bytes() const override { return rec_bytes_; }
   size_t state_bytes_per_seq() const { return state_bytes_per_seq_; }
   /// Layer il's recurrent state. Throws kvad::Error when it is not a Recurrent layer.
   RecurrentLayer& recurrent(int64_t il);

@@ -11,8 +11,14 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 
+#include "engine/generate.h"
+#include "engine/sampler.h"
 #include "engine/session.h"
+#include "io/gguf.h"
+#include "io/tensor_source.h"
+#include "tokenizer/tokenizer.h"
 #include "model/cache.h"
 #include "model/hf.h"
 #include "model/registry.h"
@@ -124,6 +130,70 @@ TEST(RecurrentCache, CopyPrefixHandsOverTheState) {
   }
   EXPECT_EQ(s.cached(0), 30);  // the source is unchanged
   EXPECT_LT(rel(run(s, tok, 30, 60, 0), want, 30, 30, V), 2e-5);
+}
+
+// A three-turn chat at the token level on llama.cpp's GGUF of the same
+// checkpoint (its placeholder vocabulary): each turn's prompt repeats the
+// history but re-templates the previous reply (drops its first 8 tokens, as
+// chat templates drop a reply's reasoning), so the prompt departs from what
+// the cache holds where that reply began. generate() (the path of kvad run,
+// chat and the server's prefix reuse) must land on the largest snapshot at or
+// before that point and evaluate only the rest. Prints the table of the
+// README's "Recurrent state" section (turn latencies are this machine's).
+TEST(RecurrentCache, ThreeTurnChatReprefillsFromTheLastSnapshot) {
+  const fs::path gguf = kDir / "llama.cpp-f32.gguf";
+  std::shared_ptr<const kvad::gguf::File> f = kvad::gguf::File::open(gguf.string());
+  auto tok = kvad::Tokenizer::from_gguf(*f);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int32_t> id(0, 93);  // the vocabulary's printable-ASCII tokens
+  auto rand_tokens = [&](int n) {
+    std::vector<int32_t> v(n);
+    for (int32_t& t : v) t = id(rng);
+    return v;
+  };
+  const std::vector<int32_t> system_user = rand_tokens(300), user2 = rand_tokens(60), user3 = rand_tokens(60);
+  std::printf("| N | state + snapshots after turn 3 | re-prefilled turn 2 | turn 3 | turn 2 latency | turn 3 latency |\n");
+  for (int32_t every : {0, 16, 64, 256}) {
+    SCOPED_TRACE("snapshot every " + std::to_string(every));
+    kvad::DeviceOptions o;
+    o.state_snapshot_every = every;
+    std::shared_ptr<kvad::Model> m = kvad::load_model(kvad::gguf_source(f), o);
+    kvad::Session s(m, 1024, 1, 2);
+    kvad::SamplerParams sp;
+    sp.temp = 0;
+    kvad::Sampler sampler(sp);
+    std::vector<int32_t> held, prompt = system_user;
+    int32_t reprefilled[3] = {}, cached[3] = {}, landing[4] = {};
+    double latency[3] = {};
+    for (int turn = 0; turn < 3; ++turn) {
+      kvad::GenerateOptions go;
+      go.max_tokens = 40;
+      go.held = &held;
+      const kvad::GenerateStats st = kvad::generate(s, *tok, sampler, prompt, go, [](const std::string&) { return true; });
+      reprefilled[turn] = st.n_prompt;
+      cached[turn] = st.n_cached;
+      latency[turn] = st.prefill_s + st.decode_s;
+      EXPECT_EQ(st.n_cached + st.n_prompt, static_cast<int32_t>(prompt.size()));
+      EXPECT_EQ(s.cached(0), static_cast<int32_t>(held.size()));
+      // The next prompt: history, the reply without its first 8 tokens, a new user turn.
+      const size_t reply_at = prompt.size();
+      ASSERT_GT(held.size(), reply_at + 8) << "the reply is too short to re-template";
+      std::vector<int32_t> next(prompt);
+      next.push_back((held[reply_at] + 1) % 94);  // differs from the held reply's first token
+      next.insert(next.end(), held.begin() + static_cast<std::ptrdiff_t>(reply_at + 8), held.end());
+      const std::vector<int32_t>& u = turn == 0 ? user2 : user3;
+      next.insert(next.end(), u.begin(), u.end());
+      // The next turn departs from the cache where this reply began: it
+      // lands on the last snapshot at or before that (0 without snapshots).
+      landing[turn + 1] = every ? static_cast<int32_t>(reply_at) / every * every : 0;
+      prompt = std::move(next);
+    }
+    for (int turn = 1; turn < 3; ++turn) EXPECT_EQ(cached[turn], landing[turn]) << "turn " << turn + 1;
+    std::printf("| %d | %.1f KiB (%lld snapshots) | %d | %d | %.1f ms | %.1f ms |\n", every,
+                (s.cache().state_bytes() + s.cache().snapshot_bytes()) / 1024.0,
+                static_cast<long long>(s.cache().n_snapshots()), reprefilled[1], reprefilled[2], latency[1] * 1e3,
+                latency[2] * 1e3);
+  }
 }
 
 }  // namespace
