@@ -250,7 +250,7 @@ def main():
     torch.manual_seed(11)
     cfg = transformers.Qwen3NextConfig(
         vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-        shared_expert_intermediate_size=48, num_hidden_layers=6, full_attention_interval=3,
+        shared_expert_intermediate_size=64, num_hidden_layers=6, full_attention_interval=3,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, partial_rotary_factor=0.25,
         linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
         linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,

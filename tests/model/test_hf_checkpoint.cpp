@@ -237,16 +237,15 @@ TEST(LlamaCppGguf, Llama3RopeFreqsEqualTheConverters) {
 // Qwen3-Next: gated DeltaNet layers (chunked delta rule in the 80-token
 // prefill, the recurrent form step by step) beside gated attention with
 // partial rotary, zero-centred norms, a shared expert behind a sigmoid gate.
-// Against transformers in f32: 3.3e-3 at one position (2), ~1e-4 elsewhere;
-// transformers itself moves by 3.1e-3 there when its keys and values are
-// rounded to f16 as kvad's cache stores them. Against that run
-// (logits-kv-f16.json) kvad agrees to 2.0e-4 (a K or V element that rounds
-// to the other neighbouring f16 on one side is 5e-4 off): 5e-4 here; a wrong
-// gate, norm or head order is off by 1e-2 or more.
+// Against transformers in f32: 5.0e-4 (transformers itself moves by 5.3e-4
+// when its keys and values are rounded to f16 as kvad's cache stores them).
+// Against that run (logits-kv-f16.json): 1.5e-4 (a K or V element that
+// rounds to the other neighbouring f16 on one side is 5e-4 off), so 5e-4;
+// a wrong gate, norm or head order is off by 1e-2 or more.
 TEST(HfCheckpoint, Qwen3NextMatchesTransformers) {
   for (const char* device : {"cpu", "sim"}) {
     auto src = kvad::open_hf_checkpoint((kDir / "qwen3next").string());
-    check_source("qwen3next", "", src, device, 0, 5e-3, "transformers", 128);
+    check_source("qwen3next", "", src, device, 0, 1e-3, "transformers", 128);
     check_source("qwen3next", " (K/V in f16 on both sides)", src, device, 0, 5e-4, "transformers-kv-f16", 128);
   }
   auto src = kvad::open_hf_checkpoint((kDir / "qwen3next").string());
@@ -262,9 +261,9 @@ TEST(HfCheckpoint, Qwen3NextMatchesTransformers) {
 // llama.cpp's converter splits in_proj_qkvz into attn_qkv and attn_gate,
 // stores ssm_a = −exp(A_log), 1 + w norms and a [C, K] convolution: the
 // same logits from those names, and llama.cpp's own on that file.
-// llama.cpp (llama-cpp-python 0.3.36, f16 KV) is itself 4.6e-3 from
-// transformers in f32 and 1.6e-3 from transformers with f16 K/V (position
-// 2 both times); kvad is 1.3e-3 from llama.cpp: 2e-3 here.
+// llama.cpp (llama-cpp-python 0.3.36, f16 KV) is itself 1.0e-3 from
+// transformers in f32 and 8.1e-4 from transformers with f16 K/V; kvad is
+// 8.1e-4 from llama.cpp: 2e-3 here.
 TEST(LlamaCppGguf, Qwen3NextMatchesTransformersAndLlamaCpp) {
   for (const char* device : {"cpu", "sim"})
     check_source("qwen3next", " (llama.cpp GGUF, K/V in f16 on both sides)", llama_cpp_gguf("qwen3next"), device, 0,
@@ -378,7 +377,7 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
   const fs::path cache = fs::temp_directory_path() / ("kvad-qcache-" + std::to_string(::getpid()));
   fs::remove_all(cache);
   for (const char* name : {"llama", "gemma3", "qwen2", "qwen3", "llama3", "mistral", "qwen2_yarn", "gpt2",
-                           "phi3_long", "qwen3moe", "qwen3moe_sparse"}) {
+                           "phi3_long", "qwen3moe", "qwen3moe_sparse", "qwen3next"}) {
     SCOPED_TRACE(name);
     const fs::path dir = kDir / name;
     const kvad::QuantizeOnceKey key{cache.string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};
@@ -401,7 +400,7 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
 
     const Reference ref = read_reference(dir);
     std::shared_ptr<kvad::Model> m = kvad::load_model(again, kvad::DeviceOptions{});
-    kvad::Session s(m, 64, 1, 1);
+    kvad::Session s(m, std::max<int32_t>(64, static_cast<int32_t>(ref.tokens.size())), 1, 1);
     kvad::Batch b;
     for (size_t i = 0; i < ref.tokens.size(); ++i) b.add(ref.tokens[i], static_cast<int32_t>(i), 0, true);
     const std::vector<float>& all = s.forward(b);
@@ -411,8 +410,10 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
     std::printf("%s q8_0 via the quantize-once cache: max |diff| / max |logit| vs transformers %.2e\n", name, worst);
     // Measured 1.6e-2 (llama) and 5.2e-2 (Gemma 3: six layers of random
     // norms around 1 amplify the q8_0 rounding): a quantization error, where a
-    // wrong Q/K row order or a lost norm gives errors of order 1.
-    EXPECT_LT(worst, 1e-1);
+    // wrong Q/K row order or a lost norm gives errors of order 1. qwen3next:
+    // q8_0 moves this random fixture by 0.9 in llama.cpp as well (its routers
+    // flip), so only that it is written, read back and runs is checked.
+    if (std::string(name) != "qwen3next") EXPECT_LT(worst, 1e-1);
   }
   fs::remove_all(cache);
 }
