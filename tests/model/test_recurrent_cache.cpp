@@ -22,6 +22,7 @@
 #include "model/cache.h"
 #include "model/hf.h"
 #include "model/registry.h"
+#include "tensor/ops.h"
 
 namespace {
 
@@ -130,6 +131,24 @@ TEST(RecurrentCache, CopyPrefixHandsOverTheState) {
   }
   EXPECT_EQ(s.cached(0), 30);  // the source is unchanged
   EXPECT_LT(rel(run(s, tok, 30, 60, 0), want, 30, 30, V), 2e-5);
+}
+
+// DESIGN.md seam 3 on the sim device: once warm, a decode step is one
+// host → device transfer (the batch) and one back (the logits), snapshots
+// and rewinds included (the states are copied on the device).
+TEST(RecurrentCache, DecodeStaysOnTheDevice) {
+  const std::vector<int32_t> tok = fixture_tokens();
+  std::shared_ptr<kvad::Model> m = load(4, "sim");
+  kvad::Session s(m, 128, 1, 2);
+  run(s, tok, 0, 20);
+  run(s, tok, 20, 21);  // the first one-token step uploads its gather indices once
+  kvad::ops::reset_transfer_stats();
+  for (int32_t i = 21; i < 30; ++i) run(s, tok, i, i + 1);  // snapshots at 24 and 28
+  ASSERT_EQ(s.truncate(0, 26), 24);
+  for (int32_t i = 24; i < 27; ++i) run(s, tok, i, i + 1);
+  const kvad::ops::TransferStats t = kvad::ops::transfer_stats(kvad::DeviceType::Sim);
+  EXPECT_EQ(t.to_device, 12);
+  EXPECT_EQ(t.to_host, 12);
 }
 
 // A three-turn chat at the token level on llama.cpp's GGUF of the same
