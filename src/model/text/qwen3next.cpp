@@ -59,6 +59,8 @@ constexpr int32_t kDefaultSnapshotEvery = 256;
 /// Tokens per chunk of the delta rule's parallel form in a prefill
 /// (transformers' and flash-linear-attention's chunk size).
 constexpr int64_t kDeltaChunk = 64;
+/// Index sets (layout, batch size) kept on the device for the column gathers.
+constexpr size_t kMaxIdSets = 64;
 
 struct DeltaNetWeights {
   Tensor in;              // ssm_in [n_embd → 2·Hk·Dk + 2·Hv·Dv], HF's interleaved order; or
@@ -235,8 +237,11 @@ class Qwen3Next final : public Model {
     std::vector<std::vector<int32_t>> parts;
   };
   const Tensor& gather_ids(int which, const Layout& lay, int64_t n) {
+    if (auto it = ids_cache_.find({which, n}); it != ids_cache_.end()) return it->second;
+    // Bounded: batch sizes are few (the micro-batch, its remainder, 1), but
+    // a server sees many; past kMaxIdSets they are dropped and uploaded again.
+    if (ids_cache_.size() >= kMaxIdSets) ids_cache_.clear();
     Tensor& t = ids_cache_[{which, n}];
-    if (t) return t;
     std::vector<int32_t> ids;
     for (const auto& part : lay.parts)
       for (int64_t tok = 0; tok < n; ++tok)
