@@ -33,6 +33,7 @@ struct BenchOptions {
   int reps = 5;
   bool json = false;
   DeviceOptions device;
+  CacheTypeOptions cache_type;
 };
 
 struct Result {
@@ -82,11 +83,12 @@ std::string params_str(int64_t n) {
 void bench(const BenchOptions& o) {
   if (o.reps < 1) throw Error("-r must be at least 1");
   if (o.n_prompt < 0 || o.n_gen < 0) throw Error("-p and -n must not be negative");
+  const KVTypes kv = o.cache_type.types();
   LoadedModel m = load_for_cli(o.model, o.device);
   const std::string backend = o.device.device == "cpu" ? "CPU" : o.device.device == "sim" ? "sim" : "CUDA";
   const HParams& hp = m.model->hparams();
   const int32_t n_ctx = std::max(o.n_prompt, o.n_gen) + 1;
-  Session s(m.model, n_ctx, 1, o.threads);
+  Session s(m.model, n_ctx, 1, o.threads, kv);
   const int threads = s.pool().size();
   std::mt19937 rng(42);
   std::uniform_int_distribution<int32_t> tok(0, s.n_vocab() - 1);
@@ -146,8 +148,8 @@ void bench(const BenchOptions& o) {
                      {"n_batch", std::max(o.n_prompt, 1)},
                      {"n_ubatch", std::max(o.n_prompt, 1)},
                      {"n_threads", threads},
-                     {"type_k", "f16"},
-                     {"type_v", "f16"},
+                     {"type_k", o.cache_type.k},
+                     {"type_v", o.cache_type.v},
                      {"n_prompt", r.n_prompt},
                      {"n_gen", r.n_gen},
                      {"avg_ns", static_cast<uint64_t>(mean(r.ns))},
@@ -189,6 +191,7 @@ void add_bench(CLI::App& app) {
   c->add_option("-r,--repetitions", o->reps, "Repetitions per test")->capture_default_str();
   c->add_flag("--json", o->json, "Print a JSON array with llama-bench's field names");
   add_device_options(c, o->device);
+  o->cache_type.add_to(c);
   c->callback([o] { bench(*o); });
 }
 

@@ -48,7 +48,7 @@ class Chat {
       : o_(o), m_(std::move(m)), prompt_(chat_prompt(m_)) {
     const HParams& hp = m_.model->hparams();
     n_ctx_ = o.context_size(hp);
-    session_ = std::make_unique<Session>(m_.model, n_ctx_, 1, o.threads);
+    session_ = std::make_unique<Session>(m_.model, n_ctx_, 1, o.threads, o.cache_type.types());
     sampler_ = std::make_unique<Sampler>(m_.sampler_params(o));
     set_system(o.system);
   }
@@ -152,6 +152,7 @@ bool read_line(bool tty, std::string& line) {
 }
 
 void chat(const ChatOptions& o) {
+  o.cache_type.types();  // a bad --cache-type-k/-v fails before the model loads
   Chat c(o, load_for_cli(o.model, o.device));
   const bool tty = isatty(STDIN_FILENO);
   struct sigaction sa {};

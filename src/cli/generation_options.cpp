@@ -7,6 +7,7 @@
 
 #include "cli/model_store.h"
 #include "io/generation_config.h"
+#include "model/cache.h"
 #include "model/model.h"
 
 namespace kvad::cli {
@@ -26,6 +27,22 @@ void GenerationOptions::add_to(CLI::App* c, const std::string& max_tokens_help) 
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   add_device_options(c, device);
+  cache_type.add_to(c);
+}
+
+void CacheTypeOptions::add_to(CLI::App* c) {
+  c->add_option("--cache-type-k", k, "KV cache format of keys: f16 or f32 (llama.cpp's -ctk)")->capture_default_str();
+  c->add_option("--cache-type-v", v, "KV cache format of values: f16 or f32 (llama.cpp's -ctv)")->capture_default_str();
+}
+
+KVTypes CacheTypeOptions::types() const {
+  return {kv_cache_type(k, "--cache-type-k"), kv_cache_type(v, "--cache-type-v")};
+}
+
+std::string llama_flag_alias(const std::string& arg) {
+  if (arg == "-ctk") return "--cache-type-k";
+  if (arg == "-ctv") return "--cache-type-v";
+  return arg;
 }
 
 void add_device_options(CLI::App* c, DeviceOptions& d) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/sampler.h"
+#include "model/model.h"
 #include "model/registry.h"
 
 namespace CLI { class App; class Option; }
@@ -20,6 +21,21 @@ namespace kvad::cli {
 /// none|q8_0|q4_0|q4_k|q6_k (registry.h DeviceOptions) to `c`.
 void add_device_options(CLI::App* c, DeviceOptions& d);
 
+/// --cache-type-k/-ctk and --cache-type-v/-ctv (llama.cpp's flags and
+/// names): the formats of the KV cache's keys and values, f16 (default) or
+/// f32 (transformers' float32 attention, at twice the bytes per token).
+struct CacheTypeOptions {
+  std::string k = "f16", v = "f16";
+  void add_to(CLI::App* c);
+  /// The formats; throws kvad::Error naming the flag, the value and the
+  /// accepted ones for anything else (model/cache.h kv_cache_type).
+  KVTypes types() const;
+};
+
+/// llama.cpp's single-dash spellings of several letters (-ctk, -ctv) as
+/// kvad's long flags (CLI11 reads "-ctk" as -c tk): `arg` itself otherwise.
+std::string llama_flag_alias(const std::string& arg);
+
 struct GenerationOptions {
   std::string model;
   int32_t max_tokens = 256;
@@ -28,6 +44,7 @@ struct GenerationOptions {
   int threads = 0;     ///< 0: all cores
   int32_t ctx_size = 0;  ///< 0: min(4096, the model's context_length)
   DeviceOptions device;  ///< --device, --dtype, --quant
+  CacheTypeOptions cache_type;  ///< --cache-type-k, --cache-type-v
 
  private:
   CLI::Option *temp_ = nullptr, *top_k_ = nullptr, *top_p_ = nullptr, *min_p_ = nullptr, *repeat_penalty_ = nullptr;
@@ -35,8 +52,8 @@ struct GenerationOptions {
  public:
 
   /// Adds -m/--model, -n/--max-tokens, --temp, --top-k, --top-p, --min-p,
-  /// --repeat-penalty, --seed, -t/--threads, -c/--ctx-size and the device
-  /// options (add_device_options) to `c`.
+  /// --repeat-penalty, --seed, -t/--threads, -c/--ctx-size, the device
+  /// options (add_device_options) and the KV cache types to `c`.
   void add_to(CLI::App* c, const std::string& max_tokens_help);
   /// Sampler parameters with the seed resolved (a random one for -1). For
   /// every sampling flag the command line did not give, the field of an HF

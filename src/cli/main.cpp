@@ -4,9 +4,11 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "cli/generation_options.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"kvad: run open-weight language models locally"};
@@ -23,8 +25,14 @@ int main(int argc, char** argv) {
   kvad::cli::add_perplexity(app);
   kvad::cli::add_embed(app);
   kvad::cli::add_tui(app);
+  std::vector<std::string> args(argv, argv + argc);
+  std::vector<char*> arg_ptrs;
+  for (std::string& a : args) {
+    a = kvad::cli::llama_flag_alias(a);
+    arg_ptrs.push_back(a.data());
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(argc, arg_ptrs.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -68,6 +68,7 @@ struct PerplexityOptions {
   std::string kl_base;  ///< --kl-divergence-base: write
   std::string kl_file;  ///< --kl-divergence: read
   DeviceOptions device;
+  CacheTypeOptions cache_type;
 };
 
 std::string read_file(const std::string& path) {
@@ -133,6 +134,7 @@ void perplexity(const PerplexityOptions& o) {
   KlBase base;
   if (kl_read) open_kl_base(o.kl_file, base);
 
+  const KVTypes kv = o.cache_type.types();
   LoadedModel m = load_for_cli(o.model, o.device);
   const Tokenizer& tok = *m.tokenizer;
   const bool add_bos = tok.add_bos() && tok.bos() >= 0;
@@ -181,7 +183,7 @@ void perplexity(const PerplexityOptions& o) {
     out.write(reinterpret_cast<const char*>(tokens.data()), size_t(n_chunk) * n_ctx * sizeof(int32_t));
   }
 
-  Session s(m.model, n_ctx, 1, o.threads);
+  Session s(m.model, n_ctx, 1, o.threads, kv);
   std::fprintf(stderr, "kvad: perplexity over %d chunks, n_ctx=%d, batch_size=%d, %zu tokens, add_bos=%d\n",
                n_chunk, n_ctx, n_batch, tokens.size(), add_bos ? 1 : 0);
 
@@ -284,6 +286,7 @@ void add_perplexity(CLI::App& app) {
   c->add_option("--kl-divergence", o->kl_file,
                 "Compare with a --kl-divergence-base FILE: mean KLD, same top token %, delta PPL");
   add_device_options(c, o->device);
+  o->cache_type.add_to(c);
   c->callback([o, ctx] {
     o->ctx_given = ctx->count() > 0;
     perplexity(*o);

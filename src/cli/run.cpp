@@ -28,10 +28,11 @@ struct RunOptions : GenerationOptions {
 
 void run(const RunOptions& o) {
   if (o.prompt.empty()) throw Error("--prompt is required and must not be empty");
+  const KVTypes kv = o.cache_type.types();
   LoadedModel m = load_for_cli(o.model, o.device);
   const HParams& hp = m.model->hparams();
   const int32_t n_ctx = o.context_size(hp);
-  Session session(m.model, n_ctx, 1, o.threads);
+  Session session(m.model, n_ctx, 1, o.threads, kv);
 
   // Without --raw the prompt is one user turn in the model's own chat format.
   std::vector<int32_t> ids;

@@ -31,6 +31,7 @@ namespace {
 struct ServeOptions {
   std::string model;
   DeviceOptions device;
+  CacheTypeOptions cache_type;
   std::string host = "127.0.0.1";
   int port = 8080;
   int parallel = 4;
@@ -63,6 +64,7 @@ void serve(const ServeOptions& o) {
   if (!(o.request_timeout > 0 && o.request_timeout <= 3600))
     throw Error("--request-timeout must be in (0, 3600] seconds, got " + std::to_string(o.request_timeout));
   if (o.batch < 1) throw Error("--batch must be at least 1, got " + std::to_string(o.batch));
+  const KVTypes kv = o.cache_type.types();
   LoadedModel m = load_for_cli(o.model, o.device, /*any_kind=*/true);
   const HParams& hp = m.model->hparams();
 
@@ -106,6 +108,7 @@ void serve(const ServeOptions& o) {
   so.sched.n_slots = o.parallel;
   so.sched.n_ctx = o.ctx_size > 0 ? o.ctx_size : static_cast<int32_t>(std::min<int64_t>(4096, hp.n_ctx_train));
   so.sched.n_threads = o.threads;
+  so.sched.kv_types = kv;
   so.sched.max_queue = static_cast<size_t>(o.queue);
   so.sched.max_prompt_per_step = o.batch;
   so.sched.cache_reuse_all = o.cache_reuse == "all";
@@ -166,6 +169,7 @@ void add_serve(CLI::App& app) {
   c->add_option("--queue", o->queue, "Requests that may wait for a slot before new ones get 429")->capture_default_str();
   c->add_option("-b,--batch", o->batch, "Prompt tokens evaluated per step, all slots together")->capture_default_str();
   add_device_options(c, o->device);
+  o->cache_type.add_to(c);
   c->add_option("--cache-reuse", o->cache_reuse,
                  "Whose cached prompt prefix a request may reuse: 'key' (only one sent with the same "
                  "Authorization header) or 'all' (any; cached_tokens and timing then show how much of a prompt "

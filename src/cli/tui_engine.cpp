@@ -208,7 +208,7 @@ class Engine {
       note = m.path + " has no chat template: each message continues the text as is";
     }
     const int32_t n_ctx = o_.context_size(m.model->hparams());
-    auto session = std::make_unique<Session>(m.model, n_ctx, 1, o_.threads);
+    auto session = std::make_unique<Session>(m.model, n_ctx, 1, o_.threads, o_.cache_type.types());
     // Past this point nothing throws: the new model replaces the old one.
     session_.reset();
     prompt_.reset();

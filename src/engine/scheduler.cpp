@@ -132,7 +132,8 @@ Scheduler::Scheduler(std::shared_ptr<Model> model, std::shared_ptr<const Tokeniz
     : opts_(o), tok_(std::move(tok)) {
   if (opts_.max_prompt_per_step <= 0)
     throw Error("max_prompt_per_step must be positive, got " + std::to_string(opts_.max_prompt_per_step));
-  session_ = std::make_unique<Session>(std::move(model), opts_.n_ctx, opts_.n_slots, opts_.n_threads);
+  session_ =
+      std::make_unique<Session>(std::move(model), opts_.n_ctx, opts_.n_slots, opts_.n_threads, opts_.kv_types);
   // A sampled id the tokenizer does not know would throw while decoding it;
   // a prompt id the model has no row for is refused by submit(), so a
   // tokenizer larger than the model could not be served at all.

@@ -31,6 +31,7 @@
 #include "base/error.h"
 #include "engine/grammar.h"
 #include "engine/sampler.h"
+#include "model/model.h"
 
 namespace kvad {
 
@@ -167,6 +168,7 @@ struct SchedulerOptions {
   int n_slots = 4;                   ///< parallel sequences (Session n_seq)
   int32_t n_ctx = 4096;              ///< positions per slot
   int n_threads = 0;                 ///< CPU threads for the Session (0: all cores)
+  KVTypes kv_types;                  ///< the KV cache's formats (--cache-type-k/-v)
   int32_t max_prompt_per_step = 256; ///< prompt tokens evaluated per step, all slots together
   size_t max_queue = 64;             ///< requests waiting for a slot before submit() refuses
   bool cache_reuse_all = false;      ///< reuse cached prefixes across tenants (`--cache-reuse all`)

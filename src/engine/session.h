@@ -28,8 +28,9 @@ struct Batch {
 class Session {
  public:
   /// n_ctx: positions per sequence; n_seq: sequences; n_threads: CPU threads
-  /// (0 = all cores). Throws kvad::Error for n_ctx <= 0 or n_seq <= 0.
-  Session(std::shared_ptr<Model> model, int32_t n_ctx, int n_seq = 1, int n_threads = 0);
+  /// (0 = all cores); kv: the key/value caches' formats (f16 or f32).
+  /// Throws kvad::Error for n_ctx <= 0, n_seq <= 0 or another K/V format.
+  Session(std::shared_ptr<Model> model, int32_t n_ctx, int n_seq = 1, int n_threads = 0, KVTypes kv = {});
   ~Session();
 
   /// Evaluates a batch; returns logits [batch.out.size(), n_vocab], row j for

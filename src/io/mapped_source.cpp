@@ -150,10 +150,10 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
   }
 
   SourceTensor transpose(const SourceTensor& b, const TensorRename& r) {
-    const size_t es = b.type == DType::F32 ? 4 : b.type == DType::F16 || b.type == DType::BF16 ? 2 : 0;
-    if (!es || b.n_dims != 2)
+    if (!is_float(b.type) || b.n_dims != 2)
       throw Error(base_->path() + ": tensor " + b.name + " (" + dtype_name(b.type) + ", " + std::to_string(b.n_dims) +
                   " dims) cannot be transposed; kvad transposes 2-D f32, f16 and bf16");
+    const size_t es = dtype_info(b.type).block_bytes;
     const int64_t c = b.ne[0], rws = b.ne[1];
     std::vector<uint8_t>& v = owned_bytes_.emplace_back(static_cast<size_t>(c * rws) * es);
     const auto* src = static_cast<const uint8_t*>(b.data);

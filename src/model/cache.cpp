@@ -8,9 +8,19 @@
 
 namespace kvad {
 
-LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, int n_seq, int64_t n_batch, Device d)
+DType kv_cache_type(const std::string& name, const std::string& flag) {
+  if (name == "f16") return DType::F16;
+  if (name == "f32") return DType::F32;
+  throw Error(flag + ": '" + name + "' is not a KV cache type kvad has; accepted: f16 (default), f32");
+}
+
+LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, int n_seq, int64_t n_batch, Device d,
+                         KVTypes types)
     : specs_(layers), kv_(layers.size()), n_ctx_(n_ctx), n_seq_(n_seq), n_cached_(n_seq, 0), rec_(layers.size()),
       snaps_(n_seq) {
+  for (const DType t : {types.k, types.v})
+    if (t != DType::F16 && t != DType::F32)
+      throw Error(std::string("cache: KV cache type ") + dtype_name(t) + " is not supported; accepted: f16, f32");
   if (n_ctx <= 0 || n_seq <= 0 || n_batch <= 0)
     throw Error("cache: n_ctx, n_seq and n_batch must be positive (" + std::to_string(n_ctx) + ", " +
                 std::to_string(n_seq) + ", " + std::to_string(n_batch) + ")");
@@ -42,8 +52,8 @@ LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, in
     const int64_t rows = L.slots * n_seq;
     // Uninitialised: rows are written before they are read, and pages never
     // written cost address space, not resident memory.
-    L.k = ops::empty(DType::F16, {s.k_dim, rows, 1, 1}, d);
-    L.v = ops::empty(DType::F16, {s.v_dim, rows, 1, 1}, d);
+    L.k = ops::empty(types.k, {s.k_dim, rows, 1, 1}, d);
+    L.v = ops::empty(types.v, {s.v_dim, rows, 1, 1}, d);
     L.k.name = "cache.k." + std::to_string(il);
     L.v.name = "cache.v." + std::to_string(il);
     bytes_ += L.k.n_bytes() + L.v.n_bytes();

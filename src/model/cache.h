@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/model.h"
@@ -51,19 +52,28 @@ struct BatchPiece {
   std::vector<int32_t> out;
 };
 
-/// One layer's keys and values, f16: k [n_seq · slots, k_dim], v [n_seq ·
-/// slots, v_dim]; position p of sequence s lives in row s · slots + p % slots.
+/// One layer's keys and values, f16 or f32 (KVTypes): k [n_seq · slots,
+/// k_dim], v [n_seq · slots, v_dim]; position p of sequence s lives in row
+/// s · slots + p % slots.
 struct KVLayer {
   Tensor k, v;
   int64_t slots = 0;   ///< n_ctx, or min(n_ctx, window + n_batch) for a sliding-window layer
   int32_t window = 0;
 };
 
+/// The KV cache format a --cache-type-k / --cache-type-v value names:
+/// "f16" or "f32" (llama.cpp's names). `flag` names the option in the error
+/// (kvad::Error naming the value and the accepted ones, e.g. for llama.cpp's
+/// quantized "q8_0", which kvad does not have).
+DType kv_cache_type(const std::string& name, const std::string& flag);
+
 /// The Cache of a model whose layers are listed by LayerSpec.
 class LayerCaches final : public Cache {
  public:
-  /// Allocates every layer on `d`. Throws kvad::Error for a kind whose
-  /// implementation has not landed yet (Latent) or for sizes <= 0.
+  /// Allocates every layer on `d`, keys and values in the formats `types`
+  /// names. Throws kvad::Error for a kind whose implementation has not
+  /// landed yet (Latent), for sizes <= 0, or for a K/V format other than f16
+  /// and f32.
   ///
   /// Recurrent layers: a state absorbs every token it reads and cannot give
   /// one back, so a rewind lands on a snapshot. With N = snapshot_every > 0
@@ -71,8 +81,9 @@ class LayerCaches final : public Cache {
   /// time a sequence reaches a multiple of N positions, at a cost of
   /// (positions / N) × the per-sequence state bytes, allocated as taken and
   /// counted by bytes(); N = 0 keeps none, and any rewind short of cached(s)
-  /// lands on 0.
-  LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, int n_seq, int64_t n_batch, Device d);
+  /// lands on 0. The states are f32 whatever `types` says.
+  LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, int n_seq, int64_t n_batch, Device d,
+              KVTypes types);
 
   int32_t n_ctx() const override { return n_ctx_; }
   int n_seq() const override { return n_seq_; }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tensor/device.h"
+#include "tensor/dtype.h"
 
 namespace kvad {
 
@@ -33,6 +34,14 @@ struct HParams {
   float rope_freq_base = 10000.0f;  ///< {arch}.rope.freq_base
   float rope_freq_scale = 1.0f;     ///< 1 / {arch}.rope.scaling.factor (linear)
   int64_t n_params = 0;      ///< total elements over all weights
+};
+
+/// Formats of the attention key and value caches (llama.cpp's
+/// --cache-type-k/-ctk and --cache-type-v/-ctv): F16 (the default, as
+/// llama.cpp's) or F32 (exact: what transformers keeps at float32).
+struct KVTypes {
+  DType k = DType::F16;
+  DType v = DType::F16;
 };
 
 /// Per-sequence state an architecture keeps between forward calls, composed
@@ -88,7 +97,9 @@ class Model {
   /// A fresh, empty cache for n_seq sequences of n_ctx positions each, on the
   /// model's device. n_batch: the most tokens one forward call holds (a
   /// sliding-window layer keeps window + n_batch positions per sequence).
-  virtual std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch) const = 0;
+  /// types: the key/value caches' formats (LayerCaches throws kvad::Error
+  /// for one other than f16 or f32).
+  virtual std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types = {}) const = 0;
   /// Evaluates a batch of at most n_batch tokens, splitting CPU work over
   /// `pool`. The caller (Session) has checked that every sequence's
   /// positions continue from what the cache holds and fit in it.

@@ -56,6 +56,12 @@ void need_type(const char* op, const Tensor& t, DType ty, const char* what) {
     fail(op, std::string(what) + " must be " + dtype_name(ty) + ", is " + dtype_name(t.type) + " " + shape_str(t));
 }
 
+// A KV cache tensor: f16 or f32 (--cache-type-k / --cache-type-v).
+void need_kv_type(const char* op, const Tensor& t, const char* what) {
+  if (t.type != DType::F16 && t.type != DType::F32)
+    fail(op, std::string(what) + " must be f16 or f32, is " + dtype_name(t.type) + " " + shape_str(t));
+}
+
 // Checks cost nothing on success: the message is only built on failure.
 #define KVAD_NEED(op, ok, why) \
   do {                         \
@@ -383,7 +389,7 @@ void check_ids(const char* op, const Tensor& seq, const Tensor& pos, int64_t n_t
 
 void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Tensor& pos, int64_t slots) {
   const Device d = same_device("kv_store", {&cache, &x, &seq, &pos});
-  need_type("kv_store", cache, DType::F16, "cache");
+  need_kv_type("kv_store", cache, "cache");
   need_type("kv_store", x, DType::F32, "x");
   KVAD_NEED("kv_store", x.n_elements() == seq.n_elements() * cache.ne[0],
        "x " + shape_str(x) + " is not " + std::to_string(seq.n_elements()) + " rows of the cache's " +
@@ -397,8 +403,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
                  const AttentionOpParams& p) {
   const Device d = same_device("attention", {&q, &k, &v, &seq, &pos});
   need_type("attention", q, DType::F32, "q");
-  need_type("attention", k, DType::F16, "k cache");
-  need_type("attention", v, DType::F16, "v cache");
+  need_kv_type("attention", k, "k cache");
+  need_kv_type("attention", v, "v cache");
   const int64_t D = q.ne[0], H = q.ne[1], n_tok = q.ne[2];
   check_ids("attention", seq, pos, n_tok);
   KVAD_NEED("attention", q.ne[3] == 1 && k.ne == v.ne && k.ne[0] % D == 0 && H % (k.ne[0] / D) == 0,

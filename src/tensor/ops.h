@@ -141,12 +141,13 @@ Tensor geglu(const Tensor& gate, const Tensor& up);
 Tensor concat(const Tensor& a, const Tensor& b);
 
 /// Stores rows of x ([n_tok, n], f32) into a cache tensor ([n_seq·slots, n],
-/// f16): token t goes to row seq[t]·slots + pos[t] % slots. seq, pos:
-/// [n_tok] i32. slots: positions each sequence's ring holds.
+/// f16 — rounded to nearest even — or f32, copied exactly; llama.cpp's
+/// --cache-type-k/-v): token t goes to row seq[t]·slots + pos[t] % slots.
+/// seq, pos: [n_tok] i32. slots: positions each sequence's ring holds.
 void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Tensor& pos, int64_t slots);
 /// Causal scaled dot-product attention (Vaswani et al. 2017) of n_tok query
-/// tokens over f16 caches k, v: [n_seq·slots, n_head_kv·head_dim] written by
-/// kv_store. q: [n_tok, n_head, head_dim]; token t (sequence seq[t],
+/// tokens over caches k, v: [n_seq·slots, n_head_kv·head_dim] written by
+/// kv_store, each f16 or f32 (k and v may differ). q: [n_tok, n_head, head_dim]; token t (sequence seq[t],
 /// position pos[t]) sees positions [first, pos[t]] of its sequence, first = 0
 /// or pos[t] - window + 1; query head h reads kv head h / (n_head / n_head_kv)
 /// (grouped-query attention, Ainslie et al. 2023). The caller keeps

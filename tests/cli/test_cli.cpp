@@ -167,3 +167,44 @@ TEST(Cli, QuantOnACpuGgufIsAClearError) {
   EXPECT_TRUE(kvad::test::one_error_line(r.err)) << r.err;
   EXPECT_NE(r.err.find("kvad: error: --quant q8_0 applies to HF checkpoints"), std::string::npos) << r.err;
 }
+
+// --cache-type-k/-ctk and --cache-type-v/-ctv (llama.cpp's flags): a value
+// other than f16 or f32 is one error line naming the flag and the accepted
+// values, before any model is read, on every command that makes a cache.
+TEST(Cli, CacheTypeOtherThanF16OrF32IsOneLineError) {
+  for (const char* sub : {"run --prompt hi", "chat", "bench", "perplexity -f /dev/null", "serve"}) {
+    for (const char* flag : {"--cache-type-k q8_0", "-ctv q4_0"}) {
+      Out r = run_kvad(std::string(sub) + " " + flag + " --model /nonexistent/model.gguf", "hi\n");
+      EXPECT_EQ(r.status, 1) << sub << " " << flag;
+      EXPECT_TRUE(one_error_line(r.err)) << r.err;
+      const std::string name = flag[1] == 'c' ? "--cache-type-v" : "--cache-type-k";
+      EXPECT_NE(r.err.find("kvad: error: " + name + ": '"), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("accepted: f16 (default), f32"), std::string::npos) << r.err;
+    }
+  }
+}
+
+// An f32 cache holds twice the bytes per token of the default f16 one (the
+// figure run prints is measured from the allocation), and bench --json
+// reports the types as llama-bench does (type_k, type_v).
+TEST(Cli, CacheTypeF32DoublesTheKvBytes) {
+  const std::string path = kvad::test::find_model("smollm2-135m");
+  if (path.empty()) GTEST_SKIP() << "model smollm2-135m not installed";
+  auto kv_bytes = [](const std::string& err) {
+    const size_t at = err.find("KV cache ");
+    return at == std::string::npos ? -1L : std::stol(err.substr(at + 9));
+  };
+  const Out f16 = run_kvad("run -m " + path + " -p hi -n 2 --temp 0");
+  const Out f32 = run_kvad("run -m " + path + " -p hi -n 2 --temp 0 -ctk f32 -ctv f32");
+  const Out k32 = run_kvad("run -m " + path + " -p hi -n 2 --temp 0 --cache-type-k f32");
+  ASSERT_EQ(f16.status, 0) << f16.err;
+  ASSERT_EQ(f32.status, 0) << f32.err;
+  ASSERT_EQ(k32.status, 0) << k32.err;
+  EXPECT_GT(kv_bytes(f16.err), 0) << f16.err;
+  EXPECT_EQ(kv_bytes(f32.err), 2 * kv_bytes(f16.err)) << f32.err;
+  EXPECT_EQ(2 * kv_bytes(k32.err), 3 * kv_bytes(f16.err)) << k32.err;  // keys f32, values f16
+  const Out b = run_kvad("bench -m " + path + " -p 8 -n 2 -r 1 --json -ctk f32");
+  ASSERT_EQ(b.status, 0) << b.err;
+  EXPECT_NE(b.out.find("\"type_k\": \"f32\""), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("\"type_v\": \"f16\""), std::string::npos) << b.out;
+}

@@ -6,8 +6,10 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/ops.h"  // cpu::rope in the reference
 #include "model/blocks.h"
@@ -57,8 +59,10 @@ float round_f16(float v) { return kvad::f16_to_f32(kvad::f32_to_f16(v)); }
 
 // Attention output of every token of one sequence at positions 0..n-1, stated
 // directly: full softmax over the allowed positions, K/V rounded to f16 as the cache stores them.
+// f16_cache: K and V rounded to f16 as the default cache stores them (else
+// kept in f32, as --cache-type-k/-v f32 stores them).
 std::vector<float> attention_reference(const kvad::AttentionWeights& w, const kvad::AttentionParams& p,
-                                       const std::vector<float>& x, int64_t n, int64_t E) {
+                                       const std::vector<float>& x, int64_t n, int64_t E, bool f16_cache = true) {
   const int64_t H = p.n_head, Hkv = p.n_head_kv, D = p.head_dim;
   std::vector<std::vector<float>> qs(n), ks(n), vs(n);
   for (int64_t t = 0; t < n; ++t) {
@@ -76,8 +80,10 @@ std::vector<float> attention_reference(const kvad::AttentionWeights& w, const kv
     }
     kvad::cpu::rope(qs[t].data(), H, D, p.rope.n_rot, t, p.rope.freq_base, p.rope.freq_scale, p.rope.neox);
     kvad::cpu::rope(ks[t].data(), Hkv, D, p.rope.n_rot, t, p.rope.freq_base, p.rope.freq_scale, p.rope.neox);
-    for (float& v : ks[t]) v = round_f16(v);
-    for (float& v : vs[t]) v = round_f16(v);
+    if (f16_cache) {
+      for (float& v : ks[t]) v = round_f16(v);
+      for (float& v : vs[t]) v = round_f16(v);
+    }
   }
   std::vector<float> out(n * E);
   for (int64_t t = 0; t < n; ++t) {
@@ -138,11 +144,11 @@ struct AttnCase {
 // The block over a one-layer cache: the whole sequence in one batch, or one
 // token per call with a cache sized for single-token batches (a sliding
 // window then keeps a ring of window + 1 positions, which wraps).
-kvad::LayerCaches make_cache(const AttnCase& c, int64_t n_batch) {
+kvad::LayerCaches make_cache(const AttnCase& c, int64_t n_batch, kvad::KVTypes kv = {}) {
   kvad::LayerSpec spec;
   spec.k_dim = spec.v_dim = c.Hkv * c.D;
   spec.window = c.p.sliding_window;
-  return kvad::LayerCaches({spec}, 32, 1, n_batch, kvad::Device::cpu());
+  return kvad::LayerCaches({spec}, 32, 1, n_batch, kvad::Device::cpu(), kv);
 }
 
 void run_block(AttnCase& c, kvad::LayerCaches& cache, int64_t t0, int64_t n, float* out) {
@@ -155,19 +161,19 @@ void run_block(AttnCase& c, kvad::LayerCaches& cache, int64_t t0, int64_t n, flo
   cache.advance(b);
 }
 
-std::vector<float> run_batched(AttnCase& c) {
+std::vector<float> run_batched(AttnCase& c, kvad::KVTypes kv = {}) {
   kvad::ThreadPool pool(2);
   kvad::ops::PoolScope scope(pool);
-  kvad::LayerCaches cache = make_cache(c, c.n);
+  kvad::LayerCaches cache = make_cache(c, c.n, kv);
   std::vector<float> out(c.n * c.E);
   run_block(c, cache, 0, c.n, out.data());
   return out;
 }
 
-std::vector<float> run_one_by_one(AttnCase& c) {
+std::vector<float> run_one_by_one(AttnCase& c, kvad::KVTypes kv = {}) {
   kvad::ThreadPool pool(2);
   kvad::ops::PoolScope scope(pool);
-  kvad::LayerCaches cache = make_cache(c, 1);
+  kvad::LayerCaches cache = make_cache(c, 1, kv);
   std::vector<float> out(c.n * c.E);
   for (int64_t t = 0; t < c.n; ++t) run_block(c, cache, t, 1, &out[t * c.E]);
   return out;
@@ -202,6 +208,37 @@ TEST(Blocks, AttentionMatchesReferenceSlidingWindow) {
     for (int64_t i = (c.n - 1) * c.E; i < c.n * c.E; ++i) d = std::max(d, std::fabs(double(f[i]) - batched[i]));
     EXPECT_GT(d, 1e-3);
   }
+}
+
+// --cache-type-k/-v f32: K and V kept exactly, so the block matches the
+// unrounded definition ~20x closer than the f16 cache's 2e-3 allows (measured
+// 2e-6 vs 4e-4), full and sliding-window (a ring that wraps one by one); a
+// mixed cache (f32 keys, f16 values) matches the reference that rounds V only.
+TEST(Blocks, AttentionWithF32CacheMatchesTheUnroundedReference) {
+  const kvad::KVTypes f32{kvad::DType::F32, kvad::DType::F32};
+  for (int32_t window : {0, 3}) {
+    SCOPED_TRACE(window);
+    AttnCase c(window);
+    const auto exact = attention_reference(c.w, c.p, c.x, c.n, c.E, /*f16_cache=*/false);
+    expect_close(run_batched(c, f32), exact, 1e-4);
+    expect_close(run_one_by_one(c, f32), exact, 1e-4);
+    // The f16 cache is measurably further from it.
+    const auto f16 = run_batched(c);
+    double d = 0;
+    for (size_t i = 0; i < f16.size(); ++i) d = std::max(d, std::fabs(double(f16[i]) - exact[i]));
+    EXPECT_GT(d, 1e-4);
+  }
+  AttnCase c(0);
+  const auto both_f16 = attention_reference(c.w, c.p, c.x, c.n, c.E, true);
+  const auto none_f16 = attention_reference(c.w, c.p, c.x, c.n, c.E, false);
+  const auto mixed = run_batched(c, {kvad::DType::F32, kvad::DType::F16});
+  double to_f16 = 0, to_f32 = 0;
+  for (size_t i = 0; i < mixed.size(); ++i) {
+    to_f16 = std::max(to_f16, std::fabs(double(mixed[i]) - both_f16[i]));
+    to_f32 = std::max(to_f32, std::fabs(double(mixed[i]) - none_f16[i]));
+  }
+  EXPECT_GT(to_f16, 0.0);  // not the f16 cache
+  EXPECT_GT(to_f32, 0.0);  // nor the f32 one
 }
 
 TEST(Blocks, WindowAtLeastContextEqualsFullAttention) {
@@ -282,48 +319,90 @@ TEST(Blocks, GluKernelsMatchTheDefinition) {
 
 // Cache::copy_prefix: a full layer copies positions 0..n-1; a ring copies
 // its slots and refuses when it moved past what position n reads.
-TEST(Cache, CopyPrefixFullAndRing) {
+// bytes_per_token reflects the formats: f32 keys and values take twice the
+// bytes of f16 ones; other formats and names are clear errors.
+TEST(Cache, KVTypesSetTheBytesAndOthersAreRefused) {
   kvad::LayerSpec full, ring;
-  full.k_dim = full.v_dim = 8;
+  full.k_dim = 64;
+  full.v_dim = 32;
   ring = full;
-  ring.window = 4;  // with n_batch 2: 6 slots
-  kvad::LayerCaches cache({full, ring}, 32, 2, 2, kvad::Device::cpu());
-  const int32_t cur = 20;
-  // Sequence 0 holds positions 0..19; row values encode (layer, position).
-  for (int il = 0; il < 2; ++il) {
-    kvad::KVLayer& L = cache.kv(il);
-    for (int32_t p = 0; p < cur; ++p) {
-      std::vector<float> row(8, static_cast<float>(il * 100 + p));
-      const int32_t s = 0;
-      const kvad::Tensor x = kvad::ops::wrap_host(row.data(), kvad::DType::F32, {8, 1, 1, 1});
-      const kvad::Tensor ts = kvad::ops::wrap_host(&s, kvad::DType::I32, {1, 1, 1, 1});
-      const kvad::Tensor tp = kvad::ops::wrap_host(&p, kvad::DType::I32, {1, 1, 1, 1});
-      kvad::ops::kv_store(L.k, x, ts, tp, L.slots);
-      kvad::ops::kv_store(L.v, x, ts, tp, L.slots);
+  ring.window = 4;
+  const std::vector<kvad::LayerSpec> specs{full, ring};
+  const kvad::LayerCaches f16(specs, 32, 2, 4, kvad::Device::cpu(), {});
+  const kvad::LayerCaches f32(specs, 32, 2, 4, kvad::Device::cpu(), {kvad::DType::F32, kvad::DType::F32});
+  const kvad::LayerCaches k32(specs, 32, 2, 4, kvad::Device::cpu(), {kvad::DType::F32, kvad::DType::F16});
+  // Full layer: 32 rows of 64 + 32 values; ring: 8 rows; 2 sequences.
+  EXPECT_EQ(f16.bytes(), size_t(2) * (32 + 8) * (64 + 32) * 2);
+  EXPECT_EQ(f32.bytes(), 2 * f16.bytes());
+  EXPECT_EQ(k32.bytes(), size_t(2) * (32 + 8) * (64 * 4 + 32 * 2));
+  EXPECT_EQ(f32.bytes_per_token(), 2 * f16.bytes_per_token());
+  EXPECT_EQ(f16.bytes_per_token(), f16.bytes() / 64);
+  try {
+    kvad::LayerCaches bad(specs, 32, 2, 4, kvad::Device::cpu(), {kvad::DType::Q8_0, kvad::DType::F16});
+    ADD_FAILURE() << "a q8_0 cache was accepted";
+  } catch (const kvad::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q8_0 is not supported; accepted: f16, f32"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(kvad::kv_cache_type("f16", "--cache-type-k"), kvad::DType::F16);
+  EXPECT_EQ(kvad::kv_cache_type("f32", "--cache-type-v"), kvad::DType::F32);
+  try {
+    kvad::kv_cache_type("q4_0", "--cache-type-v");
+    ADD_FAILURE() << "q4_0 was accepted";
+  } catch (const kvad::Error& e) {
+    EXPECT_EQ(std::string(e.what()), "--cache-type-v: 'q4_0' is not a KV cache type kvad has; accepted: f16 (default), f32");
+  }
+}
+
+TEST(Cache, CopyPrefixFullAndRing) {
+  for (const kvad::DType kv : {kvad::DType::F16, kvad::DType::F32}) {
+    SCOPED_TRACE(kvad::dtype_name(kv));
+    kvad::LayerSpec full, ring;
+    full.k_dim = full.v_dim = 8;
+    ring = full;
+    ring.window = 4;  // with n_batch 2: 6 slots
+    kvad::LayerCaches cache({full, ring}, 32, 2, 2, kvad::Device::cpu(), {kv, kv});
+    const int32_t cur = 20;
+    // Sequence 0 holds positions 0..19; row values encode (layer, position).
+    for (int il = 0; il < 2; ++il) {
+      kvad::KVLayer& L = cache.kv(il);
+      for (int32_t p = 0; p < cur; ++p) {
+        std::vector<float> row(8, static_cast<float>(il * 100 + p));
+        const int32_t s = 0;
+        const kvad::Tensor x = kvad::ops::wrap_host(row.data(), kvad::DType::F32, {8, 1, 1, 1});
+        const kvad::Tensor ts = kvad::ops::wrap_host(&s, kvad::DType::I32, {1, 1, 1, 1});
+        const kvad::Tensor tp = kvad::ops::wrap_host(&p, kvad::DType::I32, {1, 1, 1, 1});
+        kvad::ops::kv_store(L.k, x, ts, tp, L.slots);
+        kvad::ops::kv_store(L.v, x, ts, tp, L.slots);
+      }
     }
+    std::vector<int32_t> tok(cur, 0), pos(cur), seq(cur, 0);
+    for (int32_t p = 0; p < cur; ++p) pos[p] = p;
+    cache.advance({tok.data(), pos.data(), seq.data(), cur, nullptr, 0});
+    ASSERT_EQ(cache.cached(0), cur);
+    // The ring holds 14..19; position 10 reads 7..9: gone.
+    EXPECT_FALSE(cache.copy_prefix(0, 1, 10));
+    EXPECT_EQ(cache.cached(1), 0);
+    EXPECT_FALSE(cache.copy_prefix(0, 1, cur + 1));  // more than src holds
+    EXPECT_FALSE(cache.copy_prefix(0, 0, 5));        // onto itself
+    // Position 18 reads 15..17: there.
+    ASSERT_TRUE(cache.copy_prefix(0, 1, 18));
+    EXPECT_EQ(cache.cached(1), 18);
+    EXPECT_EQ(cache.cached(0), cur);
+    auto value = [&](int il, bool k, int64_t row) {
+      const kvad::KVLayer& L = cache.kv(il);
+      if (kv == kvad::DType::F32) {
+        std::vector<float> f(static_cast<size_t>(L.k.n_bytes() / 4));
+        kvad::ops::to_host(k ? L.k : L.v, f.data());
+        return f[static_cast<size_t>(row * 8)];
+      }
+      std::vector<uint16_t> h(static_cast<size_t>(L.k.n_bytes() / 2));
+      kvad::ops::to_host(k ? L.k : L.v, h.data());
+      return kvad::f16_to_f32(h[static_cast<size_t>(row * 8)]);
+    };
+    for (int32_t p = 0; p < 18; ++p) {
+      EXPECT_EQ(value(0, true, 32 + p), static_cast<float>(p)) << p;  // full: row 32 + p
+      EXPECT_EQ(value(0, false, 32 + p), static_cast<float>(p)) << p;
+    }
+    for (int32_t p = 15; p < 18; ++p) EXPECT_EQ(value(1, true, 6 + p % 6), static_cast<float>(100 + p)) << p;
   }
-  std::vector<int32_t> tok(cur, 0), pos(cur), seq(cur, 0);
-  for (int32_t p = 0; p < cur; ++p) pos[p] = p;
-  cache.advance({tok.data(), pos.data(), seq.data(), cur, nullptr, 0});
-  ASSERT_EQ(cache.cached(0), cur);
-  // The ring holds 14..19; position 10 reads 7..9: gone.
-  EXPECT_FALSE(cache.copy_prefix(0, 1, 10));
-  EXPECT_EQ(cache.cached(1), 0);
-  EXPECT_FALSE(cache.copy_prefix(0, 1, cur + 1));  // more than src holds
-  EXPECT_FALSE(cache.copy_prefix(0, 0, 5));        // onto itself
-  // Position 18 reads 15..17: there.
-  ASSERT_TRUE(cache.copy_prefix(0, 1, 18));
-  EXPECT_EQ(cache.cached(1), 18);
-  EXPECT_EQ(cache.cached(0), cur);
-  auto value = [&](int il, bool k, int64_t row) {
-    const kvad::KVLayer& L = cache.kv(il);
-    std::vector<uint16_t> h(static_cast<size_t>(L.k.n_bytes() / 2));
-    kvad::ops::to_host(k ? L.k : L.v, h.data());
-    return kvad::f16_to_f32(h[static_cast<size_t>(row * 8)]);
-  };
-  for (int32_t p = 0; p < 18; ++p) {
-    EXPECT_EQ(value(0, true, 32 + p), static_cast<float>(p)) << p;  // full: row 32 + p
-    EXPECT_EQ(value(0, false, 32 + p), static_cast<float>(p)) << p;
-  }
-  for (int32_t p = 15; p < 18; ++p) EXPECT_EQ(value(1, true, 6 + p % 6), static_cast<float>(100 + p)) << p;
 }

@@ -329,7 +329,8 @@ TEST(Ops, GetRows) {
 
 // kv_store then attention over one layer's caches: two sequences in one batch,
 // GQA (4 query heads over 2 kv heads), full causal and a window with a ring
-// smaller than the positions written (it wraps).
+// smaller than the positions written (it wraps); caches f16, f32, and f32
+// keys with f16 values (--cache-type-k/-v).
 TEST(Ops, KvStoreAndAttention) {
   std::mt19937 rng(7);
   const int64_t D = 32, H = 4, Hkv = 2;
@@ -338,84 +339,95 @@ TEST(Ops, KvStoreAndAttention) {
     int32_t window;
     int64_t slots;
   };
-  for (const Case c : {Case{"full", 0, 40}, Case{"window 5, ring 9", 5, 9}, Case{"window 3, ring 40", 3, 40}}) {
-    // Sequence 0 holds positions 0..19, sequence 1 positions 0..6 (written in
-    // steps of at most slots - window tokens, as a Session would).
-    std::vector<int32_t> seq, pos;
-    const Tensor kc0 = ops::empty(DType::F16, {Hkv * D, 2 * c.slots, 1, 1}, Device::cpu());
-    const Tensor vc0 = ops::empty(DType::F16, {Hkv * D, 2 * c.slots, 1, 1}, Device::cpu());
-    std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> steps;
-    const int32_t step = c.window ? static_cast<int32_t>(c.slots - c.window) : 20;
-    for (int32_t p0 = 0; p0 < 20; p0 += step) {
-      std::vector<int32_t> s, p;
-      for (int32_t q = p0; q < std::min(20, p0 + step); ++q) s.push_back(0), p.push_back(q);
-      for (int32_t q = p0; q < std::min(7, p0 + step); ++q) s.push_back(1), p.push_back(q);
-      steps.push_back({s, p});
-    }
-    for (size_t i = 0; i < steps.size(); ++i) {
-      const int64_t n = static_cast<int64_t>(steps[i].first.size());
-      const Tensor q = rand_f32(rng, {D, H, n, 1}), k = rand_f32(rng, {Hkv * D, n, 1, 1}), v = rand_f32(rng, {Hkv * D, n, 1, 1});
-      const Tensor st = ids_tensor(steps[i].first), pt = ids_tensor(steps[i].second);
-      const kvad::AttentionOpParams ap{0.17f, c.window, c.slots};
-      // Caches carry state across steps: each device keeps its own pair.
-      static std::vector<Tensor> dev_k, dev_v;
-      if (i == 0) {
-        dev_k.clear();
-        dev_v.clear();
-        for (const Device d : devices()) {
-          dev_k.push_back(ops::empty(DType::F16, kc0.ne, d));
-          dev_v.push_back(ops::empty(DType::F16, vc0.ne, d));
-        }
+  const std::pair<DType, DType> kv_types[] = {
+      {DType::F16, DType::F16}, {DType::F32, DType::F32}, {DType::F32, DType::F16}};
+  for (const auto& [tk, tv] : kv_types) {
+    for (const Case c : {Case{"full", 0, 40}, Case{"window 5, ring 9", 5, 9}, Case{"window 3, ring 40", 3, 40}}) {
+      const std::string types = std::string(" k ") + kvad::dtype_name(tk) + " v " + kvad::dtype_name(tv);
+      // Sequence 0 holds positions 0..19, sequence 1 positions 0..6 (written in
+      // steps of at most slots - window tokens, as a Session would).
+      std::vector<int32_t> seq, pos;
+      const Tensor kc0 = ops::empty(tk, {Hkv * D, 2 * c.slots, 1, 1}, Device::cpu());
+      const Tensor vc0 = ops::empty(tv, {Hkv * D, 2 * c.slots, 1, 1}, Device::cpu());
+      std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> steps;
+      const int32_t step = c.window ? static_cast<int32_t>(c.slots - c.window) : 20;
+      for (int32_t p0 = 0; p0 < 20; p0 += step) {
+        std::vector<int32_t> s, p;
+        for (int32_t q = p0; q < std::min(20, p0 + step); ++q) s.push_back(0), p.push_back(q);
+        for (int32_t q = p0; q < std::min(7, p0 + step); ++q) s.push_back(1), p.push_back(q);
+        steps.push_back({s, p});
       }
-      int di = -1;
-      check(std::string("attention ") + c.name + " step " + std::to_string(i), {q, k, v, st, pt}, 1e-4,
-            [&](const std::vector<Tensor>& a) {
-              const bool cpu = a[0].device().is_cpu();
-              if (!cpu) ++di;
-              const Tensor& kc = cpu ? kc0 : dev_k[di];
-              const Tensor& vc = cpu ? vc0 : dev_v[di];
-              ops::kv_store(kc, a[1], a[3], a[4], c.slots);
-              ops::kv_store(vc, a[2], a[3], a[4], c.slots);
-              return ops::attention(a[0], kc, vc, a[3], a[4], ap);
-            });
+      for (size_t i = 0; i < steps.size(); ++i) {
+        const int64_t n = static_cast<int64_t>(steps[i].first.size());
+        const Tensor q = rand_f32(rng, {D, H, n, 1}), k = rand_f32(rng, {Hkv * D, n, 1, 1}),
+                     v = rand_f32(rng, {Hkv * D, n, 1, 1});
+        const Tensor st = ids_tensor(steps[i].first), pt = ids_tensor(steps[i].second);
+        const kvad::AttentionOpParams ap{0.17f, c.window, c.slots};
+        // Caches carry state across steps: each device keeps its own pair.
+        static std::vector<Tensor> dev_k, dev_v;
+        if (i == 0) {
+          dev_k.clear();
+          dev_v.clear();
+          for (const Device d : devices()) {
+            dev_k.push_back(ops::empty(tk, kc0.ne, d));
+            dev_v.push_back(ops::empty(tv, vc0.ne, d));
+          }
+        }
+        int di = -1;
+        check(std::string("attention ") + c.name + types + " step " + std::to_string(i), {q, k, v, st, pt}, 1e-4,
+              [&](const std::vector<Tensor>& a) {
+                const bool cpu = a[0].device().is_cpu();
+                if (!cpu) ++di;
+                const Tensor& kc = cpu ? kc0 : dev_k[di];
+                const Tensor& vc = cpu ? vc0 : dev_v[di];
+                ops::kv_store(kc, a[1], a[3], a[4], c.slots);
+                ops::kv_store(vc, a[2], a[3], a[4], c.slots);
+                return ops::attention(a[0], kc, vc, a[3], a[4], ap);
+              });
+      }
     }
   }
 }
 
 // The CPU attention against its definition: softmax over the visible
-// positions of f16-rounded keys and values, for the window ring that wraps.
+// positions of f16-rounded keys and values (an f32 cache: unrounded), for
+// the window ring that wraps.
 TEST(Ops, AttentionMatchesDefinition) {
-  std::mt19937 rng(8);
-  const int64_t D = 16, H = 2, slots = 6;
-  const int32_t window = 4;
-  const Tensor kc = ops::empty(DType::F16, {D, slots, 1, 1}, Device::cpu());
-  const Tensor vc = ops::empty(DType::F16, {D, slots, 1, 1}, Device::cpu());
-  std::vector<std::vector<float>> ks, vs;
-  for (int32_t p = 0; p < 15; ++p) {
-    const Tensor q = rand_f32(rng, {D, H, 1, 1}), k = rand_f32(rng, {D, 1, 1, 1}), v = rand_f32(rng, {D, 1, 1, 1});
-    const Tensor st = ids_tensor({0}), pt = ids_tensor({p});
-    ops::kv_store(kc, k, st, pt, slots);
-    ops::kv_store(vc, v, st, pt, slots);
-    ks.push_back(host_f32(k));
-    vs.push_back(host_f32(v));
-    for (auto* a : {&ks.back(), &vs.back()})
-      for (float& x : *a) x = kvad::f16_to_f32(kvad::f32_to_f16(x));
-    const auto out = host_f32(ops::attention(q, kc, vc, st, pt, {0.25f, window, slots}));
-    const auto qv = host_f32(q);
-    for (int64_t h = 0; h < H; ++h) {
-      std::vector<double> s;
-      double mx = -1e300, sum = 0;
-      for (int32_t j = std::max(0, p - window + 1); j <= p; ++j) {
-        double d = 0;
-        for (int64_t i = 0; i < D; ++i) d += double(qv[h * D + i]) * ks[j][i];
-        s.push_back(0.25 * d);
-        mx = std::max(mx, s.back());
-      }
-      for (double& x : s) sum += (x = std::exp(x - mx));
-      for (int64_t i = 0; i < D; ++i) {
-        double want = 0;
-        for (int32_t j = std::max(0, p - window + 1), r = 0; j <= p; ++j, ++r) want += s[r] / sum * vs[j][i];
-        ASSERT_NEAR(out[h * D + i], want, 1e-5) << "pos " << p << " head " << h;
+  for (const DType kv : {DType::F16, DType::F32}) {
+    SCOPED_TRACE(kvad::dtype_name(kv));
+    std::mt19937 rng(8);
+    const int64_t D = 16, H = 2, slots = 6;
+    const int32_t window = 4;
+    const Tensor kc = ops::empty(kv, {D, slots, 1, 1}, Device::cpu());
+    const Tensor vc = ops::empty(kv, {D, slots, 1, 1}, Device::cpu());
+    std::vector<std::vector<float>> ks, vs;
+    for (int32_t p = 0; p < 15; ++p) {
+      const Tensor q = rand_f32(rng, {D, H, 1, 1}), k = rand_f32(rng, {D, 1, 1, 1}), v = rand_f32(rng, {D, 1, 1, 1});
+      const Tensor st = ids_tensor({0}), pt = ids_tensor({p});
+      ops::kv_store(kc, k, st, pt, slots);
+      ops::kv_store(vc, v, st, pt, slots);
+      ks.push_back(host_f32(k));
+      vs.push_back(host_f32(v));
+      if (kv == DType::F16)
+        for (auto* a : {&ks.back(), &vs.back()})
+          for (float& x : *a) x = kvad::f16_to_f32(kvad::f32_to_f16(x));
+      const auto out = host_f32(ops::attention(q, kc, vc, st, pt, {0.25f, window, slots}));
+      const auto qv = host_f32(q);
+      for (int64_t h = 0; h < H; ++h) {
+        std::vector<double> s;
+        double mx = -1e300, sum = 0;
+        for (int32_t j = std::max(0, p - window + 1); j <= p; ++j) {
+          double d = 0;
+          for (int64_t i = 0; i < D; ++i) d += double(qv[h * D + i]) * ks[j][i];
+          s.push_back(0.25 * d);
+          mx = std::max(mx, s.back());
+        }
+        for (double& x : s) sum += (x = std::exp(x - mx));
+        for (int64_t i = 0; i < D; ++i) {
+          double want = 0;
+          for (int32_t j = std::max(0, p - window + 1), r = 0; j <= p; ++j, ++r) want += s[r] / sum * vs[j][i];
+          ASSERT_NEAR(out[h * D + i], want, 1e-5) << "pos " << p << " head " << h;
+        }
       }
     }
   }
@@ -525,6 +537,14 @@ TEST(Ops, Errors) {
   r8.n_rot = 8;
   EXPECT_THROW(ops::rope(a.view({8, 1, 2, 1}), ids_tensor({0}), r8), kvad::Error);  // positions
   EXPECT_THROW(Device::parse("tpu"), kvad::Error);
+  // A KV cache is f16 or f32 (--cache-type-k/-v), nothing else.
+  const Tensor bf = ops::empty(DType::BF16, {8, 4, 1, 1}, Device::cpu());
+  try {
+    ops::kv_store(bf, rand_f32(rng, {8, 1, 1, 1}), ids_tensor({0}), ids_tensor({0}), 4);
+    ADD_FAILURE() << "kv_store into a bf16 cache was accepted";
+  } catch (const kvad::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cache must be f16 or f32, is bf16"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(Device::parse("cuda:1"), Device::cuda(1));
 }
 

@@ -1,4 +1,4 @@
-// Tiled attention over an f16 KV cache, AVX2+FMA+F16C. Compiled with
+// Tiled attention over an f16 or f32 KV cache, AVX2+FMA+F16C. Compiled with
 // KVAD_AVX2_FLAGS; called only after a run-time CPU check (ops.cpp).
 //
 // One call handles up to AttentionRows::kMax query rows that read the same
@@ -27,9 +27,9 @@ using avx2::hsum;
 constexpr int kBlock = 32;     // keys per block
 constexpr int kMaxDim = 256;   // head_dim limit of this kernel
 
-inline __m256 load_f16x8(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
+// Eight cache values as f32: an f16 cache is widened, an f32 one read as is.
+inline __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 
 // Eight dot products q·k_j (j = 0..7, rows of kf with stride D) as one vector.
 inline __m256 dot8(const float* q, const float* kf, int64_t D) {
@@ -75,10 +75,10 @@ void accumulate_pv_any(float* o, const float* p, const float* vf, int64_t D, int
   }
 }
 
-}  // namespace
-
-void attention_rows_f16_avx2(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
-                             int64_t kv_stride, int64_t D, float scale) {
+// TK, TV: the element types of the K and V caches (uint16_t f16, float).
+template <typename TK, typename TV>
+void attention_rows_impl(const AttentionRows& rows, const TK* k, const TV* v, int64_t kv_stride, int64_t D,
+                         float scale) {
   alignas(32) static thread_local float kf[kBlock * kMaxDim], vf[kBlock * kMaxDim];
   alignas(32) float s[kBlock];
   float m[AttentionRows::kMax], l[AttentionRows::kMax];
@@ -100,14 +100,14 @@ void attention_rows_f16_avx2(const AttentionRows& rows, const uint16_t* k, const
     const int split = rows.ring > 0 && s0 + nb > rows.ring ? static_cast<int>(rows.ring - s0) : nb;
     for (int run = 0; run < 2; ++run) {
       const int j0 = run == 0 ? 0 : split, j1 = run == 0 ? split : nb;
-      const uint16_t* kb = k + (run == 0 ? s0 : -static_cast<int64_t>(split)) * kv_stride;
-      const uint16_t* vb = v + (run == 0 ? s0 : -static_cast<int64_t>(split)) * kv_stride;
+      const TK* kb = k + (run == 0 ? s0 : -static_cast<int64_t>(split)) * kv_stride;
+      const TV* vb = v + (run == 0 ? s0 : -static_cast<int64_t>(split)) * kv_stride;
       for (int j = j0; j < j1; ++j) {
-        const uint16_t* kr = kb + j * kv_stride;
-        const uint16_t* vr = vb + j * kv_stride;
+        const TK* kr = kb + j * kv_stride;
+        const TV* vr = vb + j * kv_stride;
         for (int64_t c = 0; c < D; c += 8) {
-          _mm256_store_ps(kf + j * D + c, load_f16x8(kr + c));
-          _mm256_store_ps(vf + j * D + c, load_f16x8(vr + c));
+          _mm256_store_ps(kf + j * D + c, load8(kr + c));
+          _mm256_store_ps(vf + j * D + c, load8(vr + c));
         }
       }
     }
@@ -149,6 +149,19 @@ void attention_rows_f16_avx2(const AttentionRows& rows, const uint16_t* k, const
     float* o = rows.out[r];
     for (int64_t c = 0; c < D; c += 8) _mm256_storeu_ps(o + c, _mm256_mul_ps(_mm256_loadu_ps(o + c), inv));
   }
+}
+
+}  // namespace
+
+void attention_rows_avx2(const AttentionRows& rows, KVRows k, KVRows v, int64_t kv_stride, int64_t D, float scale) {
+  const auto* kh = static_cast<const uint16_t*>(k.data);
+  const auto* vh = static_cast<const uint16_t*>(v.data);
+  const auto* kf = static_cast<const float*>(k.data);
+  const auto* vf = static_cast<const float*>(v.data);
+  if (!k.f32 && !v.f32) attention_rows_impl(rows, kh, vh, kv_stride, D, scale);
+  else if (k.f32 && v.f32) attention_rows_impl(rows, kf, vf, kv_stride, D, scale);
+  else if (k.f32) attention_rows_impl(rows, kf, vh, kv_stride, D, scale);
+  else attention_rows_impl(rows, kh, vf, kv_stride, D, scale);
 }
 
 }  // namespace kvad::cpu

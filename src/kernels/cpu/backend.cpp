@@ -307,12 +307,18 @@ void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Ten
   const float* px = in(x);
   const int32_t* ss = ids(seq);
   const int32_t* ps = ids(pos);
-  uint16_t* pc = static_cast<uint16_t*>(cache.raw());
   const int64_t n_seq = cache.n_rows() / slots;
   for (int64_t t = 0; t < n_tok; ++t)
     if (ss[t] < 0 || ss[t] >= n_seq || ps[t] < 0)
       throw Error("kv_store: token " + std::to_string(t) + " at sequence " + std::to_string(ss[t]) + ", position " +
                   std::to_string(ps[t]) + " is outside the cache");
+  if (cache.type == DType::F32) {
+    float* pc = static_cast<float*>(cache.raw());
+    for (int64_t t = 0; t < n_tok; ++t)
+      std::memcpy(pc + (ss[t] * slots + ps[t] % slots) * n, px + t * n, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  uint16_t* pc = static_cast<uint16_t*>(cache.raw());
   pool().parallel_for(n_tok, 8, [&](int64_t t0, int64_t t1, int) {
     for (int64_t t = t0; t < t1; ++t)
       f32_to_f16_row(px + t * n, pc + (ss[t] * slots + ps[t] % slots) * n, n);
@@ -324,7 +330,7 @@ void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Ten
 // (p.causal false): [0, the highest position of its sequence in this call]. Work is cut
 // into tiles of query rows that share a KV head: a run of tokens of one
 // sequence times the query heads of one group, so each K/V block is read
-// once per tile (attention_rows_f16).
+// once per tile (attention_rows).
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
                const AttentionOpParams& p, const Tensor& o) {
   const int64_t D = q.ne[0], H = q.ne[1], n = q.ne[2];
@@ -333,8 +339,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   const int32_t* ps = ids(pos);
   const float* pq = in(q);
   float* po = out(o);
-  const uint16_t* pk = static_cast<const uint16_t*>(k.raw());
-  const uint16_t* pv = static_cast<const uint16_t*>(v.raw());
+  const KVRows pk{k.raw(), k.type == DType::F32}, pv{v.raw(), v.type == DType::F32};
   const int64_t n_seq = k.n_rows() / p.slots;
   for (int64_t t = 0; t < n; ++t)
     if (ss[t] < 0 || ss[t] >= n_seq || ps[t] < 0)
@@ -384,8 +389,8 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
           ++rows.n;
         }
       const int64_t kvh = tile.h0 / G;
-      const size_t base = static_cast<size_t>(ss[tile.t0]) * p.slots * kv_dim + kvh * D;
-      attention_rows_f16(rows, pk + base, pv + base, kv_dim, D, p.scale);
+      const int64_t base = static_cast<int64_t>(ss[tile.t0]) * p.slots * kv_dim + kvh * D;
+      attention_rows(rows, pk.offset(base), pv.offset(base), kv_dim, D, p.scale);
     }
   });
 }

@@ -112,8 +112,22 @@ void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t
   }
 }
 
-void attention_rows_f16_ref(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
-                            int64_t kv_stride, int64_t head_dim, float scale) {
+namespace {
+
+// Row `row` of a run of cache rows (stride kv_stride), its first n values as f32.
+void kv_row_f32(KVRows r, int64_t row, int64_t kv_stride, int64_t n, float* out) {
+  if (r.f32) {
+    const float* p = static_cast<const float*>(r.data) + row * kv_stride;
+    std::copy(p, p + n, out);
+  } else {
+    const uint16_t* p = static_cast<const uint16_t*>(r.data) + row * kv_stride;
+    for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(p[i]);
+  }
+}
+
+// f16 K and V: attention_f16 (its vec_ops dot and axpy) on each row.
+void attention_rows_f16_ref(const AttentionRows& rows, const uint16_t* k, const uint16_t* v, int64_t kv_stride,
+                            int64_t head_dim, float scale) {
   std::vector<float> scores;
   std::vector<uint16_t> kr, vr;  // a ring's visible rows, unwrapped
   for (int r = 0; r < rows.n; ++r) {
@@ -136,16 +150,49 @@ void attention_rows_f16_ref(const AttentionRows& rows, const uint16_t* k, const 
   }
 }
 
-void attention_rows_f16_avx2(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
-                             int64_t kv_stride, int64_t head_dim, float scale);  // attention_avx2.cpp
+}  // namespace
 
-void attention_rows_f16(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
-                        int64_t kv_stride, int64_t head_dim, float scale) {
+void attention_rows_ref(const AttentionRows& rows, KVRows k, KVRows v, int64_t kv_stride, int64_t head_dim,
+                        float scale) {
+  if (!k.f32 && !v.f32) {
+    attention_rows_f16_ref(rows, static_cast<const uint16_t*>(k.data), static_cast<const uint16_t*>(v.data),
+                           kv_stride, head_dim, scale);
+    return;
+  }
+  // An f32 cache (or one of the two): the same math, every row read as f32.
+  std::vector<float> scores, kf(head_dim), vf(head_dim);
+  for (int r = 0; r < rows.n; ++r) {
+    const int64_t n_pos = rows.last[r] + 1 - rows.first[r];
+    scores.resize(n_pos);
+    const float* q = rows.q[r];
+    for (int64_t j = 0; j < n_pos; ++j) {
+      const int64_t p = rows.first[r] + j, s = rows.ring > 0 ? p % rows.ring : p;
+      kv_row_f32(k, s, kv_stride, head_dim, kf.data());
+      float dot = 0.0f;
+      for (int64_t c = 0; c < head_dim; ++c) dot += q[c] * kf[c];
+      scores[j] = dot * scale;
+    }
+    softmax(scores.data(), n_pos);
+    float* o = rows.out[r];
+    std::fill(o, o + head_dim, 0.0f);
+    for (int64_t j = 0; j < n_pos; ++j) {
+      const int64_t p = rows.first[r] + j, s = rows.ring > 0 ? p % rows.ring : p;
+      kv_row_f32(v, s, kv_stride, head_dim, vf.data());
+      for (int64_t c = 0; c < head_dim; ++c) o[c] += scores[j] * vf[c];
+    }
+  }
+}
+
+void attention_rows_avx2(const AttentionRows& rows, KVRows k, KVRows v, int64_t kv_stride, int64_t head_dim,
+                         float scale);  // attention_avx2.cpp
+
+void attention_rows(const AttentionRows& rows, KVRows k, KVRows v, int64_t kv_stride, int64_t head_dim,
+                    float scale) {
   static const bool avx2 = cpu_features().has_avx2_fma();
   if (avx2 && head_dim % 8 == 0 && head_dim <= 256)
-    attention_rows_f16_avx2(rows, k, v, kv_stride, head_dim, scale);
+    attention_rows_avx2(rows, k, v, kv_stride, head_dim, scale);
   else
-    attention_rows_f16_ref(rows, k, v, kv_stride, head_dim, scale);
+    attention_rows_ref(rows, k, v, kv_stride, head_dim, scale);
 }
 
 }  // namespace kvad::cpu

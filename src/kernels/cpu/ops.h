@@ -91,7 +91,7 @@ void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t
 /// Query rows of one attention tile: every row reads the same KV head.
 /// Row r is one (token, query head) pair; it sees key positions
 /// [first[r], last[r]] (inclusive, indices into the k/v arrays passed to
-/// attention_rows_f16), which expresses causal masks and sliding windows.
+/// attention_rows), which expresses causal masks and sliding windows.
 struct AttentionRows {
   static constexpr int kMax = 16;
   int n = 0;                  ///< rows in use, 1..kMax
@@ -104,19 +104,30 @@ struct AttentionRows {
   int64_t ring = 0;
 };
 
-/// Attention of a tile of query rows over one KV head, in f16:
+/// Rows of one KV cache tensor as the attention kernels read them: f16 or
+/// f32 (the cache's format, --cache-type-k / --cache-type-v).
+struct KVRows {
+  const void* data = nullptr;
+  bool f32 = false;  ///< false: uint16_t f16 values; true: float
+  /// The same rows starting `n` values further on.
+  KVRows offset(int64_t n) const {
+    return {static_cast<const char*>(data) + n * (f32 ? 4 : 2), f32};
+  }
+};
+
+/// Attention of a tile of query rows over one KV head:
 /// out_r = softmax(q_r · k_pᵀ · scale, p in [first_r, last_r]) · v_p.
-/// k, v: [*, kv_stride] f16 with the head's head_dim values at offset 0 of
-/// each row (the caller offsets them to its KV head). head_dim % 8 == 0 and
-/// head_dim <= 256 for the AVX2 path (else the reference runs).
-/// The AVX2 kernel streams over keys in blocks of 32 with an online softmax
-/// (Milakov & Gimelshein 2018; the FlashAttention tiling, Dao et al. 2022),
-/// converting each K/V block to f32 once for all rows of the tile. The
-/// reference (`attention_rows_f16_ref`) runs attention_f16's per-row math.
-void attention_rows_f16(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
-                        int64_t kv_stride, int64_t head_dim, float scale);
-void attention_rows_f16_ref(const AttentionRows& rows, const uint16_t* k, const uint16_t* v,
-                            int64_t kv_stride, int64_t head_dim, float scale);
+/// k, v: [*, kv_stride], each f16 or f32, with the head's head_dim values at
+/// offset 0 of each row (the caller offsets them to its KV head).
+/// head_dim % 8 == 0 and head_dim <= 256 for the AVX2 path (else the
+/// reference runs). The AVX2 kernel streams over keys in blocks of 32 with an
+/// online softmax (Milakov & Gimelshein 2018; the FlashAttention tiling, Dao
+/// et al. 2022), converting each K/V block to f32 once for all rows of the
+/// tile. The reference (`attention_rows_ref`) runs attention_f16's per-row
+/// math for f16 caches and the same math in f32 for a cache that is f32.
+void attention_rows(const AttentionRows& rows, KVRows k, KVRows v, int64_t kv_stride, int64_t head_dim, float scale);
+void attention_rows_ref(const AttentionRows& rows, KVRows k, KVRows v, int64_t kv_stride, int64_t head_dim,
+                        float scale);
 
 /// f32 -> f16 for n elements (cache writes).
 void f32_to_f16_row(const float* x, uint16_t* y, int64_t n);

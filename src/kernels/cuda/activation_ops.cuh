@@ -231,17 +231,24 @@ __global__ void get_rows_f32_kernel(const float* table, int64_t n_rows, int64_t 
 // ---- KV cache and attention -------------------------------------------------
 
 // Row t of x goes to cache row seq[t]·slots + pos[t] % slots (f16, round to
-// nearest even as cpu::f32_to_f16_row). A token outside the cache (sequence
-// not in [0, n_seq), negative position) is dropped: the host checks ids.
+// nearest even as cpu::f32_to_f16_row; or f32 as is). A token outside the
+// cache (sequence not in [0, n_seq), negative position) is dropped: the host
+// checks ids.
+__device__ __forceinline__ void kv_put(uint16_t* c, float x) { *c = __half_as_ushort(__float2half_rn(x)); }
+__device__ __forceinline__ void kv_put(float* c, float x) { *c = x; }
+__device__ __forceinline__ float kv_get(const uint16_t* c) { return h2f(*c); }
+__device__ __forceinline__ float kv_get(const float* c) { return *c; }
+
+template <typename T>
 __global__ void kv_write_kernel(const float* x, int64_t n_tok, int64_t kv_dim, const int32_t* seq,
-                                const int32_t* pos, uint16_t* cache, int64_t slots, int64_t n_seq) {
+                                const int32_t* pos, T* cache, int64_t slots, int64_t n_seq) {
   const int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (g >= n_tok * kv_dim) return;
   const int64_t t = g / kv_dim, c = g % kv_dim;
   const int64_t s = seq[t], p = pos[t];
   if (s < 0 || s >= n_seq || p < 0) return;
   const size_t dst = static_cast<size_t>(s * slots + p % slots) * kv_dim + c;
-  cache[dst] = __half_as_ushort(__float2half_rn(x[g]));
+  kv_put(cache + dst, x[g]);
 }
 
 constexpr int kAttnWarps = 4;
@@ -252,9 +259,10 @@ constexpr int kAttnWarps = 4;
 // token's sequence is cache row seq·slots + p % slots (kv_write's ring; the
 // same row as p itself when slots exceeds every position). A token outside
 // the cache gets zeros. No barriers: a warp past n_head returns at once.
-template <int NJ>
-__global__ void attention_kernel(const float* __restrict__ q, const uint16_t* __restrict__ k,
-                                 const uint16_t* __restrict__ v, const int32_t* __restrict__ seq,
+// TK, TV: the K and V caches' element types (uint16_t f16, float).
+template <int NJ, typename TK, typename TV>
+__global__ void attention_kernel(const float* __restrict__ q, const TK* __restrict__ k,
+                                 const TV* __restrict__ v, const int32_t* __restrict__ seq,
                                  const int32_t* __restrict__ pos, int64_t n_head, int64_t n_head_kv,
                                  int64_t head_dim, int64_t slots, int64_t n_seq, float scale, int32_t window,
                                  float* __restrict__ out) {
@@ -283,14 +291,14 @@ __global__ void attention_kernel(const float* __restrict__ q, const uint16_t* __
   int64_t slot = first % slots;
   float m = -INFINITY, l = 0.0f;
   for (int64_t p = first; p <= p_last; ++p) {
-    const uint16_t* kr = k + base + slot * kv_dim;
-    const uint16_t* vr = v + base + slot * kv_dim;
+    const TK* kr = k + base + slot * kv_dim;
+    const TV* vr = v + base + slot * kv_dim;
     if (++slot == slots) slot = 0;
     float s = 0.0f;
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
       const int64_t d = lane + 32 * j;
-      if (d < head_dim) s += qr[j] * h2f(kr[d]);
+      if (d < head_dim) s += qr[j] * kv_get(kr + d);
     }
     s = warp_sum(s) * scale;
     const float m_new = fmaxf(m, s);
@@ -300,7 +308,7 @@ __global__ void attention_kernel(const float* __restrict__ q, const uint16_t* __
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
       const int64_t d = lane + 32 * j;
-      if (d < head_dim) acc[j] = acc[j] * corr + e * h2f(vr[d]);
+      if (d < head_dim) acc[j] = acc[j] * corr + e * kv_get(vr + d);
     }
     m = m_new;
   }
@@ -409,38 +417,77 @@ void get_rows_f32(const float* table, int64_t n_rows, int64_t n, const int32_t* 
   Context::get().check("get_rows (f32)");
 }
 
-void kv_write(const float* x, int64_t n_tok, int64_t kv_dim, const int32_t* seq, const int32_t* pos,
-              uint16_t* cache, int64_t slots, int64_t n_seq) {
+namespace {
+
+template <typename T>
+void kv_write_t(const float* x, int64_t n_tok, int64_t kv_dim, const int32_t* seq, const int32_t* pos, T* cache,
+                int64_t slots, int64_t n_seq) {
   const int64_t n = n_tok * kv_dim;
   if (n <= 0) return;
   if (slots <= 0) throw Error("cuda::kv_write: slots " + std::to_string(slots) + " is not positive");
   Stream st = stream_for("kv_write");
-  kv_write_kernel<<<blocks_for(n, 256), 256, 0, st>>>(x, n_tok, kv_dim, seq, pos, cache, slots, n_seq);
+  kv_write_kernel<T><<<blocks_for(n, 256), 256, 0, st>>>(x, n_tok, kv_dim, seq, pos, cache, slots, n_seq);
   Context::get().check("kv_write");
 }
 
-void attention(const float* q, const uint16_t* k, const uint16_t* v, const int32_t* seq, const int32_t* pos,
-               int64_t n_tok, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t slots, int64_t n_seq,
-               float scale, int32_t window, float* out) {
+template <typename TK, typename TV>
+void attention_t(const float* q, const TK* k, const TV* v, const int32_t* seq, const int32_t* pos, int64_t n_tok,
+                 int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t slots, int64_t n_seq, float scale,
+                 int32_t window, float* out) {
+  Stream st = stream_for("attention");
+  const dim3 grid(static_cast<unsigned>(n_tok), blocks_for(n_head, kAttnWarps));
+  const int threads = 32 * kAttnWarps;
+  if (head_dim <= 64)
+    attention_kernel<2, TK, TV><<<grid, threads, 0, st>>>(q, k, v, seq, pos, n_head, n_head_kv, head_dim, slots,
+                                                          n_seq, scale, window, out);
+  else if (head_dim <= 128)
+    attention_kernel<4, TK, TV><<<grid, threads, 0, st>>>(q, k, v, seq, pos, n_head, n_head_kv, head_dim, slots,
+                                                          n_seq, scale, window, out);
+  else
+    attention_kernel<8, TK, TV><<<grid, threads, 0, st>>>(q, k, v, seq, pos, n_head, n_head_kv, head_dim, slots,
+                                                          n_seq, scale, window, out);
+  Context::get().check("attention");
+}
+
+}  // namespace
+
+void kv_write(const float* x, int64_t n_tok, int64_t kv_dim, const int32_t* seq, const int32_t* pos,
+              uint16_t* cache, int64_t slots, int64_t n_seq) {
+  kv_write_t(x, n_tok, kv_dim, seq, pos, cache, slots, n_seq);
+}
+
+void kv_write(const float* x, int64_t n_tok, int64_t kv_dim, const int32_t* seq, const int32_t* pos,
+              float* cache, int64_t slots, int64_t n_seq) {
+  kv_write_t(x, n_tok, kv_dim, seq, pos, cache, slots, n_seq);
+}
+
+void attention(const float* q, const void* k, bool k_f32, const void* v, bool v_f32, const int32_t* seq,
+               const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t slots,
+               int64_t n_seq, float scale, int32_t window, float* out) {
   if (n_tok <= 0) return;
   if (head_dim > 256 || head_dim <= 0 || n_head_kv <= 0 || n_head % n_head_kv != 0 || slots <= 0)
     throw Error("cuda::attention: head_dim " + std::to_string(head_dim) + " (max 256), n_head " +
                 std::to_string(n_head) + ", n_head_kv " + std::to_string(n_head_kv) + ", slots " +
                 std::to_string(slots) + " not supported");
   if (n_tok >= (int64_t{1} << 31)) throw Error("cuda::attention: too many tokens in one call");
-  Stream st = stream_for("attention");
-  const dim3 grid(static_cast<unsigned>(n_tok), blocks_for(n_head, kAttnWarps));
-  const int threads = 32 * kAttnWarps;
-  if (head_dim <= 64)
-    attention_kernel<2><<<grid, threads, 0, st>>>(q, k, v, seq, pos, n_head, n_head_kv, head_dim, slots, n_seq, scale,
-                                                  window, out);
-  else if (head_dim <= 128)
-    attention_kernel<4><<<grid, threads, 0, st>>>(q, k, v, seq, pos, n_head, n_head_kv, head_dim, slots, n_seq, scale,
-                                                  window, out);
+  const auto* kh = static_cast<const uint16_t*>(k);
+  const auto* vh = static_cast<const uint16_t*>(v);
+  const auto* kf = static_cast<const float*>(k);
+  const auto* vf = static_cast<const float*>(v);
+  if (!k_f32 && !v_f32)
+    attention_t(q, kh, vh, seq, pos, n_tok, n_head, n_head_kv, head_dim, slots, n_seq, scale, window, out);
+  else if (k_f32 && v_f32)
+    attention_t(q, kf, vf, seq, pos, n_tok, n_head, n_head_kv, head_dim, slots, n_seq, scale, window, out);
+  else if (k_f32)
+    attention_t(q, kf, vh, seq, pos, n_tok, n_head, n_head_kv, head_dim, slots, n_seq, scale, window, out);
   else
-    attention_kernel<8><<<grid, threads, 0, st>>>(q, k, v, seq, pos, n_head, n_head_kv, head_dim, slots, n_seq, scale,
-                                                  window, out);
-  Context::get().check("attention");
+    attention_t(q, kh, vf, seq, pos, n_tok, n_head, n_head_kv, head_dim, slots, n_seq, scale, window, out);
+}
+
+void attention(const float* q, const uint16_t* k, const uint16_t* v, const int32_t* seq, const int32_t* pos,
+               int64_t n_tok, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t slots, int64_t n_seq,
+               float scale, int32_t window, float* out) {
+  attention(q, k, false, v, false, seq, pos, n_tok, n_head, n_head_kv, head_dim, slots, n_seq, scale, window, out);
 }
 
 }  // namespace kvad::cuda

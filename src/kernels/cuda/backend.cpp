@@ -252,8 +252,12 @@ void concat_op(const Tensor& a, const Tensor& b, const Tensor& o) {
 // device memory per layer): a token outside the cache is dropped by
 // kv_write and gets zeros from attention.
 void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Tensor& pos, int64_t slots) {
-  kv_write(in(x), seq.n_elements(), cache.ne[0], ids(seq), ids(pos), static_cast<uint16_t*>(cache.raw()), slots,
-           cache.n_rows() / slots);
+  if (cache.type == DType::F32)
+    kv_write(in(x), seq.n_elements(), cache.ne[0], ids(seq), ids(pos), static_cast<float*>(cache.raw()), slots,
+             cache.n_rows() / slots);
+  else
+    kv_write(in(x), seq.n_elements(), cache.ne[0], ids(seq), ids(pos), static_cast<uint16_t*>(cache.raw()), slots,
+             cache.n_rows() / slots);
   written(cache);
 }
 
@@ -261,8 +265,8 @@ void attention_op(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
                   const AttentionOpParams& p, const Tensor& o) {
   if (!p.causal) throw Error("attention: the CUDA row has no bidirectional (causal = false) attention yet (run on cpu)");
   const int64_t D = q.ne[0], H = q.ne[1], n_tok = q.ne[2];
-  attention(in(q), static_cast<const uint16_t*>(k.raw()), static_cast<const uint16_t*>(v.raw()), ids(seq), ids(pos),
-            n_tok, H, k.ne[0] / D, D, p.slots, k.n_rows() / p.slots, p.scale, p.window, out(o));
+  attention(in(q), k.raw(), k.type == DType::F32, v.raw(), v.type == DType::F32, ids(seq), ids(pos), n_tok, H,
+            k.ne[0] / D, D, p.slots, k.n_rows() / p.slots, p.scale, p.window, out(o));
   written(o);
 }
 

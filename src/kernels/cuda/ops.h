@@ -176,15 +176,18 @@ void concat(const float* a, const float* b, int64_t n_rows, int64_t na, int64_t 
 /// outside [0, n_rows) give rows of zeros.
 void get_rows_f32(const float* table, int64_t n_rows, int64_t n, const int32_t* ids, int64_t n_ids, float* out);
 
-/// Writes n_tok rows of x: [n_tok, kv_dim] f32 into an f16 cache of n_seq
+/// Writes n_tok rows of x: [n_tok, kv_dim] f32 into an f16 (rounded to
+/// nearest even) or f32 (as is) cache of n_seq
 /// rings of `slots` rows (cache: [n_seq·slots, kv_dim]): row t goes to cache
 /// row seq[t]·slots + pos[t] % slots, as the CPU row's kv_store. seq, pos:
 /// [n_tok] int32 (device). A token whose sequence is outside [0, n_seq) or
 /// whose position is negative is dropped (the op layer's caller checks ids).
 void kv_write(const float* x, int64_t n_tok, int64_t kv_dim, const int32_t* seq, const int32_t* pos,
               uint16_t* cache, int64_t slots, int64_t n_seq);
+void kv_write(const float* x, int64_t n_tok, int64_t kv_dim, const int32_t* seq, const int32_t* pos,
+              float* cache, int64_t slots, int64_t n_seq);
 
-/// Causal attention of n_tok query tokens over f16 caches laid out as
+/// Causal attention of n_tok query tokens over f16 or f32 caches laid out as
 /// kv_write's: token t (sequence seq[t], position pos[t]) attends to positions
 /// [first, pos[t]] of its sequence, first = 0, or pos[t] - window + 1 when
 /// window > 0 (sliding window); position p is read from ring row p % slots
@@ -194,6 +197,11 @@ void kv_write(const float* x, int64_t n_tok, int64_t kv_dim, const int32_t* seq,
 /// streamed over the positions with an online softmax (Milakov & Gimelshein
 /// 2018) in f32. head_dim <= 256. A token outside the cache gets zeros.
 /// Throws kvad::Error for an unsupported head_dim or head split.
+/// k_f32, v_f32: the cache is float (else uint16_t f16); the second form is
+/// f16 for both.
+void attention(const float* q, const void* k, bool k_f32, const void* v, bool v_f32, const int32_t* seq,
+               const int32_t* pos, int64_t n_tok, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t slots,
+               int64_t n_seq, float scale, int32_t window, float* out);
 void attention(const float* q, const uint16_t* k, const uint16_t* v, const int32_t* seq, const int32_t* pos,
                int64_t n_tok, int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t slots, int64_t n_seq,
                float scale, int32_t window, float* out);

@@ -112,10 +112,11 @@ class Bert final : public Model {
     type0_ = ops::get_rows(types_, ops::from_host(&zero, DType::I32, {1, 1, 1, 1}, device_));
   }
 
-  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch) const override {
+  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     LayerSpec kv;
     kv.k_dim = kv.v_dim = hp_.n_embd;
-    return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, kv), n_ctx, n_seq, n_batch, device_);
+    return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, kv), n_ctx, n_seq, n_batch, device_,
+                                         types);
   }
 
  protected:

@@ -125,13 +125,13 @@ class Gemma3 final : public Model {
     local_.sliding_window = cfg_.sliding_window;
   }
 
-  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch) const override {
+  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     std::vector<LayerSpec> specs(hp_.n_layer);
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       specs[il].k_dim = specs[il].v_dim = hp_.n_head_kv * hp_.head_dim;
       specs[il].window = cfg_.is_global(il) ? 0 : cfg_.sliding_window;
     }
-    return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_);
+    return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types);
   }
 
  protected:

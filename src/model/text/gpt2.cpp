@@ -88,13 +88,14 @@ class Gpt2 final : public Model {
     attn_.norm_eps = hp_.norm_eps;
   }
 
-  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch) const override {
+  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     if (n_ctx > n_pos_)
       throw Error("gpt2 has learned positions for " + std::to_string(n_pos_) + " tokens; a context of " +
                   std::to_string(n_ctx) + " does not fit (use -c " + std::to_string(n_pos_) + " or less)");
     LayerSpec kv;
     kv.k_dim = kv.v_dim = hp_.n_embd;
-    return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, kv), n_ctx, n_seq, n_batch, device_);
+    return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, kv), n_ctx, n_seq, n_batch, device_,
+                                         types);
   }
 
  protected:

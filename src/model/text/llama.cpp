@@ -135,12 +135,13 @@ class Llama final : public Model {
     attn_.norm_eps = hp_.norm_eps;
   }
 
-  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch) const override {
+  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim;
     LayerSpec kv;
     kv.k_dim = kv.v_dim = kv_dim;
     kv.window = cfg_.sliding_window;
-    return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, kv), n_ctx, n_seq, n_batch, device_);
+    return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, kv), n_ctx, n_seq, n_batch, device_,
+                                         types);
   }
 
  protected:

@@ -189,7 +189,7 @@ class Qwen3Next final : public Model {
     hp_.n_params = wl.n_params();
   }
 
-  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch) const override {
+  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     std::vector<LayerSpec> specs(layers_.size());
     for (size_t il = 0; il < layers_.size(); ++il) {
       LayerSpec& s = specs[il];
@@ -202,7 +202,7 @@ class Qwen3Next final : public Model {
         s.k_dim = s.v_dim = hp_.n_head_kv * hp_.head_dim;
       }
     }
-    return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_);
+    return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types);
   }
 
  protected:

@@ -298,62 +298,77 @@ TEST(Matmul, MultiEqualsSeparateMatmuls) {
   }
 }
 
-// cpu::attention_rows_f16 (the tiled online-softmax kernel on AVX2, the
+// cpu::attention_rows (the tiled online-softmax kernel on AVX2, the
 // per-row reference without it) against the definition computed here in
-// double: out_r = Σ_p softmax_p(scale · q_r·k_p) v_p over p in [first_r, last_r].
-// Head dims 64/128/256 take the AVX2 path, 40 the tiled path with a
-// 5-register tail, 36 the reference; rows have different causal ranges and
-// sliding windows that start inside a key block, and ranges that cross
-// several 32-key blocks. Tolerance 2e-5 absolute: outputs are convex
-// combinations of |v| <= 1; the exponential is a 6-term polynomial
-// (relative error ~2e-7) and sums run over at most 300 terms in f32.
+// double: out_r = Σ_p softmax_p(scale · q_r·k_p) v_p over p in [first_r, last_r],
+// for K and V caches each f16 or f32 (--cache-type-k/-v). Head dims
+// 64/128/256 take the AVX2 path, 40 the tiled path with a 5-register tail, 36
+// the reference; rows have different causal ranges and sliding windows that
+// start inside a key block, and ranges that cross several 32-key blocks.
+// Tolerance 2e-5 absolute: outputs are convex combinations of |v| <= 1; the
+// exponential is a 6-term polynomial (relative error ~2e-7) and sums run over
+// at most 300 terms in f32.
 TEST(Attention, RowsMatchTheDefinition) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (int64_t D : {64, 128, 256, 40, 36}) {
     const int64_t n_pos = 300, stride = D * 3;  // three KV heads per row, use head 1
-    std::vector<uint16_t> k(n_pos * stride), v(n_pos * stride);
-    for (auto& x : k) x = f32_to_f16(u(rng));
-    for (auto& x : v) x = f32_to_f16(u(rng));
-    const uint16_t* kh = k.data() + D;
-    const uint16_t* vh = v.data() + D;
-    for (int n_rows : {1, 7, 16}) {
-      std::vector<float> q(n_rows * D), out(n_rows * D), out_ref(n_rows * D);
-      for (auto& x : q) x = 3.0f * u(rng);
-      cpu::AttentionRows rows, rows_ref;
-      rows.n = rows_ref.n = n_rows;
-      for (int r = 0; r < n_rows; ++r) {
-        const int64_t last = n_pos - 1 - 13 * r;
-        const int64_t first = r % 3 == 1 ? std::max<int64_t>(0, last - 45 - r) : 0;  // some windows
-        rows.q[r] = rows_ref.q[r] = &q[r * D];
-        rows.out[r] = &out[r * D];
-        rows_ref.out[r] = &out_ref[r * D];
-        rows.first[r] = rows_ref.first[r] = first;
-        rows.last[r] = rows_ref.last[r] = last;
-      }
-      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-      cpu::attention_rows_f16(rows, kh, vh, stride, D, scale);
-      cpu::attention_rows_f16_ref(rows_ref, kh, vh, stride, D, scale);
-      double max_err = 0, max_err_ref = 0;
-      for (int r = 0; r < n_rows; ++r) {
-        std::vector<double> s;
-        double mx = -1e300, sum = 0;
-        for (int64_t p = rows.first[r]; p <= rows.last[r]; ++p) {
-          double d = 0;
-          for (int64_t c = 0; c < D; ++c) d += static_cast<double>(q[r * D + c]) * f16_to_f32(kh[p * stride + c]);
-          s.push_back(d * scale);
-          mx = std::max(mx, d * scale);
+    std::vector<float> k32(n_pos * stride), v32(n_pos * stride);
+    std::vector<uint16_t> k16(n_pos * stride), v16(n_pos * stride);
+    for (auto& x : k32) x = u(rng);
+    for (auto& x : v32) x = u(rng);
+    for (size_t i = 0; i < k32.size(); ++i) k16[i] = f32_to_f16(k32[i]), v16[i] = f32_to_f16(v32[i]);
+    for (int kv : {0, 1, 2, 3}) {
+      const bool k_f32 = kv & 1, v_f32 = kv & 2;
+      const cpu::KVRows kr = k_f32 ? cpu::KVRows{k32.data(), true} : cpu::KVRows{k16.data(), false};
+      const cpu::KVRows vr = v_f32 ? cpu::KVRows{v32.data(), true} : cpu::KVRows{v16.data(), false};
+      // Value c of cache row p of head 1, as the cache holds it.
+      auto kval = [&](int64_t p, int64_t c) -> double {
+        const size_t i = p * stride + D + c;
+        return k_f32 ? k32[i] : f16_to_f32(k16[i]);
+      };
+      auto vval = [&](int64_t p, int64_t c) -> double {
+        const size_t i = p * stride + D + c;
+        return v_f32 ? v32[i] : f16_to_f32(v16[i]);
+      };
+      for (int n_rows : {1, 7, 16}) {
+        std::vector<float> q(n_rows * D), out(n_rows * D), out_ref(n_rows * D);
+        for (auto& x : q) x = 3.0f * u(rng);
+        cpu::AttentionRows rows, rows_ref;
+        rows.n = rows_ref.n = n_rows;
+        for (int r = 0; r < n_rows; ++r) {
+          const int64_t last = n_pos - 1 - 13 * r;
+          const int64_t first = r % 3 == 1 ? std::max<int64_t>(0, last - 45 - r) : 0;  // some windows
+          rows.q[r] = rows_ref.q[r] = &q[r * D];
+          rows.out[r] = &out[r * D];
+          rows_ref.out[r] = &out_ref[r * D];
+          rows.first[r] = rows_ref.first[r] = first;
+          rows.last[r] = rows_ref.last[r] = last;
         }
-        for (double& x : s) sum += (x = std::exp(x - mx));
-        for (int64_t c = 0; c < D; ++c) {
-          double o = 0;
-          for (size_t i = 0; i < s.size(); ++i) o += s[i] / sum * f16_to_f32(vh[(rows.first[r] + i) * stride + c]);
-          max_err = std::max(max_err, std::fabs(o - out[r * D + c]));
-          max_err_ref = std::max(max_err_ref, std::fabs(o - out_ref[r * D + c]));
+        const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+        cpu::attention_rows(rows, kr.offset(D), vr.offset(D), stride, D, scale);
+        cpu::attention_rows_ref(rows_ref, kr.offset(D), vr.offset(D), stride, D, scale);
+        double max_err = 0, max_err_ref = 0;
+        for (int r = 0; r < n_rows; ++r) {
+          std::vector<double> s;
+          double mx = -1e300, sum = 0;
+          for (int64_t p = rows.first[r]; p <= rows.last[r]; ++p) {
+            double d = 0;
+            for (int64_t c = 0; c < D; ++c) d += static_cast<double>(q[r * D + c]) * kval(p, c);
+            s.push_back(d * scale);
+            mx = std::max(mx, d * scale);
+          }
+          for (double& x : s) sum += (x = std::exp(x - mx));
+          for (int64_t c = 0; c < D; ++c) {
+            double o = 0;
+            for (size_t i = 0; i < s.size(); ++i) o += s[i] / sum * vval(rows.first[r] + static_cast<int64_t>(i), c);
+            max_err = std::max(max_err, std::fabs(o - out[r * D + c]));
+            max_err_ref = std::max(max_err_ref, std::fabs(o - out_ref[r * D + c]));
+          }
         }
+        EXPECT_LT(max_err, 2e-5) << "D=" << D << " rows=" << n_rows << " k_f32=" << k_f32 << " v_f32=" << v_f32;
+        EXPECT_LT(max_err_ref, 2e-5) << "D=" << D << " rows=" << n_rows << " k_f32=" << k_f32 << " v_f32=" << v_f32;
       }
-      EXPECT_LT(max_err, 2e-5) << "D=" << D << " rows=" << n_rows;
-      EXPECT_LT(max_err_ref, 2e-5) << "D=" << D << " rows=" << n_rows;
     }
   }
 }
