@@ -69,6 +69,8 @@ def main():
         d = OUT / name
         out = d / "llama.cpp-f32.gguf"
         sys.argv = ["convert_hf_to_gguf.py", str(d), "--outfile", str(out), "--outtype", "f32"]
+        if name.startswith("qwen3next"):
+            sys.argv.append("--no-mtp")  # a tiny checkpoint has no multi-token-prediction layers
         conv.main()
         print(name, out.stat().st_size, "bytes")
         write_llama_cpp_logits(d, out)
@@ -85,8 +87,9 @@ def write_llama_cpp_logits(d, gguf_path):
         print("  (no llama_cpp: llama.cpp's logits not written)")
         return
     tokens = json.loads((d / "logits.json").read_text())["tokens"]
+    n_ctx = 64 if len(tokens) <= 64 else 128  # qwen3next's 80-token prompt
     try:
-        m = llama_cpp.Llama(str(gguf_path), logits_all=True, n_ctx=64, n_batch=64, verbose=False)
+        m = llama_cpp.Llama(str(gguf_path), logits_all=True, n_ctx=n_ctx, n_batch=n_ctx, verbose=False)
     except ValueError as e:
         # llama.cpp takes a deepseek2 file without q_lora_rank only at
         # DeepSeek-V2-Lite's 26 or 27 layers (its is_lite rule): the tiny

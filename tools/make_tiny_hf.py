@@ -2,7 +2,7 @@
 """Tiny random HF checkpoints and transformers' logits for them.
 
 For each architecture kvad reads from HF checkpoints (llama, gemma3_text,
-qwen2, qwen3),
+qwen2, qwen3, qwen3_next, ...),
 makes a randomly initialised model with small dimensions but the
 architecture's real options (GQA with n_head != n_head_kv, a sliding window
 shorter than the test prompt, untied and tied heads), saves it with
@@ -45,7 +45,7 @@ def sharpen(model, s=8.0):
     return model
 
 
-def save(name, model):
+def save(name, model, tokens=TOKENS):
     if ONLY and name not in ONLY:
         return
     d = OUT / name
@@ -57,9 +57,9 @@ def save(name, model):
         if p.exists():
             p.unlink()
     with torch.no_grad():
-        out = model(torch.tensor([TOKENS])).logits[0].float()
+        out = model(torch.tensor([tokens])).logits[0].float()
     logits = [[round(float(v), 6) for v in row] for row in out]
-    (d / "logits.json").write_text(json.dumps({"tokens": TOKENS, "logits": logits}))
+    (d / "logits.json").write_text(json.dumps({"tokens": tokens, "logits": logits}))
     print(name, sorted(p.name for p in d.iterdir()), sum(p.stat().st_size for p in d.iterdir()), "bytes")
 
 
@@ -145,6 +145,26 @@ def save_gpt_oss_mxfp4(cfg):
     logits = [[round(float(v), 6) for v in row] for row in out]
     (d / "logits.json").write_text(json.dumps({"tokens": TOKENS, "logits": logits}))
     print("gpt_oss_mxfp4", sorted(p.name for p in d.iterdir()), sum(p.stat().st_size for p in d.iterdir()), "bytes")
+
+
+def save_kv_f16_logits(name, model, tokens):
+    """transformers' logits with its attention's keys and values rounded to
+    f16, as kvad's (and llama.cpp's default) KV cache stores them: the
+    reference that isolates kvad's arithmetic from the cache format."""
+    from transformers.models.qwen3_next import modeling_qwen3_next as mod
+    eager = mod.eager_attention_forward
+
+    def f16_kv(module, q, k, v, *args, **kw):
+        return eager(module, q, k.half().float(), v.half().float(), *args, **kw)
+
+    mod.eager_attention_forward = f16_kv
+    try:
+        with torch.no_grad():
+            out = model(torch.tensor([tokens])).logits[0].float()
+    finally:
+        mod.eager_attention_forward = eager
+    logits = [[round(float(v), 6) for v in row] for row in out]
+    (OUT / name / "logits-kv-f16.json").write_text(json.dumps({"tokens": tokens, "logits": logits}))
 
 
 def main():
@@ -349,6 +369,42 @@ def main():
         save_gpt_oss_mxfp4(cfg)
 
     deepseek()
+
+    # Qwen3-Next: gated DeltaNet layers (0, 1, 3, 4) beside gated attention
+    # (2, 5: full_attention_interval 3), 2 key heads shared by 4 value heads,
+    # a short convolution of 4, partial rotary 0.25 (4 of 16 dims), QK-norm,
+    # zero-centred norms (random w, applied as 1 + w), 4 experts top-2
+    # renormalised and a shared expert behind a sigmoid gate. 80 tokens:
+    # transformers' chunked delta rule (chunks of 64) crosses a chunk boundary.
+    # A_log drawn so that some heads forget slowly (A 0.05-2) and others fast.
+    torch.manual_seed(11)
+    cfg = transformers.Qwen3NextConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+        shared_expert_intermediate_size=64, num_hidden_layers=6, full_attention_interval=3,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, partial_rotary_factor=0.25,
+        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+        linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
+        decoder_sparse_step=1, mlp_only_layers=[], max_position_embeddings=256, rms_norm_eps=1e-6,
+        rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.1, torch_dtype="float32",
+        attn_implementation="eager")
+    m = transformers.Qwen3NextForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith("mlp.gate.weight"):
+                p.normal_(0.0, 1.0)
+            elif n.endswith("A_log"):
+                p.copy_(torch.empty_like(p).uniform_(0.05, 2.0).log())
+            elif n.endswith("dt_bias"):
+                p.normal_(0.0, 0.5)
+            elif n.endswith("linear_attn.norm.weight"):
+                p.normal_(1.0, 0.3)
+            elif "norm" in n:
+                p.normal_(0.0, 0.3)
+    g = torch.Generator().manual_seed(12)
+    tokens = torch.randint(0, 128, (80,), generator=g).tolist()
+    save("qwen3next", sharpen(m, 2.0), tokens)
+    if not ONLY or "qwen3next" in ONLY:
+        save_kv_f16_logits("qwen3next", m, tokens)
     print("transformers", transformers.__version__, "torch", torch.__version__)
 
 

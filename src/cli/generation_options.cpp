@@ -58,6 +58,12 @@ void add_device_options(CLI::App* c, DeviceOptions& d) {
                 "matrix (q8_0, q4_0, q4_k, q6_k), or none (all --dtype); default: keep the file's formats the GPU reads")
       ->check(CLI::IsMember({"none", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m", "q4_k", "q4_k_s",
                              "q4_k_m", "q5_k_m", "q6_k", "iq4_nl", "tq2_0"}));
+  c->add_option("--state-snapshot-every", d.state_snapshot_every,
+                "Recurrent layers (qwen3next): copy the state every N positions so that a rewind (a chat turn "
+                "that changes the history, prefix reuse) re-prefills from the nearest copy; 0: none (a rewind "
+                "re-prefills from the start); -1: the model's default")
+      ->check(CLI::Range(-1, 1 << 24))
+      ->capture_default_str();
 }
 
 SamplerParams GenerationOptions::sampler_params() const {

@@ -73,6 +73,11 @@ void run(const RunOptions& o) {
                m.load_s, st.n_prompt, pp, st.n_generated, tg, st.stop.c_str(),
                m.model->weight_bytes() / 1048576.0, session.cache().bytes_per_token(),
                peak_rss_bytes() / 1048576.0);
+  const Cache& c = session.cache();
+  if (c.state_bytes() > 0)
+    std::fprintf(stderr, "[kvad] recurrent state %.2f MiB | %lld snapshots, %.2f MiB | cache %.2f MiB in all\n",
+                 c.state_bytes() / 1048576.0, static_cast<long long>(c.n_snapshots()), c.snapshot_bytes() / 1048576.0,
+                 c.bytes() / 1048576.0);
 }
 
 }  // namespace

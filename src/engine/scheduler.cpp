@@ -149,6 +149,7 @@ Scheduler::Scheduler(std::shared_ptr<Model> model, std::shared_ptr<const Tokeniz
   metrics_.n_ctx = opts_.n_ctx;
   metrics_.kv_bytes_per_token = session_->cache().bytes_per_token();
   metrics_.kv_bytes = session_->cache().bytes();
+  metrics_.state_bytes = session_->cache().state_bytes();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -568,6 +569,10 @@ void Scheduler::loop() {
     metrics_.generated_tokens_total += rows.size();
     const double now = seconds_since(Clock::time_point{});
     recent_.push_back({now, dt, n_prompt, n_decode});
+    // Snapshots of recurrent states come and go with the sequences.
+    metrics_.kv_bytes = session_->cache().bytes();
+    metrics_.snapshot_bytes = session_->cache().snapshot_bytes();
+    metrics_.n_snapshots = session_->cache().n_snapshots();
     while (!recent_.empty() && now - recent_.front().t > metrics_.recent_window_s) recent_.pop_front();
   }
 }

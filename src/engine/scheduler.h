@@ -196,7 +196,10 @@ struct SchedulerMetrics {
   double decode_tps_recent = 0;
   double recent_window_s = 10;
   size_t kv_bytes_per_token = 0;          ///< Session::cache().bytes_per_token()
-  size_t kv_bytes = 0;                    ///< Session::cache().bytes()
+  size_t kv_bytes = 0;                    ///< Session::cache().bytes() (after the last step)
+  size_t state_bytes = 0;                 ///< Session::cache().state_bytes(): recurrent layers' live states
+  size_t snapshot_bytes = 0;              ///< Session::cache().snapshot_bytes() (after the last step)
+  int64_t n_snapshots = 0;                ///< Session::cache().n_snapshots() (after the last step)
 };
 
 class Scheduler {

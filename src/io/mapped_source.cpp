@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <memory>
 #include <set>
@@ -139,6 +140,8 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     }
     if (r.transform == TensorTransform::ToF32PlusOne)
       for (float& x : v) x += 1.0f;
+    if (r.transform == TensorTransform::ToF32NegExp)
+      for (float& x : v) x = -std::exp(x);
     SourceTensor t = b;
     t.name = r.name;
     t.type = DType::F32;

@@ -21,6 +21,7 @@ enum class TensorTransform {
   None,          ///< as stored, zero-copy
   ToF32,         ///< converted to f32 (norm weights stored in bf16/f16)
   ToF32PlusOne,  ///< converted to f32, plus 1 (Gemma's RMSNorm x̂·(1 + w), stored as w + 1 in GGUF)
+  ToF32NegExp,   ///< converted to f32, then −e^w (Qwen3-Next's A_log, stored as ssm_a = −exp(A_log) in GGUF)
   /// A 2-D matrix with its dims swapped, copied once into memory the view
   /// owns (HF GPT-2's Conv1D stores [n_in, n_out]; GGUF wants n_out rows
   /// of n_in); a 3-D tensor has each of its matrices swapped (gpt-oss's

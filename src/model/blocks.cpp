@@ -142,8 +142,11 @@ Tensor add_expert_bias(const Tensor& y, const Tensor& b, const Tensor& ids) {
 }  // namespace
 
 Tensor moe_ffn(const MoeWeights& w, const MoeParams& p, const Tensor& x) {
-  const int64_t n = x.ne[1], E = x.ne[0];
-  const Tensor h = ops::rms_norm(x, w.norm, p.norm_eps);                        // [n, E]
+  return moe_experts(w, p, ops::rms_norm(x, w.norm, p.norm_eps));
+}
+
+Tensor moe_experts(const MoeWeights& w, const MoeParams& p, const Tensor& h) {
+  const int64_t n = h.ne[1], E = h.ne[0];                                      // h: [n, E]
   MoeRouteParams rp;
   rp.k = p.n_expert_used;
   rp.norm = p.norm_topk;

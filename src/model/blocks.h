@@ -178,6 +178,11 @@ struct MoeParams {
 ///   Wdown_sh · (act(Wgate_sh · n) ⊙ Wup_sh · n)
 /// for every token. x: [n_tok, n_embd]; returns [n_tok, n_embd].
 Tensor moe_ffn(const MoeWeights& w, const MoeParams& p, const Tensor& x);
+/// moe_ffn after its norm: the routed experts (and w's ungated shared
+/// experts, when loaded) of h = RMSNorm(x) ⊙ norm (w.norm unused), for blocks
+/// that also feed h to a gated shared expert of their own (Qwen3-Next,
+/// qwen3next.cpp). h: [n_tok, n_embd]; returns [n_tok, n_embd].
+Tensor moe_experts(const MoeWeights& w, const MoeParams& p, const Tensor& h);
 
 /// The pre-norm of a block: LayerNorm(x) ⊙ w + b when b is given, else
 /// RMSNorm(x) ⊙ w. x: [n_tok, n]; w, b: [n] f32.

@@ -16,7 +16,8 @@ DType kv_cache_type(const std::string& name, const std::string& flag) {
 
 LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, int n_seq, int64_t n_batch, Device d,
                          KVTypes types)
-    : specs_(layers), kv_(layers.size()), latent_(layers.size()), n_ctx_(n_ctx), n_seq_(n_seq), n_cached_(n_seq, 0) {
+    : specs_(layers), kv_(layers.size()), latent_(layers.size()), n_ctx_(n_ctx), n_seq_(n_seq), n_cached_(n_seq, 0),
+      rec_(layers.size()), snaps_(n_seq) {
   for (const DType t : {types.k, types.v})
     if (t != DType::F16 && t != DType::F32)
       throw Error(std::string("cache: KV cache type ") + dtype_name(t) + " is not supported; accepted: f16, f32");
@@ -37,8 +38,23 @@ LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, in
       bytes_ += L.c.n_bytes();
       continue;
     }
-    if (s.kind == LayerKind::Recurrent)
-      throw Error("cache: layer " + std::to_string(il) + " is a recurrent layer; kvad has no implementation of it yet");
+    if (s.kind == LayerKind::Recurrent) {
+      if (s.conv_elems <= 0 || s.ssm_elems <= 0 || s.snapshot_every < 0)
+        throw Error("cache: recurrent layer " + std::to_string(il) + " has no state size or a negative snapshot interval");
+      if (!rec_layers_.empty() && s.snapshot_every != snapshot_every_)
+        throw Error("cache: recurrent layers ask for different snapshot intervals");
+      snapshot_every_ = s.snapshot_every;
+      RecurrentLayer& R = rec_[il];
+      // Zeroed lazily: a sequence's first token (position 0) starts from a zero state.
+      R.conv = ops::empty(DType::F32, {s.conv_elems, n_seq, 1, 1}, d);
+      R.ssm = ops::empty(DType::F32, {s.ssm_elems, n_seq, 1, 1}, d);
+      R.conv.name = "cache.conv." + std::to_string(il);
+      R.ssm.name = "cache.ssm." + std::to_string(il);
+      rec_bytes_ += R.conv.n_bytes() + R.ssm.n_bytes();
+      state_bytes_per_seq_ += R.conv.row_size() + R.ssm.row_size();
+      rec_layers_.push_back(il);
+      continue;
+    }
     if (s.k_dim <= 0 || s.v_dim <= 0 || s.window < 0) throw Error("cache: layer " + std::to_string(il) + " has no K/V width");
     KVLayer& L = kv_[il];
     L.window = s.window;
@@ -66,8 +82,52 @@ LatentLayer& LayerCaches::latent(int64_t il) {
   return latent_[il];
 }
 
+RecurrentLayer& LayerCaches::recurrent(int64_t il) {
+  if (il < 0 || static_cast<size_t>(il) >= rec_.size() || specs_[il].kind != LayerKind::Recurrent)
+    throw Error("cache: layer " + std::to_string(il) + " is not a recurrent layer");
+  return rec_[il];
+}
+
+int64_t LayerCaches::n_snapshots() const {
+  int64_t n = 0;
+  for (const auto& m : snaps_) n += static_cast<int64_t>(m.size());
+  return n;
+}
+
+std::vector<BatchPiece> LayerCaches::pieces(const BatchView& b) const {
+  std::vector<BatchPiece> out;
+  const int32_t N = rec_layers_.empty() ? 0 : snapshot_every_;
+  int64_t start = 0, o = 0;
+  for (int64_t t = 0; t < b.n; ++t) {
+    if (t + 1 < b.n && !(N > 0 && (b.pos[t] + 1) % N == 0)) continue;
+    BatchPiece p;
+    p.view = {b.token + start, b.pos + start, b.seq + start, t + 1 - start, nullptr, 0};
+    p.out_offset = o;
+    while (o < b.n_out && b.out[o] <= t) p.out.push_back(static_cast<int32_t>(b.out[o++] - start));
+    out.push_back(std::move(p));
+    start = t + 1;
+  }
+  for (BatchPiece& p : out) {  // after the moves: the buffers stay where they are
+    p.view.out = p.out.data();
+    p.view.n_out = static_cast<int64_t>(p.out.size());
+  }
+  return out;
+}
+
 void LayerCaches::advance(const BatchView& b) {
   for (int64_t t = 0; t < b.n; ++t) n_cached_[b.seq[t]] = std::max(n_cached_[b.seq[t]], b.pos[t] + 1);
+  if (snapshot_every_ <= 0 || rec_layers_.empty()) return;
+  for (int64_t t = 0; t < b.n; ++t) {
+    const int s = b.seq[t];
+    const int32_t at = n_cached_[s];
+    if (b.pos[t] + 1 != at || at % snapshot_every_ != 0 || snaps_[s].count(at)) continue;
+    std::vector<Tensor>& snap = snaps_[s][at];
+    for (size_t il : rec_layers_)
+      for (const Tensor* st : {&rec_[il].conv, &rec_[il].ssm}) {
+        snap.push_back(ops::copy(st->rows(s, s + 1)));
+        snapshot_bytes_ += snap.back().n_bytes();
+      }
+  }
 }
 
 // A full layer rewinds anywhere. A ring of S slots holds positions
@@ -75,7 +135,7 @@ void LayerCaches::advance(const BatchView& b) {
 // (n - W, n], so the rows it needs, max(0, n - W + 1) .. n - 1, must still be
 // there. When they are not, nothing short of a fresh prefill restores them:
 // land on 0.
-int32_t LayerCaches::truncate(int seq, int32_t n) {
+int32_t LayerCaches::kv_landing(int seq, int32_t n) const {
   const int32_t cur = n_cached_.at(seq);
   int32_t land = std::clamp(n, 0, cur);
   for (const KVLayer& L : kv_) {
@@ -84,6 +144,31 @@ int32_t LayerCaches::truncate(int seq, int32_t n) {
     const int64_t needed = std::max<int64_t>(0, static_cast<int64_t>(land) - L.window + 1);
     if (needed < oldest_kept) land = 0;
   }
+  return land;
+}
+
+// A recurrent state holds exactly cached(seq) tokens: short of that, the
+// landing is the largest snapshot at or before what the K/V layers allow
+// (0 without one), whose copies become the live states again.
+int32_t LayerCaches::truncate(int seq, int32_t n) {
+  const int32_t cur = n_cached_.at(seq);
+  int32_t land = kv_landing(seq, n);
+  if (!rec_layers_.empty() && land < cur) {
+    auto& m = snaps_[seq];
+    auto it = m.upper_bound(land);
+    land = it == m.begin() ? 0 : std::prev(it)->first;
+    if (land > 0) land = kv_landing(seq, land);  // a window that no longer reaches back lands on 0
+    if (land > 0) {
+      const std::vector<Tensor>& snap = m.at(land);
+      size_t i = 0;
+      for (size_t il : rec_layers_)
+        for (const Tensor* st : {&rec_[il].conv, &rec_[il].ssm}) ops::copy_into(st->rows(seq, seq + 1), snap[i++]);
+    }
+    for (auto e = m.upper_bound(land); e != m.end();) {
+      for (const Tensor& t : e->second) snapshot_bytes_ -= t.n_bytes();
+      e = m.erase(e);
+    }
+  }
   n_cached_[seq] = land;
   return land;
 }
@@ -91,10 +176,35 @@ int32_t LayerCaches::truncate(int seq, int32_t n) {
 bool LayerCaches::copy_prefix(int src, int dst, int32_t n) {
   if (src < 0 || dst < 0 || src >= n_seq_ || dst >= n_seq_ || src == dst || n < 0 || n > n_cached_[src]) return false;
   const int32_t cur = n_cached_[src];
+  // Recurrent states exist at cur and at the snapshots only.
+  if (!rec_layers_.empty() && n > 0 && n != cur && !snaps_[src].count(n)) return false;
   for (const KVLayer& L : kv_) {
     // A ring holds [cur - slots, cur); dst continues at n and reads back to n - W + 1.
     if (L.window > 0 && n > 0 && std::max<int64_t>(0, static_cast<int64_t>(n) - L.window + 1) < cur - L.slots)
       return false;
+  }
+  if (!rec_layers_.empty()) {
+    auto& d = snaps_[dst];
+    for (auto& [p, snap] : d)
+      for (const Tensor& t : snap) snapshot_bytes_ -= t.n_bytes();
+    d.clear();
+    for (const auto& [p, snap] : snaps_[src]) {  // dst can rewind as src could
+      if (p > n) break;
+      std::vector<Tensor>& c = d[p];
+      for (const Tensor& t : snap) {
+        c.push_back(ops::copy(t));
+        snapshot_bytes_ += t.n_bytes();
+      }
+    }
+    if (n > 0) {
+      const std::vector<Tensor>* from = n == cur ? nullptr : &snaps_[src].at(n);
+      size_t i = 0;
+      for (size_t il : rec_layers_)
+        for (const Tensor* st : {&rec_[il].conv, &rec_[il].ssm}) {
+          ops::copy_into(st->rows(dst, dst + 1), from ? (*from)[i] : st->rows(src, src + 1));
+          ++i;
+        }
+    }
   }
   if (n == 0) {
     n_cached_[dst] = 0;

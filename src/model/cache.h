@@ -3,6 +3,7 @@
 // bytes live on the model's device and never cross to the host.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,7 +17,7 @@ namespace kvad {
 enum class LayerKind {
   KeyValue,   ///< attention keys and values (full context, or a sliding-window ring)
   Latent,     ///< MLA's compressed c_kv and shared k_pe per token (DeepSeek V2/V3)
-  Recurrent,  ///< convolution + delta-rule state with snapshots every N tokens (Qwen3-Next); declared, comes with qwen3next
+  Recurrent,  ///< convolution + delta-rule state with snapshots every N tokens (Qwen3-Next's gated DeltaNet layers)
 };
 
 struct LayerSpec {
@@ -28,9 +29,27 @@ struct LayerSpec {
   int32_t window = 0;
   // Latent: kv_lora_rank and qk_rope_head_dim values per token.
   int64_t kv_lora_rank = 0, rope_dim = 0;
-  // Recurrent: bytes of one sequence's state, and the snapshot interval.
-  size_t state_bytes = 0;
+  // Recurrent: f32 values of one sequence's convolution state ((K-1) · C)
+  // and delta-rule state (Hv · Dk · Dv), and the snapshot interval N (0:
+  // none). Every recurrent layer of a cache takes the same N.
+  int64_t conv_elems = 0, ssm_elems = 0;
   int32_t snapshot_every = 0;
+};
+
+/// One recurrent layer's live state, f32: conv [n_seq, conv_elems], ssm
+/// [n_seq, ssm_elems]; row s is sequence s's state after cached(s) tokens
+/// (ops::ssm_conv and ops::gated_delta_rule update it in place).
+struct RecurrentLayer {
+  Tensor conv, ssm;
+};
+
+/// A batch cut where a sequence reaches a snapshot position: `view` is the
+/// piece (its `out` re-indexed into it), `out_offset` the rows of logits
+/// earlier pieces produce.
+struct BatchPiece {
+  BatchView view;
+  int64_t out_offset = 0;
+  std::vector<int32_t> out;
 };
 
 /// One layer's keys and values, f16 or f32 (KVTypes): k [n_seq · slots,
@@ -68,8 +87,15 @@ class LayerCaches final : public Cache {
  public:
   /// Allocates every layer on `d`, keys and values in the formats `types`
   /// names. Throws kvad::Error for a kind whose implementation has not
-  /// landed yet (Recurrent), for sizes <= 0, or for a K/V format
-  /// other than f16 and f32.
+  /// for sizes <= 0, or for a K/V format other than f16 and f32.
+  ///
+  /// Recurrent layers: a state absorbs every token it reads and cannot give
+  /// one back, so a rewind lands on a snapshot. With N = snapshot_every > 0
+  /// the states of every recurrent layer are copied (on the device) each
+  /// time a sequence reaches a multiple of N positions, at a cost of
+  /// (positions / N) × the per-sequence state bytes, allocated as taken and
+  /// counted by bytes(); N = 0 keeps none, and any rewind short of cached(s)
+  /// lands on 0. The states are f32 whatever `types` says.
   LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, int n_seq, int64_t n_batch, Device d,
               KVTypes types);
 
@@ -78,17 +104,37 @@ class LayerCaches final : public Cache {
   int32_t cached(int seq) const override { return n_cached_.at(seq); }
   int32_t truncate(int seq, int32_t n) override;
   bool copy_prefix(int src, int dst, int32_t n) override;
-  size_t bytes() const override { return bytes_; }
+  /// Allocated bytes: K/V, live recurrent states, and the snapshots held now.
+  size_t bytes() const override { return bytes_ + rec_bytes_ + snapshot_bytes_; }
   size_t bytes_per_token() const override;
+
+  /// Recurrent layers: the snapshot interval (0: none), the snapshots held
+  /// (over all sequences), their bytes, the live states' bytes (all
+  /// sequences), and the bytes of one sequence's live states (all recurrent
+  /// layers), which is also what one snapshot costs.
+  int32_t snapshot_every() const { return snapshot_every_; }
+  int64_t n_snapshots() const override;
+  size_t snapshot_bytes() const override { return snapshot_bytes_; }
+  size_t state_bytes() const override { return rec_bytes_; }
+  size_t state_bytes_per_seq() const { return state_bytes_per_seq_; }
+  /// Layer il's recurrent state. Throws kvad::Error when it is not a Recurrent layer.
+  RecurrentLayer& recurrent(int64_t il);
+  /// `b` cut after every token that brings its sequence to a multiple of the
+  /// snapshot interval, so that advance() after each piece sees the state
+  /// at exactly that position. One piece when there are no snapshots.
+  std::vector<BatchPiece> pieces(const BatchView& b) const;
 
   /// Layer il's keys and values. Throws kvad::Error when it is not a KeyValue layer.
   KVLayer& kv(int64_t il);
   /// Layer il's latent cache. Throws kvad::Error when it is not a Latent layer.
   LatentLayer& latent(int64_t il);
-  /// Records that the batch's positions are now held (after the forward pass).
+  /// Records that the batch's positions are now held (after the forward
+  /// pass), and snapshots the recurrent states of each sequence that now
+  /// holds a multiple of the snapshot interval.
   void advance(const BatchView& b);
 
  private:
+  int32_t kv_landing(int seq, int32_t n) const;
   std::vector<LayerSpec> specs_;
   std::vector<KVLayer> kv_;
   std::vector<LatentLayer> latent_;
@@ -96,6 +142,12 @@ class LayerCaches final : public Cache {
   int n_seq_;
   size_t bytes_ = 0;
   std::vector<int32_t> n_cached_;
+  std::vector<RecurrentLayer> rec_;
+  std::vector<size_t> rec_layers_;  // indices of the recurrent layers
+  int32_t snapshot_every_ = 0;
+  size_t rec_bytes_ = 0, snapshot_bytes_ = 0, state_bytes_per_seq_ = 0;
+  // Per sequence: position → (conv, ssm) copies of every recurrent layer, in rec_layers_ order.
+  std::vector<std::map<int32_t, std::vector<Tensor>>> snaps_;
 };
 
 }  // namespace kvad

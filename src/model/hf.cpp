@@ -120,6 +120,23 @@ bool hf_layer_tensor(const std::string& hf, int64_t& il, std::string& rest) {
   return true;
 }
 
+bool hf_expert_tensor(const std::string& rest, const std::string& p, TensorRename& r) {
+  static const std::string ex = "mlp.experts.";
+  if (rest.compare(0, ex.size(), ex) != 0) return false;
+  size_t j = ex.size(), k = j;
+  while (k < rest.size() && rest[k] >= '0' && rest[k] <= '9') ++k;
+  if (k == j || k - j > 6 || k >= rest.size() || rest[k] != '.') return false;
+  const std::string w = rest.substr(k + 1);
+  const char* g = w == "gate_proj.weight" ? "ffn_gate_exps.weight"
+                  : w == "up_proj.weight" ? "ffn_up_exps.weight"
+                  : w == "down_proj.weight" ? "ffn_down_exps.weight" : nullptr;
+  if (!g) return false;
+  r.name = p + g;
+  r.transform = TensorTransform::None;
+  r.part = std::stoll(rest.substr(j, k - j));
+  return true;
+}
+
 bool hf_decoder_tensor(const std::string& hf, TensorTransform norm, const HfLayerName* layer, size_t n_layer,
                        TensorRename& r) {
   using T = TensorTransform;

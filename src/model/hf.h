@@ -104,6 +104,11 @@ struct HfLayerName {
 bool hf_decoder_tensor(const std::string& hf, TensorTransform norm, const HfLayerName* layer, size_t n_layer,
                        TensorRename& out);
 
+/// HF's per-expert matrices `rest` = "mlp.experts.E.{gate,up,down}_proj.weight"
+/// of layer prefix `p` ("blk.N.") as part E of GGUF's stacked
+/// p + ffn_{gate,up,down}_exps.weight; false for another name.
+bool hf_expert_tensor(const std::string& rest, const std::string& p, TensorRename& out);
+
 /// Splits "model.layers.12.self_attn.q_proj.weight" into 12 and
 /// "self_attn.q_proj.weight"; false when `hf` is not a layer tensor.
 bool hf_layer_tensor(const std::string& hf, int64_t& il, std::string& rest);

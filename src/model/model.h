@@ -68,6 +68,12 @@ class Cache {
   virtual bool copy_prefix(int src, int dst, int32_t n) { (void)src, (void)dst, (void)n; return false; }
   /// Bytes of cache storage actually allocated.
   virtual size_t bytes() const = 0;
+  /// Recurrent layers (model/cache.h): bytes of the live states (all
+  /// sequences), of the snapshots held now, and how many snapshots (over all
+  /// sequences). All part of bytes(); 0 for a cache without recurrent layers.
+  virtual size_t state_bytes() const { return 0; }
+  virtual size_t snapshot_bytes() const { return 0; }
+  virtual int64_t n_snapshots() const { return 0; }
   /// Bytes stored per token at full context: bytes() / (n_ctx · n_seq)
   /// (a sliding-window layer's ring counts what it holds, not n_ctx rows).
   virtual size_t bytes_per_token() const = 0;

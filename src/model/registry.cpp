@@ -16,6 +16,8 @@ std::unique_ptr<Model> load_bert(std::shared_ptr<const TensorSource> src, const 
 std::unique_ptr<Model> load_gpt2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 std::unique_ptr<Model> load_deepseek2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 std::unique_ptr<Model> load_gpt_oss(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
+std::unique_ptr<Model> load_qwen3next(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
+extern const HfNames kQwen3NextHfNames;
 extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kGemma3HfNames, kGpt2HfNames, kPhi3HfNames,
     kQwen3MoeHfNames, kBertHfNames, kDeepseek2HfNames, kGptOssHfNames;
 
@@ -38,6 +40,8 @@ const std::vector<ArchEntry>& architectures() {
       {"qwen3moe", ModelKind::Text, {"cpu", "sim"}, &load_llama, &kQwen3MoeHfNames},
       // MLA's latent attention and slice, and the MoE ops, have no CUDA row yet.
       {"deepseek2", ModelKind::Text, {"cpu", "sim"}, &load_deepseek2, &kDeepseek2HfNames},
+      // Gated DeltaNet layers: ssm_conv, gated_delta_rule, sigmoid, softplus have no CUDA row yet.
+      {"qwen3next", ModelKind::Text, {"cpu", "sim"}, &load_qwen3next, &kQwen3NextHfNames},
       {"phi3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kPhi3HfNames},
       {"gpt2", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gpt2, &kGpt2HfNames},
       // MoE ops, attention sinks and the clamped SwiGLU have no CUDA row yet.

@@ -24,6 +24,10 @@ struct DeviceOptions {
   /// host with the CPU quantizers (rows that do not fit the block fall back
   /// to q8_0, then to `dtype`). cpu and sim keep every weight as stored.
   std::string quant;
+  /// Recurrent layers (qwen3next): snapshot the state every N positions so
+  /// a rewind lands on the nearest snapshot (0: no snapshots, every rewind
+  /// lands on 0; -1: the architecture's default). CLI --state-snapshot-every.
+  int32_t state_snapshot_every = -1;
 };
 
 /// What a model is for.

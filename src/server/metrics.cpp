@@ -77,6 +77,14 @@ std::string Metrics::render(const SchedulerMetrics& s) const {
   one(out, "kvad_kv_cache_bytes_per_token", "gauge", "KV cache bytes per cached token (all layers), as stored.",
       static_cast<double>(s.kv_bytes_per_token));
   one(out, "kvad_kv_cache_bytes", "gauge", "KV cache bytes allocated.", static_cast<double>(s.kv_bytes));
+  if (s.state_bytes > 0) {  // recurrent layers (qwen3next)
+    one(out, "kvad_recurrent_state_bytes", "gauge", "Recurrent layers' live state bytes (all slots).",
+        static_cast<double>(s.state_bytes));
+    one(out, "kvad_state_snapshots", "gauge", "Recurrent-state snapshots held (all slots).",
+        static_cast<double>(s.n_snapshots));
+    one(out, "kvad_state_snapshot_bytes", "gauge", "Bytes of the recurrent-state snapshots held.",
+        static_cast<double>(s.snapshot_bytes));
+  }
   return out;
 }
 

@@ -22,6 +22,8 @@ enum class Unary : uint8_t {
   SiLU,       ///< x·σ(x)
   GELU_tanh,  ///< 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
   GELU_erf,   ///< 0.5·x·(1 + erf(x/√2)) (exact GELU: BERT, torch's nn.GELU())
+  Sigmoid,    ///< 1 / (1 + e^-x)
+  Softplus,   ///< log(1 + e^x) (x itself above 20, as torch's F.softplus)
 };
 /// Element-wise binary ops (ops.h: add, mul).
 enum class Binary : uint8_t { Add, Mul };
@@ -81,6 +83,14 @@ struct MoeRouteParams {
   Tensor bias;
 };
 
+/// The gated delta rule (ops.h: gated_delta_rule).
+struct DeltaRuleParams {
+  float scale = 1.0f;  ///< multiplies q (1/sqrt(head_k_dim) after its L2 norm)
+  /// Tokens per chunk of the parallel (chunked) form; 0 or 1: the recurrent
+  /// form, token by token. Both compute the same recurrence.
+  int64_t chunk = 0;
+};
+
 struct BackendOps {
   const char* name = "";
   /// True when the device can run; else false with the reason in *why.
@@ -130,6 +140,12 @@ struct BackendOps {
   void (*moe_route)(const Tensor& logits, const MoeRouteParams& p, const Tensor& ids, const Tensor& weights) = nullptr;
   void (*matmul_id)(const Tensor& x, const Tensor& w, const Tensor& ids, const Tensor& out) = nullptr;
   void (*moe_sum)(const Tensor& y, const Tensor& weights, const Tensor& out) = nullptr;
+  // Recurrent layers (ops.h ssm_conv, gated_delta_rule): the state is updated in place.
+  void (*ssm_conv)(const Tensor& x, const Tensor& w, const Tensor& state, const Tensor& seq, const Tensor& pos,
+                   const Tensor& out) = nullptr;
+  void (*gated_delta_rule)(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                           const Tensor& state, const Tensor& seq, const Tensor& pos, const DeltaRuleParams& p,
+                           const Tensor& out) = nullptr;
 };
 
 /// Installs the row of a device type (called once by each backend library

@@ -185,6 +185,14 @@ Tensor copy(const Tensor& t) {
   return out;
 }
 
+void copy_into(const Tensor& dst, const Tensor& src) {
+  const Device d = same_device("copy_into", {&dst, &src});
+  KVAD_NEED("copy_into", dst.type == src.type && dst.n_elements() == src.n_elements(),
+            "dst " + shape_str(dst) + " " + dtype_name(dst.type) + " and src " + shape_str(src) + " " +
+                dtype_name(src.type) + " differ");
+  entry(row(d, "copy_into").copy, d, "copy_into")(dst.raw(), src.raw(), src.n_bytes());
+}
+
 // ---- ops -----------------------------------------------------------------
 
 namespace {
@@ -354,6 +362,8 @@ Tensor glu(Unary op, const char* name, const Tensor& g, const Tensor& u) {
 Tensor silu(const Tensor& x) { return unary(Unary::SiLU, "silu", x); }
 Tensor gelu(const Tensor& x) { return unary(Unary::GELU_tanh, "gelu", x); }
 Tensor gelu_erf(const Tensor& x) { return unary(Unary::GELU_erf, "gelu_erf", x); }
+Tensor sigmoid(const Tensor& x) { return unary(Unary::Sigmoid, "sigmoid", x); }
+Tensor softplus(const Tensor& x) { return unary(Unary::Softplus, "softplus", x); }
 Tensor swiglu(const Tensor& g, const Tensor& u) { return glu(Unary::SiLU, "swiglu", g, u); }
 Tensor geglu(const Tensor& g, const Tensor& u) { return glu(Unary::GELU_tanh, "geglu", g, u); }
 
@@ -527,6 +537,40 @@ Tensor moe_sum(const Tensor& y, const Tensor& weights) {
             "y " + shape_str(y) + " is not [n_tok, k, n] for weights " + shape_str(weights));
   Tensor out = f32_like(y, {y.ne[0], y.ne[2], 1, 1});
   entry(row(d, "moe_sum").moe_sum, d, "moe_sum")(y, weights, out);
+  return out;
+}
+
+Tensor ssm_conv(const Tensor& x, const Tensor& w, const Tensor& state, const Tensor& seq, const Tensor& pos) {
+  const Device d = same_device("ssm_conv", {&x, &w, &state, &seq, &pos});
+  need_type("ssm_conv", x, DType::F32, "x");
+  need_type("ssm_conv", w, DType::F32, "w");
+  need_type("ssm_conv", state, DType::F32, "state");
+  const int64_t C = x.ne[0], K = w.ne[0];
+  KVAD_NEED("ssm_conv", w.n_rows() == C && K >= 2, "w " + shape_str(w) + " is not [C = " + std::to_string(C) + ", K >= 2]");
+  KVAD_NEED("ssm_conv", state.ne[0] == (K - 1) * C,
+            "state " + shape_str(state) + " rows are not (K - 1) · C = " + std::to_string((K - 1) * C));
+  check_ids("ssm_conv", seq, pos, x.n_rows());
+  Tensor out = f32_like(x, x.ne);
+  entry(row(d, "ssm_conv").ssm_conv, d, "ssm_conv")(x, w, state, seq, pos, out);
+  return out;
+}
+
+Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                        const Tensor& state, const Tensor& seq, const Tensor& pos, const DeltaRuleParams& p) {
+  const Device d = same_device("gated_delta_rule", {&q, &k, &v, &g, &beta, &state, &seq, &pos});
+  for (const Tensor* t : {&q, &k, &v, &g, &beta, &state}) need_type("gated_delta_rule", *t, DType::F32, "input");
+  const int64_t Dk = q.ne[0], Hk = q.ne[1], n = q.ne[2], Dv = v.ne[0], Hv = v.ne[1];
+  KVAD_NEED("gated_delta_rule", k.ne == q.ne && v.ne[2] == n && q.ne[3] == 1 && v.ne[3] == 1 && Hv % Hk == 0,
+            "q " + shape_str(q) + ", k " + shape_str(k) + ", v " + shape_str(v) +
+                " are not [n_tok, Hk, Dk], [n_tok, Hk, Dk], [n_tok, Hv, Dv] with Hv a multiple of Hk");
+  KVAD_NEED("gated_delta_rule", g.n_elements() == n * Hv && beta.n_elements() == n * Hv,
+            "g " + shape_str(g) + " and beta " + shape_str(beta) + " are not [n_tok, Hv]");
+  KVAD_NEED("gated_delta_rule", state.ne[0] == Hv * Dk * Dv,
+            "state " + shape_str(state) + " rows are not Hv · Dk · Dv = " + std::to_string(Hv * Dk * Dv));
+  KVAD_NEED("gated_delta_rule", p.chunk >= 0, "chunk " + std::to_string(p.chunk) + " is negative");
+  check_ids("gated_delta_rule", seq, pos, n);
+  Tensor out = f32_like(v, v.ne);
+  entry(row(d, "gated_delta_rule").gated_delta_rule, d, "gated_delta_rule")(q, k, v, g, beta, state, seq, pos, p, out);
   return out;
 }
 

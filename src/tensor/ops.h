@@ -62,6 +62,9 @@ void to_host(const Tensor& t, void* dst);
 Tensor to(const Tensor& t, Device d);
 /// A copy of `t` on its device.
 Tensor copy(const Tensor& t);
+/// Writes the bytes of `src` into `dst` (a tensor or a rows() view of one)
+/// on their device: same format, same number of elements. Throws otherwise.
+void copy_into(const Tensor& dst, const Tensor& src);
 /// Rows of a tensor converted to another format on its device (dequantize,
 /// quantize, f32 ↔ f16/bf16; the CPU row uses its format kernels'
 /// to_float/from_float); `t` itself when it is that format already. ne[0]
@@ -127,6 +130,10 @@ Tensor gelu(const Tensor& x);
 /// "gelu", torch.nn.GELU()), element-wise. The CUDA row has no kernel for
 /// it yet and throws.
 Tensor gelu_erf(const Tensor& x);
+/// Logistic sigmoid 1/(1 + e^-x) and softplus log(1 + e^x) (x above 20
+/// passes through, as torch's F.softplus), element-wise.
+Tensor sigmoid(const Tensor& x);
+Tensor softplus(const Tensor& x);
 /// silu(gate) ⊙ up (SwiGLU) and gelu(gate) ⊙ up (GeGLU), Shazeer 2020.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor geglu(const Tensor& gate, const Tensor& up);
@@ -219,5 +226,40 @@ Tensor matmul_id(const Tensor& x, const Tensor& w, const Tensor& ids);
 /// The weighted sum of each token's expert outputs: out[t] = Σ_j weights[t, j] · y[t, j].
 /// y: [n_tok, k, n] f32; weights: [n_tok, k] f32; out: [n_tok, n].
 Tensor moe_sum(const Tensor& y, const Tensor& weights);
+
+// ---- recurrent layers (gated DeltaNet: Qwen3-Next) ---------------------------
+
+/// Causal depthwise 1-D convolution with a rolling state (Mamba's and
+/// Gated DeltaNet's short convolution; transformers' causal_conv1d_fn /
+/// causal_conv1d_update, llama.cpp's ggml_ssm_conv). For token t of
+/// sequence s = seq[t], channel c:
+///   out[t, c] = Σ_{j<K-1} w[c, j] · state_s[j, c] + w[c, K-1] · x[t, c]
+/// then state_s shifts by one row and takes x[t] as its newest. A token at
+/// pos 0 starts its sequence from a zero state. A sequence's tokens in the
+/// call must be in order at consecutive positions (the state is as of the
+/// position before the first). No bias, no activation (the caller applies
+/// SiLU). x: [n_tok, C] f32; w: [C, K] f32 (ne {K, C}); state: [n_seq,
+/// (K-1)·C] f32, row j of C values per older input, oldest first; out:
+/// [n_tok, C]. Throws for a sequence id outside the state's rows or
+/// positions that do not follow each other.
+Tensor ssm_conv(const Tensor& x, const Tensor& w, const Tensor& state, const Tensor& seq, const Tensor& pos);
+
+/// The gated delta rule (Yang, Kautz & Hatamizadeh 2024, "Gated Delta
+/// Networks"; transformers' torch_recurrent_gated_delta_rule and
+/// torch_chunk_gated_delta_rule): per value head h, a state S [Dk, Dv]
+/// updated token by token,
+///   S ← e^{g_t} S;  u = β_t (v_t − Sᵀ k_t);  S ← S + k_t uᵀ;  o_t = Sᵀ (scale · q_t)
+/// with value head h reading key head h / (Hv / Hk). q, k are used as
+/// given (the caller L2-normalises them). p.chunk > 1 computes each
+/// sequence's tokens in chunks of p.chunk with the parallel form (within a
+/// chunk the u's solve a unit lower-triangular system; the state is carried
+/// from chunk to chunk), which equals the recurrent form up to rounding. A
+/// token at pos 0 starts its sequence from a zero state; a sequence's tokens
+/// must be in order at consecutive positions. q, k: [n_tok, Hk, Dk] f32;
+/// v: [n_tok, Hv, Dv] f32; g (log decay, <= 0), beta: [n_tok, Hv] f32;
+/// state: [n_seq, Hv·Dk·Dv] f32 (per head Dk rows of Dv), updated in place;
+/// out: [n_tok, Hv, Dv]. Throws as ssm_conv, and for Hv not a multiple of Hk.
+Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
+                        const Tensor& state, const Tensor& seq, const Tensor& pos, const DeltaRuleParams& p);
 
 }  // namespace kvad::ops

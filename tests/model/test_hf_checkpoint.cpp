@@ -73,6 +73,7 @@ double check_source(const char* name, const char* label, std::shared_ptr<const k
   const std::string vs = against;
   const Reference ref = read_reference(kDir / name, vs == "transformers"              ? "logits.json"
                                                     : vs == "transformers (truncate)" ? "logits-truncate.json"
+                                                    : vs == "transformers-kv-f16"     ? "logits-kv-f16.json"
                                                                                       : "llama.cpp-f32.logits.json");
   kvad::DeviceOptions o;
   o.device = device;
@@ -323,6 +324,50 @@ TEST(HfCheckpoint, GptOssMatchesTransformers) {
   check("gpt_oss", "sim");
 }
 
+// Qwen3-Next: gated DeltaNet layers (chunked delta rule in the 80-token
+// prefill, the recurrent form step by step) beside gated attention with
+// partial rotary, zero-centred norms, a shared expert behind a sigmoid gate.
+// With an f32 KV cache: 1e-4 (measured 4.2e-5, prefill and step by step;
+// this random fixture amplifies rounding: q8_0 weights move it by 0.9). With the default f16
+// cache: 5.0e-4 against transformers in f32 (transformers itself moves by
+// 5.3e-4 when its keys and values are rounded to f16), and 1.5e-4 against
+// that rounded run (logits-kv-f16.json; a K or V element that rounds to the
+// other neighbouring f16 on one side is 5e-4 off), so 5e-4; a wrong gate,
+// norm or head order is off by 1e-2 or more.
+TEST(HfCheckpoint, Qwen3NextMatchesTransformers) {
+  const kvad::KVTypes f32{kvad::DType::F32, kvad::DType::F32};
+  for (const char* device : {"cpu", "sim"}) {
+    auto src = kvad::open_hf_checkpoint((kDir / "qwen3next").string());
+    check_source("qwen3next", "", src, device, 0, 1e-4, "transformers", 128, f32);
+    check_source("qwen3next", "", src, device, 0, 1e-3, "transformers", 128);
+    check_source("qwen3next", " (K/V in f16 on both sides)", src, device, 0, 5e-4, "transformers-kv-f16", 128);
+  }
+  auto src = kvad::open_hf_checkpoint((kDir / "qwen3next").string());
+  EXPECT_NE(src->find("blk.0.ssm_in.weight"), nullptr);
+  EXPECT_NE(src->find("blk.2.attn_q.weight"), nullptr);
+  EXPECT_EQ(src->find("blk.2.ssm_a"), nullptr);
+  EXPECT_EQ(src->get_int("qwen3next.rope.dimension_count", 0), 4);  // 0.25 of head_dim 16
+  const kvad::SourceTensor* a = src->find("blk.0.ssm_a");
+  ASSERT_NE(a, nullptr);
+  for (int i = 0; i < 4; ++i) EXPECT_LT(static_cast<const float*>(a->data)[i], 0.0f);  // −exp(A_log)
+}
+
+// llama.cpp's converter splits in_proj_qkvz into attn_qkv and attn_gate,
+// stores ssm_a = −exp(A_log), 1 + w norms and a [C, K] convolution: the
+// same logits from those names, and llama.cpp's own on that file.
+// llama.cpp (llama-cpp-python 0.3.36, f16 KV) is itself 1.0e-3 from
+// transformers in f32 and 8.1e-4 from transformers with f16 K/V; kvad is
+// 8.1e-4 from llama.cpp: 2e-3 here.
+TEST(LlamaCppGguf, Qwen3NextMatchesTransformersAndLlamaCpp) {
+  for (const char* device : {"cpu", "sim"}) {
+    check_source("qwen3next", " (llama.cpp GGUF)", llama_cpp_gguf("qwen3next"), device, 0, 1e-4,
+                 "transformers", 128, {kvad::DType::F32, kvad::DType::F32});
+    check_source("qwen3next", " (llama.cpp GGUF, K/V in f16 on both sides)", llama_cpp_gguf("qwen3next"), device, 0,
+                 5e-4, "transformers-kv-f16", 128);
+  }
+  check_source("qwen3next", " (llama.cpp GGUF)", llama_cpp_gguf("qwen3next"), "cpu", 0, 2e-3, "llama.cpp", 128);
+}
+
 TEST(HfCheckpoint, Qwen3MoeAllSparseMatchesTransformers) {  // 4 experts, top-2, renormalised
   check("qwen3moe_sparse", "cpu");
   check("qwen3moe_sparse", "sim");
@@ -453,7 +498,8 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
   const fs::path cache = fs::temp_directory_path() / ("kvad-qcache-" + std::to_string(::getpid()));
   fs::remove_all(cache);
   for (const char* name : {"llama", "gemma3", "qwen2", "qwen3", "llama3", "mistral", "qwen2_yarn", "gpt2",
-                           "phi3_long", "qwen3moe", "qwen3moe_sparse", "gpt_oss"}) {
+                           "phi3_long", "qwen3moe", "qwen3moe_sparse", "gpt_oss",
+                           "qwen3next"}) {
     SCOPED_TRACE(name);
     const fs::path dir = kDir / name;
     const kvad::QuantizeOnceKey key{cache.string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};
@@ -467,7 +513,7 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
     EXPECT_EQ(down->type, kvad::DType::Q8_0);
     if (const kvad::SourceTensor* e = q->find("blk.0.ffn_down_exps.weight")) {
       EXPECT_EQ(e->type, kvad::DType::Q8_0);  // the 3-D experts, quantized per row
-      EXPECT_EQ(e->ne[2], std::string(name) == "qwen3moe_sparse" ? 4 : 8);  // experts
+      EXPECT_EQ(e->ne[2], std::string(name) == "qwen3moe_sparse" || std::string(name) == "qwen3next" ? 4 : 8);  // experts
     }
     EXPECT_EQ(q->find("blk.0.attn_norm.weight")->type, kvad::DType::F32);
     EXPECT_FALSE(q->has("kvad.rope.neox"));  // a plain GGUF: rows permuted instead
@@ -476,7 +522,7 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
 
     const Reference ref = read_reference(dir);
     std::shared_ptr<kvad::Model> m = kvad::load_model(again, kvad::DeviceOptions{});
-    kvad::Session s(m, 64, 1, 1);
+    kvad::Session s(m, std::max<int32_t>(64, static_cast<int32_t>(ref.tokens.size())), 1, 1);
     kvad::Batch b;
     for (size_t i = 0; i < ref.tokens.size(); ++i) b.add(ref.tokens[i], static_cast<int32_t>(i), 0, true);
     const std::vector<float>& all = s.forward(b);
@@ -487,13 +533,12 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
     // Measured 1.6e-2 (llama) and 5.2e-2 (Gemma 3: six layers of random
     // norms around 1 amplify the q8_0 rounding): a quantization error, where a
     // wrong Q/K row order or a lost norm gives errors of order 1.
-    // gpt_oss is left out of the bound: its tiny model (expert weights large
-    // enough to pass the SwiGLU clamp, 8 experts top-2) is chaotic under
-    // quantization — transformers' own logits move by 0.6 when its weights
-    // are rounded to q8_0 blocks (measured 0.77 here).
-    if (std::string(name) != "gpt_oss") {
-      EXPECT_LT(worst, 1e-1);
-    }
+    // gpt_oss and qwen3next are left out of the bound: their tiny models are
+    // chaotic under quantization (routers flip) — gpt_oss: transformers' own
+    // logits move by 0.6 when its weights are rounded to q8_0 blocks
+    // (measured 0.77 here); qwen3next: q8_0 moves it by 0.9 in llama.cpp as
+    // well. For them only that the file is written, read back and runs is checked.
+    if (std::string(name) != "gpt_oss" && std::string(name) != "qwen3next") EXPECT_LT(worst, 1e-1);
     EXPECT_TRUE(std::isfinite(worst));
   }
   fs::remove_all(cache);

@@ -25,6 +25,7 @@
 #include "kernels/cpu/mla.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/recurrent.h"
 #include "tensor/backend.h"
 #include "tensor/ops.h"
 
@@ -267,6 +268,10 @@ void unary(Unary op, const Tensor& x, const Tensor& o) {
       for (int64_t i = b; i < e; ++i) po[i] = px[i] / (1.0f + std::exp(-px[i]));
     } else if (op == Unary::GELU_erf) {
       for (int64_t i = b; i < e; ++i) po[i] = 0.5f * px[i] * (1.0f + std::erf(px[i] * 0.70710678118654752f));
+    } else if (op == Unary::Sigmoid) {
+      for (int64_t i = b; i < e; ++i) po[i] = 1.0f / (1.0f + std::exp(-px[i]));
+    } else if (op == Unary::Softplus) {  // torch's threshold 20: above it log(1 + e^x) is x in f32
+      for (int64_t i = b; i < e; ++i) po[i] = px[i] > 20.0f ? px[i] : std::log1p(std::exp(px[i]));
     } else {
       std::memcpy(po + b, px + b, static_cast<size_t>(e - b) * sizeof(float));
       cpu::gelu(po + b, e - b);
@@ -462,6 +467,8 @@ constexpr BackendOps kCpuRow = {
     .moe_route = &cpu::moe_route,
     .matmul_id = &cpu::matmul_id,
     .moe_sum = &cpu::moe_sum,
+    .ssm_conv = &cpu::ssm_conv,
+    .gated_delta_rule = &cpu::gated_delta_rule,
 };
 
 // The sim row: the CPU's kernels on memory of its own.

@@ -249,21 +249,7 @@ bool hf_tensor_qwen3moe(const std::string& hf, TensorRename& r) {
   if (hf_layer_tensor(hf, il, rest)) {
     const std::string p = "blk." + std::to_string(il) + ".";
     if (rest == "mlp.gate.weight") return r.name = p + "ffn_gate_inp.weight", r.transform = TensorTransform::None, true;
-    static const std::string ex = "mlp.experts.";
-    if (rest.compare(0, ex.size(), ex) == 0) {
-      size_t j = ex.size(), k = j;
-      while (k < rest.size() && rest[k] >= '0' && rest[k] <= '9') ++k;
-      if (k == j || k - j > 6 || k >= rest.size() || rest[k] != '.') return false;
-      const std::string w = rest.substr(k + 1);
-      const char* g = w == "gate_proj.weight" ? "ffn_gate_exps.weight"
-                      : w == "up_proj.weight" ? "ffn_up_exps.weight"
-                      : w == "down_proj.weight" ? "ffn_down_exps.weight" : nullptr;
-      if (!g) return false;
-      r.name = p + g;
-      r.transform = TensorTransform::None;
-      r.part = std::stoll(rest.substr(j, k - j));
-      return true;
-    }
+    if (hf_expert_tensor(rest, p, r)) return true;
   }
   return hf_tensor(hf, r);
 }

@@ -1,0 +1,443 @@
+// Qwen3-Next (Qwen Team 2025; transformers' modeling_qwen3_next.py, HF
+// model_type "qwen3_next"; GGUF architecture "qwen3next"): a hybrid decoder
+// whose layers are of two kinds, three gated DeltaNet layers to one gated
+// attention layer in the released models (config layer_types, or every
+// full_attention_interval-th layer attention), each followed by a sparse MoE
+// with a shared expert:
+//
+//   x = x + Mixer(n),  n = RMSNorm(x) ⊙ attn_norm
+//   x = x + MoE(n) + σ(w_shexp · n) · SharedExpert(n),  n = RMSNorm(x) ⊙ post_attention_norm
+//
+// Every RMSNorm but the DeltaNet output norm is zero-centred in HF (weights
+// stored as w, applied as 1 + w); GGUF files store 1 + w (llama.cpp's
+// converter adds the 1, and the HF name table below does the same), so the
+// forward pass applies the weights as they are.
+//
+// Gated DeltaNet (Yang, Kautz & Hatamizadeh 2024, "Gated Delta Networks"):
+//   q, k, v, z = in_proj_qkvz · n   (HF's order: per key head [q | k | v | z],
+//                                    v and z of the Hv/Hk value heads it serves)
+//   b, a = in_proj_ba · n            (per key head [b | a])
+//   q, k, v = SiLU(causal depthwise conv_K([q | k | v]))  (a rolling state of K-1 inputs)
+//   q, k = L2norm(q), L2norm(k);  β = σ(b);  g = −e^{A_log} · softplus(a + dt_bias)
+//   o = gated delta rule(q / √Dk, k, v, g, β)   (ops::gated_delta_rule; state Hv × Dk × Dv)
+//   out = ssm_out · (RMSNorm(o) ⊙ ssm_norm ⊙ SiLU(z))   per value head
+// Newer llama.cpp converters split in_proj_qkvz into attn_qkv ([q | k | v]
+// of all heads, the convolution's input order) and attn_gate (z); kvad reads
+// either, and keeps HF's fused ssm_in for HF checkpoints.
+//
+// Gated attention: q_proj gives per head [q | gate] (2·head_dim rows);
+// QK-norm per head, partial NeoX rotary (partial_rotary_factor 0.25 of
+// head_dim), GQA, and the output multiplied by σ(gate) before o_proj.
+//
+// The cache composes per layer (model/cache.h): keys and values for the
+// attention layers, convolution and delta-rule states for the DeltaNet
+// layers, with snapshots every N positions (DeviceOptions::state_snapshot_every).
+#include <cmath>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <vector>
+
+#include "base/error.h"
+#include "io/tensor_source.h"
+#include "model/blocks.h"
+#include "model/cache.h"
+#include "model/hf.h"
+#include "model/hparams.h"
+#include "model/model.h"
+#include "model/registry.h"
+#include "model/rope.h"
+#include "model/weights.h"
+#include "tensor/ops.h"
+
+namespace kvad {
+namespace {
+
+/// The default snapshot interval (positions), see README "Recurrent state".
+constexpr int32_t kDefaultSnapshotEvery = 256;
+/// Tokens per chunk of the delta rule's parallel form in a prefill
+/// (transformers' and flash-linear-attention's chunk size).
+constexpr int64_t kDeltaChunk = 64;
+/// Index sets (layout, batch size) kept on the device for the column gathers.
+constexpr size_t kMaxIdSets = 64;
+
+struct DeltaNetWeights {
+  Tensor in;              // ssm_in [n_embd → 2·Hk·Dk + 2·Hv·Dv], HF's interleaved order; or
+  Tensor qkv, gate;       // attn_qkv [n_embd → C], attn_gate [n_embd → Hv·Dv]
+  Tensor ba;              // ssm_ba [n_embd → 2·Hv], per key head [b | a]
+  Tensor conv;            // ssm_conv1d [C, K] f32
+  Tensor a, dt;           // ssm_a = −e^{A_log} [Hv], ssm_dt.bias [Hv]
+  Tensor norm;            // ssm_norm [Dv]
+  Tensor out;             // ssm_out [Hv·Dv → n_embd]
+};
+
+struct GatedAttentionWeights {
+  Tensor wq, wk, wv, wo;  // attn_q [n_embd → n_head·2·head_dim] (q | gate per head), attn_k/v, attn_output
+  Tensor q_norm, k_norm;  // [head_dim]
+};
+
+struct Layer {
+  bool recurrent = false;
+  Tensor attn_norm, post_norm;
+  DeltaNetWeights ssm;
+  GatedAttentionWeights attn;
+  bool sparse = false;
+  MoeWeights moe;          // ffn_gate_inp, ffn_{gate,up,down}_exps (moe.norm unused)
+  Tensor gate_shexp, up_shexp, down_shexp, gate_inp_shexp;
+  MlpWeights mlp;          // a dense layer (mlp_only_layers)
+};
+
+class Qwen3Next final : public Model {
+ public:
+  Qwen3Next(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
+    source_ = src;
+    hp_ = read_hparams(*src);
+    const std::string a = hp_.arch + ".";
+    const std::string& path = src->path();
+    conv_k_ = src->get_int(a + "ssm.conv_kernel", 0);
+    Dk_ = src->get_int(a + "ssm.state_size", 0);
+    Hk_ = src->get_int(a + "ssm.group_count", 0);
+    Hv_ = src->get_int(a + "ssm.time_step_rank", 0);
+    const int64_t inner = src->get_int(a + "ssm.inner_size", 0);
+    if (conv_k_ < 2 || Dk_ <= 0 || Hk_ <= 0 || Hv_ <= 0 || Hv_ % Hk_ != 0 || inner <= 0 || inner % Hv_ != 0)
+      throw Error(path + ": " + a + "ssm.conv_kernel (>= 2), ssm.state_size, ssm.group_count, ssm.time_step_rank "
+                  "(a multiple of group_count) and ssm.inner_size (a multiple of time_step_rank) are required");
+    Dv_ = inner / Hv_;
+    conv_dim_ = 2 * Hk_ * Dk_ + Hv_ * Dv_;
+    const int64_t n_expert = src->get_int(a + "expert_count", 0), F_exp = src->get_int(a + "expert_feed_forward_length", 0);
+    const int64_t F_sh = src->get_int(a + "expert_shared_feed_forward_length", 0);
+    moe_.n_expert_used = src->get_int(a + "expert_used_count", 0);
+    moe_.norm_topk = src->get_int("kvad.moe.norm_topk_prob", 1) != 0;
+    moe_.norm_eps = hp_.norm_eps;
+    snapshot_every_ = o.state_snapshot_every < 0 ? kDefaultSnapshotEvery : o.state_snapshot_every;
+
+    WeightLoader wl(src, o);
+    device_ = wl.device();
+    const int64_t E = hp_.n_embd, D = hp_.head_dim, H = hp_.n_head, Hkv = hp_.n_head_kv;
+    const SourceTensor* te = src->find("token_embd.weight");
+    if (!te || te->n_dims < 2) throw Error(path + ": missing tensor token_embd.weight");
+    hp_.n_vocab = te->ne[1];
+    tok_embd_ = wl.get("token_embd.weight", {E, hp_.n_vocab});
+    output_norm_ = wl.get("output_norm.weight", {E});
+    output_ = wl.get_optional("output.weight", {E, hp_.n_vocab});
+    if (!output_) output_ = tok_embd_;
+    layers_.resize(hp_.n_layer);
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+      const std::string p = "blk." + std::to_string(il) + ".";
+      Layer& L = layers_[il];
+      L.attn_norm = wl.get(p + "attn_norm.weight", {E});
+      L.post_norm = wl.get(p + "post_attention_norm.weight", {E});
+      L.recurrent = wl.has(p + "ssm_a");
+      if (L.recurrent) {
+        DeltaNetWeights& w = L.ssm;
+        if (wl.has(p + "attn_qkv.weight")) {
+          w.qkv = wl.get(p + "attn_qkv.weight", {E, conv_dim_});
+          w.gate = wl.get(p + "attn_gate.weight", {E, Hv_ * Dv_});
+        } else {
+          w.in = wl.get(p + "ssm_in.weight", {E, 2 * Hk_ * Dk_ + 2 * Hv_ * Dv_});
+        }
+        w.ba = wl.get(p + "ssm_ba.weight", {E, 2 * Hv_});
+        // GGUF stores [C, K]; HF's Conv1d weight is [C, 1, K].
+        const SourceTensor* c = src->find(p + "ssm_conv1d.weight");
+        if (c && c->n_dims == 3)
+          w.conv = wl.get(p + "ssm_conv1d.weight", {conv_k_, 1, conv_dim_}).view({conv_k_, conv_dim_, 1, 1});
+        else
+          w.conv = wl.get(p + "ssm_conv1d.weight", {conv_k_, conv_dim_});
+        w.a = wl.get(p + "ssm_a", {Hv_});
+        w.dt = wl.get(p + "ssm_dt.bias", {Hv_});
+        w.norm = wl.get(p + "ssm_norm.weight", {Dv_});
+        w.out = wl.get(p + "ssm_out.weight", {Hv_ * Dv_, E});
+        require_f32(path, {&w.conv, &w.a, &w.dt, &w.norm});
+      } else {
+        GatedAttentionWeights& w = L.attn;
+        w.wq = wl.get(p + "attn_q.weight", {E, H * 2 * D});
+        w.wk = wl.get(p + "attn_k.weight", {E, Hkv * D});
+        w.wv = wl.get(p + "attn_v.weight", {E, Hkv * D});
+        w.wo = wl.get(p + "attn_output.weight", {H * D, E});
+        w.q_norm = wl.get(p + "attn_q_norm.weight", {D});
+        w.k_norm = wl.get(p + "attn_k_norm.weight", {D});
+        require_f32(path, {&w.q_norm, &w.k_norm});
+      }
+      L.sparse = wl.has(p + "ffn_gate_inp.weight");
+      if (L.sparse) {
+        if (n_expert <= 0 || F_exp <= 0 || moe_.n_expert_used <= 0 || moe_.n_expert_used > n_expert)
+          throw Error(path + ": " + p + "ffn_gate_inp.weight needs " + a + "expert_count, " + a +
+                      "expert_used_count (1.." + a + "expert_count) and " + a + "expert_feed_forward_length");
+        L.moe.gate_inp = wl.get(p + "ffn_gate_inp.weight", {E, n_expert});
+        L.moe.gate_exps = wl.get(p + "ffn_gate_exps.weight", {E, F_exp, n_expert});
+        L.moe.up_exps = wl.get(p + "ffn_up_exps.weight", {E, F_exp, n_expert});
+        L.moe.down_exps = wl.get(p + "ffn_down_exps.weight", {F_exp, E, n_expert});
+        if (wl.has(p + "ffn_gate_shexp.weight")) {
+          if (F_sh <= 0) throw Error(path + ": " + p + "ffn_gate_shexp.weight needs " + a + "expert_shared_feed_forward_length");
+          L.gate_shexp = wl.get(p + "ffn_gate_shexp.weight", {E, F_sh});
+          L.up_shexp = wl.get(p + "ffn_up_shexp.weight", {E, F_sh});
+          L.down_shexp = wl.get(p + "ffn_down_shexp.weight", {F_sh, E});
+          L.gate_inp_shexp = wl.get(p + "ffn_gate_inp_shexp.weight", {E});
+        }
+      } else {
+        L.mlp.gate = wl.get(p + "ffn_gate.weight", {E, hp_.n_ff});
+        L.mlp.up = wl.get(p + "ffn_up.weight", {E, hp_.n_ff});
+        L.mlp.down = wl.get(p + "ffn_down.weight", {hp_.n_ff, E});
+      }
+      require_f32(path, {&L.attn_norm, &L.post_norm});
+    }
+    require_f32(path, {&output_norm_});
+    rope_ = load_rope_scaling(*src, wl, hp_, /*neox=*/true);
+    wl.finish();
+    weight_bytes_ = wl.bytes();
+    hp_.n_params = wl.n_params();
+  }
+
+  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
+    std::vector<LayerSpec> specs(layers_.size());
+    for (size_t il = 0; il < layers_.size(); ++il) {
+      LayerSpec& s = specs[il];
+      if (layers_[il].recurrent) {
+        s.kind = LayerKind::Recurrent;
+        s.conv_elems = (conv_k_ - 1) * conv_dim_;
+        s.ssm_elems = Hv_ * Dk_ * Dv_;
+        s.snapshot_every = snapshot_every_;
+      } else {
+        s.k_dim = s.v_dim = hp_.n_head_kv * hp_.head_dim;
+      }
+    }
+    return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types);
+  }
+
+ protected:
+  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) override {
+    auto& cache = static_cast<LayerCaches&>(cache_base);
+    rope_params_ = rope_.at(cache.n_ctx());
+    // Pieces end where a sequence reaches a snapshot position, so that the
+    // cache copies the states there.
+    for (const BatchPiece& piece : cache.pieces(b)) {
+      const BatchIds ids = upload_batch(piece.view, device_);
+      Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
+      for (size_t il = 0; il < layers_.size(); ++il) {
+        const Layer& L = layers_[il];
+        const Tensor h = ops::rms_norm(x, L.attn_norm, hp_.norm_eps);
+        x = ops::add(x, L.recurrent ? delta_net(L.ssm, cache.recurrent(static_cast<int64_t>(il)), ids, h)
+                                    : gated_attention(L.attn, cache.kv(static_cast<int64_t>(il)), ids, h));
+        x = ops::add(x, ffn(L, ops::rms_norm(x, L.post_norm, hp_.norm_eps)));
+      }
+      cache.advance(piece.view);
+      decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits + piece.out_offset * hp_.n_vocab);
+    }
+  }
+
+ private:
+  // Index tensors for ops::get_rows that pick columns of every token's row:
+  // the row (n_units values of u floats each) is seen as n_units rows of u,
+  // and part p lists, per token, the units it takes. The gathered rows hold
+  // part 0 for every token, then part 1 for every token, ... Uploaded once
+  // per (layout, n) and kept on the device.
+  struct Layout {
+    int64_t n_units = 0;
+    std::vector<std::vector<int32_t>> parts;
+  };
+  const Tensor& gather_ids(int which, const Layout& lay, int64_t n) {
+    if (auto it = ids_cache_.find({which, n}); it != ids_cache_.end()) return it->second;
+    // Bounded: batch sizes are few (the micro-batch, its remainder, 1), but
+    // a server sees many; past kMaxIdSets they are dropped and uploaded again.
+    if (ids_cache_.size() >= kMaxIdSets) ids_cache_.clear();
+    Tensor& t = ids_cache_[{which, n}];
+    std::vector<int32_t> ids;
+    for (const auto& part : lay.parts)
+      for (int64_t tok = 0; tok < n; ++tok)
+        for (int32_t u : part) ids.push_back(static_cast<int32_t>(tok * lay.n_units + u));
+    t = ops::from_host(ids.data(), DType::I32, {static_cast<int64_t>(ids.size()), 1, 1, 1}, device_);
+    return t;
+  }
+  // x [n, n_units · u] → its parts' values, gathered as described above.
+  Tensor gather(int which, const Layout& lay, int64_t u, const Tensor& x) {
+    const int64_t n = x.n_rows();
+    return ops::get_rows(x.view({u, n * lay.n_units, 1, 1}), gather_ids(which, lay, n));
+  }
+  // Rows [r0, r0 + rows) of a gathered [_, u] tensor as shape ne.
+  static Tensor part(const Tensor& g, int64_t r0, int64_t rows, std::array<int64_t, 4> ne) {
+    return g.rows(r0, r0 + rows).view(ne);
+  }
+
+  Tensor delta_net(const DeltaNetWeights& w, RecurrentLayer& st, const BatchIds& b, const Tensor& h) {
+    const int64_t n = b.n, r = Hv_ / Hk_, C = conv_dim_, Z = Hv_ * Dv_;
+    Tensor qkv, z;
+    if (w.in) {
+      // Per key head: [q (Dk) | k (Dk) | v (r·Dv) | z (r·Dv)], in units of u.
+      const int64_t u = std::gcd(Dk_, r * Dv_), kq = Dk_ / u, kv = r * Dv_ / u, blk = 2 * kq + 2 * kv;
+      if (!lay_in_.n_units) {
+        lay_in_.n_units = Hk_ * blk;
+        lay_in_.parts.resize(2);
+        for (int64_t off : {int64_t{0}, kq, 2 * kq})  // all q, then all k, then all v: the conv's order
+          for (int64_t hk = 0; hk < Hk_; ++hk)
+            for (int64_t i = 0; i < (off == 2 * kq ? kv : kq); ++i)
+              lay_in_.parts[0].push_back(static_cast<int32_t>(hk * blk + off + i));
+        for (int64_t hk = 0; hk < Hk_; ++hk)
+          for (int64_t i = 0; i < kv; ++i) lay_in_.parts[1].push_back(static_cast<int32_t>(hk * blk + 2 * kq + kv + i));
+      }
+      const Tensor g = gather(0, lay_in_, u, ops::matmul(h, w.in));
+      qkv = part(g, 0, n * C / u, {C, n, 1, 1});
+      z = part(g, n * C / u, n * Z / u, {Dv_, Hv_ * n, 1, 1});
+    } else {
+      std::vector<Tensor> y = ops::matmul_multi(h, {&w.qkv, &w.gate});
+      qkv = y[0];
+      z = y[1].view({Dv_, Hv_ * n, 1, 1});
+    }
+    // b, a: per key head [b (r) | a (r)], units of r.
+    if (!lay_ba_.n_units) {
+      lay_ba_.n_units = 2 * Hk_;
+      lay_ba_.parts.resize(2);
+      for (int64_t hk = 0; hk < Hk_; ++hk) {
+        lay_ba_.parts[0].push_back(static_cast<int32_t>(2 * hk));
+        lay_ba_.parts[1].push_back(static_cast<int32_t>(2 * hk + 1));
+      }
+    }
+    const Tensor ba = gather(1, lay_ba_, r, ops::matmul(h, w.ba));
+    const Tensor beta = ops::sigmoid(part(ba, 0, n * Hk_, {Hv_, n, 1, 1}));                        // [n, Hv]
+    const Tensor g = ops::mul(ops::softplus(ops::add(part(ba, n * Hk_, n * Hk_, {Hv_, n, 1, 1}), w.dt)), w.a);
+    // The short convolution over [q | k | v], then q, k, v apart.
+    const Tensor xc = ops::silu(ops::ssm_conv(qkv, w.conv, st.conv, b.seq, b.pos));                // [n, C]
+    const int64_t u = std::gcd(Dk_, Dv_), qk_units = Hk_ * Dk_ / u, v_units = Hv_ * Dv_ / u;
+    if (!lay_qkv_.n_units) {  // q of every token, then k of every token (one L2 norm for both), then v
+      lay_qkv_.n_units = 2 * qk_units + v_units;
+      lay_qkv_.parts.resize(3);
+      for (int64_t i = 0; i < qk_units; ++i) {
+        lay_qkv_.parts[0].push_back(static_cast<int32_t>(i));
+        lay_qkv_.parts[1].push_back(static_cast<int32_t>(qk_units + i));
+      }
+      for (int64_t i = 0; i < v_units; ++i) lay_qkv_.parts[2].push_back(static_cast<int32_t>(2 * qk_units + i));
+    }
+    const Tensor parts = gather(2, lay_qkv_, u, xc);
+    // L2 norm (eps 1e-6 on the sum of squares, as transformers' l2norm) of
+    // every q and k head: RMSNorm with eps/Dk, divided by √Dk.
+    const Tensor qk = ops::scale(
+        ops::rms_norm(part(parts, 0, 2 * n * qk_units, {Dk_, 2 * n * Hk_, 1, 1}), Tensor{}, 1e-6f / Dk_),
+        1.0f / std::sqrt(static_cast<float>(Dk_)));  // [2, n, Hk, Dk]
+    const Tensor q = qk.rows(0, n * Hk_).view({Dk_, Hk_, n, 1});
+    const Tensor k = qk.rows(n * Hk_, 2 * n * Hk_).view({Dk_, Hk_, n, 1});
+    const Tensor v = part(parts, 2 * n * qk_units, n * v_units, {Dv_, Hv_, n, 1});
+    DeltaRuleParams dp;
+    dp.scale = 1.0f / std::sqrt(static_cast<float>(Dk_));
+    dp.chunk = n > 1 ? kDeltaChunk : 0;
+    const Tensor o = ops::gated_delta_rule(q, k, v, g, beta, st.ssm, b.seq, b.pos, dp);  // [n, Hv, Dv]
+    // Gated RMSNorm per value head, then the output projection.
+    const Tensor y = ops::mul(ops::rms_norm(o.view({Dv_, Hv_ * n, 1, 1}), w.norm, hp_.norm_eps), ops::silu(z));
+    return ops::matmul(y.view({Hv_ * Dv_, n, 1, 1}), w.out);
+  }
+
+  Tensor gated_attention(const GatedAttentionWeights& w, KVLayer& cache, const BatchIds& b, const Tensor& h) {
+    const int64_t n = b.n, D = hp_.head_dim, H = hp_.n_head, Hkv = hp_.n_head_kv;
+    std::vector<Tensor> y = ops::matmul_multi(h, {&w.wq, &w.wk, &w.wv});
+    if (!lay_q_.n_units) {
+      lay_q_.n_units = 2 * H;
+      lay_q_.parts.resize(2);
+      for (int64_t i = 0; i < H; ++i) {
+        lay_q_.parts[0].push_back(static_cast<int32_t>(2 * i));
+        lay_q_.parts[1].push_back(static_cast<int32_t>(2 * i + 1));
+      }
+    }
+    const Tensor qg = gather(3, lay_q_, D, y[0]);
+    Tensor q = ops::rms_norm(part(qg, 0, n * H, {D, H, n, 1}), w.q_norm, hp_.norm_eps);
+    const Tensor gate = part(qg, n * H, n * H, {H * D, n, 1, 1});
+    Tensor k = ops::rms_norm(y[1].view({D, Hkv, n, 1}), w.k_norm, hp_.norm_eps);
+    q = ops::rope(q, b.pos, rope_params_);
+    k = ops::rope(k, b.pos, rope_params_);
+    ops::kv_store(cache.k, k, b.seq, b.pos, cache.slots);
+    ops::kv_store(cache.v, y[2], b.seq, b.pos, cache.slots);
+    const Tensor a = ops::attention(q, cache.k, cache.v, b.seq, b.pos,
+                                    {1.0f / std::sqrt(static_cast<float>(D)), 0, cache.slots});
+    return ops::matmul(ops::mul(a.view({H * D, n, 1, 1}), ops::sigmoid(gate)), w.wo);
+  }
+
+  // h: the post-attention norm's output [n, n_embd].
+  Tensor ffn(const Layer& L, const Tensor& h) {
+    if (!L.sparse) {
+      std::vector<Tensor> gu = ops::matmul_multi(h, {&L.mlp.gate, &L.mlp.up});
+      return ops::matmul(ops::swiglu(gu[0], gu[1]), L.mlp.down);
+    }
+    Tensor y = moe_experts(L.moe, moe_, h);
+    if (!L.gate_shexp) return y;
+    std::vector<Tensor> gu = ops::matmul_multi(h, {&L.gate_shexp, &L.up_shexp, &L.gate_inp_shexp});
+    const Tensor shared = ops::matmul(ops::swiglu(gu[0], gu[1]), L.down_shexp);  // [n, n_embd]
+    // σ(gate) per token: a one-slot weighted sum.
+    const int64_t n = h.n_rows();
+    return ops::add(y, ops::moe_sum(shared.view({hp_.n_embd, 1, n, 1}), ops::sigmoid(gu[2]).view({1, n, 1, 1})));
+  }
+
+  Tensor tok_embd_, output_norm_, output_;
+  std::vector<Layer> layers_;
+  int64_t conv_k_ = 0, Dk_ = 0, Dv_ = 0, Hk_ = 0, Hv_ = 0, conv_dim_ = 0;
+  int32_t snapshot_every_ = kDefaultSnapshotEvery;
+  MoeParams moe_;
+  RopeScaling rope_;
+  RopeParams rope_params_;
+  Layout lay_in_, lay_ba_, lay_qkv_, lay_q_;
+  std::map<std::pair<int, int64_t>, Tensor> ids_cache_;
+};
+
+// ---- HF checkpoints (transformers' Qwen3NextForCausalLM) --------------------
+
+void hf_config(const nlohmann::json& cfg, HfConfig& out) {
+  const std::string a = "qwen3next";
+  decoder_config(a, cfg, out);
+  Metadata& md = out.md;
+  const int64_t n_layer = config_int(cfg, "num_hidden_layers");
+  if (cfg.contains("layer_types") && cfg["layer_types"].is_array()) {
+    const nlohmann::json& lt = cfg["layer_types"];
+    if (static_cast<int64_t>(lt.size()) != n_layer) throw Error("config.json: layer_types does not list every layer");
+    for (const auto& t : lt)
+      if (!t.is_string() || (t != "linear_attention" && t != "full_attention"))
+        throw Error("config.json: layer_types may hold linear_attention and full_attention only");
+  }
+  md[a + ".full_attention_interval"] = config_int(cfg, "full_attention_interval", 4);
+  md[a + ".ssm.conv_kernel"] = config_int(cfg, "linear_conv_kernel_dim");
+  md[a + ".ssm.state_size"] = config_int(cfg, "linear_key_head_dim");
+  md[a + ".ssm.group_count"] = config_int(cfg, "linear_num_key_heads");
+  md[a + ".ssm.time_step_rank"] = config_int(cfg, "linear_num_value_heads");
+  md[a + ".ssm.inner_size"] = config_int(cfg, "linear_value_head_dim") * config_int(cfg, "linear_num_value_heads");
+  md[a + ".expert_count"] = config_int(cfg, "num_experts");
+  md[a + ".expert_used_count"] = config_int(cfg, "num_experts_per_tok");
+  md[a + ".expert_feed_forward_length"] = config_int(cfg, "moe_intermediate_size");
+  md[a + ".expert_shared_feed_forward_length"] = config_int(cfg, "shared_expert_intermediate_size", 0);
+  if (!config_bool(cfg, "norm_topk_prob", true)) md["kvad.moe.norm_topk_prob"] = int64_t{0};
+  if (config_bool(cfg, "attention_bias", false)) throw Error("config.json: attention_bias is not supported for qwen3_next");
+  if (config_int(cfg, "decoder_sparse_step", 1) != 1 && config_int(cfg, "num_experts") > 0)
+    throw Error("config.json: decoder_sparse_step other than 1 is not supported for qwen3_next (use mlp_only_layers)");
+}
+
+bool hf_tensor(const std::string& hf, TensorRename& r) {
+  using T = TensorTransform;
+  // The multi-token-prediction head (mtp.*) is for speculative decoding: not read.
+  if (hf.compare(0, 4, "mtp.") == 0) return r.name.clear(), true;
+  static const HfLayerName kLayer[] = {
+      {"post_attention_layernorm.weight", "post_attention_norm.weight", T::ToF32PlusOne},
+      {"linear_attn.in_proj_qkvz.weight", "ssm_in.weight", T::None},
+      {"linear_attn.in_proj_ba.weight", "ssm_ba.weight", T::None},
+      {"linear_attn.conv1d.weight", "ssm_conv1d.weight", T::ToF32},
+      {"linear_attn.A_log", "ssm_a", T::ToF32NegExp},
+      {"linear_attn.dt_bias", "ssm_dt.bias", T::ToF32},
+      {"linear_attn.norm.weight", "ssm_norm.weight", T::ToF32},  // applied as w (not 1 + w)
+      {"linear_attn.out_proj.weight", "ssm_out.weight", T::None},
+      {"mlp.gate.weight", "ffn_gate_inp.weight", T::None},
+      {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight", T::None},
+      {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight", T::None},
+      {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight", T::None},
+      {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight", T::None},
+  };
+  if (hf == "lm_head.weight") return r.name = "output.weight", r.transform = T::None, true;
+  int64_t il;
+  std::string rest;
+  if (hf_layer_tensor(hf, il, rest) && hf_expert_tensor(rest, "blk." + std::to_string(il) + ".", r)) return true;
+  return hf_decoder_tensor(hf, T::ToF32PlusOne, kLayer, std::size(kLayer), r);
+}
+
+}  // namespace
+
+extern const HfNames kQwen3NextHfNames;
+const HfNames kQwen3NextHfNames = {{"qwen3_next"}, &hf_config, &hf_tensor};
+
+std::unique_ptr<Model> load_qwen3next(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
+  return std::make_unique<Qwen3Next>(std::move(src), o);
+}
+
+}  // namespace kvad
