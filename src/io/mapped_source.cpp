@@ -96,6 +96,12 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     if (const std::string* v = std::get_if<std::string>(&it->second)) return *v;
     throw Error(path() + ": " + std::string(key) + " is not a string");
   }
+  std::vector<bool> get_bool_array(std::string_view key) const override {
+    auto it = md_.find(key);
+    if (it == md_.end()) return {};
+    if (const std::vector<bool>* v = std::get_if<std::vector<bool>>(&it->second)) return *v;
+    throw Error(path() + ": " + std::string(key) + " is not an array of booleans");
+  }
   const Metadata& metadata() const { return md_; }
 
  private:

@@ -40,8 +40,9 @@ struct TensorRename {
   int64_t part = -1;
 };
 
-/// Metadata of the view, by GGUF key: an integer, a float or a string.
-using MetadataValue = std::variant<int64_t, double, std::string>;
+/// Metadata of the view, by GGUF key: an integer, a float, a string or an
+/// array of booleans (written to GGUF as an ARRAY of BOOL).
+using MetadataValue = std::variant<int64_t, double, std::string, std::vector<bool>>;
 using Metadata = std::map<std::string, MetadataValue, std::less<>>;
 
 /// A tensor the view makes itself from settings rather than from the base's

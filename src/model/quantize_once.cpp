@@ -34,6 +34,8 @@ std::vector<gguf::Value> gguf_metadata(const Metadata& md) {
                                               : gguf::make_int(key, gguf::ValueType::INT64, *i));
     } else if (const double* d = std::get_if<double>(&val)) {
       v.push_back(gguf::make_float(key, gguf::ValueType::FLOAT32, *d));
+    } else if (const std::vector<bool>* b = std::get_if<std::vector<bool>>(&val)) {
+      v.push_back(gguf::make_uint_array(key, gguf::ValueType::BOOL, std::vector<uint64_t>(b->begin(), b->end())));
     } else {
       v.push_back(gguf::make_string(key, std::get<std::string>(val)));
     }

@@ -22,14 +22,17 @@ constexpr double kPi = 3.14159265358979323846;
 // YaRN's per-pair divisors (transformers' _compute_yarn_parameters; ggml's
 // ggml_rope_yarn_corr_dims and rope_yarn_ramp with ext_factor 1): pair i's
 // frequency is base^(-2i/n) · (ext_i + (1 - ext_i) / factor), ext_i falling
-// linearly from 1 to 0 between the correction dims of beta_fast and beta_slow.
+// linearly from 1 to 0 between the correction dims of beta_fast and beta_slow,
+// floored and ceiled to whole dims (ggml always; transformers unless the
+// config says `truncate: false`, as gpt-oss's does).
 std::vector<float> yarn_divisors(int64_t n_rot, double base, double factor, double n_ctx_orig, double beta_fast,
-                                 double beta_slow) {
+                                 double beta_slow, bool truncate) {
   auto corr_dim = [&](double n_rotations) {
     return n_rot * std::log(n_ctx_orig / (n_rotations * 2 * kPi)) / (2 * std::log(base));
   };
-  const double low = std::max(0.0, std::floor(corr_dim(beta_fast)));
-  double high = std::min(static_cast<double>(n_rot - 1), std::ceil(corr_dim(beta_slow)));
+  const double lo = corr_dim(beta_fast), hi = corr_dim(beta_slow);
+  const double low = std::max(0.0, truncate ? std::floor(lo) : lo);
+  double high = std::min(static_cast<double>(n_rot - 1), truncate ? std::ceil(hi) : hi);
   if (high == low) high += 0.001;  // as transformers' linear_ramp_factor
   std::vector<float> d(n_rot / 2);
   for (int64_t i = 0; i < n_rot / 2; ++i) {
@@ -80,7 +83,8 @@ RopeScaling load_rope_scaling(const TensorSource& src, WeightLoader& wl, const H
     const std::vector<float> d =
         yarn_divisors(hp.n_rot, hp.rope_freq_base, factor, static_cast<double>(r.n_ctx_orig),
                       src.get_float(a + "rope.scaling.yarn_beta_fast", 32.0),
-                      src.get_float(a + "rope.scaling.yarn_beta_slow", 1.0));
+                      src.get_float(a + "rope.scaling.yarn_beta_slow", 1.0),
+                      src.get_int("kvad.rope.scaling.yarn_truncate", 1) != 0);
     p.freq_scale = 1.0f;  // the interpolation is in the divisors
     p.freq_factors = ops::from_host(d.data(), DType::F32, {half, 1, 1, 1}, wl.device());
     p.attn_factor = static_cast<float>(yarn_mscale(factor) * src.get_float(a + "rope.scaling.yarn_attn_factor", 1.0));
@@ -133,7 +137,8 @@ void hf_rope_scaling(const std::string& a, const json& rope, const json& cfg, in
     }
     factors_tensor("rope_freqs.weight", std::move(d));
   } else if (type == "yarn") {
-    if (!config_bool(rope, "truncate", true)) throw Error("config.json: YaRN with truncate false is not supported yet");
+    // truncate false: kvad's own key (llama.cpp has none; ggml always truncates).
+    if (!config_bool(rope, "truncate", true)) md["kvad.rope.scaling.yarn_truncate"] = int64_t{0};
     const double factor = config_float(rope, "factor", static_cast<double>(max_pos) / orig);
     md[a + ".rope.scaling.type"] = std::string("yarn");
     md[a + ".rope.scaling.factor"] = factor;

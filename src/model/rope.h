@@ -15,7 +15,10 @@
 //    cos/sin are scaled by 0.1·ln(factor) + 1 (times
 //    rope.scaling.yarn_attn_factor). GGUF keys as llama.cpp's:
 //    rope.scaling.{type, factor, original_context_length, yarn_beta_fast,
-//    yarn_beta_slow, yarn_attn_factor}.
+//    yarn_beta_slow, yarn_attn_factor}. The correction dims are floored and
+//    ceiled to whole dims (ggml, transformers' default) unless
+//    kvad.rope.scaling.yarn_truncate is 0 (transformers' `truncate: false`,
+//    gpt-oss; kvad's own key: llama.cpp has none and always truncates).
 //  - LongRoPE / "su" (Ding et al. 2024; Phi-3): per-pair factors, short ones
 //    for contexts up to original_context_length and long ones beyond (chosen
 //    by the cache's context size, as llama.cpp does), and a factor
