@@ -1,5 +1,8 @@
 #include "io/mapped_source.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <algorithm>
 #include <deque>
@@ -14,8 +17,8 @@ namespace {
 class MappedSource final : public TensorSource, public std::enable_shared_from_this<MappedSource> {
  public:
   MappedSource(std::shared_ptr<const TensorSource> base, const std::vector<TensorRename>& rules, Metadata md,
-               const std::vector<std::string>& ignored, std::vector<SyntheticTensor> synthetic)
-      : base_(std::move(base)), md_(std::move(md)) {
+               const std::vector<std::string>& ignored, std::vector<SyntheticTensor> synthetic, bool list_only)
+      : base_(std::move(base)), md_(std::move(md)), list_only_(list_only) {
     std::map<std::string, int, std::less<>> used;
     for (const std::string& n : ignored) used[n] = 1;
     owned_.reserve(rules.size() + synthetic.size());  // pointers into owned_ stay valid
@@ -140,15 +143,23 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
         throw Error(base_->path() + ": " + p.name + " differs in shape or format from " + p0.name + " (stacked as " +
                     name + ")");
     }
-    std::vector<uint8_t>& v = owned_bytes_.emplace_back(p0.n_bytes * parts.size());
-    for (size_t i = 0; i < parts.size(); ++i) std::memcpy(&v[i * p0.n_bytes], parts[i].second->data, p0.n_bytes);
     SourceTensor t = p0;
     t.name = name;
     t.ne = {p0.ne[0], p0.ne[1], static_cast<int64_t>(parts.size()), 1};
     t.n_dims = 3;
     t.shape = {t.ne[2], t.ne[1], t.ne[0]};
+    t.n_bytes = p0.n_bytes * parts.size();
+    t.data = nullptr;
+    if (list_only_) return t;
+    std::vector<uint8_t>& v = owned_bytes_.emplace_back(t.n_bytes);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      std::memcpy(&v[i * p0.n_bytes], parts[i].second->data, p0.n_bytes);
+      // The part now lives in the copy: its pages of the mapped checkpoint
+      // need not stay resident (read-only file pages: dropping them loses
+      // nothing, a later read faults them back in from the file).
+      release_pages(parts[i].second->data, p0.n_bytes);
+    }
     t.data = v.data();
-    t.n_bytes = v.size();
     return t;
   }
 
@@ -158,6 +169,14 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
       throw Error(base_->path() + ": tensor " + b.name + " (" + dtype_name(b.type) + ", " + std::to_string(b.n_dims) +
                   " dims) cannot be transposed; kvad transposes 2-D f32, f16 and bf16");
     const int64_t c = b.ne[0], rws = b.ne[1];
+    if (list_only_) {
+      SourceTensor t = b;
+      t.name = r.name;
+      t.ne = {rws, c, 1, 1};
+      t.shape = {c, rws};
+      t.data = nullptr;
+      return t;
+    }
     std::vector<uint8_t>& v = owned_bytes_.emplace_back(static_cast<size_t>(c * rws) * es);
     const auto* src = static_cast<const uint8_t*>(b.data);
     for (int64_t i = 0; i < rws; ++i)
@@ -170,8 +189,19 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     return t;
   }
 
+  // The whole pages inside [p, p + n) of a read-only mapping, dropped from
+  // this process's resident set (madvise MADV_DONTNEED; the kernel reads
+  // them again from the file if touched). Best effort: errors are ignored.
+  static void release_pages(const void* p, size_t n) {
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+    const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
+    if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+  }
+
   std::shared_ptr<const TensorSource> base_;
   Metadata md_;
+  bool list_only_ = false;
   std::deque<std::vector<uint8_t>> owned_bytes_;  // transposed copies (a deque: pointers stay valid)
   std::vector<std::vector<float>> owned_;  // reserved up front: pointers into it stay valid
   std::vector<SourceTensor> tensors_;
@@ -183,8 +213,9 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
 std::shared_ptr<const TensorSource> mapped_source(std::shared_ptr<const TensorSource> base,
                                                   const std::vector<TensorRename>& rules, Metadata metadata,
                                                   const std::vector<std::string>& ignored,
-                                                  std::vector<SyntheticTensor> synthetic) {
-  return std::make_shared<MappedSource>(std::move(base), rules, std::move(metadata), ignored, std::move(synthetic));
+                                                  std::vector<SyntheticTensor> synthetic, bool list_only) {
+  return std::make_shared<MappedSource>(std::move(base), rules, std::move(metadata), ignored, std::move(synthetic),
+                                        list_only);
 }
 
 const Metadata* mapped_metadata(const TensorSource& s) {

@@ -36,7 +36,8 @@ struct TensorRename {
   /// tensors along a new outermost dim (HF's per-expert matrices
   /// model.layers.N.mlp.experts.E.gate_proj → GGUF's 3-D ffn_gate_exps).
   /// The parts must be 0..n-1; the stack is copied once into memory the view
-  /// owns. Only with TensorTransform::None.
+  /// owns (the parts' pages of the base's mapping are then released, so
+  /// they are not resident twice). Only with TensorTransform::None.
   int64_t part = -1;
 };
 
@@ -62,11 +63,14 @@ struct SyntheticTensor {
 /// unread-tensor guard, seam 7). Throws kvad::Error when a rule names a tensor
 /// the base lacks, or a transform meets a format it cannot convert.
 /// `synthetic` tensors are added after the renamed ones (a name given twice
-/// is an error).
+/// is an error). `list_only`: the tensors the view would make in memory
+/// (stacks, transposes) are listed with their names, formats and shapes but
+/// not made (data nullptr): a view for looking up what the checkpoint holds
+/// (the quantize-once cache's stamp) without reading or copying its bytes.
 std::shared_ptr<const TensorSource> mapped_source(std::shared_ptr<const TensorSource> base,
                                                   const std::vector<TensorRename>& rules, Metadata metadata,
                                                   const std::vector<std::string>& ignored = {},
-                                                  std::vector<SyntheticTensor> synthetic = {});
+                                                  std::vector<SyntheticTensor> synthetic = {}, bool list_only = false);
 
 /// The metadata of a view made by mapped_source (nullptr for other sources),
 /// for writers that carry it into a GGUF (the quantize-once cache).

@@ -69,6 +69,39 @@ std::string quantize_once_path(const QuantizeOnceKey& key, const std::string& qu
       .string();
 }
 
+namespace {
+
+// The cached GGUF for `hf` (whose tensor list it is stamped with), or
+// nullptr when there is none or it is stale. Reads only hf's names and
+// formats, never its bytes.
+std::shared_ptr<const TensorSource> cached(const TensorSource& hf, const std::string& path) {
+  const std::string stamp = stamp_of(hf);
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return nullptr;
+  try {
+    std::shared_ptr<const gguf::File> f = gguf::File::open(path);
+    if (f->get_string("kvad.source.tensors", "") == stamp && f->get_int("kvad.cache.version", 0) == kCacheVersion) {
+      fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // "last used", for kvad cache
+      return gguf_source(std::move(f));
+    }
+  } catch (const Error&) {
+    // A damaged or foreign file: quantize again over it.
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::shared_ptr<const TensorSource> quantize_once(const std::string& dir, const std::string& quant,
+                                                  const QuantizeOnceKey& key, bool* hit) {
+  (void)quant::find_quant_type(quant);
+  if (auto c = cached(*open_hf_checkpoint(dir, /*list_only=*/true), quantize_once_path(key, quant))) {
+    if (hit) *hit = true;
+    return c;
+  }
+  return quantize_once(open_hf_checkpoint(dir), quant, key, hit);
+}
+
 std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSource> hf, const std::string& quant,
                                                   const QuantizeOnceKey& key, bool* hit) {
   const quant::QuantType& type = quant::find_quant_type(quant);
@@ -76,20 +109,16 @@ std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSo
   const Metadata* md = mapped_metadata(*hf);
   if (!md) throw Error(hf->path() + ": not an HF checkpoint view (open_hf_checkpoint)");
   const std::string stamp = stamp_of(*hf);
-  std::error_code ec;
-  if (fs::is_regular_file(path, ec)) {
-    try {
-      std::shared_ptr<const gguf::File> f = gguf::File::open(path);
-      if (f->get_string("kvad.source.tensors", "") == stamp && f->get_int("kvad.cache.version", 0) == kCacheVersion) {
-        if (hit) *hit = true;
-        fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // "last used", for kvad cache
-        return gguf_source(std::move(f));
-      }
-    } catch (const Error&) {
-      // A damaged or foreign file: quantize again over it.
-    }
+  if (auto c = cached(*hf, path)) {
+    if (hit) *hit = true;
+    return c;
   }
+  for (const SourceTensor& t : hf->tensors())
+    if (!t.data)
+      throw Error(hf->path() + ": tensor " + t.name + " is listed, not loaded (open_hf_checkpoint list_only); "
+                  "the quantize-once cache needs the checkpoint's bytes");
   if (hit) *hit = false;
+  std::error_code ec;
   fs::create_directories(key.cache_dir, ec);
   if (ec) throw Error("cannot create the quantize-once cache " + key.cache_dir + ": " + ec.message());
 

@@ -330,6 +330,47 @@ TEST(LlamaCppGguf, Llama3RopeFreqsEqualTheConverters) {
     EXPECT_NEAR(static_cast<const float*>(a->data)[i], static_cast<const float*>(b->data)[i], 1e-6) << i;
 }
 
+// open_hf_checkpoint(dir, list_only): every tensor listed with the full
+// view's name, format, shape and size, but the ones the view would make in
+// memory (the stacked experts, GPT-2's transposed Conv1D matrices) not made;
+// quantize_once refuses such a view on a miss rather than read nulls, and
+// quantize_once(dir) on a miss opens the checkpoint in full.
+TEST(HfCheckpoint, ListOnlyViewListsWithoutCopying) {
+  for (const char* name : {"qwen3moe", "gpt2"}) {
+    SCOPED_TRACE(name);
+    auto full = kvad::open_hf_checkpoint((kDir / name).string());
+    auto list = kvad::open_hf_checkpoint((kDir / name).string(), /*list_only=*/true);
+    ASSERT_EQ(full->tensors().size(), list->tensors().size());
+    int made = 0;
+    for (size_t i = 0; i < full->tensors().size(); ++i) {
+      const kvad::SourceTensor &a = full->tensors()[i], &b = list->tensors()[i];
+      EXPECT_EQ(a.name, b.name);
+      EXPECT_EQ(a.type, b.type);
+      EXPECT_EQ(a.ne, b.ne);
+      EXPECT_EQ(a.n_bytes, b.n_bytes);
+      ASSERT_NE(a.data, nullptr) << a.name;
+      if (!b.data) ++made;
+    }
+    EXPECT_EQ(made, std::string(name) == "qwen3moe" ? 2 * 3 : 2 * 4);  // 2 sparse layers x 3 stacks; 2 layers x 4 Conv1D
+    EXPECT_EQ(list->find(std::string(name) == "qwen3moe" ? "blk.0.ffn_gate_exps.weight" : "blk.0.attn_qkv.weight")->data,
+              nullptr);
+  }
+  const fs::path cache = fs::temp_directory_path() / ("kvad-qlist-" + std::to_string(::getpid()));
+  fs::remove_all(cache);
+  const kvad::QuantizeOnceKey key{cache.string(), "kvad-test/tiny-qwen3moe", "0123456789abcdef"};
+  try {
+    kvad::quantize_once(kvad::open_hf_checkpoint((kDir / "qwen3moe").string(), true), "q8_0", key);
+    ADD_FAILURE() << "a list-only view was quantized";
+  } catch (const kvad::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is listed, not loaded"), std::string::npos) << e.what();
+  }
+  bool hit = true;
+  auto q = kvad::quantize_once((kDir / "qwen3moe").string(), "q8_0", key, &hit);
+  EXPECT_FALSE(hit);
+  EXPECT_EQ(q->find("blk.0.ffn_gate_exps.weight")->type, kvad::DType::Q8_0);
+  fs::remove_all(cache);
+}
+
 TEST(HfCheckpoint, Qwen3MoeAllSparseMatchesTransformers) {  // 4 experts, top-2, renormalised
   check("qwen3moe_sparse", "cpu");
   check("qwen3moe_sparse", "sim");
@@ -446,12 +487,21 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
     EXPECT_FALSE(q->has("kvad.rope.neox"));  // a plain GGUF: rows permuted instead
     auto again = kvad::quantize_once(kvad::open_hf_checkpoint(dir.string()), "q8_0", key, &hit);
     EXPECT_TRUE(hit);
+    // From the directory (what the CLI calls): a hit without loading the
+    // checkpoint's tensors, the GGUF's own 3-D experts mapped in place.
+    hit = false;
+    auto from_dir = kvad::quantize_once(dir.string(), "q8_0", key, &hit);
+    EXPECT_TRUE(hit);
+    EXPECT_EQ(kvad::gguf_file(*from_dir)->path(), kvad::quantize_once_path(key, "q8_0"));
     // kvad's keys survive the GGUF: the per-layer window pattern (a BOOL
     // array, as gguf-py writes it) and YaRN's truncate.
-    if (std::string(name) == "qwen2_swa")
+    if (std::string(name) == "qwen2_swa") {
       EXPECT_EQ(again->get_bool_array("qwen2.attention.sliding_window_pattern"),
                 (std::vector<bool>{false, true, true}));
-    if (std::string(name) == "qwen2_yarn_notrunc") EXPECT_EQ(again->get_int("kvad.rope.scaling.yarn_truncate", 1), 0);
+    }
+    if (std::string(name) == "qwen2_yarn_notrunc") {
+      EXPECT_EQ(again->get_int("kvad.rope.scaling.yarn_truncate", 1), 0);
+    }
 
     const Reference ref = read_reference(dir);
     std::shared_ptr<kvad::Model> m = kvad::load_model(again, kvad::DeviceOptions{});
