@@ -26,13 +26,14 @@ Run with the tools venv that has torch: ~/.cache/kvad/torch-venv/bin/python
 tools/make_embeddings_reference.py (pip install sentence-transformers there).
 """
 import argparse
-import hashlib
 import json
 import os
 import random
 from pathlib import Path
 
 import numpy as np
+
+from fixture_util import sha256_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -145,12 +146,6 @@ def sentences():
     return out
 
 
-def sha256_file(p):
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def main():

@@ -82,6 +82,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fixture_util import expected_sha256, kvad_home, sha256_file
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Bump when the bytes this script writes change for the same GGUF: it is part
@@ -105,29 +107,15 @@ def log(msg):
     print(f"make_hf_checkpoint: {msg}", file=sys.stderr, flush=True)
 
 
-def kvad_home():
-    return Path(os.environ.get("KVAD_HOME") or Path.home() / ".cache" / "kvad")
 
 
-def expected_sha256(name):
-    for line in (ROOT / "scripts" / "models.tsv").read_text().splitlines():
-        f = line.split("\t")
-        if not line.startswith("#") and len(f) == 5 and f[0] == name:
-            return f[4].strip()
-    sys.exit(f"make_hf_checkpoint: {name} is not in scripts/models.tsv")
 
 
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def commit_id(name):
     """The fake commit of NAME's checkpoint: fixed by the source GGUF and FORMAT_VERSION."""
-    text = f"kvad-hf-checkpoint {FORMAT_VERSION} {MODELS[name]['repo']} {expected_sha256(name)}"
+    text = f"kvad-hf-checkpoint {FORMAT_VERSION} {MODELS[name]['repo']} {expected_sha256(name, 'make_hf_checkpoint')}"
     return hashlib.sha1(text.encode()).hexdigest()
 
 
@@ -427,7 +415,7 @@ def build(cache, name, gguf_path):
     import gguf
     import transformers
     spec = MODELS[name]
-    want = expected_sha256(name)
+    want = expected_sha256(name, "make_hf_checkpoint")
     t0 = time.time()
     got = sha256_file(gguf_path)
     if got != want:

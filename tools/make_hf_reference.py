@@ -86,6 +86,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import make_hf_checkpoint as mk  # noqa: E402
+from fixture_util import dumps, top_k  # noqa: E402
 
 N_GEN = 16
 TOP_K = 10
@@ -107,26 +108,10 @@ def f32(x):
     return float(str(np.float32(x)))
 
 
-def top_k(row):
-    row = np.asarray(row, dtype=np.float32)
-    ids = np.lexsort((np.arange(row.size), -row))[:TOP_K]
-    return [[int(i), f32(row[i])] for i in ids]
 
 
-def _flat(x):
-    return not isinstance(x, (list, dict)) or (
-        isinstance(x, list) and all(not isinstance(y, (list, dict)) for y in x))
 
 
-def dumps(obj, ind=0):
-    """JSON with a list of scalars, or of lists of scalars, on one line."""
-    pad, pad1 = " " * ind, " " * (ind + 1)
-    if isinstance(obj, dict):
-        items = [f"{pad1}{json.dumps(k)}: {dumps(v, ind + 1)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
-    if isinstance(obj, list) and not all(_flat(y) for y in obj):
-        return "[\n" + ",\n".join(pad1 + dumps(v, ind + 1) for v in obj) + "\n" + pad + "]"
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
 def tensor_hashes(path):
@@ -216,7 +201,7 @@ def greedy(model, ids):
         out = model(input_ids=torch.tensor([ids]), use_cache=True)
         for _ in range(N_GEN):
             row = out.logits[0, -1].float().numpy()
-            steps.append(top_k(row))
+            steps.append(top_k(row, TOP_K, f32))
             tok = steps[-1][0][0]
             assert tok == int(np.argmax(row))
             out_ids.append(tok)
@@ -329,7 +314,7 @@ def make(name, cache, do_crosscheck):
     out = ROOT / "tests" / "fixtures" / "hf_reference" / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(dumps(doc) + "\n", encoding="utf-8")
+    tmp.write_text(dumps(doc, (",", ":")) + "\n", encoding="utf-8")
     os.replace(tmp, out)
     log(f"wrote {out} ({out.stat().st_size} bytes)")
 

@@ -50,7 +50,6 @@ copied unchanged by both programs.
 """
 import argparse
 import ctypes
-import hashlib
 import json
 import os
 import subprocess
@@ -60,6 +59,8 @@ from pathlib import Path
 
 import numpy as np
 import gguf
+
+from fixture_util import kvad_home, sha256_file as sha256
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "smollm2-135m"
@@ -83,16 +84,8 @@ TYPES = {
 }
 
 
-def kvad_home():
-    return Path(os.environ.get("KVAD_HOME") or Path.home() / ".cache" / "kvad")
 
 
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def tensor_f32(t):

@@ -29,13 +29,13 @@ llama.cpp's float32 values, written exactly. The output is deterministic:
 rerunning gives the same file on the same llama.cpp build and CPU.
 """
 import argparse
-import hashlib
-import json
 import os
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from fixture_util import dumps, expected_sha256, sha256_file, top_k
 
 ROOT = Path(__file__).resolve().parent.parent
 N_GEN = 32
@@ -105,43 +105,14 @@ def default_model(name):
     return Path(home) / "models" / f"{name}.gguf"
 
 
-def expected_sha256(name):
-    for line in (ROOT / "scripts" / "models.tsv").read_text().splitlines():
-        f = line.split("\t")
-        if not line.startswith("#") and len(f) == 5 and f[0] == name:
-            return f[4].strip()
-    sys.exit(f"make_reference: {name} is not in scripts/models.tsv")
 
 
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
-def top10(row):
-    """[[id, logit] x10] of one logits row, by logit descending then id."""
-    row = np.asarray(row, dtype=np.float32)
-    ids = np.lexsort((np.arange(row.size), -row))[:TOP_K]
-    return [[int(i), float(row[i])] for i in ids]
 
 
-def _flat(x):
-    return not isinstance(x, (list, dict)) or (
-        isinstance(x, list) and all(not isinstance(y, (list, dict)) for y in x))
 
 
-def dumps(obj, ind=0):
-    """JSON with a list of scalars, or of lists of scalars, on one line."""
-    pad, pad1 = " " * ind, " " * (ind + 1)
-    if isinstance(obj, dict):
-        items = [f"{pad1}{json.dumps(k)}: {dumps(v, ind + 1)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
-    if isinstance(obj, list) and not all(_flat(y) for y in obj):
-        return "[\n" + ",\n".join(pad1 + dumps(v, ind + 1) for v in obj) + "\n" + pad + "]"
-    return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
 
 
 def run_prompt(llm, text, with_prefill, add_bos):
@@ -152,11 +123,11 @@ def run_prompt(llm, text, with_prefill, add_bos):
     llm.eval(prompt_ids)  # one batch when it fits n_batch (512); longer prompts in 512-token chunks
     out = {"text_prompt": text, "prompt_ids": list(map(int, prompt_ids))}
     if with_prefill:
-        out["prefill_top10"] = [top10(llm.scores[i]) for i in range(len(prompt_ids))]
+        out["prefill_top10"] = [top_k(llm.scores[i], TOP_K) for i in range(len(prompt_ids))]
     greedy, steps = [], []
     for _ in range(N_GEN):
         logits = llm.scores[llm.n_tokens - 1]
-        steps.append(top10(logits))
+        steps.append(top_k(logits, TOP_K))
         tok = int(np.argmax(logits))
         assert tok == steps[-1][0][0]
         greedy.append(tok)
@@ -182,7 +153,7 @@ def main():
     from llama_cpp import Llama
 
     sha = sha256_file(args.file)
-    if sha != expected_sha256(name):
+    if sha != expected_sha256(name, "make_reference"):
         sys.exit(f"make_reference: {args.file}: sha256 {sha} is not the one in scripts/models.tsv")
 
     llm = Llama(model_path=str(args.file), n_ctx=cfg["n_ctx"], logits_all=True, n_threads=2,

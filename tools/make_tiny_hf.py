@@ -257,7 +257,162 @@ def main():
             if n.endswith("mlp.gate.weight"):
                 p.normal_(0.0, 1.0)
     save("qwen3moe_sparse", sharpen(m, 4.0))
+
+    deepseek()
     print("transformers", transformers.__version__, "torch", torch.__version__)
+
+
+def deepseek():
+    """DeepSeek V2 / V3 (MLA + routed MoE with shared experts). Dimensions
+    small but every option real: kv_lora_rank 32 < n_head · head dims, a
+    decoupled rotary part (qk_rope_head_dim 8) next to qk_nope_head_dim 16,
+    v_head_dim != qk head dim, first_k_dense_replace 1 dense layer, then 8
+    routed experts in 4 groups (2 of them kept) with top-2 plus shared experts,
+    YaRN with DeepSeek's mscale / mscale_all_dim softmax correction."""
+    common = dict(
+        vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+        v_head_dim=16, n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2,
+        first_k_dense_replace=1, max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=False,
+        torch_dtype="float32", attn_implementation="eager")
+
+    def randomise(m, router=2.0):
+        with torch.no_grad():
+            for n, p in m.named_parameters():
+                if n.endswith("mlp.gate.weight"):
+                    p.normal_(0.0, router)
+                elif "layernorm" in n or n.endswith("norm.weight"):
+                    p.normal_(1.0, 0.3)
+            for n, b in m.named_buffers():
+                if n.endswith("e_score_correction_bias"):
+                    b.normal_(0.0, 0.3)
+        return m
+
+    def sharpen_mla(m, s=4.0):
+        with torch.no_grad():
+            for n, p in m.named_parameters():
+                if n.endswith(("q_proj.weight", "q_b_proj.weight", "kv_a_proj_with_mqa.weight")):
+                    p.mul_(s)
+        return m
+
+    # V3 (DeepSeek-V3/R1, Kimi K2): q_lora_rank, sigmoid router with
+    # e_score_correction_bias, noaux_tc over 4 groups (group score: the sum of
+    # its top 2), norm_topk_prob, routed_scaling_factor; interleaved rope.
+    # scoring_func as DeepSeek-V3's own config.json has it (transformers
+    # ignores it; llama.cpp's converter reads it for expert_gating_func).
+    torch.manual_seed(11)
+    cfg = transformers.DeepseekV3Config(
+        **common, q_lora_rank=24, n_shared_experts=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+        topk_method="noaux_tc", scoring_func="sigmoid", rope_interleave=True,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1,
+                         "mscale": 1.0, "mscale_all_dim": 1.0})
+    save("deepseek_v3", sharpen_mla(randomise(transformers.DeepseekV3ForCausalLM(cfg).eval())))
+
+    # V2-Lite shape: no q_lora_rank (a direct q_proj), softmax router with
+    # group_limited_greedy, 2 shared experts, YaRN with mscale 0.707 as
+    # DeepSeek-V2-Lite's config. Top-3 from the best 1 of 2 groups (with the
+    # group's max as its score, limiting only matters when k > topk_group).
+    torch.manual_seed(12)
+    v2 = dict(common, n_group=2, topk_group=1, num_experts_per_tok=3)
+    cfg = transformers.DeepseekV2Config(
+        **v2, q_lora_rank=None, n_shared_experts=2, routed_scaling_factor=1.5, norm_topk_prob=False,
+        topk_method="group_limited_greedy",
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1,
+                         "mscale": 0.707, "mscale_all_dim": 0.707})
+    save("deepseek_v2_lite", sharpen_mla(randomise(transformers.DeepseekV2ForCausalLM(cfg).eval())))
+
+    # V2 / V2.5 / Coder-V2 shape: q_lora_rank, greedy top-k, plain rope.
+    torch.manual_seed(13)
+    cfg = transformers.DeepseekV2Config(
+        **common, q_lora_rank=24, n_shared_experts=1, routed_scaling_factor=1.0, norm_topk_prob=False,
+        topk_method="greedy", rope_theta=10000.0)
+    save("deepseek_v2", sharpen_mla(randomise(transformers.DeepseekV2ForCausalLM(cfg).eval())))
+    deepseek_fp8()
+
+
+FP8_BLOCK = 16  # DeepSeek-V3 uses 128; 16 gives the tiny matrices several blocks, edge blocks included
+
+
+def deepseek_fp8():
+    """deepseek_v3 re-saved as DeepSeek-V3/R1 ship it: every linear weight
+    (attention, dense MLP, experts, shared experts) float8_e4m3fn with a
+    float32 `weight_scale_inv` per FP8_BLOCK x FP8_BLOCK block (w = fp8 ·
+    scale_inv), quantization_config as theirs, and one multi-token prediction
+    layer model.layers.3.* (num_nextn_predict_layers 1: eh_proj, enorm,
+    hnorm, shared_head, embed_tokens and a decoder layer) that transformers
+    does not run. logits.json: transformers on the dequantized weights
+    (torch's own float8 → float32), without the MTP layer; dequantized.json:
+    torch's dequantized values of one matrix."""
+    name = "deepseek_v3_fp8"
+    if ONLY and name not in ONLY:
+        return
+    import tempfile
+    from safetensors.torch import load_file, save_file
+    src = OUT / "deepseek_v3"
+    tensors = load_file(src / "model.safetensors")
+    cfg = json.loads((src / "config.json").read_text())
+    g = torch.Generator().manual_seed(14)
+    # The MTP layer: a decoder layer like layer 2 (MoE) plus its own parts.
+    n_layer, E, V = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]
+    mtp = f"model.layers.{n_layer}."
+    for k, v in list(tensors.items()):
+        if k.startswith(f"model.layers.{n_layer - 1}."):
+            tensors[mtp + k[len(f"model.layers.{n_layer - 1}."):]] = v + 0.01 * torch.randn(v.shape, generator=g)
+    tensors[mtp + "eh_proj.weight"] = 0.1 * torch.randn(E, 2 * E, generator=g)
+    for n in ("enorm.weight", "hnorm.weight", "shared_head.norm.weight"):
+        tensors[mtp + n] = 1.0 + 0.3 * torch.randn(E, generator=g)
+    tensors[mtp + "shared_head.head.weight"] = 0.1 * torch.randn(V, E, generator=g)
+    tensors[mtp + "embed_tokens.weight"] = 0.1 * torch.randn(V, E, generator=g)
+
+    def fp8_matrix(k, v):
+        return (v.dim() == 2 and k.endswith("_proj.weight") and ("self_attn." in k or "mlp." in k)) or \
+            k.endswith("eh_proj.weight")
+
+    out, dequant = {}, {}
+    B = FP8_BLOCK
+    for k, v in tensors.items():
+        if not fp8_matrix(k, v):
+            out[k] = v.contiguous()
+            dequant[k] = v
+            continue
+        r, c = v.shape
+        sr, sc = (r + B - 1) // B, (c + B - 1) // B
+        scale = torch.empty(sr, sc, dtype=torch.float32)
+        q = torch.empty(r, c, dtype=torch.float8_e4m3fn)
+        for i in range(sr):
+            for j in range(sc):
+                blk = v[i * B:(i + 1) * B, j * B:(j + 1) * B]
+                s = blk.abs().max().clamp(min=1e-12) / 448.0
+                scale[i, j] = s
+                q[i * B:(i + 1) * B, j * B:(j + 1) * B] = (blk / s).to(torch.float8_e4m3fn)
+        out[k] = q
+        out[k + "_scale_inv"] = scale
+        full = scale.repeat_interleave(B, 0)[:r].repeat_interleave(B, 1)[:, :c]
+        dequant[k] = q.to(torch.float32) * full
+    d = OUT / name
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    save_file(out, d / "model.safetensors", metadata={"format": "pt"})
+    cfg_fp8 = dict(cfg, num_nextn_predict_layers=1, quantization_config={
+        "activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [B, B]})
+    (d / "config.json").write_text(json.dumps(cfg_fp8, indent=2, sort_keys=True) + "\n")
+    # transformers on the dequantized weights (the MTP layer left out: it has no module for it).
+    with tempfile.TemporaryDirectory() as tmp:
+        save_file({k: v.contiguous() for k, v in dequant.items() if not k.startswith(mtp)}, Path(tmp) / "model.safetensors",
+                  metadata={"format": "pt"})
+        (Path(tmp) / "config.json").write_text(json.dumps(cfg))
+        m = transformers.DeepseekV3ForCausalLM.from_pretrained(tmp, attn_implementation="eager").eval()
+        with torch.no_grad():
+            logits = m(torch.tensor([TOKENS])).logits[0].float()
+    (d / "logits.json").write_text(json.dumps({"tokens": TOKENS, "logits": [[round(float(x), 6) for x in row]
+                                                                             for row in logits]}))
+    k = "model.layers.1.self_attn.kv_a_proj_with_mqa.weight"
+    (d / "dequantized.json").write_text(json.dumps({"tensor": k, "shape": list(dequant[k].shape),
+                                                    "values": [float(x) for x in dequant[k].flatten()]}))
+    print(name, sorted(p.name for p in d.iterdir()), sum(p.stat().st_size for p in d.iterdir()), "bytes")
 
 
 if __name__ == "__main__":

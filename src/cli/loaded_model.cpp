@@ -46,11 +46,15 @@ void maybe_enable_offload() {
 }  // namespace
 
 LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev, bool any_kind) {
+  // Refuse an unusable device before resolving (which may pull) or mapping anything.
+  if (const std::string why = backend_unavailable(dev.device); !why.empty()) throw Error(why);
+  return load_for_cli(resolve_model_full(model_arg), dev, any_kind);
+}
+
+LoadedModel load_for_cli(const ResolvedModel& r, const DeviceOptions& dev, bool any_kind) {
   const auto t0 = std::chrono::steady_clock::now();
   LoadedModel m;
-  // Refuse an unusable device before mapping anything.
   if (const std::string why = backend_unavailable(dev.device); !why.empty()) throw Error(why);
-  const ResolvedModel r = resolve_model_full(model_arg);
   m.path = r.path;
   if (!r.checkpoint) {
     // A GGUF is quantized already; only the GPU converts formats at load.

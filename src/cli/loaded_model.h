@@ -17,6 +17,7 @@ namespace gguf { class File; }
 namespace kvad::cli {
 
 struct GenerationOptions;
+struct ResolvedModel;
 
 struct LoadedModel {
   std::string path;
@@ -46,5 +47,7 @@ ChatPrompt chat_prompt(const LoadedModel& m);
 /// `any_kind`, for a model whose registry kind is not text (an embedding
 /// model, naming its kind and the commands that take it).
 LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev = {}, bool any_kind = false);
+/// As above, for a --model the caller has resolved already (resolve_model_full).
+LoadedModel load_for_cli(const ResolvedModel& r, const DeviceOptions& dev = {}, bool any_kind = false);
 
 }  // namespace kvad::cli

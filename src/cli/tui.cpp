@@ -177,7 +177,8 @@ void tui_main(const TuiOptions& o) {
     throw Error("kvad tui needs a terminal on stdin and stdout (kvad chat reads a pipe)");
   // The form --device/--quant ask for, then the model in it (before the
   // screen starts, so that a bad --model is an ordinary one-line error).
-  const bool checkpoint = resolve_model_full(o.model).checkpoint;
+  const ResolvedModel resolved = resolve_model_full(o.model);
+  const bool checkpoint = resolved.checkpoint;
   const std::vector<Form> asked = make_forms(checkpoint, "", o.device.dtype);
   int form = form_index(asked, o.device);
   if (form < 0)
@@ -185,7 +186,7 @@ void tui_main(const TuiOptions& o) {
                 o.device.device + " --quant " + (o.device.quant.empty() ? "none" : o.device.quant) + ")");
   o.cache_type.types();  // a bad --cache-type-k/-v fails before the model loads
   std::fprintf(stderr, "kvad tui: loading %s ...\n", o.model.empty() ? kDefaultModel : o.model.c_str());
-  LoadedModel m = load_for_cli(o.model, asked[form].device);
+  LoadedModel m = load_for_cli(resolved, asked[form].device);
   std::vector<Form> forms = make_forms(checkpoint, m.model->hparams().arch, o.device.dtype);
   Worker worker(o, std::move(forms), form, std::move(m));
   TuiState& st = worker.state();

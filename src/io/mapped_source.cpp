@@ -3,7 +3,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <algorithm>
 #include <deque>
 #include <memory>
@@ -28,14 +30,24 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
       if (!b) throw Error(base_->path() + ": missing tensor " + r.base + " (for " + r.name + ")");
       if (used.count(r.base) && used[r.base] == 2) throw Error(base_->path() + ": tensor " + r.base + " named twice");
       used[r.base] = 2;
+      if (r.transform == TensorTransform::Fp8BlockScaled) {
+        const SourceTensor* sc = base_->find(r.scale);
+        if (!sc) throw Error(base_->path() + ": missing tensor " + r.scale + " (the block scales of " + r.base + ")");
+        if (used.count(r.scale) && used[r.scale] == 2) throw Error(base_->path() + ": tensor " + r.scale + " named twice");
+        used[r.scale] = 2;
+        b = &dequantized_.emplace_back(fp8_block_scaled(*b, *sc, r));
+      }
       if (r.part >= 0) {
-        if (r.transform != TensorTransform::None) throw Error(base_->path() + ": " + r.base + ": stacked and transformed");
+        if (r.transform != TensorTransform::None && r.transform != TensorTransform::Fp8BlockScaled)
+          throw Error(base_->path() + ": " + r.base + ": stacked and transformed");
         stacks[r.name].emplace_back(r.part, b);
         continue;
       }
       SourceTensor t = *b;
       t.name = r.name;
-      if (r.transform == TensorTransform::Transpose) t = transpose(*b, r);
+      if (r.transform == TensorTransform::Fp8BlockScaled) {
+        // dequantized above
+      } else if (r.transform == TensorTransform::Transpose) t = transpose(*b, r);
       else if (r.transform != TensorTransform::None) t = to_f32(*b, r);
       tensors_.push_back(std::move(t));
     }
@@ -153,21 +165,74 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     if (list_only_) return t;
     std::vector<uint8_t>& v = owned_bytes_.emplace_back(t.n_bytes);
     for (size_t i = 0; i < parts.size(); ++i) {
-      std::memcpy(&v[i * p0.n_bytes], parts[i].second->data, p0.n_bytes);
+      const SourceTensor* p = parts[i].second;
+      std::memcpy(&v[i * p0.n_bytes], p->data, p0.n_bytes);
       // The part now lives in the copy: its pages of the mapped checkpoint
       // need not stay resident (read-only file pages: dropping them loses
-      // nothing, a later read faults them back in from the file).
-      release_pages(parts[i].second->data, p0.n_bytes);
+      // nothing, a later read faults them back in from the file). Only a
+      // base tensor's: a dequantized FP8 part is memory of this view's.
+      if (base_->find(p->name) == p) release_pages(p->data, p0.n_bytes);
     }
     t.data = v.data();
     return t;
   }
 
+  // float8_e4m3fn (OCP FP8 E4M3, as torch.float8_e4m3fn): 1 sign, 4
+  // exponent (bias 7), 3 mantissa bits; no infinities, S.1111.111 is NaN.
+  static float e4m3_to_f32(uint8_t v) {
+    const int s = v >> 7, e = (v >> 3) & 15, m = v & 7;
+    float x = e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(static_cast<float>(8 + m), e - 10);
+    if (e == 15 && m == 7) x = std::numeric_limits<float>::quiet_NaN();
+    return s ? -x : x;
+  }
+
+  SourceTensor fp8_block_scaled(const SourceTensor& b, const SourceTensor& sc, const TensorRename& r) {
+    const std::string what = base_->path() + ": tensor " + b.name;
+    if (b.stored_dtype != "F8_E4M3" || b.n_dims != 2)
+      throw Error(what + " (" + b.stored_dtype + ", " + std::to_string(b.n_dims) +
+                  " dims) is not a 2-D F8_E4M3 matrix; kvad dequantizes block-scaled FP8 matrices only");
+    const int64_t cols = b.ne[0], rows = b.ne[1];
+    if (r.block_rows <= 0 || r.block_cols <= 0) throw Error(what + ": FP8 block size must be positive");
+    const int64_t sr = (rows + r.block_rows - 1) / r.block_rows, scc = (cols + r.block_cols - 1) / r.block_cols;
+    if ((sc.type != DType::F32 && sc.type != DType::BF16) || sc.ne[0] != scc || sc.ne[1] != sr || sc.ne[2] != 1 ||
+        sc.ne[3] != 1)
+      throw Error(base_->path() + ": tensor " + sc.name + " (" + sc.stored_dtype + " " + std::to_string(sc.ne[1]) + "x" +
+                  std::to_string(sc.ne[0]) + ") is not the [" + std::to_string(sr) + ", " + std::to_string(scc) +
+                  "] f32 or bf16 block scales of " + b.name + " (" + std::to_string(rows) + "x" + std::to_string(cols) +
+                  ", blocks " + std::to_string(r.block_rows) + "x" + std::to_string(r.block_cols) + ")");
+    if (list_only_) {
+      SourceTensor t = b;
+      t.type = DType::F32;
+      t.supported = true;
+      t.data = nullptr;
+      t.n_bytes = static_cast<size_t>(rows * cols) * sizeof(float);
+      return t;
+    }
+    std::vector<float> scale(static_cast<size_t>(sr * scc));
+    for (int64_t i = 0; i < sr * scc; ++i)
+      scale[i] = sc.type == DType::F32 ? static_cast<const float*>(sc.data)[i]
+                                       : bf16_to_f32(static_cast<const uint16_t*>(sc.data)[i]);
+    float lut[256];
+    for (int i = 0; i < 256; ++i) lut[i] = e4m3_to_f32(static_cast<uint8_t>(i));
+    std::vector<float>& v = owned_.emplace_back(static_cast<size_t>(rows * cols));
+    const auto* q = static_cast<const uint8_t*>(b.data);
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* srow = &scale[(i / r.block_rows) * scc];
+      for (int64_t j = 0; j < cols; ++j) v[i * cols + j] = lut[q[i * cols + j]] * srow[j / r.block_cols];
+    }
+    SourceTensor t = b;
+    t.type = DType::F32;
+    t.supported = true;
+    t.data = v.data();
+    t.n_bytes = v.size() * sizeof(float);
+    return t;
+  }
+
   SourceTensor transpose(const SourceTensor& b, const TensorRename& r) {
-    const size_t es = b.type == DType::F32 ? 4 : b.type == DType::F16 || b.type == DType::BF16 ? 2 : 0;
-    if (!es || b.n_dims != 2)
+    if (!is_float(b.type) || b.n_dims != 2)
       throw Error(base_->path() + ": tensor " + b.name + " (" + dtype_name(b.type) + ", " + std::to_string(b.n_dims) +
                   " dims) cannot be transposed; kvad transposes 2-D f32, f16 and bf16");
+    const size_t es = dtype_info(b.type).block_bytes;
     const int64_t c = b.ne[0], rws = b.ne[1];
     if (list_only_) {
       SourceTensor t = b;
@@ -204,6 +269,7 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
   bool list_only_ = false;
   std::deque<std::vector<uint8_t>> owned_bytes_;  // transposed copies (a deque: pointers stay valid)
   std::vector<std::vector<float>> owned_;  // reserved up front: pointers into it stay valid
+  std::deque<SourceTensor> dequantized_;    // FP8 matrices as f32, before renaming or stacking
   std::vector<SourceTensor> tensors_;
   std::map<std::string, size_t, std::less<>> index_;
 };

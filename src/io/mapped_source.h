@@ -25,6 +25,13 @@ enum class TensorTransform {
   /// owns (HF GPT-2's Conv1D stores [n_in, n_out]; GGUF wants n_out rows
   /// of n_in). f32, f16 and bf16 only.
   Transpose,
+  /// A 2-D float8_e4m3fn matrix (safetensors F8_E4M3) with block scales:
+  /// w[r, c] = fp8(q[r, c]) · scale[r / block_rows, c / block_cols], scale
+  /// the tensor TensorRename::scale names ([⌈rows / block_rows⌉, ⌈cols /
+  /// block_cols⌉] f32 or bf16; DeepSeek-V3's `weight_scale_inv`, 128×128
+  /// blocks), dequantized once into f32 memory the view owns. The scale
+  /// tensor counts as read.
+  Fp8BlockScaled,
 };
 
 /// One tensor of the view: GGUF name → the base source's tensor.
@@ -37,8 +44,12 @@ struct TensorRename {
   /// model.layers.N.mlp.experts.E.gate_proj → GGUF's 3-D ffn_gate_exps).
   /// The parts must be 0..n-1; the stack is copied once into memory the view
   /// owns (the parts' pages of the base's mapping are then released, so
-  /// they are not resident twice). Only with TensorTransform::None.
+  /// they are not resident twice). Only with TensorTransform::None or
+  /// Fp8BlockScaled (each part dequantized first).
   int64_t part = -1;
+  /// Fp8BlockScaled: the scale tensor's name in the base, and the block.
+  std::string scale;
+  int64_t block_rows = 128, block_cols = 128;
 };
 
 /// Metadata of the view, by GGUF key: an integer, a float, a string or an
@@ -57,7 +68,10 @@ struct SyntheticTensor {
   std::vector<float> data;  ///< ne[0]·ne[1]·ne[2]·ne[3] values
 };
 
-/// The view. Every tensor of `base` must be named by a rule or listed in
+/// The view. `base`'s tensor bytes must be a read-only mapping of its files
+/// (safetensors_source, gguf_source): once a stack is copied, the view drops
+/// the parts' pages from the resident set (madvise). Every tensor of `base`
+/// must be named by a rule or listed in
 /// `ignored` (tensors an architecture knows it does not need, e.g. rotary
 /// caches some checkpoints store); otherwise kvad::Error names it (the
 /// unread-tensor guard, seam 7). Throws kvad::Error when a rule names a tensor

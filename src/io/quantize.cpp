@@ -141,8 +141,6 @@ std::string shape_str(const std::vector<int64_t>& ne) {
   return s;
 }
 
-bool is_float_input(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-
 // IQ4_NL as llama.cpp quantizes a model (ggml quantize_iq4_nl:
 // quantize_row_iq4_nl_impl with ntry = 7 and no importance matrix), which is
 // not ggml's quantize_row_iq4_nl_ref (ntry = -1, kvad's
@@ -322,7 +320,7 @@ std::vector<TensorChoice> plan(const std::vector<TensorDesc>& tensors, const Qua
     TensorChoice& c = out[i];
     c.type = c.wanted = t.type;
     if (t.ne.empty() || !is_quantized_tensor(t.name, t.ne)) continue;
-    if (!is_float_input(t.type))
+    if (!is_float(t.type))
       throw Error("tensor '" + t.name + "' is " + dtype_name(t.type) +
                   "; kvad quantize reads F32, F16 or BF16 weights (requantizing a quantized model loses "
                   "quality: start from the F16/BF16 GGUF)");
@@ -401,7 +399,7 @@ Result quantize_tensors(uint32_t version, const std::vector<gguf::Value>& metada
     const InputTensor& t = tensors[i];
     const TensorChoice& c = choices[i];
     if (c.quantize) {
-      if (!is_float_input(t.type))
+      if (!is_float(t.type))
         throw Error("tensor '" + t.name + "' is " + dtype_name(t.type) + "; kvad quantize reads F32, F16 or BF16");
       if (t.ne.empty() || t.ne[0] % dtype_info(c.type).block_elems != 0)
         throw Error("tensor '" + t.name + "': rows of " + std::to_string(t.ne.empty() ? 0 : t.ne[0]) +

@@ -116,15 +116,37 @@ MoeWeights load_moe_weights(WeightLoader& wl, const std::string& p, int64_t E, i
   return w;
 }
 
+void load_moe_shared(WeightLoader& wl, const std::string& p, int64_t E, int64_t F_sh, int64_t n_exp, MoeWeights& w) {
+  w.exp_probs_b = wl.get_optional(p + "exp_probs_b.bias", {n_exp});
+  require_f32(wl.path(), {&w.exp_probs_b});
+  if (F_sh <= 0) return;
+  w.gate_shexp = wl.get(p + "ffn_gate_shexp.weight", {E, F_sh});
+  w.up_shexp = wl.get(p + "ffn_up_shexp.weight", {E, F_sh});
+  w.down_shexp = wl.get(p + "ffn_down_shexp.weight", {F_sh, E});
+}
+
 Tensor moe_ffn(const MoeWeights& w, const MoeParams& p, const Tensor& x) {
   const int64_t n = x.ne[1], E = x.ne[0];
   const Tensor h = ops::rms_norm(x, w.norm, p.norm_eps);                        // [n, E]
-  const ops::MoeRoute r = ops::moe_route(ops::matmul(h, w.gate_inp), p.n_expert_used, p.norm_topk);
+  MoeRouteParams rp;
+  rp.k = p.n_expert_used;
+  rp.norm = p.norm_topk;
+  rp.gating = p.gating;
+  rp.n_group = p.n_group;
+  rp.topk_group = p.topk_group;
+  rp.group_top2_sum = p.group_top2_sum;
+  rp.scale = p.scale;
+  rp.bias = w.exp_probs_b;
+  const ops::MoeRoute r = ops::moe_route(ops::matmul(h, w.gate_inp), rp);
   const Tensor hx = h.view({E, 1, n, 1});                                        // every slot reads its token's row
   const Tensor g = ops::matmul_id(hx, w.gate_exps, r.ids);                       // [n, k, F]
   const Tensor u = ops::matmul_id(hx, w.up_exps, r.ids);                         // [n, k, F]
   const Tensor a = p.act == Activation::SiLU ? ops::swiglu(g, u) : ops::geglu(g, u);
-  return ops::moe_sum(ops::matmul_id(a, w.down_exps, r.ids), r.weights);       // [n, E]
+  const Tensor y = ops::moe_sum(ops::matmul_id(a, w.down_exps, r.ids), r.weights);  // [n, E]
+  if (!w.down_shexp) return y;
+  std::vector<Tensor> gs = ops::matmul_multi(h, {&w.gate_shexp, &w.up_shexp});      // [n, F_sh] each
+  const Tensor as = p.act == Activation::SiLU ? ops::swiglu(gs[0], gs[1]) : ops::geglu(gs[0], gs[1]);
+  return ops::add(y, ops::matmul(as, w.down_shexp));
 }
 
 Tensor attention_block(const AttentionWeights& w, const AttentionParams& p, KVLayer& cache, const BatchIds& b,

@@ -122,16 +122,28 @@ Tensor mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x)
 /// Weights of a sparse mixture-of-experts feed-forward block, names as
 /// llama.cpp's: ffn_norm [n_embd] f32; ffn_gate_inp, the router [n_embd →
 /// n_expert]; ffn_gate_exps / ffn_up_exps [n_expert, n_ff_exp, n_embd];
-/// ffn_down_exps [n_expert, n_embd, n_ff_exp].
+/// ffn_down_exps [n_expert, n_embd, n_ff_exp]. Optional (DeepSeek):
+/// exp_probs_b [n_expert] f32, the choice bias (e_score_correction_bias);
+/// ffn_{gate,up}_shexp [n_embd → n_ff_shexp], ffn_down_shexp [n_ff_shexp →
+/// n_embd], the shared experts every token runs.
 struct MoeWeights {
   Tensor norm, gate_inp, gate_exps, up_exps, down_exps;
+  Tensor exp_probs_b, gate_shexp, up_shexp, down_shexp;
 };
 MoeWeights load_moe_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff_exp,
                             int64_t n_expert);
+/// The optional DeepSeek parts into w: exp_probs_b [n_expert] f32, and the
+/// shared experts of width n_ff_shexp (none when 0). Throws as WeightLoader::get.
+void load_moe_shared(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff_shexp, int64_t n_expert,
+                     MoeWeights& w);
 
 struct MoeParams {
   int64_t n_expert_used = 0;  ///< k: experts per token ({arch}.expert_used_count, HF num_experts_per_tok)
   bool norm_topk = true;      ///< divide the k weights by their sum (HF norm_topk_prob)
+  MoeGating gating = MoeGating::Softmax;  ///< {arch}.expert_gating_func: softmax 1, sigmoid 2 (llama.cpp)
+  int64_t n_group = 1, topk_group = 1;    ///< {arch}.expert_group_count / expert_group_used_count
+  bool group_top2_sum = false;            ///< group score: sum of top two (V3) or max (V2)
+  float scale = 1.0f;                     ///< {arch}.expert_weights_scale (HF routed_scaling_factor)
   Activation act = Activation::SiLU;
   float norm_eps = 1e-5f;
 };
@@ -143,8 +155,13 @@ struct MoeParams {
 ///   w_t,e = p_t,e (/ Σ_{e'∈E_t} p_t,e' when norm_topk)
 ///   out_t = Σ_{e∈E_t} w_t,e · Wdown_e · (act(Wgate_e · n_t) ⊙ Wup_e · n_t)
 /// Tokens are grouped by expert (ops::matmul_id), so each expert's weights are
-/// read once per batch, not once per token. x: [n_tok, n_embd]; returns
-/// [n_tok, n_embd].
+/// read once per batch, not once per token. DeepSeek's routers (DeepSeek-AI
+/// 2024 "DeepSeek-V2" / "DeepSeek-V3"; transformers' DeepseekV2Moe,
+/// DeepseekV3MoE; llama.cpp build_moe_ffn) are MoeParams options: sigmoid
+/// gating, the exp_probs_b choice bias, group-limited choice and the
+/// weights' scale (ops::moe_route); with shared experts the block adds
+///   Wdown_sh · (act(Wgate_sh · n) ⊙ Wup_sh · n)
+/// for every token. x: [n_tok, n_embd]; returns [n_tok, n_embd].
 Tensor moe_ffn(const MoeWeights& w, const MoeParams& p, const Tensor& x);
 
 /// The pre-norm of a block: LayerNorm(x) ⊙ w + b when b is given, else

@@ -16,7 +16,7 @@ DType kv_cache_type(const std::string& name, const std::string& flag) {
 
 LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, int n_seq, int64_t n_batch, Device d,
                          KVTypes types)
-    : specs_(layers), kv_(layers.size()), n_ctx_(n_ctx), n_seq_(n_seq), n_cached_(n_seq, 0) {
+    : specs_(layers), kv_(layers.size()), latent_(layers.size()), n_ctx_(n_ctx), n_seq_(n_seq), n_cached_(n_seq, 0) {
   for (const DType t : {types.k, types.v})
     if (t != DType::F16 && t != DType::F32)
       throw Error(std::string("cache: KV cache type ") + dtype_name(t) + " is not supported; accepted: f16, f32");
@@ -25,8 +25,18 @@ LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, in
                 std::to_string(n_seq) + ", " + std::to_string(n_batch) + ")");
   for (size_t il = 0; il < layers.size(); ++il) {
     const LayerSpec& s = layers[il];
-    if (s.kind == LayerKind::Latent)
-      throw Error("cache: layer " + std::to_string(il) + " is a latent (MLA) layer; kvad has no implementation of it yet");
+    if (s.kind == LayerKind::Latent) {
+      if (s.kv_lora_rank <= 0 || s.rope_dim < 0)
+        throw Error("cache: latent layer " + std::to_string(il) + " has no kv_lora_rank");
+      LatentLayer& L = latent_[il];
+      L.kv_lora_rank = s.kv_lora_rank;
+      L.rope_dim = s.rope_dim;
+      L.slots = n_ctx;
+      L.c = ops::empty(DType::F32, {s.kv_lora_rank + s.rope_dim, L.slots * n_seq, 1, 1}, d);
+      L.c.name = "cache.latent." + std::to_string(il);
+      bytes_ += L.c.n_bytes();
+      continue;
+    }
     if (s.kind == LayerKind::Recurrent)
       throw Error("cache: layer " + std::to_string(il) + " is a recurrent layer; kvad has no implementation of it yet");
     if (s.k_dim <= 0 || s.v_dim <= 0 || s.window < 0) throw Error("cache: layer " + std::to_string(il) + " has no K/V width");
@@ -48,6 +58,12 @@ KVLayer& LayerCaches::kv(int64_t il) {
   if (il < 0 || static_cast<size_t>(il) >= kv_.size() || specs_[il].kind != LayerKind::KeyValue)
     throw Error("cache: layer " + std::to_string(il) + " is not a key/value layer");
   return kv_[il];
+}
+
+LatentLayer& LayerCaches::latent(int64_t il) {
+  if (il < 0 || static_cast<size_t>(il) >= latent_.size() || specs_[il].kind != LayerKind::Latent)
+    throw Error("cache: layer " + std::to_string(il) + " is not a latent layer");
+  return latent_[il];
 }
 
 void LayerCaches::advance(const BatchView& b) {
@@ -89,7 +105,22 @@ bool LayerCaches::copy_prefix(int src, int dst, int32_t n) {
   std::vector<int32_t> seq, pos;
   int64_t uploaded = -1;
   Tensor ts, tp;
-  for (KVLayer& L : kv_) {
+  for (size_t il = 0; il < latent_.size(); ++il) {
+    LatentLayer& L = latent_[il];
+    if (specs_[il].kind != LayerKind::Latent) continue;
+    if (n != uploaded) {
+      seq.assign(static_cast<size_t>(n), dst);
+      pos.resize(static_cast<size_t>(n));
+      for (int32_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = i;
+      ts = ops::from_host(seq.data(), DType::I32, {n, 1, 1, 1}, L.c.device());
+      tp = ops::from_host(pos.data(), DType::I32, {n, 1, 1, 1}, L.c.device());
+      uploaded = n;
+    }
+    ops::kv_store(L.c, L.c.rows(src * L.slots, src * L.slots + n), ts, tp, L.slots);  // rows of src, not dst
+  }
+  for (size_t il = 0; il < kv_.size(); ++il) {
+    KVLayer& L = kv_[il];
+    if (specs_[il].kind != LayerKind::KeyValue) continue;
     // Full layer: rows 0..n-1 are positions 0..n-1. Ring: every slot (what
     // dst will read is a subset, at the same slot indices).
     const int64_t m = std::min<int64_t>(n, L.slots);

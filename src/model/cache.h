@@ -15,7 +15,7 @@ namespace kvad {
 /// The kinds of per-layer state.
 enum class LayerKind {
   KeyValue,   ///< attention keys and values (full context, or a sliding-window ring)
-  Latent,     ///< MLA's compressed c_kv and shared k_pe per token (DeepSeek V2/V3); declared, comes with deepseek2
+  Latent,     ///< MLA's compressed c_kv and shared k_pe per token (DeepSeek V2/V3)
   Recurrent,  ///< convolution + delta-rule state with snapshots every N tokens (Qwen3-Next); declared, comes with qwen3next
 };
 
@@ -42,6 +42,21 @@ struct KVLayer {
   int32_t window = 0;
 };
 
+/// One MLA layer's latent cache (DeepSeek-V2 section 2.1.2): per token only
+/// c_kv (kv_lora_rank values, after kv_a_layernorm) and the shared roped key
+/// part k_pe (qk_rope_head_dim values), one row c_kv | k_pe of
+/// kv_lora_rank + rope_dim f32 values: c [n_seq · n_ctx, kv_lora_rank +
+/// rope_dim]; position p of sequence s lives in row s · n_ctx + p. f32, not
+/// f16: the absorbed product reads each row once per head, and f32 keeps it
+/// within 1e-4 of transformers (the tiny fixtures); the row is already 7×
+/// smaller than the expanded K/V it stands for. --cache-type-k/-v (KVTypes)
+/// do not apply to it.
+struct LatentLayer {
+  Tensor c;
+  int64_t kv_lora_rank = 0, rope_dim = 0;
+  int64_t slots = 0;  ///< n_ctx
+};
+
 /// The KV cache format a --cache-type-k / --cache-type-v value names:
 /// "f16" or "f32" (llama.cpp's names). `flag` names the option in the error
 /// (kvad::Error naming the value and the accepted ones, e.g. for llama.cpp's
@@ -53,7 +68,7 @@ class LayerCaches final : public Cache {
  public:
   /// Allocates every layer on `d`, keys and values in the formats `types`
   /// names. Throws kvad::Error for a kind whose implementation has not
-  /// landed yet (Latent, Recurrent), for sizes <= 0, or for a K/V format
+  /// landed yet (Recurrent), for sizes <= 0, or for a K/V format
   /// other than f16 and f32.
   LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, int n_seq, int64_t n_batch, Device d,
               KVTypes types);
@@ -68,12 +83,15 @@ class LayerCaches final : public Cache {
 
   /// Layer il's keys and values. Throws kvad::Error when it is not a KeyValue layer.
   KVLayer& kv(int64_t il);
+  /// Layer il's latent cache. Throws kvad::Error when it is not a Latent layer.
+  LatentLayer& latent(int64_t il);
   /// Records that the batch's positions are now held (after the forward pass).
   void advance(const BatchView& b);
 
  private:
   std::vector<LayerSpec> specs_;
   std::vector<KVLayer> kv_;
+  std::vector<LatentLayer> latent_;
   int32_t n_ctx_;
   int n_seq_;
   size_t bytes_ = 0;

@@ -190,9 +190,34 @@ std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir, b
     throw Error(cfg_path.string() + ": " + e.what());
   }
   std::shared_ptr<const TensorSource> raw = safetensors_source(dir);
+  // Block-scaled FP8 checkpoints (DeepSeek-V3/R1's quantization_config
+  // {quant_method "fp8", fmt "e4m3", weight_block_size [128, 128]}): each
+  // F8_E4M3 matrix W with a W_scale_inv beside it is dequantized as
+  // fp8(W) · W_scale_inv per block, and W_scale_inv counts as read.
+  bool fp8 = false;
+  int64_t block_rows = 128, block_cols = 128;
+  if (cfg.contains("quantization_config") && cfg["quantization_config"].is_object()) {
+    const json& q = cfg["quantization_config"];
+    const std::string method = q.value("quant_method", std::string());
+    if (method != "fp8")
+      throw Error(cfg_path.string() + ": quantization_config.quant_method '" + method +
+                  "' is not supported (kvad reads fp8 with block scales)");
+    if (q.value("fmt", std::string("e4m3")) != "e4m3")
+      throw Error(cfg_path.string() + ": quantization_config.fmt must be e4m3");
+    if (q.contains("weight_block_size")) {
+      const json& bs = q["weight_block_size"];
+      if (!bs.is_array() || bs.size() != 2 || !bs[0].is_number_integer() || !bs[1].is_number_integer() ||
+          bs[0].get<int64_t>() <= 0 || bs[1].get<int64_t>() <= 0)
+        throw Error(cfg_path.string() + ": quantization_config.weight_block_size is not two positive integers");
+      block_rows = bs[0].get<int64_t>();
+      block_cols = bs[1].get<int64_t>();
+    }
+    fp8 = true;
+  }
   std::vector<TensorRename> rules;
   std::vector<std::string> ignored;
   for (const SourceTensor& t : raw->tensors()) {
+    if (fp8 && t.name.ends_with("_scale_inv") && raw->find(t.name.substr(0, t.name.size() - 10))) continue;
     if (std::find(entry->hf->ignored.begin(), entry->hf->ignored.end(), t.name) != entry->hf->ignored.end()) {
       ignored.push_back(t.name);
       continue;
@@ -205,6 +230,15 @@ std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir, b
       continue;
     }
     r.base = t.name;
+    if (fp8 && t.stored_dtype == "F8_E4M3" && raw->find(t.name + "_scale_inv")) {
+      if (r.transform != TensorTransform::None)
+        throw Error(raw->path() + ": tensor " + t.name + " is FP8 where architecture " + entry->name +
+                    " expects a vector it converts");
+      r.transform = TensorTransform::Fp8BlockScaled;
+      r.scale = t.name + "_scale_inv";
+      r.block_rows = block_rows;
+      r.block_cols = block_cols;
+    }
     rules.push_back(std::move(r));
   }
   return mapped_source(std::move(raw), rules, std::move(hc.md), ignored, std::move(hc.tensors), list_only);

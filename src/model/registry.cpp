@@ -14,8 +14,9 @@ std::unique_ptr<Model> load_llama(std::shared_ptr<const TensorSource> src, const
 std::unique_ptr<Model> load_gemma3(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 std::unique_ptr<Model> load_bert(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 std::unique_ptr<Model> load_gpt2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
+std::unique_ptr<Model> load_deepseek2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kGemma3HfNames, kGpt2HfNames, kPhi3HfNames,
-    kQwen3MoeHfNames, kBertHfNames;
+    kQwen3MoeHfNames, kBertHfNames, kDeepseek2HfNames;
 
 const char* model_kind_name(ModelKind k) {
   switch (k) {
@@ -34,6 +35,8 @@ const std::vector<ArchEntry>& architectures() {
       {"gemma3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gemma3, &kGemma3HfNames},
       // MoE's ops (moe_route, matmul_id, moe_sum) have no CUDA row yet.
       {"qwen3moe", ModelKind::Text, {"cpu", "sim"}, &load_llama, &kQwen3MoeHfNames},
+      // MLA's latent attention and slice, and the MoE ops, have no CUDA row yet.
+      {"deepseek2", ModelKind::Text, {"cpu", "sim"}, &load_deepseek2, &kDeepseek2HfNames},
       {"phi3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kPhi3HfNames},
       {"gpt2", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gpt2, &kGpt2HfNames},
       // The CUDA row has no bidirectional attention or exact GELU yet.

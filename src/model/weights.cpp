@@ -31,7 +31,6 @@ DType dense_type(const std::string& dtype) {
   if (dtype == "f32") return DType::F32;
   throw Error("--dtype '" + dtype + "' is not one of bf16, f16, f32");
 }
-bool plain(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 }  // namespace
 
 // The CPU and sim rows compute with every format kvad reads: weights stay
@@ -42,7 +41,7 @@ bool plain(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::B
 DType WeightLoader::device_format(const Tensor& t) const {
   if (dev_.type != DeviceType::CUDA) return t.type;
   const DType dense = dense_type(opts_.dtype);
-  if (opts_.quant.empty()) return plain(t.type) || !ops::has_format(dev_, t.type) ? dense : t.type;
+  if (opts_.quant.empty()) return is_float(t.type) || !ops::has_format(dev_, t.type) ? dense : t.type;
   if (opts_.quant == "none") return dense;
   const DTypeInfo* q = find_dtype_by_name(opts_.quant);
   if (!q || !q->quantized || !ops::has_format(dev_, q->type))

@@ -51,6 +51,30 @@ struct AttentionOpParams {
   bool causal = true;
 };
 
+/// How a MoE router turns logits into expert weights (ops.h: moe_route).
+enum class MoeGating : uint8_t {
+  Softmax,  ///< p = softmax(logits) (Qwen3-MoE, DeepSeek V2; llama.cpp LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX)
+  Sigmoid,  ///< p = σ(logits) per expert (DeepSeek V3; llama.cpp ..._SIGMOID)
+};
+
+/// A router's choice rule (ops.h: moe_route). Defaults: Qwen3-MoE's.
+struct MoeRouteParams {
+  int64_t k = 0;           ///< experts per token
+  bool norm = false;       ///< divide the k weights by their sum (HF norm_topk_prob)
+  MoeGating gating = MoeGating::Softmax;
+  /// Group-limited choice (DeepSeek's group_limited_greedy and noaux_tc):
+  /// the experts fall into n_group equal groups; only the topk_group groups
+  /// of highest group score are candidates. n_group 1: every expert is.
+  int64_t n_group = 1, topk_group = 1;
+  /// Group score: the sum of its two highest choice scores (V3's noaux_tc);
+  /// else its highest (V2's group_limited_greedy).
+  bool group_top2_sum = false;
+  float scale = 1.0f;      ///< multiplies the final weights (HF routed_scaling_factor)
+  /// Empty, or [n_expert] f32 on the logits' device added to p for choosing
+  /// only; the weights stay p (V3's e_score_correction_bias).
+  Tensor bias;
+};
+
 struct BackendOps {
   const char* name = "";
   /// True when the device can run; else false with the reason in *why.
@@ -82,12 +106,20 @@ struct BackendOps {
   void (*unary)(Unary op, const Tensor& x, const Tensor& out) = nullptr;
   void (*glu)(Unary op, const Tensor& gate, const Tensor& up, const Tensor& out) = nullptr;
   void (*concat)(const Tensor& a, const Tensor& b, const Tensor& out) = nullptr;
+  /// out = columns [off, off + out.ne[0]) of each row of x (f32).
+  void (*slice)(const Tensor& x, int64_t off, const Tensor& out) = nullptr;
   /// Writes rows of x into cache slots (seq[t]·slots + pos[t] % slots), converted to the cache's format.
   void (*kv_store)(const Tensor& cache, const Tensor& x, const Tensor& seq, const Tensor& pos, int64_t slots) = nullptr;
   void (*attention)(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
                     const AttentionOpParams& p, const Tensor& out) = nullptr;
+  /// Multi-head latent attention over one f32 latent cache (ops.h: attention_latent).
+  void (*attention_latent)(const Tensor& q, const Tensor& cache, const Tensor& seq, const Tensor& pos,
+                           const AttentionOpParams& p, const Tensor& out) = nullptr;
+  /// Causal attention over one sequence's f32 keys and values (ops.h: attention_seq).
+  void (*attention_seq)(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, float scale,
+                        const Tensor& out) = nullptr;
   // Mixture of experts (ops.h moe_route, matmul_id, moe_sum).
-  void (*moe_route)(const Tensor& logits, int64_t k, bool norm, const Tensor& ids, const Tensor& weights) = nullptr;
+  void (*moe_route)(const Tensor& logits, const MoeRouteParams& p, const Tensor& ids, const Tensor& weights) = nullptr;
   void (*matmul_id)(const Tensor& x, const Tensor& w, const Tensor& ids, const Tensor& out) = nullptr;
   void (*moe_sum)(const Tensor& y, const Tensor& weights, const Tensor& out) = nullptr;
 };

@@ -64,6 +64,10 @@ inline const char* dtype_name(DType t) { return dtype_info(t).name; }
 /// nullptr when unknown.
 const DTypeInfo* find_dtype_by_name(std::string_view name);
 
+/// f32, f16 or bf16: the unquantized float storage formats (weights kept as
+/// stored, inputs kvad quantizes from, tensors the loaders convert or transpose).
+inline bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
 /// Bytes of a row of `n` elements. Precondition: n % block_elems == 0
 /// (callers check; io/gguf validates it for every tensor it reads).
 inline size_t row_bytes(DType t, int64_t n) {

@@ -367,6 +367,16 @@ Tensor concat(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+Tensor slice(const Tensor& x, int64_t off, int64_t n) {
+  const Device d = x.device();
+  need_type("slice", x, DType::F32, "x");
+  KVAD_NEED("slice", off >= 0 && n > 0 && off + n <= x.ne[0],
+            "columns [" + std::to_string(off) + ", " + std::to_string(off + n) + ") are outside " + shape_str(x));
+  Tensor out = f32_like(x, {n, x.ne[1], x.ne[2], x.ne[3]});
+  entry(row(d, "slice").slice, d, "slice")(x, off, out);
+  return out;
+}
+
 namespace {
 void check_ids(const char* op, const Tensor& seq, const Tensor& pos, int64_t n_tok) {
   need_type(op, seq, DType::I32, "seq");
@@ -406,6 +416,39 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   return out;
 }
 
+Tensor attention_seq(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, float scale) {
+  const Device d = same_device("attention_seq", {&q, &k, &v, &pos});
+  need_type("attention_seq", q, DType::F32, "q");
+  need_type("attention_seq", k, DType::F32, "k");
+  need_type("attention_seq", v, DType::F32, "v");
+  need_type("attention_seq", pos, DType::I32, "pos");
+  const int64_t H = q.ne[1], n_tok = q.ne[2], n_kv = k.ne[2];
+  KVAD_NEED("attention_seq", q.ne[3] == 1 && k.ne[3] == 1 && v.ne[3] == 1 && k.ne[0] == q.ne[0] && k.ne[1] == H &&
+                                 v.ne[1] == H && v.ne[2] == n_kv && pos.n_elements() == n_tok,
+            "q " + shape_str(q) + ", k " + shape_str(k) + ", v " + shape_str(v) + " and pos " + shape_str(pos) +
+                " do not fit");
+  Tensor out = f32_like(q, {v.ne[0], H, n_tok, 1});
+  entry(row(d, "attention_seq").attention_seq, d, "attention_seq")(q, k, v, pos, scale, out);
+  return out;
+}
+
+Tensor attention_latent(const Tensor& q, const Tensor& cache, const Tensor& seq, const Tensor& pos,
+                        const AttentionOpParams& p, int64_t n_v) {
+  const Device d = same_device("attention_latent", {&q, &cache, &seq, &pos});
+  need_type("attention_latent", q, DType::F32, "q");
+  need_type("attention_latent", cache, DType::F32, "latent cache");
+  const int64_t D = q.ne[0], H = q.ne[1], n_tok = q.ne[2];
+  check_ids("attention_latent", seq, pos, n_tok);
+  KVAD_NEED("attention_latent", q.ne[3] == 1 && cache.ne[0] == D && cache.ne[2] == 1 && cache.ne[3] == 1,
+            "q " + shape_str(q) + " does not fit the latent cache " + shape_str(cache));
+  KVAD_NEED("attention_latent", n_v > 0 && n_v <= D, "n_v " + std::to_string(n_v) + " is not in (0, " + std::to_string(D) + "]");
+  KVAD_NEED("attention_latent", p.slots > 0 && cache.n_rows() % p.slots == 0, "cache rows are not a whole number of rings");
+  KVAD_NEED("attention_latent", p.causal, "latent attention is causal");
+  Tensor out = f32_like(q, {n_v, H, n_tok, 1});
+  entry(row(d, "attention_latent").attention_latent, d, "attention_latent")(q, cache, seq, pos, p, out);
+  return out;
+}
+
 Tensor convert(const Tensor& t, DType to) {
   if (t.type == to) return t;
   const Device d = t.device();
@@ -418,15 +461,29 @@ Tensor convert(const Tensor& t, DType to) {
 }
 
 MoeRoute moe_route(const Tensor& logits, int64_t k, bool norm) {
-  const Device d = logits.device();
+  MoeRouteParams p;
+  p.k = k;
+  p.norm = norm;
+  return moe_route(logits, p);
+}
+
+MoeRoute moe_route(const Tensor& logits, const MoeRouteParams& p) {
+  const Device d = same_device("moe_route", {&logits, &p.bias});
   need_type("moe_route", logits, DType::F32, "logits");
-  const int64_t n_tok = logits.n_rows();
-  KVAD_NEED("moe_route", k > 0 && k <= logits.ne[0],
-            "k " + std::to_string(k) + " does not fit " + std::to_string(logits.ne[0]) + " experts");
+  const int64_t n_tok = logits.n_rows(), n_exp = logits.ne[0], k = p.k;
+  KVAD_NEED("moe_route", k > 0 && k <= n_exp, "k " + std::to_string(k) + " does not fit " + std::to_string(n_exp) + " experts");
+  KVAD_NEED("moe_route", p.n_group > 0 && n_exp % p.n_group == 0 && p.topk_group > 0 && p.topk_group <= p.n_group &&
+                             k <= p.topk_group * (n_exp / p.n_group) && (!p.group_top2_sum || n_exp / p.n_group >= 2),
+            "groups (n_group " + std::to_string(p.n_group) + ", topk_group " + std::to_string(p.topk_group) +
+                ") do not fit " + std::to_string(n_exp) + " experts with k " + std::to_string(k));
+  if (p.bias) {
+    need_type("moe_route", p.bias, DType::F32, "bias");
+    KVAD_NEED("moe_route", p.bias.n_elements() == n_exp, "bias " + shape_str(p.bias) + " is not one value per expert");
+  }
   MoeRoute r;
   r.ids = empty(DType::I32, {k, n_tok, 1, 1}, d);
   r.weights = f32_like(logits, {k, n_tok, 1, 1});
-  entry(row(d, "moe_route").moe_route, d, "moe_route")(logits, k, norm, r.ids, r.weights);
+  entry(row(d, "moe_route").moe_route, d, "moe_route")(logits, p, r.ids, r.weights);
   return r;
 }
 

@@ -133,6 +133,11 @@ Tensor geglu(const Tensor& gate, const Tensor& up);
 /// Rows of a and b joined: [rows, na] and [rows, nb] → [rows, na + nb].
 Tensor concat(const Tensor& a, const Tensor& b);
 
+/// Columns [off, off + n) of each row: x [rows, m] f32 → [rows, n], 0 <=
+/// off, off + n <= m (ggml_view_2d + ggml_cont; the q_nope | q_pe and
+/// c_kv | k_pe splits of MLA). The CUDA row has no kernel for it yet and throws.
+Tensor slice(const Tensor& x, int64_t off, int64_t n);
+
 /// Stores rows of x ([n_tok, n], f32) into a cache tensor ([n_seq·slots, n],
 /// f16 — rounded to nearest even — or f32, copied exactly; llama.cpp's
 /// --cache-type-k/-v): token t goes to row seq[t]·slots + pos[t] % slots.
@@ -153,6 +158,27 @@ void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Ten
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
                  const AttentionOpParams& p);
 
+/// Multi-head latent attention in its absorbed form (DeepSeek-AI 2024,
+/// "DeepSeek-V2", section 2.1; llama.cpp's deepseek2 graph with MLA): every
+/// query head attends over one shared f32 latent cache [n_seq·slots, d_k]
+/// written by kv_store, whose rows are c_kv | k_pe (kv_lora_rank +
+/// qk_rope_head_dim), and reads as its value the first n_v values of the
+/// same rows (c_kv): out_h = softmax(scale · q_h·Cᵀ) · C[:, :n_v]. q: [n_tok,
+/// n_head, d_k] (W_UK already folded into its nope part); causal, with
+/// p.window and p.slots as attention's (p.causal must be true). out: [n_tok,
+/// n_head, n_v]. The CUDA row has no kernel for it yet and throws.
+Tensor attention_latent(const Tensor& q, const Tensor& cache, const Tensor& seq, const Tensor& pos,
+                        const AttentionOpParams& p, int64_t n_v);
+
+/// Causal multi-head attention of n_tok query tokens of one sequence over
+/// f32 keys and values given for its positions 0..n_kv-1 (no cache): token
+/// t sees positions [0, pos[t]]: out_h = softmax(scale · q_h·K_hᵀ) · V_h.
+/// q: [n_tok, n_head, d_k]; k: [n_kv, n_head, d_k]; v: [n_kv, n_head, d_v];
+/// pos: [n_tok] i32 in [0, n_kv); out: [n_tok, n_head, d_v]. MLA's expanded
+/// prefill (K and V decompressed from the latent cache). The CUDA row has
+/// no kernel for it yet and throws.
+Tensor attention_seq(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, float scale);
+
 // ---- mixture of experts ----------------------------------------------------
 
 /// The router of a sparse MoE layer (Shazeer et al. 2017; transformers'
@@ -165,6 +191,16 @@ struct MoeRoute {
   Tensor ids, weights;
 };
 MoeRoute moe_route(const Tensor& logits, int64_t k, bool norm);
+/// The same under a full choice rule (backend.h MoeRouteParams): p =
+/// softmax or σ of the logits; c = p (+ bias); with groups, only experts of
+/// the topk_group groups of highest score (max of c, or sum of its top two)
+/// are candidates; ids: the k candidates of highest c (largest first, ties:
+/// lower index); weights: their p (÷ Σ when norm) · scale. DeepSeek V2's
+/// greedy / group_limited_greedy and V3's noaux_tc (transformers'
+/// DeepseekV2TopkRouter, DeepseekV3TopkRouter). Throws for k or the groups
+/// not fitting n_expert (n_group must divide it, k <= topk_group · group
+/// size) or a bias of another size.
+MoeRoute moe_route(const Tensor& logits, const MoeRouteParams& p);
 /// Per-slot expert products (ggml_mul_mat_id): y[t, j] = x[t, j'] · W[ids[t, j]]ᵀ
 /// with j' = j, or 0 when x has one row per token. x: [n_tok, n_x, n_in] f32,
 /// n_x = 1 or k; w: [n_expert, n_out, n_in] (ne = {n_in, n_out, n_expert}) in

@@ -22,6 +22,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/row_util.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/mla.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 #include "tensor/backend.h"
@@ -297,6 +298,13 @@ void concat(const Tensor& a, const Tensor& b, const Tensor& o) {
   }
 }
 
+void slice(const Tensor& x, int64_t off, const Tensor& o) {
+  const int64_t m = x.ne[0], n = o.ne[0];
+  const float* px = in(x);
+  float* po = out(o);
+  for (int64_t r = 0; r < x.n_rows(); ++r) std::memcpy(po + r * n, px + r * m + off, static_cast<size_t>(n) * sizeof(float));
+}
+
 void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Tensor& pos, int64_t slots) {
   const int64_t n = cache.ne[0], n_tok = seq.n_elements();
   const float* px = in(x);
@@ -315,8 +323,7 @@ void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Ten
   }
   uint16_t* pc = static_cast<uint16_t*>(cache.raw());
   pool().parallel_for(n_tok, 8, [&](int64_t t0, int64_t t1, int) {
-    for (int64_t t = t0; t < t1; ++t)
-      f32_to_f16_row(px + t * n, pc + (ss[t] * slots + ps[t] % slots) * n, n);
+    for (int64_t t = t0; t < t1; ++t) f32_to_f16_row(px + t * n, pc + (ss[t] * slots + ps[t] % slots) * n, n);
   });
 }
 
@@ -429,8 +436,11 @@ constexpr BackendOps kCpuRow = {
     .unary = &unary,
     .glu = &glu,
     .concat = &concat,
+    .slice = &slice,
     .kv_store = &kv_store,
     .attention = &attention,
+    .attention_latent = &cpu::attention_latent,
+    .attention_seq = &cpu::attention_seq,
     .moe_route = &cpu::moe_route,
     .matmul_id = &cpu::matmul_id,
     .moe_sum = &cpu::moe_sum,

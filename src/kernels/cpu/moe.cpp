@@ -21,25 +21,53 @@ namespace kvad::cpu {
 using row::in;
 using row::pool;
 
-void moe_route(const Tensor& logits, int64_t k, bool norm, const Tensor& ids, const Tensor& weights) {
-  const int64_t n_exp = logits.ne[0], n_tok = logits.n_rows();
+// One token's choice (ops.h moe_route): p from the logits, c = p + bias
+// chooses, and with groups only the best topk_group groups' experts compete.
+void moe_route(const Tensor& logits, const MoeRouteParams& rp, const Tensor& ids, const Tensor& weights) {
+  const int64_t n_exp = logits.ne[0], n_tok = logits.n_rows(), k = rp.k;
+  const int64_t G = rp.n_group, per = n_exp / G;
   const float* pl = in(logits);
+  const float* pb = rp.bias ? in(rp.bias) : nullptr;
   auto* pi = static_cast<int32_t*>(ids.raw());
   float* pw = row::out(weights);
   pool().parallel_for(n_tok, 16, [&](int64_t t0, int64_t t1, int) {
-    std::vector<float> p(n_exp);
-    std::vector<int32_t> order(n_exp);
+    std::vector<float> p(n_exp), c(n_exp), gs(G);
+    std::vector<int32_t> order(n_exp), gorder(G);
     for (int64_t t = t0; t < t1; ++t) {
       std::memcpy(p.data(), pl + t * n_exp, n_exp * sizeof(float));
-      softmax(p.data(), n_exp);
+      if (rp.gating == MoeGating::Softmax) softmax(p.data(), n_exp);
+      else
+        for (float& v : p) v = 1.0f / (1.0f + std::exp(-v));
+      for (int64_t e = 0; e < n_exp; ++e) c[e] = pb ? p[e] + pb[e] : p[e];
+      if (G > 1 && rp.topk_group < G) {
+        for (int64_t g = 0; g < G; ++g) {
+          const float* cg = &c[g * per];
+          if (rp.group_top2_sum) {
+            float a = -INFINITY, b = -INFINITY;  // the two highest
+            for (int64_t e = 0; e < per; ++e) {
+              if (cg[e] > a) b = a, a = cg[e];
+              else if (cg[e] > b) b = cg[e];
+            }
+            gs[g] = a + b;
+          } else {
+            gs[g] = *std::max_element(cg, cg + per);
+          }
+        }
+        std::iota(gorder.begin(), gorder.end(), 0);
+        std::partial_sort(gorder.begin(), gorder.begin() + rp.topk_group, gorder.end(),
+                          [&](int32_t a, int32_t b) { return gs[a] > gs[b] || (gs[a] == gs[b] && a < b); });
+        for (int64_t j = rp.topk_group; j < G; ++j)
+          std::fill(&c[gorder[j] * per], &c[gorder[j] * per] + per, -INFINITY);
+      }
       std::iota(order.begin(), order.end(), 0);
       std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                        [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+                        [&](int32_t a, int32_t b) { return c[a] > c[b] || (c[a] == c[b] && a < b); });
       float sum = 0;
       for (int64_t j = 0; j < k; ++j) sum += p[order[j]];
       for (int64_t j = 0; j < k; ++j) {
         pi[t * k + j] = order[j];
-        pw[t * k + j] = norm ? p[order[j]] / sum : p[order[j]];
+        const float v = rp.norm ? p[order[j]] / sum : p[order[j]];
+        pw[t * k + j] = rp.scale != 1.0f ? v * rp.scale : v;
       }
     }
   });

@@ -1,0 +1,590 @@
+// DeepSeek V2 / V3 (DeepSeek-AI 2024, "DeepSeek-V2: A Strong, Economical,
+// and Efficient Mixture-of-Experts Language Model" and "DeepSeek-V3
+// Technical Report"; transformers' modeling_deepseek_v2.py /
+// modeling_deepseek_v3.py; GGUF architecture "deepseek2", which llama.cpp
+// also uses for V2-Lite, V2.5, Coder-V2, V3/R1, Kimi K2 and Moonlight).
+// Pre-norm decoder blocks
+//   x = x + MLA(RMSNorm(x) ⊙ attn_norm)
+//   x = x + FFN(x)   dense gated MLP in the first leading_dense_block_count
+//                    layers, then routed experts plus shared experts (moe_ffn)
+//
+// Multi-head latent attention, per token t (n = the normed input):
+//   q_t = Wq · n, or Wq_b · (RMSNorm(Wq_a · n) ⊙ q_a_norm) with q_lora_rank;
+//         per head q_nope (qk_nope_head_dim) | q_pe (qk_rope_head_dim)
+//   c_t | k_pe_t = Wkv_a · n;  c_t ← RMSNorm(c_t) ⊙ kv_a_norm   (kv_lora_rank | rope)
+//   q_pe, k_pe ← RoPE(·, pos)  (one k_pe shared by every head)
+//   head h: k_h,s = W_UK,h · c_s | k_pe_s,  v_h,s = W_UV,h · c_s
+//   a_h = Σ_s softmax_s(scale · q_h · k_h,s) v_h,s;  out = Wo · (a_1 | ... | a_H)
+// The cache holds only c | k_pe per token and layer (LayerKind::Latent).
+// Decode runs in the absorbed form
+//   q_h · k_h,s = (W_UK,hᵀ q_nope_h) · c_s + q_pe_h · k_pe_s
+//   a_h = W_UV,h · Σ_s softmax_s(·) c_s
+// so nothing is expanded per cached position (ops::attention_latent). A
+// one-sequence prefill batch is expanded instead (k_h,s and v_h,s formed for
+// its positions, ops::attention_seq) when that costs fewer multiply-adds:
+// for a prompt from scratch, 2·kv_lora_rank > qk_nope + v_head_dim makes it
+// so; KVAD_MLA_PREFILL=absorbed|expanded forces one form. W_UK
+// and W_UV are llama.cpp's attn_k_b [n_head, kv_lora_rank, qk_nope] and
+// attn_v_b [n_head, v_head_dim, kv_lora_rank]; a file with the older fused
+// attn_kv_b [kv_lora_rank → n_head · (qk_nope + v_head_dim)] (and every HF
+// checkpoint: kv_b_proj) is split into them at load (f32, or f16 beside quantized weights).
+//
+// The softmax scale is 1/√(qk_nope + qk_rope) times mscale², mscale =
+// 0.1 · mscale_all_dim · ln(factor) + 1 under YaRN (DeepSeek's correction;
+// GGUF rope.scaling.yarn_log_multiplier = 0.1 · mscale_all_dim as
+// llama.cpp's converter writes it). RoPE pairs adjacent dims (V2's complex
+// rotation, V3's rope_interleave), or halves when kvad.rope.neox is set (V3
+// with rope_interleave false).
+//
+// Routing (moe_ffn, ops::moe_route): V2 softmax with greedy or
+// group_limited_greedy top-k, V3 sigmoid with the e_score_correction_bias
+// (exp_probs_b) for choosing and noaux_tc groups; weights optionally
+// renormalised (expert_weights_norm) and scaled (expert_weights_scale).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "base/error.h"
+#include "io/gguf.h"
+#include "io/tensor_source.h"
+#include "model/blocks.h"
+#include "model/cache.h"
+#include "model/hf.h"
+#include "model/hparams.h"
+#include "model/model.h"
+#include "model/registry.h"
+#include "model/rope.h"
+#include "model/weights.h"
+#include "tensor/ops.h"
+
+namespace kvad {
+namespace {
+
+/// DeepSeek's hyper-parameters, GGUF keys as llama.cpp's (deepseek2.*).
+struct DeepseekParams {
+  int64_t q_lora_rank = 0;     ///< attention.q_lora_rank (0: a direct attn_q)
+  int64_t kv_lora_rank = 0;    ///< attention.kv_lora_rank
+  int64_t qk_nope = 0;         ///< attention.key_length_mla - rope
+  int64_t qk_rope = 0;         ///< rope.dimension_count
+  int64_t v_head_dim = 0;      ///< attention.value_length_mla
+  int64_t n_dense = 0;         ///< leading_dense_block_count
+  int64_t n_expert = 0;        ///< expert_count
+  int64_t n_ff_exp = 0;        ///< expert_feed_forward_length
+  int64_t n_shared = 0;        ///< expert_shared_count
+  MoeParams moe;
+};
+
+struct Layer {
+  Tensor attn_norm, wq, wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wk_b, wv_b, wo;
+  Tensor wk_up;  // W_UK [H, qk_nope, kv_lora_rank], for the expanded prefill only
+  MlpWeights ffn;  // dense layers
+  MoeWeights moe;  // the others
+  bool sparse = false;
+};
+
+// A matrix kvad derives at load (host f32 values) on device d: f32 when
+// its source was f32 (--quant none keeps f32 arithmetic), else f16, which
+// halves what the copies cost beside quantized weights.
+Tensor derived(const float* v, std::array<int64_t, 4> ne, DType source, Device d) {
+  const Tensor t = ops::from_host(v, DType::F32, ne, d);
+  return source == DType::F32 ? t : ops::convert(t, DType::F16);
+}
+
+// Splits the fused kv_b [kv_lora_rank → H · (nope + v)] (per head nope rows,
+// then v rows) into k_b [H, kv_lora_rank, nope] (W_UK,h transposed) and v_b
+// [H, v, kv_lora_rank] (and W_UK as it is, [H, nope, kv_lora_rank], for the
+// expanded prefill) on device d, f32 or f16 (derived()).
+void split_kv_b(const Tensor& kv_b, int64_t H, int64_t nope, int64_t v, int64_t r, Device d, Tensor& k_b,
+                Tensor& v_b, Tensor* k_up) {
+  std::vector<float> w(static_cast<size_t>(H * (nope + v) * r));
+  ops::to_host(ops::convert(kv_b, DType::F32), w.data());
+  std::vector<float> k(static_cast<size_t>(H * r * nope)), vv(static_cast<size_t>(H * v * r));
+  for (int64_t h = 0; h < H; ++h) {
+    const float* wh = &w[static_cast<size_t>(h * (nope + v) * r)];
+    for (int64_t i = 0; i < nope; ++i)
+      for (int64_t c = 0; c < r; ++c) k[(h * r + c) * nope + i] = wh[i * r + c];
+    for (int64_t j = 0; j < v; ++j)
+      for (int64_t c = 0; c < r; ++c) vv[(h * v + j) * r + c] = wh[(nope + j) * r + c];
+  }
+  if (k_up) {  // the nope rows of each head as they are: W_UK,h [nope, r]
+    std::vector<float> u(static_cast<size_t>(H * nope * r));
+    for (int64_t h = 0; h < H; ++h)
+      std::copy_n(&w[static_cast<size_t>(h * (nope + v) * r)], nope * r, &u[static_cast<size_t>(h * nope * r)]);
+    *k_up = derived(u.data(), {r, nope, H, 1}, kv_b.type, d);
+    k_up->name = kv_b.name + " (k_up)";
+  }
+  k_b = derived(k.data(), {nope, r, H, 1}, kv_b.type, d);
+  v_b = derived(vv.data(), {r, v, H, 1}, kv_b.type, d);
+  k_b.name = kv_b.name + " (k_b)";
+  v_b.name = kv_b.name + " (v_b)";
+}
+
+// W_UK as the expansion multiplies it, [H, nope, r], from llama.cpp's
+// attn_k_b [H, r, nope] (its transpose per head), f32 or f16 (derived()).
+Tensor k_up_from_k_b(const Tensor& k_b, int64_t H, int64_t nope, int64_t r, Device d) {
+  std::vector<float> w(static_cast<size_t>(H * r * nope)), u(w.size());
+  ops::to_host(ops::convert(k_b, DType::F32), w.data());
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t c = 0; c < r; ++c)
+      for (int64_t i = 0; i < nope; ++i) u[(h * nope + i) * r + c] = w[(h * r + c) * nope + i];
+  Tensor t = derived(u.data(), {r, nope, H, 1}, k_b.type, d);
+  t.name = k_b.name + " (k_up)";
+  return t;
+}
+
+/// How MLA's prefill runs (KVAD_MLA_PREFILL): absorbed like decode, expanded
+/// (K and V decompressed from the latent rows, then ordinary attention), or
+/// whichever costs fewer multiply-adds for the batch (the default).
+enum class PrefillMode { Auto, Absorbed, Expanded };
+PrefillMode prefill_mode() {
+  const char* v = std::getenv("KVAD_MLA_PREFILL");
+  const std::string m = v ? v : "";
+  if (m == "absorbed") return PrefillMode::Absorbed;
+  if (m == "expanded") return PrefillMode::Expanded;
+  if (!m.empty() && m != "auto")
+    throw Error("KVAD_MLA_PREFILL='" + m + "' is not auto, absorbed or expanded");
+  return PrefillMode::Auto;
+}
+
+// A GGUF bool (llama.cpp's converter writes expert_weights_norm so), or an
+// integer (kvad's HF view and the quantize-once files it writes).
+bool get_flag(const TensorSource& src, const std::string& key) {
+  if (const std::shared_ptr<const gguf::File> f = gguf_file(src))
+    if (const gguf::Value* v = f->find(key); v && v->type() == gguf::ValueType::BOOL) return v->as_bool();
+  return src.get_int(key, 0) != 0;
+}
+
+class Deepseek2 final : public Model {
+ public:
+  Deepseek2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
+    source_ = src;
+    hp_ = read_hparams(*src);
+    const std::string a = hp_.arch + ".", path = src->path();
+    auto need = [&](const std::string& key) {
+      const int64_t v = src->require_int(a + key);
+      if (v <= 0) throw Error(path + ": " + a + key + " must be positive, is " + std::to_string(v));
+      return v;
+    };
+    cfg_.q_lora_rank = src->get_int(a + "attention.q_lora_rank", 0);
+    cfg_.kv_lora_rank = need("attention.kv_lora_rank");
+    cfg_.qk_rope = hp_.n_rot;
+    // The MLA widths: key_length_mla / value_length_mla when the file is in
+    // llama.cpp's MQA form (key_length = kv_lora_rank + rope), else
+    // key_length / value_length (older files).
+    const int64_t qk_head = src->has(a + "attention.key_length_mla") ? need("attention.key_length_mla") : hp_.head_dim;
+    cfg_.v_head_dim = src->has(a + "attention.value_length_mla") ? need("attention.value_length_mla")
+                                                                  : need("attention.value_length");
+    cfg_.qk_nope = qk_head - cfg_.qk_rope;
+    if (cfg_.qk_nope <= 0 || cfg_.q_lora_rank < 0)
+      throw Error(path + ": " + a + "attention.key_length_mla " + std::to_string(qk_head) +
+                  " leaves no room beside rope.dimension_count " + std::to_string(cfg_.qk_rope));
+    cfg_.n_dense = src->get_int(a + "leading_dense_block_count", 0);
+    cfg_.n_expert = src->get_int(a + "expert_count", 0);
+    cfg_.n_ff_exp = src->get_int(a + "expert_feed_forward_length", 0);
+    cfg_.n_shared = src->get_int(a + "expert_shared_count", 0);
+    MoeParams& m = cfg_.moe;
+    m.n_expert_used = src->get_int(a + "expert_used_count", 0);
+    m.norm_topk = get_flag(*src, a + "expert_weights_norm");
+    m.scale = static_cast<float>(src->get_float(a + "expert_weights_scale", 1.0));
+    const int64_t gating = src->get_int(a + "expert_gating_func", 1);
+    if (gating != 1 && gating != 2)
+      throw Error(path + ": " + a + "expert_gating_func " + std::to_string(gating) + " is not 1 (softmax) or 2 (sigmoid)");
+    m.gating = gating == 2 ? MoeGating::Sigmoid : MoeGating::Softmax;
+    m.n_group = src->get_int(a + "expert_group_count", 1);
+    m.topk_group = src->get_int(a + "expert_group_used_count", m.n_group);
+    // V3's noaux_tc scores a group by the sum of its top two (with the
+    // bias), V2's group_limited_greedy by its best (transformers, DeepSeek's
+    // own modeling code). A GGUF records no topk_method, so the gating tells
+    // them apart; llama.cpp's build_moe_ffn sums the top two for both, which
+    // differs from the reference for grouped V2 files (DeepSeek-V2 236B).
+    m.group_top2_sum = m.gating == MoeGating::Sigmoid;
+    m.norm_eps = hp_.norm_eps;
+    if (cfg_.n_dense < 0 || cfg_.n_dense > hp_.n_layer)
+      throw Error(path + ": " + a + "leading_dense_block_count " + std::to_string(cfg_.n_dense) + " is not in [0, " +
+                  a + "block_count]");
+    if (cfg_.n_dense < hp_.n_layer &&
+        (cfg_.n_expert <= 0 || cfg_.n_ff_exp <= 0 || m.n_expert_used <= 0 || m.n_expert_used > cfg_.n_expert ||
+         cfg_.n_shared < 0 || m.n_group <= 0 || cfg_.n_expert % m.n_group != 0 || m.topk_group <= 0 ||
+         m.topk_group > m.n_group || m.n_expert_used > m.topk_group * (cfg_.n_expert / m.n_group)))
+      throw Error(path + ": sparse layers need " + a + "expert_count, expert_used_count (1..expert_count), " +
+                  "expert_feed_forward_length, and expert_group_count dividing expert_count with " +
+                  "expert_group_used_count groups holding at least expert_used_count experts");
+
+    mode_ = prefill_mode();
+    WeightLoader wl(src, o);
+    device_ = wl.device();
+    const int64_t E = hp_.n_embd, P = cfg_.qk_rope, N = cfg_.qk_nope;
+    const SourceTensor* te = src->find("token_embd.weight");
+    if (!te || te->n_dims < 2) throw Error(path + ": missing tensor token_embd.weight");
+    hp_.n_vocab = te->ne[1];
+    tok_embd_ = wl.get("token_embd.weight", {E, hp_.n_vocab});
+    output_norm_ = wl.get("output_norm.weight", {E});
+    output_ = wl.get_optional("output.weight", {E, hp_.n_vocab});
+    if (!output_) output_ = tok_embd_;
+    rope_neox_ = src->get_int("kvad.rope.neox", 0) != 0;
+    rope_ = load_rope_scaling(*src, wl, hp_, rope_neox_);
+    // llama.cpp's deepseek2 rule for a file with yarn_log_multiplier and no
+    // yarn_attn_factor: cos and sin unscaled (mscale == mscale_all_dim, so
+    // transformers' attention_factor is 1); the correction is all in the
+    // softmax scale below. HF checkpoints state their factor explicitly.
+    if (src->get_string(a + "rope.scaling.type", "none") == "yarn" && src->has(a + "rope.scaling.yarn_log_multiplier") &&
+        !src->has(a + "rope.scaling.yarn_attn_factor"))
+      rope_.params.attn_factor = 1.0f;
+    layers_.resize(hp_.n_layer);
+    for (int64_t il = 0; il < hp_.n_layer; ++il) load_layer(wl, il, layers_[il]);
+    // The multi-token prediction layers (DeepSeek-V3 section 2.2; GGUF
+    // {arch}.nextn_predict_layers, llama.cpp's blk.N.nextn.* past the
+    // decoder's blocks) when the checkpoint carries them: loaded, so the
+    // unread-tensor guard sees them taken, as the multi-token prediction
+    // head, used only for speculative decoding; forward does not run them.
+    const int64_t n_nextn = src->get_int(a + "nextn_predict_layers", 0);
+    if (n_nextn < 0 || n_nextn > 16)
+      throw Error(path + ": " + a + "nextn_predict_layers " + std::to_string(n_nextn) + " is not in [0, 16]");
+    for (int64_t il = hp_.n_layer; il < hp_.n_layer + n_nextn; ++il) {
+      const std::string p = "blk." + std::to_string(il) + ".";
+      if (!wl.has(p + "nextn.eh_proj.weight")) continue;  // transformers saves V3 without them
+      Mtp& m = mtp_.emplace_back();
+      load_layer(wl, il, m.layer);
+      m.eh_proj = wl.get(p + "nextn.eh_proj.weight", {2 * E, E});
+      m.enorm = wl.get(p + "nextn.enorm.weight", {E});
+      m.hnorm = wl.get(p + "nextn.hnorm.weight", {E});
+      m.head_norm = wl.get_optional(p + "nextn.shared_head_norm.weight", {E});
+      m.head = wl.get_optional(p + "nextn.shared_head_head.weight", {E, hp_.n_vocab});
+      m.embd = wl.get_optional(p + "nextn.embed_tokens.weight", {E, hp_.n_vocab});
+    }
+    require_f32(path, {&output_norm_});
+    wl.finish();
+    weight_bytes_ = wl.bytes();
+    hp_.n_params = wl.n_params();
+
+    // Softmax scale with DeepSeek's YaRN correction (mscale_all_dim).
+    scale_ = 1.0f / std::sqrt(static_cast<float>(N + P));
+    const double log_mul = src->get_float(a + "rope.scaling.yarn_log_multiplier", 0.0);
+    const double factor = src->get_float(a + "rope.scaling.factor", 1.0);
+    if (log_mul != 0 && factor > 1 && src->get_string(a + "rope.scaling.type", "none") == "yarn") {
+      const double ms = 1.0 + log_mul * std::log(factor);
+      scale_ = static_cast<float>(scale_ * ms * ms);
+    }
+    // What the rest of kvad reads: the MLA widths, not the latent's.
+    hp_.head_dim = N + P;
+    hp_.n_head_kv = 1;
+  }
+
+  /// The multi-token prediction layers the checkpoint carries (none for most files).
+  size_t n_mtp_layers() const { return mtp_.size(); }
+
+  void load_layer(WeightLoader& wl, int64_t il, Layer& L) {
+    const int64_t E = hp_.n_embd, H = hp_.n_head, R = cfg_.kv_lora_rank, P = cfg_.qk_rope, N = cfg_.qk_nope,
+                  V = cfg_.v_head_dim;
+    const std::string p = "blk." + std::to_string(il) + ".", path = wl.path();
+    {
+      L.attn_norm = wl.get(p + "attn_norm.weight", {E});
+      if (cfg_.q_lora_rank > 0) {
+        L.wq_a = wl.get(p + "attn_q_a.weight", {E, cfg_.q_lora_rank});
+        L.q_a_norm = wl.get(p + "attn_q_a_norm.weight", {cfg_.q_lora_rank});
+        L.wq_b = wl.get(p + "attn_q_b.weight", {cfg_.q_lora_rank, H * (N + P)});
+      } else {
+        L.wq = wl.get(p + "attn_q.weight", {E, H * (N + P)});
+      }
+      L.wkv_a = wl.get(p + "attn_kv_a_mqa.weight", {E, R + P});
+      L.kv_a_norm = wl.get(p + "attn_kv_a_norm.weight", {R});
+      if (wl.has(p + "attn_kv_b.weight")) {
+        split_kv_b(wl.get(p + "attn_kv_b.weight", {R, H * (N + V)}), H, N, V, R, device_, L.wk_b, L.wv_b,
+                   mode_ != PrefillMode::Absorbed ? &L.wk_up : nullptr);
+      } else {
+        L.wk_b = wl.get(p + "attn_k_b.weight", {N, R, H});
+        L.wv_b = wl.get(p + "attn_v_b.weight", {R, V, H});
+        if (mode_ != PrefillMode::Absorbed) L.wk_up = k_up_from_k_b(L.wk_b, H, N, R, device_);
+      }
+      L.wo = wl.get(p + "attn_output.weight", {H * V, E});
+      require_f32(path, {&L.attn_norm, &L.q_a_norm, &L.kv_a_norm});
+      L.sparse = il >= cfg_.n_dense;
+      if (L.sparse) {
+        L.moe = load_moe_weights(wl, p, E, cfg_.n_ff_exp, cfg_.n_expert);
+        load_moe_shared(wl, p, E, cfg_.n_shared * cfg_.n_ff_exp, cfg_.n_expert, L.moe);
+      } else {
+        L.ffn = load_mlp_weights(wl, p, E, hp_.n_ff);
+      }
+    }
+  }
+
+  // The latent rows are f32 whatever --cache-type-k/-v say (attention_latent
+  // reads f32; model/cache.h LatentLayer).
+  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
+    LayerSpec s;
+    s.kind = LayerKind::Latent;
+    s.kv_lora_rank = cfg_.kv_lora_rank;
+    s.rope_dim = cfg_.qk_rope;
+    return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, s), n_ctx, n_seq, n_batch, device_,
+                                         types);
+  }
+
+ protected:
+  // [n, H] i32 rows 0..H-1: matmul_id's "expert" of slot h is head h (the
+  // per-head W_UK / W_UV products). Uploaded when a batch is larger than any
+  // before, then viewed.
+  Tensor head_ids(int64_t n) {
+    if (n > head_ids_rows_) {
+      const int64_t H = hp_.n_head;
+      std::vector<int32_t> v(static_cast<size_t>(n * H));
+      for (int64_t i = 0; i < n * H; ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(i % H);
+      head_ids_ = ops::from_host(v.data(), DType::I32, {H, n, 1, 1}, device_);
+      head_ids_rows_ = n;
+    }
+    return head_ids_.rows(0, n);
+  }
+
+  // [n·H] i32, row i = i / H: each position's k_pe once per head.
+  Tensor repeat_ids(int64_t n) {
+    const int64_t H = hp_.n_head;
+    if (n > repeat_ids_rows_) {
+      std::vector<int32_t> v(static_cast<size_t>(n * H));
+      for (int64_t i = 0; i < n * H; ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(i / H);
+      repeat_ids_ = ops::from_host(v.data(), DType::I32, {n * H, 1, 1, 1}, device_);
+      repeat_ids_rows_ = n;
+    }
+    return repeat_ids_.view({1, repeat_ids_.ne[0], 1, 1}).rows(0, n * H).view({n * H, 1, 1, 1});
+  }
+
+  // Whether this batch's attention is expanded: one sequence, and (auto)
+  // fewer multiply-adds than the absorbed form for n queries over n_kv
+  // positions. Sets expand_kv_ (0: absorbed) and expand_seq_.
+  void choose_prefill(const BatchView& bv) {
+    expand_kv_ = 0;
+    if (mode_ == PrefillMode::Absorbed || bv.n < 2) return;
+    int32_t last = 0;
+    for (int64_t t = 0; t < bv.n; ++t) {
+      if (bv.seq[t] != bv.seq[0]) return;
+      last = std::max(last, bv.pos[t]);
+    }
+    const double n = static_cast<double>(bv.n), L = last + 1.0, R = static_cast<double>(cfg_.kv_lora_rank),
+                 P = static_cast<double>(cfg_.qk_rope), N = static_cast<double>(cfg_.qk_nope),
+                 V = static_cast<double>(cfg_.v_head_dim);
+    const double absorbed = n * N * R + n * L * (2 * R + P) + n * R * V;  // per head
+    const double expanded = L * R * (N + V) + n * L * (N + P + V);
+    if (mode_ == PrefillMode::Expanded || expanded < absorbed) {
+      expand_kv_ = last + 1;
+      expand_seq_ = bv.seq[0];
+    }
+  }
+
+  Tensor mla(const Layer& L, LatentLayer& cache, const BatchIds& b, const Tensor& x) {
+    const int64_t n = b.n, H = hp_.n_head, R = cfg_.kv_lora_rank, P = cfg_.qk_rope, N = cfg_.qk_nope,
+                  V = cfg_.v_head_dim;
+    const float eps = hp_.norm_eps;
+    const Tensor h = ops::rms_norm(x, L.attn_norm, eps);                                       // [n, E]
+    const Tensor q = L.wq ? ops::matmul(h, L.wq)
+                          : ops::matmul(ops::rms_norm(ops::matmul(h, L.wq_a), L.q_a_norm, eps), L.wq_b);  // [n, H·(N+P)]
+    const Tensor qh = q.view({N + P, H * n, 1, 1});
+    const Tensor q_nope = ops::slice(qh, 0, N).view({N, H, n, 1});                             // [n, H, N]
+    const Tensor q_pe = ops::rope(ops::slice(qh, N, P).view({P, H, n, 1}), b.pos, rope_p_);    // [n, H, P]
+    const Tensor kva = ops::matmul(h, L.wkv_a);                                                // [n, R+P]
+    const Tensor c = ops::rms_norm(ops::slice(kva, 0, R), L.kv_a_norm, eps);                   // [n, R]
+    const Tensor k_pe = ops::rope(ops::slice(kva, R, P).view({P, 1, n, 1}), b.pos, rope_p_);   // [n, 1, P]
+    ops::kv_store(cache.c, ops::concat(c, k_pe.view({P, n, 1, 1})), b.seq, b.pos, cache.slots);
+    if (expand_kv_ > 0) {
+      // Expanded: every position's K and V decompressed from its latent row.
+      const int64_t n_kv = expand_kv_, row0 = expand_seq_ * cache.slots;
+      const Tensor lat = cache.c.rows(row0, row0 + n_kv);                                     // [n_kv, R+P]
+      const Tensor c_all = ops::slice(lat, 0, R).view({R, 1, n_kv, 1});
+      const Tensor ids_kv = head_ids(n_kv);
+      const Tensor k_nope = ops::matmul_id(c_all, L.wk_up, ids_kv);                             // [n_kv, H, N]
+      const Tensor v = ops::matmul_id(c_all, L.wv_b, ids_kv);                                   // [n_kv, H, V]
+      const Tensor k_rep = ops::get_rows(ops::slice(lat, R, P), repeat_ids(n_kv));              // [n_kv·H, P]
+      const Tensor k = ops::concat(k_nope.view({N, H * n_kv, 1, 1}), k_rep).view({N + P, H, n_kv, 1});
+      const Tensor qf = ops::concat(q_nope.view({N, H * n, 1, 1}), q_pe.view({P, H * n, 1, 1})).view({N + P, H, n, 1});
+      const Tensor a = ops::attention_seq(qf, k, v, b.pos, scale_);                            // [n, H, V]
+      return ops::matmul(a.view({H * V, n, 1, 1}), L.wo);
+    }
+    const Tensor ids = head_ids(n);
+    const Tensor q_abs = ops::matmul_id(q_nope, L.wk_b, ids);                                  // [n, H, R]
+    const Tensor qf = ops::concat(q_abs.view({R, H * n, 1, 1}), q_pe.view({P, H * n, 1, 1})).view({R + P, H, n, 1});
+    AttentionOpParams ap;
+    ap.scale = scale_;
+    ap.slots = cache.slots;
+    const Tensor a = ops::attention_latent(qf, cache.c, b.seq, b.pos, ap, R);                 // [n, H, R]
+    const Tensor o = ops::matmul_id(a, L.wv_b, ids);                                           // [n, H, V]
+    return ops::matmul(o.view({H * V, n, 1, 1}), L.wo);                                        // [n, E]
+  }
+
+  void forward_impl(Cache& cache_base, const BatchView& bv, float* logits) override {
+    auto& cache = static_cast<LayerCaches&>(cache_base);
+    const BatchIds ids = upload_batch(bv, device_);
+    rope_p_ = rope_.at(cache.n_ctx());
+    choose_prefill(bv);
+    Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, E]
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+      const Layer& L = layers_[il];
+      x = ops::add(x, mla(L, cache.latent(il), ids, x));
+      x = ops::add(x, L.sparse ? moe_ffn(L.moe, cfg_.moe, x) : gated_mlp(L.ffn, Activation::SiLU, hp_.norm_eps, x));
+    }
+    cache.advance(bv);
+    decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
+  }
+
+ private:
+  DeepseekParams cfg_;
+  Tensor tok_embd_, output_norm_, output_;
+  std::vector<Layer> layers_;
+  /// The multi-token prediction head (V3), used only for speculative decoding.
+  struct Mtp {
+    Layer layer;
+    Tensor eh_proj, enorm, hnorm, head_norm, head, embd;
+  };
+  std::vector<Mtp> mtp_;
+  RopeScaling rope_;
+  RopeParams rope_p_;
+  bool rope_neox_ = false;
+  float scale_ = 1.0f;
+  Tensor head_ids_, repeat_ids_;
+  int64_t head_ids_rows_ = 0, repeat_ids_rows_ = 0;
+  PrefillMode mode_ = PrefillMode::Auto;
+  int64_t expand_kv_ = 0;  // this batch: positions expanded (0: absorbed)
+  int32_t expand_seq_ = 0;
+};
+
+// ---- HF checkpoints (transformers' DeepseekV2ForCausalLM / DeepseekV3ForCausalLM)
+
+// config.json → the keys llama.cpp's converter (DeepseekV2Model) writes.
+void hf_config(const nlohmann::json& cfg, HfConfig& out, bool v3) {
+  const std::string a = "deepseek2";
+  decoder_config(a, cfg, out);  // the shared keys; the MLA widths and rope are set below
+  Metadata& md = out.md;
+  const int64_t rope = config_int(cfg, "qk_rope_head_dim"), nope = config_int(cfg, "qk_nope_head_dim");
+  const int64_t kv_lora = config_int(cfg, "kv_lora_rank"), v_head = config_int(cfg, "v_head_dim");
+  if (rope <= 0 || rope % 2 || nope <= 0 || kv_lora <= 0 || v_head <= 0)
+    throw Error("config.json: qk_rope_head_dim (even), qk_nope_head_dim, kv_lora_rank and v_head_dim must be positive");
+  md[a + ".attention.head_count_kv"] = int64_t{1};  // MLA as MQA over the latent (llama.cpp's form)
+  md[a + ".attention.kv_lora_rank"] = kv_lora;
+  md[a + ".attention.key_length"] = kv_lora + rope;
+  md[a + ".attention.value_length"] = kv_lora;
+  md[a + ".attention.key_length_mla"] = nope + rope;
+  md[a + ".attention.value_length_mla"] = v_head;
+  md[a + ".rope.dimension_count"] = rope;
+  const int64_t q_lora = config_int(cfg, "q_lora_rank", 0);
+  if (q_lora < 0) throw Error("config.json: q_lora_rank must not be negative");
+  if (q_lora > 0) md[a + ".attention.q_lora_rank"] = q_lora;
+  const int64_t n_layer = config_int(cfg, "num_hidden_layers");
+  const bool moe = cfg.contains("n_routed_experts") && !cfg["n_routed_experts"].is_null();
+  md[a + ".leading_dense_block_count"] = config_int(cfg, "first_k_dense_replace", moe ? 0 : n_layer);
+  md[a + ".expert_feed_forward_length"] = config_int(cfg, "moe_intermediate_size", config_int(cfg, "intermediate_size"));
+  if (moe) {
+    md[a + ".expert_count"] = config_int(cfg, "n_routed_experts");
+    md[a + ".expert_used_count"] = config_int(cfg, "num_experts_per_tok");
+  }
+  md[a + ".expert_shared_count"] = config_int(cfg, "n_shared_experts", 0);
+  if (const int64_t nextn = config_int(cfg, "num_nextn_predict_layers", 0); nextn > 0)
+    md[a + ".nextn_predict_layers"] = nextn;
+  md[a + ".expert_weights_scale"] = config_float(cfg, "routed_scaling_factor", 1.0);
+  // transformers' V2 router never renormalises; V3's does when norm_topk_prob.
+  if (v3 && config_bool(cfg, "norm_topk_prob", false)) md[a + ".expert_weights_norm"] = int64_t{1};
+  const std::string method = cfg.value("topk_method", std::string(v3 ? "noaux_tc" : "greedy"));
+  const int64_t n_group = config_int(cfg, "n_group", 1), topk_group = config_int(cfg, "topk_group", n_group);
+  if (v3) {
+    if (method != "noaux_tc") throw Error("config.json: topk_method '" + method + "' is not noaux_tc (DeepSeek V3)");
+    md[a + ".expert_gating_func"] = int64_t{2};  // sigmoid
+  } else {
+    if (method != "greedy" && method != "group_limited_greedy")
+      throw Error("config.json: topk_method '" + method + "' is not greedy or group_limited_greedy (DeepSeek V2)");
+    md[a + ".expert_gating_func"] = int64_t{1};  // softmax
+  }
+  if (v3 || method == "group_limited_greedy") {
+    md[a + ".expert_group_count"] = n_group;
+    md[a + ".expert_group_used_count"] = topk_group;
+  }
+  if (v3 && !config_bool(cfg, "rope_interleave", true)) md["kvad.rope.neox"] = int64_t{1};
+  // DeepSeek's softmax correction: transformers' yarn_apply_mscale.
+  using json = nlohmann::json;
+  json rope_cfg = cfg.contains("rope_parameters") && cfg["rope_parameters"].is_object()
+                      ? cfg["rope_parameters"]
+                      : (cfg.contains("rope_scaling") && cfg["rope_scaling"].is_object() ? cfg["rope_scaling"] : json());
+  if (rope_cfg.is_object()) {
+    const std::string type = rope_cfg.value("rope_type", rope_cfg.value("type", std::string("default")));
+    const double ms_all = config_float(rope_cfg, "mscale_all_dim", 0.0);
+    if (type != "default" && ms_all != 0) md[a + ".rope.scaling.yarn_log_multiplier"] = 0.1 * ms_all;
+  }
+  // decoder_config sized the rope from head_dim; redo it for the rotary part.
+  for (auto it = md.begin(); it != md.end();)
+    it = it->first.rfind(a + ".rope.scaling.", 0) == 0 && it->first != a + ".rope.scaling.yarn_log_multiplier"
+             ? md.erase(it)
+             : std::next(it);
+  out.tensors.clear();
+  json rp = rope_cfg.is_object() ? rope_cfg : json::object();
+  if (!rp.contains("rope_theta") && cfg.contains("rope_theta")) rp["rope_theta"] = cfg["rope_theta"];
+  hf_rope_scaling(a, rp, cfg, rope, out);
+  // Say the cos/sin factor even when it is YaRN's default, so that the rule
+  // for files without it (llama.cpp's, in the loader) does not apply.
+  if (md.count(a + ".rope.scaling.type") && std::get<std::string>(md[a + ".rope.scaling.type"]) == "yarn" &&
+      !md.count(a + ".rope.scaling.yarn_attn_factor"))
+    md[a + ".rope.scaling.yarn_attn_factor"] = 1.0;
+}
+
+// V2 and V3 differ in their routers; model_type says which.
+void hf_config_any(const nlohmann::json& cfg, HfConfig& out) {
+  hf_config(cfg, out, cfg.value("model_type", std::string()) == "deepseek_v3");
+}
+
+bool hf_tensor(const std::string& hf, TensorRename& r) {
+  using T = TensorTransform;
+  static const HfLayerName kLayer[] = {
+      {"post_attention_layernorm.weight", "ffn_norm.weight", T::ToF32},
+      {"self_attn.q_a_proj.weight", "attn_q_a.weight", T::None},
+      {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight", T::ToF32},
+      {"self_attn.q_b_proj.weight", "attn_q_b.weight", T::None},
+      {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight", T::None},
+      {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight", T::ToF32},
+      {"self_attn.kv_b_proj.weight", "attn_kv_b.weight", T::None},
+      {"mlp.gate.weight", "ffn_gate_inp.weight", T::None},
+      {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias", T::ToF32},
+      {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight", T::None},
+      {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight", T::None},
+      {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight", T::None},
+  };
+  if (hf == "lm_head.weight") return r.name = "output.weight", r.transform = T::None, true;
+  int64_t il;
+  std::string rest;
+  // The MTP layer's own tensors (model.layers.{num_hidden_layers}.*), as
+  // llama.cpp names them; its decoder part is named as any layer's.
+  static const HfLayerName kNextn[] = {
+      {"eh_proj.weight", "nextn.eh_proj.weight", T::None},
+      {"enorm.weight", "nextn.enorm.weight", T::ToF32},
+      {"hnorm.weight", "nextn.hnorm.weight", T::ToF32},
+      {"embed_tokens.weight", "nextn.embed_tokens.weight", T::None},
+      {"shared_head.norm.weight", "nextn.shared_head_norm.weight", T::ToF32},
+      {"shared_head.head.weight", "nextn.shared_head_head.weight", T::None},
+  };
+  if (hf_layer_tensor(hf, il, rest))
+    for (const HfLayerName& n : kNextn)
+      if (rest == n.hf) return r.name = "blk." + std::to_string(il) + "." + n.gguf, r.transform = n.transform, true;
+  static const std::string ex = "mlp.experts.";
+  if (hf_layer_tensor(hf, il, rest) && rest.compare(0, ex.size(), ex) == 0) {
+    size_t j = ex.size(), k = j;
+    while (k < rest.size() && rest[k] >= '0' && rest[k] <= '9') ++k;
+    if (k == j || k - j > 6 || k >= rest.size() || rest[k] != '.') return false;
+    const std::string w = rest.substr(k + 1);
+    const char* g = w == "gate_proj.weight" ? "ffn_gate_exps.weight"
+                    : w == "up_proj.weight" ? "ffn_up_exps.weight"
+                    : w == "down_proj.weight" ? "ffn_down_exps.weight" : nullptr;
+    if (!g) return false;
+    r.name = "blk." + std::to_string(il) + "." + g;
+    r.transform = T::None;
+    r.part = std::stoll(rest.substr(j, k - j));
+    return true;
+  }
+  return hf_decoder_tensor(hf, T::ToF32, kLayer, std::size(kLayer), r);
+}
+
+}  // namespace
+
+extern const HfNames kDeepseek2HfNames;
+const HfNames kDeepseek2HfNames = {{"deepseek_v2", "deepseek_v3"}, &hf_config_any, &hf_tensor};
+
+std::unique_ptr<Model> load_deepseek2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
+  return std::make_unique<Deepseek2>(std::move(src), o);
+}
+
+}  // namespace kvad
