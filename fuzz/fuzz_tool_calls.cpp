@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;
   OutputFormat f;
   const uint8_t flags = data[0];
-  f.format = static_cast<ToolFormat>(flags % 6);
+  f.format = static_cast<ToolFormat>(flags % 7);  // generic .. harmony
   f.tools = (flags & 0x08) == 0;
   f.reasoning = (flags & 0x10) == 0;
   f.think_open = (flags & 0x20) != 0;

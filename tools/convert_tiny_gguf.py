@@ -50,6 +50,11 @@ def main():
         self.gguf_writer.add_token_list(tokens)
         self.gguf_writer.add_token_types([gguf.TokenType.NORMAL] * n)
         self.gguf_writer.add_token_merges(["a b"])
+        # gpt_oss_mxfp4 also gets gpt-oss's real chat template (the Harmony
+        # format; llama.cpp's models/templates/openai-gpt-oss-120b.jinja), for
+        # the server tests of Harmony's channels (tests/server/test_harmony.py).
+        if self.dir_model.name == "gpt_oss_mxfp4":
+            self.gguf_writer.add_chat_template((llama_cpp / "models" / "templates" / "openai-gpt-oss-120b.jinja").read_text())
 
     # Architecture classes are imported lazily, so the placeholder goes on
     # each instance (an instance attribute wins over any subclass's method).

@@ -67,6 +67,18 @@ TEMPLATES = {
     "mistralai-Mistral-Nemo-Instruct-2407": ("<s>", "</s>"),
 }
 
+# Templates kept in the repository (tests/fixtures/templates/NAME.jinja):
+# openai/gpt-oss-120b's chat template (the Harmony format) as llama.cpp's
+# scripts/get_chat_template.py fetched it into llama.cpp's
+# models/templates/openai-gpt-oss-120b.jinja (in the llama-cpp-python 0.3.36
+# sdist), with the special tokens of its tokenizer_config.json. It prints
+# strftime_now("%Y-%m-%d"): rendered here at the fixed date FIXED_NOW, which
+# the fixture records ("strftime_now") for the test to put in place of today.
+LOCAL_TEMPLATES = {
+    "openai-gpt-oss-120b": ("<|startoftext|>", "<|return|>"),
+}
+FIXED_NOW = datetime.datetime(2024, 7, 26, 12, 0, 0)
+
 
 class RaisedException(jinja2.exceptions.TemplateError):
     """raise_exception() in a template (a TemplateError, as in transformers)."""
@@ -194,6 +206,16 @@ TWO_TOOL_REPLIES = [
     {"role": "tool", "tool_call_id": "call67890", "name": "get_current_wind_speed", "content": "{\"speed\": 12}"},
 ]
 
+# gpt-oss's template reads an assistant turn's reasoning from "thinking".
+HARMONY_CONVERSATIONS = [
+    ("thinking_multi_turn", [USER1, {"role": "assistant", "content": "Paris.", "thinking": "The user asks about France."},
+                             USER2], None),
+    ("thinking_last", [USER1, {"role": "assistant", "content": "Paris.", "thinking": "The user asks about France."}],
+     None),
+    ("thinking_tool_call", [USER1, {**TOOL_CALL_HF, "thinking": "I need the temperature."}, TOOL_REPLY], TOOLS),
+    ("developer_instructions", [{"role": "developer", "content": "Answer in French."}, USER1], None),
+]
+
 CONVERSATIONS = [
     ("system_user", [SYS, USER1], None),
     ("user", [USER1], None),
@@ -232,10 +254,10 @@ def render(env, source, ctx):
         return {"error": f"{type(e).__name__}: {e}", "raised": False}
 
 
-def template_fixture(env, name, path, bos, eos):
+def template_fixture(env, name, path, bos, eos, extra=()):
     source = path.read_text(encoding="utf-8")
     cases = []
-    for conv_name, messages, tools in CONVERSATIONS:
+    for conv_name, messages, tools in CONVERSATIONS + list(extra):
         for agp in (False, True):
             ctx = {"messages": messages, "tools": tools, "documents": None, "add_generation_prompt": agp}
             if bos is not None:
@@ -497,6 +519,13 @@ def main():
     total = 0
     for name, (path, bos, eos) in fixtures.items():
         fx = template_fixture(env, name, path, bos, eos)
+        total += len(fx["cases"])
+        (OUT / f"{name}.json").write_text(json.dumps(fx, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    fixed = make_env()
+    fixed.globals["strftime_now"] = lambda fmt: FIXED_NOW.strftime(fmt)
+    for name, (bos, eos) in LOCAL_TEMPLATES.items():
+        fx = template_fixture(fixed, name, OUT / f"{name}.jinja", bos, eos, HARMONY_CONVERSATIONS)
+        fx = {"template": fx["template"], "strftime_now": FIXED_NOW.strftime("%Y-%m-%d"), "cases": fx["cases"]}
         total += len(fx["cases"])
         (OUT / f"{name}.json").write_text(json.dumps(fx, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 

@@ -18,6 +18,7 @@ transformers (a venv for tools/, never the tests):
 
     ~/.cache/kvad/torch-venv/bin/python tools/make_tiny_hf.py
 """
+import copy
 import json
 import os
 import shutil
@@ -61,6 +62,90 @@ def save(name, model):
     logits = [[round(float(v), 6) for v in row] for row in out]
     (d / "logits.json").write_text(json.dumps({"tokens": TOKENS, "logits": logits}))
     print(name, sorted(p.name for p in d.iterdir()), sum(p.stat().st_size for p in d.iterdir()), "bytes")
+
+
+FP4 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def mxfp4_pack(w):
+    """OCP MX FP4 (e2m1 values, one e8m0 scale per 32) of w [..., n], n % 32 == 0,
+    in the layout of OpenAI's gpt-oss checkpoints (what transformers'
+    convert_moe_packed_tensors reads): blocks [..., n/32, 16] uint8, value 2k
+    in the low nibble of byte k and 2k+1 in the high one, scales [..., n/32]
+    uint8 (exponent + 127). Rounding is to the nearest value; the reference
+    logits use transformers' dequantization of exactly these bytes."""
+    x = w.reshape(*w.shape[:-1], w.shape[-1] // 32, 32).double()
+    amax = x.abs().amax(-1, keepdim=True).clamp(min=1e-30)
+    e = torch.ceil(torch.log2(amax / 6.0)).clamp(-127, 127)
+    y = x / torch.pow(2.0, e)
+    mag = torch.tensor(FP4, dtype=torch.float64)
+    idx = (y.abs().unsqueeze(-1) - mag).abs().argmin(-1)
+    code = (idx + 8 * (y < 0).long()).to(torch.uint8)
+    blocks = code[..., 0::2] | (code[..., 1::2] << 4)
+    return blocks.contiguous(), (e.squeeze(-1) + 127).to(torch.uint8).contiguous()
+
+
+def save_gpt_oss_mxfp4(cfg):
+    """gpt_oss's weights with MXFP4 experts, as OpenAI's checkpoints store
+    them (mlp.experts.{gate_up,down}_proj_{blocks,scales}, quantization_config
+    mxfp4), for llama.cpp's converter, which repacks them into GGUF MXFP4
+    tensors. Reference: transformers' float model with the experts set to
+    transformers' own dequantization of those bytes."""
+    from safetensors.torch import save_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    # Its own model: 2 layers (sliding, full), small experts and a router
+    # with wide margins, so that rounding activations to q8_0 blocks (as
+    # llama.cpp's and kvad's MXFP4 dot products do) moves the logits by
+    # 2.5e-3 only, while experts with their columns shuffled (a wrong nibble
+    # order) move them by 0.23.
+    cfg = copy.deepcopy(cfg)
+    cfg.num_hidden_layers = 2
+    cfg.layer_types = ["sliding_attention", "full_attention"]
+    torch.manual_seed(12)
+    m = transformers.GptOssForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith("sinks"):
+                p.normal_(0.0, 1.5)
+            elif n.endswith("_bias") or n.endswith(".bias"):
+                p.normal_(0.0, 0.2)
+            elif n.endswith("layernorm.weight") or n == "model.norm.weight":
+                p.normal_(1.0, 0.2)
+            elif n.endswith("router.weight"):
+                p.normal_(0.0, 5.0)
+            elif n.endswith("experts.gate_up_proj") or n.endswith("experts.down_proj"):
+                p.normal_(0.0, 0.05)
+    d = OUT / "gpt_oss_mxfp4"
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    sd = {k: v.detach().clone().contiguous() for k, v in m.state_dict().items()}
+    c = json.loads(cfg.to_json_string())
+    # YaRN truncate true here (gpt_oss has the real false): the converter
+    # writes no truncate key, so kvad's HF and GGUF paths, llama.cpp and
+    # transformers all run the same rotary.
+    c["rope_parameters"]["truncate"] = True
+    c["architectures"] = ["GptOssForCausalLM"]
+    rcfg = copy.deepcopy(cfg)
+    rcfg.rope_parameters["truncate"] = True
+    ref = transformers.GptOssForCausalLM(rcfg).eval()
+    deq = dict(sd)
+    for k in list(sd):
+        if k.endswith("mlp.experts.gate_up_proj") or k.endswith("mlp.experts.down_proj"):
+            blocks, scales = mxfp4_pack(sd[k].transpose(1, 2))  # rows: output features
+            del sd[k]
+            sd[k + "_blocks"], sd[k + "_scales"] = blocks, scales
+            deq[k] = convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)
+    ref.load_state_dict(deq)
+    save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
+    c["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    (d / "config.json").write_text(json.dumps(c, indent=2) + "\n")
+    with torch.no_grad():
+        out = ref(torch.tensor([TOKENS])).logits[0].float()
+    logits = [[round(float(v), 6) for v in row] for row in out]
+    (d / "logits.json").write_text(json.dumps({"tokens": TOKENS, "logits": logits}))
+    print("gpt_oss_mxfp4", sorted(p.name for p in d.iterdir()), sum(p.stat().st_size for p in d.iterdir()), "bytes")
 
 
 def main():
@@ -257,6 +342,49 @@ def main():
             if n.endswith("mlp.gate.weight"):
                 p.normal_(0.0, 1.0)
     save("qwen3moe_sparse", sharpen(m, 4.0))
+    # gpt-oss: attention sinks, Q/K/V/O biases, 4:1 GQA, sliding (window 4
+    # < 14 tokens) and full layers alternating, YaRN without truncation,
+    # 8 experts top-2 with router and expert biases, the clamped SwiGLU.
+    # Random sinks, biases and norm weights (HF initialises some to 0 / 1);
+    # expert weights scaled so that gate and up often pass the limit 7 (the
+    # clamps are exercised), router weights so the top-k has clear margins.
+    torch.manual_seed(11)
+    cfg = transformers.GptOssConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=32, num_hidden_layers=4,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+        sliding_window=4, rms_norm_eps=1e-5, num_local_experts=8, num_experts_per_tok=2,
+        tie_word_embeddings=False, torch_dtype="float32", attn_implementation="eager",
+        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                         "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 128})
+    m = transformers.GptOssForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith("sinks"):
+                p.normal_(0.0, 1.5)
+            elif n.endswith("_bias") or n.endswith(".bias"):
+                p.normal_(0.0, 0.5)
+            elif n.endswith("layernorm.weight") or n == "model.norm.weight":
+                p.normal_(1.0, 0.2)
+            elif n.endswith("router.weight"):
+                p.normal_(0.0, 1.0)
+            elif n.endswith("experts.gate_up_proj"):
+                p.normal_(0.0, 1.2)
+            elif n.endswith("experts.down_proj"):
+                p.normal_(0.0, 0.1)
+    save("gpt_oss", sharpen(m, 4.0))
+    # llama.cpp's converter writes no rope truncate key and llama.cpp always
+    # rounds YaRN's correction dims: transformers' logits of the same weights
+    # with truncate true are what kvad on the converted GGUF must give.
+    if not ONLY or "gpt_oss" in ONLY:
+        cfg.rope_parameters["truncate"] = True
+        t = transformers.GptOssForCausalLM(cfg).eval()
+        t.load_state_dict(m.state_dict())
+        with torch.no_grad():
+            out = t(torch.tensor([TOKENS])).logits[0].float()
+        logits = [[round(float(v), 6) for v in row] for row in out]
+        (OUT / "gpt_oss" / "logits-truncate.json").write_text(json.dumps({"tokens": TOKENS, "logits": logits}))
+    if not ONLY or "gpt_oss_mxfp4" in ONLY:
+        save_gpt_oss_mxfp4(cfg)
 
     deepseek()
     print("transformers", transformers.__version__, "torch", torch.__version__)

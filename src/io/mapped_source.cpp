@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <set>
 
 #include "base/error.h"
 #include "tensor/half.h"
@@ -28,8 +29,12 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     for (const TensorRename& r : rules) {
       const SourceTensor* b = base_->find(r.base);
       if (!b) throw Error(base_->path() + ": missing tensor " + r.base + " (for " + r.name + ")");
-      if (used.count(r.base) && used[r.base] == 2) throw Error(base_->path() + ": tensor " + r.base + " named twice");
-      used[r.base] = 2;
+      // 2: named by a rule; 3: named by rules taking lanes of it, one each.
+      const int seen = used.count(r.base) ? used[r.base] : 0;
+      if (seen == 2 || (seen == 3 && (r.lanes <= 1 || !lanes_.insert({r.base, r.lane}).second)))
+        throw Error(base_->path() + ": tensor " + r.base + " named twice");
+      if (r.lanes > 1) lanes_.insert({r.base, r.lane});
+      used[r.base] = r.lanes > 1 ? 3 : 2;
       if (r.transform == TensorTransform::Fp8BlockScaled) {
         const SourceTensor* sc = base_->find(r.scale);
         if (!sc) throw Error(base_->path() + ": missing tensor " + r.scale + " (the block scales of " + r.base + ")");
@@ -47,8 +52,17 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
       t.name = r.name;
       if (r.transform == TensorTransform::Fp8BlockScaled) {
         // dequantized above
-      } else if (r.transform == TensorTransform::Transpose) t = transpose(*b, r);
-      else if (r.transform != TensorTransform::None) t = to_f32(*b, r);
+      } else if (r.transform == TensorTransform::Mxfp4) {
+        const SourceTensor* sc = base_->find(r.scale);
+        if (!sc) throw Error(base_->path() + ": missing tensor " + r.scale + " (the scales of " + r.base + ")");
+        used[r.scale] = 3;
+        t = mxfp4(*b, *sc, r);
+      } else if (r.lanes > 1 || r.transform == TensorTransform::Transpose) {
+        t = rearrange(*b, r);
+        if (r.transform == TensorTransform::ToF32 || r.transform == TensorTransform::ToF32PlusOne) t = to_f32(t, r);
+      } else if (r.transform != TensorTransform::None) {
+        t = to_f32(*b, r);
+      }
       tensors_.push_back(std::move(t));
     }
     for (auto& [name, parts] : stacks) tensors_.push_back(stack(name, parts));
@@ -123,6 +137,7 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
   // Small vectors (norms) converted once into memory the view owns.
   SourceTensor to_f32(const SourceTensor& b, const TensorRename& r) {
     const int64_t n = b.ne[0] * b.ne[1] * b.ne[2] * b.ne[3];
+    if (!b.data && list_only_) return listed(b, r.name, DType::F32, static_cast<size_t>(n) * sizeof(float));
     std::vector<float>& v = owned_.emplace_back(static_cast<size_t>(n));
     const auto* p = static_cast<const uint16_t*>(b.data);
     switch (b.type) {
@@ -200,14 +215,7 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
                   std::to_string(sc.ne[0]) + ") is not the [" + std::to_string(sr) + ", " + std::to_string(scc) +
                   "] f32 or bf16 block scales of " + b.name + " (" + std::to_string(rows) + "x" + std::to_string(cols) +
                   ", blocks " + std::to_string(r.block_rows) + "x" + std::to_string(r.block_cols) + ")");
-    if (list_only_) {
-      SourceTensor t = b;
-      t.type = DType::F32;
-      t.supported = true;
-      t.data = nullptr;
-      t.n_bytes = static_cast<size_t>(rows * cols) * sizeof(float);
-      return t;
-    }
+    if (list_only_) return listed(b, b.name, DType::F32, static_cast<size_t>(rows * cols) * sizeof(float));
     std::vector<float> scale(static_cast<size_t>(sr * scc));
     for (int64_t i = 0; i < sr * scc; ++i)
       scale[i] = sc.type == DType::F32 ? static_cast<const float*>(sc.data)[i]
@@ -228,29 +236,100 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     return t;
   }
 
-  SourceTensor transpose(const SourceTensor& b, const TensorRename& r) {
-    if (!is_float(b.type) || b.n_dims != 2)
+  // Lane `r.lane` of `r.lanes` interleaved columns and/or each matrix
+  // transposed (GPT-2's 2-D Conv1D weights, gpt-oss's 3-D experts):
+  // [outer, rows, cols] → [outer, cols / lanes, rows] (Transpose) or
+  // [outer, rows, cols / lanes].
+  SourceTensor rearrange(const SourceTensor& b, const TensorRename& r) {
+    const size_t es = is_float(b.type) ? dtype_info(b.type).block_bytes : 0;
+    const bool tr = r.transform == TensorTransform::Transpose;
+    const int64_t L = std::max<int64_t>(r.lanes, 1), c = b.ne[0], rws = b.ne[1], outer = b.ne[2] * b.ne[3];
+    if (!es || b.n_dims > 3 || (tr && b.n_dims < 2) || c % L != 0 || r.lane < 0 || r.lane >= L)
       throw Error(base_->path() + ": tensor " + b.name + " (" + dtype_name(b.type) + ", " + std::to_string(b.n_dims) +
-                  " dims) cannot be transposed; kvad transposes 2-D f32, f16 and bf16");
-    const size_t es = dtype_info(b.type).block_bytes;
-    const int64_t c = b.ne[0], rws = b.ne[1];
+                  " dims, " + std::to_string(c) + " columns) cannot be split into " + std::to_string(L) +
+                  " lanes" + (tr ? " and transposed" : "") + "; kvad rearranges f32, f16 and bf16 of up to 3 dims");
+    const int64_t cl = c / L;
     if (list_only_) {
-      SourceTensor t = b;
-      t.name = r.name;
-      t.ne = {rws, c, 1, 1};
-      t.shape = {c, rws};
-      t.data = nullptr;
+      SourceTensor t = listed(b, r.name, b.type, static_cast<size_t>(cl * rws * outer) * es);
+      t.ne = tr ? std::array<int64_t, 4>{rws, cl, b.ne[2], b.ne[3]} : std::array<int64_t, 4>{cl, rws, b.ne[2], b.ne[3]};
+      t.shape.clear();
+      for (int d = t.n_dims - 1; d >= 0; --d) t.shape.push_back(t.ne[d]);
       return t;
     }
-    std::vector<uint8_t>& v = owned_bytes_.emplace_back(static_cast<size_t>(c * rws) * es);
+    std::vector<uint8_t>& v = owned_bytes_.emplace_back(static_cast<size_t>(cl * rws * outer) * es);
     const auto* src = static_cast<const uint8_t*>(b.data);
-    for (int64_t i = 0; i < rws; ++i)
-      for (int64_t j = 0; j < c; ++j) std::memcpy(&v[(j * rws + i) * es], &src[(i * c + j) * es], es);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < rws; ++i)
+        for (int64_t j = 0; j < cl; ++j) {
+          const int64_t from = (o * rws + i) * c + r.lane + j * L;
+          const int64_t to = tr ? (o * cl + j) * rws + i : (o * rws + i) * cl + j;
+          std::memcpy(&v[to * es], &src[from * es], es);
+        }
     SourceTensor t = b;
     t.name = r.name;
-    t.ne = {rws, c, 1, 1};
-    t.shape = {c, rws};
+    t.ne = tr ? std::array<int64_t, 4>{rws, cl, b.ne[2], b.ne[3]} : std::array<int64_t, 4>{cl, rws, b.ne[2], b.ne[3]};
+    t.shape.clear();
+    for (int d = t.n_dims - 1; d >= 0; --d) t.shape.push_back(t.ne[d]);
     t.data = v.data();
+    t.n_bytes = v.size();
+    return t;
+  }
+
+  // OpenAI's MXFP4 blocks b [outer, R, G, 16] and scales sc [outer, R, G]
+  // (ne reversed) → GGUF MXFP4 [outer, R / lanes, G·32]: rows lane, lane +
+  // lanes, ... with each block's 32 values reordered into ggml's nibbles.
+  SourceTensor mxfp4(const SourceTensor& b, const SourceTensor& sc, const TensorRename& r) {
+    const int64_t G = b.ne[1], R = b.ne[2], outer = b.ne[3], L = std::max<int64_t>(r.lanes, 1);
+    const bool bytes = dtype_info(b.type).block_bytes == 1 && dtype_info(sc.type).block_bytes == 1;
+    if (!bytes || b.n_dims < 3 || b.ne[0] != 16 || sc.ne[0] != G || sc.ne[1] != R || sc.ne[2] != outer ||
+        sc.ne[3] != 1 || R % L != 0 || r.lane < 0 || r.lane >= L)
+      throw Error(base_->path() + ": tensors " + b.name + " and " + sc.name +
+                  " are not MXFP4 blocks [..., rows, n/32, 16] and scales [..., rows, n/32] of bytes");
+    const int64_t rl = R / L;
+    if (list_only_) {
+      SourceTensor t = listed(b, r.name, DType::MXFP4, static_cast<size_t>(outer * rl * G) * 17);
+      t.stored_dtype = "MXFP4";
+      t.ne = {G * 32, rl, outer, 1};
+      t.n_dims = b.n_dims - 1;
+      t.shape.clear();
+      for (int d = t.n_dims - 1; d >= 0; --d) t.shape.push_back(t.ne[d]);
+      return t;
+    }
+    std::vector<uint8_t>& v = owned_bytes_.emplace_back(static_cast<size_t>(outer * rl * G) * 17);
+    const auto* q = static_cast<const uint8_t*>(b.data);
+    const auto* e = static_cast<const uint8_t*>(sc.data);
+    size_t at = 0;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < rl; ++i)
+        for (int64_t g = 0; g < G; ++g) {
+          const int64_t blk = (o * R + i * L + r.lane) * G + g;
+          const uint8_t* in = q + blk * 16;
+          auto val = [&](int k) { return k % 2 == 0 ? in[k / 2] & 15 : in[k / 2] >> 4; };
+          v[at++] = e[blk];
+          for (int j = 0; j < 16; ++j) v[at++] = static_cast<uint8_t>(val(j) | (val(j + 16) << 4));
+        }
+    SourceTensor t = b;
+    t.name = r.name;
+    t.type = DType::MXFP4;
+    t.stored_dtype = "MXFP4";
+    t.supported = true;
+    t.ne = {G * 32, rl, outer, 1};
+    t.n_dims = b.n_dims - 1;
+    t.shape.clear();
+    for (int d = t.n_dims - 1; d >= 0; --d) t.shape.push_back(t.ne[d]);
+    t.data = v.data();
+    t.n_bytes = v.size();
+    return t;
+  }
+
+  // list_only: `b` as named, formatted and sized, its bytes not made.
+  static SourceTensor listed(const SourceTensor& b, const std::string& name, DType type, size_t n_bytes) {
+    SourceTensor t = b;
+    t.name = name;
+    t.type = type;
+    t.supported = true;
+    t.data = nullptr;
+    t.n_bytes = n_bytes;
     return t;
   }
 
@@ -267,7 +346,8 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
   std::shared_ptr<const TensorSource> base_;
   Metadata md_;
   bool list_only_ = false;
-  std::deque<std::vector<uint8_t>> owned_bytes_;  // transposed copies (a deque: pointers stay valid)
+  std::set<std::pair<std::string, int64_t>> lanes_;  // (base, lane) pairs named
+  std::deque<std::vector<uint8_t>> owned_bytes_;  // rearranged copies and stacks (a deque: pointers stay valid)
   std::vector<std::vector<float>> owned_;  // reserved up front: pointers into it stay valid
   std::deque<SourceTensor> dequantized_;    // FP8 matrices as f32, before renaming or stacking
   std::vector<SourceTensor> tensors_;

@@ -23,8 +23,18 @@ enum class TensorTransform {
   ToF32PlusOne,  ///< converted to f32, plus 1 (Gemma's RMSNorm x̂·(1 + w), stored as w + 1 in GGUF)
   /// A 2-D matrix with its dims swapped, copied once into memory the view
   /// owns (HF GPT-2's Conv1D stores [n_in, n_out]; GGUF wants n_out rows
-  /// of n_in). f32, f16 and bf16 only.
+  /// of n_in); a 3-D tensor has each of its matrices swapped (gpt-oss's
+  /// experts [n_expert, n_in, n_out]). f32, f16 and bf16 only.
   Transpose,
+  /// OpenAI's MXFP4 (gpt-oss checkpoints): `base` holds the packed values
+  /// [..., rows, n/32, 16] (u8; value 2k in the low nibble of byte k, 2k+1
+  /// in the high, as transformers' convert_moe_packed_tensors reads them)
+  /// and TensorRename::scales their e8m0 scales [..., rows, n/32] (u8); the
+  /// view is GGUF's MXFP4 [..., rows, n] (ggml's block_mxfp4: the scale, then
+  /// value j in the low nibble of byte j and j + 16 in the high), copied once
+  /// into memory the view owns. lanes > 1 selects rows rather than columns
+  /// (gpt-oss's gate_up_proj_blocks: gate rows even, up rows odd).
+  Mxfp4,
   /// A 2-D float8_e4m3fn matrix (safetensors F8_E4M3) with block scales:
   /// w[r, c] = fp8(q[r, c]) · scale[r / block_rows, c / block_cols], scale
   /// the tensor TensorRename::scale names ([⌈rows / block_rows⌉, ⌈cols /
@@ -47,7 +57,15 @@ struct TensorRename {
   /// they are not resident twice). Only with TensorTransform::None or
   /// Fp8BlockScaled (each part dequantized first).
   int64_t part = -1;
-  /// Fp8BlockScaled: the scale tensor's name in the base, and the block.
+  /// lanes > 1: the base's innermost dim interleaves `lanes` tensors, and
+  /// this rule takes lane `lane`: columns lane, lane + lanes, ... (gpt-oss's
+  /// gate_up_proj and its bias: gate in the even columns, up in the odd, as
+  /// transformers' GptOssExperts reads them), before any Transpose. Several
+  /// rules may then name the same base, one per lane. Copied once into
+  /// memory the view owns; f32, f16 and bf16 only.
+  int64_t lanes = 1, lane = 0;
+  /// Fp8BlockScaled and Mxfp4: the scale tensor's name in the base;
+  /// Fp8BlockScaled: the block.
   std::string scale;
   int64_t block_rows = 128, block_cols = 128;
 };

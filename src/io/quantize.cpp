@@ -320,6 +320,7 @@ std::vector<TensorChoice> plan(const std::vector<TensorDesc>& tensors, const Qua
     TensorChoice& c = out[i];
     c.type = c.wanted = t.type;
     if (t.ne.empty() || !is_quantized_tensor(t.name, t.ne)) continue;
+    if (t.type == DType::MXFP4) continue;  // gpt-oss's experts as OpenAI ships them: 4-bit already, kept as they are
     if (!is_float(t.type))
       throw Error("tensor '" + t.name + "' is " + dtype_name(t.type) +
                   "; kvad quantize reads F32, F16 or BF16 weights (requantizing a quantized model loses "

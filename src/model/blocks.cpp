@@ -52,7 +52,9 @@ AttentionWeights load_attention_weights(WeightLoader& wl, const std::string& p, 
   w.bq = wl.get_optional(p + "attn_q.bias", {q_dim});
   w.bk = wl.get_optional(p + "attn_k.bias", {kv_dim});
   w.bv = wl.get_optional(p + "attn_v.bias", {kv_dim});
-  require_f32(wl.path(), {&w.norm, &w.q_norm, &w.k_norm, &w.bq, &w.bk, &w.bv});
+  w.bo = wl.get_optional(p + "attn_output.bias", {E});
+  w.sinks = wl.get_optional(p + "attn_sinks.weight", {q_dim / D});
+  require_f32(wl.path(), {&w.norm, &w.q_norm, &w.k_norm, &w.bq, &w.bk, &w.bv, &w.bo, &w.sinks});
   return w;
 }
 
@@ -105,14 +107,19 @@ MlpWeights load_fused_mlp_weights(WeightLoader& wl, const std::string& p, int64_
   return w;
 }
 
-MoeWeights load_moe_weights(WeightLoader& wl, const std::string& p, int64_t E, int64_t F, int64_t n_exp) {
+MoeWeights load_moe_weights(WeightLoader& wl, const std::string& p, int64_t E, int64_t F, int64_t n_exp,
+                            const std::string& norm) {
   MoeWeights w;
-  w.norm = wl.get(p + "ffn_norm.weight", {E});
+  w.norm = wl.get(p + norm, {E});
   w.gate_inp = wl.get(p + "ffn_gate_inp.weight", {E, n_exp});
   w.gate_exps = wl.get(p + "ffn_gate_exps.weight", {E, F, n_exp});
   w.up_exps = wl.get(p + "ffn_up_exps.weight", {E, F, n_exp});
   w.down_exps = wl.get(p + "ffn_down_exps.weight", {F, E, n_exp});
-  require_f32(wl.path(), {&w.norm});
+  w.gate_inp_b = wl.get_optional(p + "ffn_gate_inp.bias", {n_exp});
+  w.gate_exps_b = wl.get_optional(p + "ffn_gate_exps.bias", {F, n_exp});
+  w.up_exps_b = wl.get_optional(p + "ffn_up_exps.bias", {F, n_exp});
+  w.down_exps_b = wl.get_optional(p + "ffn_down_exps.bias", {E, n_exp});
+  require_f32(wl.path(), {&w.norm, &w.gate_inp_b, &w.gate_exps_b, &w.up_exps_b, &w.down_exps_b});
   return w;
 }
 
@@ -124,6 +131,15 @@ void load_moe_shared(WeightLoader& wl, const std::string& p, int64_t E, int64_t 
   w.up_shexp = wl.get(p + "ffn_up_shexp.weight", {E, F_sh});
   w.down_shexp = wl.get(p + "ffn_down_shexp.weight", {F_sh, E});
 }
+
+namespace {
+// y [n, k, m] + each slot's expert bias: row ids[t, j] of b [n_expert, m].
+Tensor add_expert_bias(const Tensor& y, const Tensor& b, const Tensor& ids) {
+  if (!b) return y;
+  const Tensor slots = ids.view({ids.n_elements(), 1, 1, 1});                    // [n·k]
+  return ops::add(y, ops::get_rows(b, slots).view(y.ne));
+}
+}  // namespace
 
 Tensor moe_ffn(const MoeWeights& w, const MoeParams& p, const Tensor& x) {
   const int64_t n = x.ne[1], E = x.ne[0];
@@ -137,12 +153,16 @@ Tensor moe_ffn(const MoeWeights& w, const MoeParams& p, const Tensor& x) {
   rp.group_top2_sum = p.group_top2_sum;
   rp.scale = p.scale;
   rp.bias = w.exp_probs_b;
-  const ops::MoeRoute r = ops::moe_route(ops::matmul(h, w.gate_inp), rp);
+  const Tensor logits = ops::matmul(h, w.gate_inp, w.gate_inp_b ? &w.gate_inp_b : nullptr);  // [n, n_expert]
+  const ops::MoeRoute r = ops::moe_route(logits, rp);
   const Tensor hx = h.view({E, 1, n, 1});                                        // every slot reads its token's row
-  const Tensor g = ops::matmul_id(hx, w.gate_exps, r.ids);                       // [n, k, F]
-  const Tensor u = ops::matmul_id(hx, w.up_exps, r.ids);                         // [n, k, F]
-  const Tensor a = p.act == Activation::SiLU ? ops::swiglu(g, u) : ops::geglu(g, u);
-  const Tensor y = ops::moe_sum(ops::matmul_id(a, w.down_exps, r.ids), r.weights);  // [n, E]
+  const Tensor g = add_expert_bias(ops::matmul_id(hx, w.gate_exps, r.ids), w.gate_exps_b, r.ids);  // [n, k, F]
+  const Tensor u = add_expert_bias(ops::matmul_id(hx, w.up_exps, r.ids), w.up_exps_b, r.ids);      // [n, k, F]
+  const Tensor a = p.act == Activation::SiLU        ? ops::swiglu(g, u)
+                   : p.act == Activation::GELU_tanh ? ops::geglu(g, u)
+                                                    : ops::swiglu_oai(g, u, p.swiglu_alpha, p.swiglu_limit);
+  const Tensor d = add_expert_bias(ops::matmul_id(a, w.down_exps, r.ids), w.down_exps_b, r.ids);   // [n, k, E]
+  const Tensor y = ops::moe_sum(d, r.weights);                                   // [n, E]
   if (!w.down_shexp) return y;
   std::vector<Tensor> gs = ops::matmul_multi(h, {&w.gate_shexp, &w.up_shexp});      // [n, F_sh] each
   const Tensor as = p.act == Activation::SiLU ? ops::swiglu(gs[0], gs[1]) : ops::geglu(gs[0], gs[1]);
@@ -167,7 +187,12 @@ Tensor attention_block(const AttentionWeights& w, const AttentionParams& p, KVLa
   }
   ops::kv_store(cache.k, k, b.seq, b.pos, cache.slots);
   ops::kv_store(cache.v, v, b.seq, b.pos, cache.slots);
-  const Tensor a = ops::attention(q, cache.k, cache.v, b.seq, b.pos, {p.scale, p.sliding_window, cache.slots});
+  AttentionOpParams ap;
+  ap.scale = p.scale;
+  ap.window = p.sliding_window;
+  ap.slots = cache.slots;
+  ap.sinks = w.sinks;
+  const Tensor a = ops::attention(q, cache.k, cache.v, b.seq, b.pos, ap);
   return ops::matmul(a.view({H * D, n, 1, 1}), w.wo, w.bo ? &w.bo : nullptr);
 }
 

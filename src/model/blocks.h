@@ -33,12 +33,14 @@ void require_f32(const std::string& file, std::initializer_list<const Tensor*> t
 /// weights [head_dim] f32 (Gemma 3, Qwen3, OLMo 2); bq, bk, bv: optional
 /// projection biases (Qwen2, GPT-2); bo: optional output bias [n_embd] (GPT-2);
 /// norm_b: the pre-norm's bias [n_embd] — when present the pre-norm is
-/// LayerNorm (GPT-2), else RMSNorm. Empty tensors are absent.
+/// LayerNorm (GPT-2), else RMSNorm; sinks: optional attention sinks
+/// [n_head] f32 (gpt-oss). Empty tensors are absent.
 struct AttentionWeights {
   Tensor norm, wq, wk, wv, wo;
   Tensor q_norm, k_norm;
   Tensor bq, bk, bv;
   Tensor bo, norm_b;
+  Tensor sinks;
 };
 
 class WeightLoader;
@@ -46,7 +48,8 @@ class WeightLoader;
 /// The attention weights of layer `prefix` ("blk.N.") under llama.cpp's GGUF
 /// names: attn_norm [n_embd], attn_q [n_embd → q_dim], attn_k / attn_v
 /// [n_embd → kv_dim], attn_output [q_dim → n_embd]; the optional ones
-/// (attn_q_norm / attn_k_norm [head_dim], attn_q/k/v biases) when present.
+/// (attn_q_norm / attn_k_norm [head_dim], attn_q/k/v biases, attn_output.bias
+/// [n_embd], attn_sinks.weight [q_dim / head_dim]) when present.
 /// Throws as WeightLoader::get, and when a norm is not f32.
 AttentionWeights load_attention_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t q_dim,
                                         int64_t kv_dim, int64_t head_dim);
@@ -74,9 +77,10 @@ struct AttentionParams {
 ///   n = RMSNorm(x) ⊙ norm
 ///   q = Wq·n (+bq), k = Wk·n (+bk), v = Wv·n (+bv)   per head: q, k ← RMSNorm(·) ⊙ q_norm/k_norm (when given)
 ///   q, k ← RoPE(q, k, pos)              k, v → the layer's cache at (seq, pos), f16 or f32
-///   a_h = softmax(scale · q_h·Kᵀ) · V   over the positions token t may see (causal, optionally windowed),
+///   a_h = softmax(scale · q_h·Kᵀ) · V   over the positions token t may see (causal, optionally windowed;
+///                                       with w.sinks, sinks[h] is one more logit of the softmax, gpt-oss),
 ///                                       query head h reading kv head h / (n_head / n_head_kv)
-///   out = Wo · a
+///   out = Wo · a (+bo)
 /// (Vaswani et al. 2017; grouped-query attention, Ainslie et al. 2023.)
 /// Residual adds and any post-norm are the caller's. Every token's K/V are
 /// written before attention runs, so a token sees earlier tokens of the same
@@ -88,6 +92,7 @@ Tensor attention_block(const AttentionWeights& w, const AttentionParams& p, KVLa
 enum class Activation {
   SiLU,       ///< SwiGLU (Shazeer 2020): Llama, Mistral, Qwen
   GELU_tanh,  ///< GeGLU with the tanh approximation of GELU: Gemma
+  SwiGLU_OAI, ///< gpt-oss's clamped SwiGLU (ops::swiglu_oai; MoE experts only)
 };
 
 /// Weights of an MLP. norm: [n_embd] f32 (the pre-norm; with norm_b [n_embd]
@@ -125,13 +130,19 @@ Tensor mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x)
 /// ffn_down_exps [n_expert, n_embd, n_ff_exp]. Optional (DeepSeek):
 /// exp_probs_b [n_expert] f32, the choice bias (e_score_correction_bias);
 /// ffn_{gate,up}_shexp [n_embd → n_ff_shexp], ffn_down_shexp [n_ff_shexp →
-/// n_embd], the shared experts every token runs.
+/// n_embd], the shared experts every token runs. Optional biases (gpt-oss):
+/// ffn_gate_inp.bias [n_expert], ffn_gate_exps.bias / ffn_up_exps.bias
+/// [n_expert, n_ff_exp], ffn_down_exps.bias [n_expert, n_embd], all f32.
 struct MoeWeights {
   Tensor norm, gate_inp, gate_exps, up_exps, down_exps;
   Tensor exp_probs_b, gate_shexp, up_shexp, down_shexp;
+  Tensor gate_inp_b, gate_exps_b, up_exps_b, down_exps_b;
 };
+/// The pre-norm is `norm` under the prefix (gpt-oss names it
+/// post_attention_norm.weight). Throws as WeightLoader::get, and when a norm
+/// or bias is not f32.
 MoeWeights load_moe_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff_exp,
-                            int64_t n_expert);
+                            int64_t n_expert, const std::string& norm = "ffn_norm.weight");
 /// The optional DeepSeek parts into w: exp_probs_b [n_expert] f32, and the
 /// shared experts of width n_ff_shexp (none when 0). Throws as WeightLoader::get.
 void load_moe_shared(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff_shexp, int64_t n_expert,
@@ -146,14 +157,18 @@ struct MoeParams {
   float scale = 1.0f;                     ///< {arch}.expert_weights_scale (HF routed_scaling_factor)
   Activation act = Activation::SiLU;
   float norm_eps = 1e-5f;
+  float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;  ///< Activation::SwiGLU_OAI's (HF swiglu_alpha, swiglu_limit)
 };
 
 /// The sparse MoE feed-forward block (Shazeer et al. 2017; Qwen3-MoE,
 /// transformers' Qwen3MoeSparseMoeBlock; llama.cpp build_moe_ffn with
 /// softmax gating):
-///   n = RMSNorm(x) ⊙ norm;  p = softmax(Wrouter · n);  E_t = top-k experts of p_t
+///   n = RMSNorm(x) ⊙ norm;  p = softmax(Wrouter · n (+ b_router));  E_t = top-k experts of p_t
 ///   w_t,e = p_t,e (/ Σ_{e'∈E_t} p_t,e' when norm_topk)
-///   out_t = Σ_{e∈E_t} w_t,e · Wdown_e · (act(Wgate_e · n_t) ⊙ Wup_e · n_t)
+///   out_t = Σ_{e∈E_t} w_t,e · (Wdown_e · act(Wgate_e · n_t (+bg_e), Wup_e · n_t (+bu_e)) (+bd_e))
+/// act(g, u) = silu(g)·u, gelu(g)·u, or swiglu_oai(g, u). With norm_topk,
+/// w_t is the softmax over the k selected logits, which is gpt-oss's router
+/// (transformers' GptOssTopKRouter: top-k, then softmax of those).
 /// Tokens are grouped by expert (ops::matmul_id), so each expert's weights are
 /// read once per batch, not once per token. DeepSeek's routers (DeepSeek-AI
 /// 2024 "DeepSeek-V2" / "DeepSeek-V3"; transformers' DeepseekV2Moe,

@@ -199,9 +199,16 @@ std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir, b
   if (cfg.contains("quantization_config") && cfg["quantization_config"].is_object()) {
     const json& q = cfg["quantization_config"];
     const std::string method = q.value("quant_method", std::string());
-    if (method != "fp8")
+    // OpenAI's MXFP4 experts (gpt-oss): the architecture's table repacks
+    // their _blocks and _scales (TensorTransform::Mxfp4).
+    const bool mxfp4 = method == "mxfp4" && model_type == "gpt_oss";
+    if (method != "fp8" && !mxfp4)
       throw Error(cfg_path.string() + ": quantization_config.quant_method '" + method +
-                  "' is not supported (kvad reads fp8 with block scales)");
+                  "' is not supported (kvad reads fp8 with block scales, and mxfp4 for gpt_oss)");
+  }
+  if (cfg.contains("quantization_config") && cfg["quantization_config"].is_object() &&
+      cfg["quantization_config"].value("quant_method", std::string()) == "fp8") {
+    const json& q = cfg["quantization_config"];
     if (q.value("fmt", std::string("e4m3")) != "e4m3")
       throw Error(cfg_path.string() + ": quantization_config.fmt must be e4m3");
     if (q.contains("weight_block_size")) {
@@ -220,6 +227,14 @@ std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir, b
     if (fp8 && t.name.ends_with("_scale_inv") && raw->find(t.name.substr(0, t.name.size() - 10))) continue;
     if (std::find(entry->hf->ignored.begin(), entry->hf->ignored.end(), t.name) != entry->hf->ignored.end()) {
       ignored.push_back(t.name);
+      continue;
+    }
+    std::vector<TensorRename> parts;
+    if (entry->hf->split && entry->hf->split(t.name, parts)) {
+      for (TensorRename& r : parts) {
+        r.base = t.name;
+        rules.push_back(std::move(r));
+      }
       continue;
     }
     TensorRename r;

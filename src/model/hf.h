@@ -40,6 +40,11 @@ struct HfNames {
   /// position_ids buffer and its next-sentence pooler, which
   /// sentence-transformers does not use either.
   std::vector<std::string> ignored = {};
+  /// For an HF tensor that holds several GGUF tensors (gpt-oss's
+  /// gate_up_proj, gate and up interleaved): one rule per GGUF tensor
+  /// (TensorRename::lanes), and true; false for any other name, which then
+  /// goes to `tensor`. nullptr: no such tensors.
+  bool (*split)(const std::string& hf, std::vector<TensorRename>& out) = nullptr;
 };
 
 /// The checkpoint in directory `dir` (config.json and model.safetensors or

@@ -15,8 +15,9 @@ std::unique_ptr<Model> load_gemma3(std::shared_ptr<const TensorSource> src, cons
 std::unique_ptr<Model> load_bert(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 std::unique_ptr<Model> load_gpt2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 std::unique_ptr<Model> load_deepseek2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
+std::unique_ptr<Model> load_gpt_oss(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kGemma3HfNames, kGpt2HfNames, kPhi3HfNames,
-    kQwen3MoeHfNames, kBertHfNames, kDeepseek2HfNames;
+    kQwen3MoeHfNames, kBertHfNames, kDeepseek2HfNames, kGptOssHfNames;
 
 const char* model_kind_name(ModelKind k) {
   switch (k) {
@@ -39,6 +40,8 @@ const std::vector<ArchEntry>& architectures() {
       {"deepseek2", ModelKind::Text, {"cpu", "sim"}, &load_deepseek2, &kDeepseek2HfNames},
       {"phi3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kPhi3HfNames},
       {"gpt2", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gpt2, &kGpt2HfNames},
+      // MoE ops, attention sinks and the clamped SwiGLU have no CUDA row yet.
+      {"gpt-oss", ModelKind::Text, {"cpu", "sim"}, &load_gpt_oss, &kGptOssHfNames},
       // The CUDA row has no bidirectional attention or exact GELU yet.
       {"bert", ModelKind::Embedding, {"cpu", "sim"}, &load_bert, &kBertHfNames},
   };

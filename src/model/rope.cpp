@@ -22,9 +22,10 @@ constexpr double kPi = 3.14159265358979323846;
 // YaRN's per-pair divisors (transformers' _compute_yarn_parameters; ggml's
 // ggml_rope_yarn_corr_dims and rope_yarn_ramp with ext_factor 1): pair i's
 // frequency is base^(-2i/n) · (ext_i + (1 - ext_i) / factor), ext_i falling
-// linearly from 1 to 0 between the correction dims of beta_fast and beta_slow,
-// floored and ceiled to whole dims (ggml always; transformers unless the
-// config says `truncate: false`, as gpt-oss's does).
+// linearly from 1 to 0 between the correction dims of beta_fast and beta_slow.
+// truncate false (gpt-oss's rope_parameters.truncate): the correction dims
+// are not rounded to whole dims (transformers' find_correction_range);
+// llama.cpp always rounds them.
 std::vector<float> yarn_divisors(int64_t n_rot, double base, double factor, double n_ctx_orig, double beta_fast,
                                  double beta_slow, bool truncate) {
   auto corr_dim = [&](double n_rotations) {
@@ -137,7 +138,7 @@ void hf_rope_scaling(const std::string& a, const json& rope, const json& cfg, in
     }
     factors_tensor("rope_freqs.weight", std::move(d));
   } else if (type == "yarn") {
-    // truncate false: kvad's own key (llama.cpp has none; ggml always truncates).
+    // gpt-oss: correction dims not rounded (a kvad key; llama.cpp has none).
     if (!config_bool(rope, "truncate", true)) md["kvad.rope.scaling.yarn_truncate"] = int64_t{0};
     const double factor = config_float(rope, "factor", static_cast<double>(max_pos) / orig);
     md[a + ".rope.scaling.type"] = std::string("yarn");

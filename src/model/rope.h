@@ -15,10 +15,9 @@
 //    cos/sin are scaled by 0.1·ln(factor) + 1 (times
 //    rope.scaling.yarn_attn_factor). GGUF keys as llama.cpp's:
 //    rope.scaling.{type, factor, original_context_length, yarn_beta_fast,
-//    yarn_beta_slow, yarn_attn_factor}. The correction dims are floored and
-//    ceiled to whole dims (ggml, transformers' default) unless
-//    kvad.rope.scaling.yarn_truncate is 0 (transformers' `truncate: false`,
-//    gpt-oss; kvad's own key: llama.cpp has none and always truncates).
+//    yarn_beta_slow, yarn_attn_factor}; kvad.rope.scaling.yarn_truncate 0
+//    leaves the correction dims unrounded (HF rope_parameters.truncate false,
+//    gpt-oss; llama.cpp always rounds).
 //  - LongRoPE / "su" (Ding et al. 2024; Phi-3): per-pair factors, short ones
 //    for contexts up to original_context_length and long ones beyond (chosen
 //    by the cache's context size, as llama.cpp does), and a factor

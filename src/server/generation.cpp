@@ -105,7 +105,8 @@ Server::Impl::Prepared Server::Impl::prepare(const httplib::Request& req, Comple
   try {
     // prefix-cache isolation (issue 15, finding 6): the key, whichever header carried it
     r.gen.tenant = req.get_header_value("Authorization") + "|" + req.get_header_value("x-api-key");
-    r.gen.special_text = p.fmt.tools && markers_are_control;
+    // Harmony's channels are control tokens the parser reads with or without tools.
+    r.gen.special_text = (p.fmt.tools || p.fmt.format == ToolFormat::harmony) && markers_are_control;
     p.n_prompt = static_cast<int32_t>(prompt.size());
     if (r.n > 1) {
       p.choices = sched.submit_n(std::move(prompt), r.gen, r.n);

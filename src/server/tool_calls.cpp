@@ -21,6 +21,9 @@ constexpr std::string_view kDsCallsBegin = "<｜tool▁calls▁begin｜>", kDsCa
 constexpr std::string_view kDsCallBegin = "<｜tool▁call▁begin｜>", kDsCallEnd = "<｜tool▁call▁end｜>";
 constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
 constexpr std::string_view kFence = "```";
+constexpr std::string_view kHStart = "<|start|>", kHChannel = "<|channel|>", kHMessage = "<|message|>";
+constexpr std::string_view kHEnd = "<|end|>", kHCall = "<|call|>", kHReturn = "<|return|>";
+constexpr std::string_view kHConstrain = "<|constrain|>";
 /// A name or a header between markers longer than this: not a call.
 constexpr size_t kMaxName = 256;
 
@@ -330,6 +333,7 @@ CallResult calls_after_marker(std::string_view t, size_t p, bool final, const Ou
         r.end = e;
       }
     }
+    case ToolFormat::harmony:  // scan_harmony
     case ToolFormat::generic:
       break;
   }
@@ -391,15 +395,121 @@ std::pair<std::string_view, std::string_view> markers(ToolFormat f) {
     case ToolFormat::mistral: return {kMistral, {}};
     case ToolFormat::deepseek: return {kDsCallsBegin, kDsCallBegin};
     case ToolFormat::llama3: return {kPythonTag, {}};
+    case ToolFormat::harmony:  // scan_harmony
     case ToolFormat::generic: return {{}, {}};
   }
   return {{}, {}};
+}
+
+/// The word after `key` in a Harmony header ("analysis" after <|channel|>,
+/// "functions.get_weather" after "to="): up to a space or the next marker.
+std::string header_word(std::string_view h, std::string_view key) {
+  const size_t at = h.find(key);
+  if (at == std::string_view::npos) return "";
+  size_t b = at + key.size(), e = b;
+  while (e < h.size() && !is_ws(h[e]) && h[e] != '<') ++e;
+  return std::string(h.substr(b, e - b));
+}
+
+/// The first of Harmony's message ends at or after p: (position, marker).
+std::pair<size_t, std::string_view> harmony_end(std::string_view t, size_t p) {
+  std::pair<size_t, std::string_view> best{std::string_view::npos, {}};
+  for (std::string_view m : {kHEnd, kHCall, kHReturn, kHStart}) {
+    const size_t at = t.find(m, p);
+    if (at < best.first) best = {at, m};
+  }
+  return best;
+}
+
+/// gpt-oss's Harmony reply (tool_calls.h), in scan()'s terms: every non-final
+/// result is a prefix of the next (a marker's start at the end is held back,
+/// a call is taken only once its message has ended or the reply has).
+Scan scan_harmony(std::string_view t, const OutputFormat& f, bool final) {
+  Scan s;
+  if (!f.reasoning && !f.tools) {  // reasoning_format none: the reply as generated
+    s.content = std::string(t);
+    s.content_at = 0;
+    return s;
+  }
+  size_t p = 0;
+  bool first = true;
+  auto add = [](std::string& to, std::string_view body, bool* started) {
+    if (!*started && !to.empty() && !body.empty()) to += "\n\n";  // a second message of the same part
+    if (!body.empty()) *started = true;
+    to += body;
+  };
+  while (p < t.size()) {
+    // A message starts with <|start|>, <|channel|>, or (the first one, whose
+    // <|start|>assistant the prompt wrote) " to=" with the recipient.
+    const bool opens = match_at(t, p, kHStart) != Match::no || match_at(t, p, kHChannel) != Match::no ||
+                       (first && match_at(t, p, " to=") != Match::no);
+    if (!opens) {
+      // Not Harmony (or text between messages): content as written.
+      const size_t next = t.find(kHStart, p);
+      const size_t e = next == std::string_view::npos ? t.size() : next;
+      size_t hold = 0;
+      if (!final && next == std::string_view::npos)
+        for (std::string_view m : {kHStart, kHChannel}) hold = std::max(hold, held_suffix(t, p, m));
+      s.content += t.substr(p, e - p - hold);
+      p = e == t.size() ? t.size() : e;
+      if (hold) break;
+      first = false;
+      continue;
+    }
+    const size_t m = t.find(kHMessage, p);
+    if (m == std::string_view::npos) {
+      if (!final && t.size() - p <= 4 * kMaxName) break;  // the header is still coming
+      s.content += t.substr(p);                          // a header without a message: as written
+      s.malformed = true;
+      break;
+    }
+    const std::string_view header = t.substr(p, m - p);
+    const std::string channel = header_word(header, kHChannel), to = header_word(header, "to=");
+    const size_t b = m + kHMessage.size();
+    const auto [e, end_marker] = harmony_end(t, b);
+    const bool ended = e != std::string_view::npos;
+    size_t body_end = ended ? e : t.size();
+    if (!ended && !final)
+      for (std::string_view mk : {kHEnd, kHCall, kHReturn, kHStart}) body_end = std::min(body_end, t.size() - held_suffix(t, b, mk));
+    const std::string_view body = t.substr(b, body_end - b);
+    const size_t next = !ended ? t.size() : end_marker == kHStart ? e : e + end_marker.size();
+    first = false;
+    if (to.rfind("functions.", 0) == 0 && f.tools) {
+      if (!ended && !final) break;  // a call is sent whole
+      ToolCall c;
+      c.name = to.substr(10);
+      ValueResult v = json_at(body, 0, true);
+      const std::string args = v.status == CallResult::ok && skip_ws(body, v.end) == body.size()
+                                   ? arguments_text(&v.value) : "";
+      if (c.name.empty() || args.empty() || !known_names({ToolCall{"", c.name, args}}, f.specs)) {
+        s.malformed = true;
+        s.content += t.substr(p, next - p);
+      } else {
+        c.arguments = args;
+        s.calls.push_back(std::move(c));
+        if (f.stop_after_call) break;
+      }
+    } else if (channel == "analysis" && f.reasoning) {
+      bool started = false;
+      add(s.reasoning, body, &started);
+    } else if (channel == "analysis") {  // reasoning_format none (with tools): the message as generated
+      s.content += t.substr(p, (ended ? next : b + body.size()) - p);
+    } else {  // final, commentary to the user, or a call nobody offered tools for
+      bool started = false;
+      add(s.content, body, &started);
+    }
+    if (!ended) break;
+    p = next;
+  }
+  if (!f.parallel && s.calls.size() > 1) s.calls.resize(1);
+  return s;
 }
 
 /// Splits `t` (the whole reply so far) into parts. When !final, what may
 /// still change (a marker's start, an unfinished call, trailing whitespace
 /// with tools) is left out, so that every result is a prefix of the next.
 Scan scan(std::string_view t, const OutputFormat& f, bool final) {
+  if (f.format == ToolFormat::harmony) return scan_harmony(t, f, final);
   Scan s;
   size_t p = 0;
   if (f.reasoning) {
@@ -530,6 +640,7 @@ const char* tool_format_name(ToolFormat f) {
     case ToolFormat::llama3: return "llama3";
     case ToolFormat::mistral: return "mistral";
     case ToolFormat::deepseek: return "deepseek";
+    case ToolFormat::harmony: return "harmony";
   }
   return "generic";
 }
@@ -541,6 +652,7 @@ std::vector<std::string_view> tool_format_markers(ToolFormat f) {
     case ToolFormat::mistral: return {kMistral, kMistralArgs};
     case ToolFormat::deepseek: return {kDsCallsBegin, kDsCallsEnd, kDsCallBegin, kDsCallEnd, kDsSep};
     case ToolFormat::llama3: return {kPythonTag};
+    case ToolFormat::harmony: return {kHStart, kHChannel, kHMessage, kHEnd, kHCall, kHReturn, kHConstrain};
     case ToolFormat::generic: return {};
   }
   return {};
@@ -548,6 +660,7 @@ std::vector<std::string_view> tool_format_markers(ToolFormat f) {
 
 ToolFormat detect_tool_format(std::string_view src) {
   auto has = [&](std::string_view s) { return src.find(s) != std::string_view::npos; };
+  if (has("<|channel|>") && has("<|message|>")) return ToolFormat::harmony;
   if (has("<function=") && has("<parameter=")) return ToolFormat::qwen3_coder;
   if (has("<tool_call>")) return ToolFormat::hermes;
   if (has("[TOOL_CALLS]")) return ToolFormat::mistral;

@@ -12,8 +12,19 @@
 //                (and V3.1's <｜tool▁call▁begin｜>N<｜tool▁sep｜>{...}<｜tool▁call▁end｜>)
 //   generic      a reply that is JSON: {"name", "arguments"}, a list of them,
 //                or {"tool_calls": [...]}, optionally in a ```json fence
+//   harmony      gpt-oss's Harmony messages (OpenAI's "OpenAI Harmony Response
+//                Format" guide; the model's chat template): after the prompt's
+//                <|start|>assistant, messages [<|start|>assistant]<|channel|>C
+//                [ to=R][ <|constrain|>json]<|message|>BODY, each ended by
+//                <|end|>, <|call|> or <|return|> (or the end of the reply, as
+//                <|call|> and <|return|> end generation). Channel analysis is
+//                the reasoning, final (and commentary without a recipient) the
+//                content, and a message to=functions.NAME a call whose
+//                arguments are its JSON body (the recipient may also stand in
+//                the header before <|channel|>).
 // Reasoning: <think>...</think> at the start of the reply, or everything up
-// to </think> when the prompt itself opened <think> (DeepSeek-R1, Qwen3).
+// to </think> when the prompt itself opened <think> (DeepSeek-R1, Qwen3);
+// Harmony's analysis channel.
 //
 // References: the templates themselves (shared/peer-data/templates, which
 // tests render and parse back), the models' cards (Hermes function calling,
@@ -29,13 +40,13 @@
 
 namespace kvad::server {
 
-enum class ToolFormat { generic, hermes, qwen3_coder, llama3, mistral, deepseek };
+enum class ToolFormat { generic, hermes, qwen3_coder, llama3, mistral, deepseek, harmony };
 
 /// "generic", "hermes", ... (for logs and errors).
 const char* tool_format_name(ToolFormat f);
 
 /// The format a chat template's source asks for, from the markers it
-/// mentions: <function= (qwen3_coder), <tool_call> (hermes), [TOOL_CALLS]
+/// mentions: <|channel|> with <|message|> (harmony), <function= (qwen3_coder), <tool_call> (hermes), [TOOL_CALLS]
 /// (mistral), tool▁call▁begin (deepseek), <|python_tag|> or a
 /// "parameters" JSON call (llama3); otherwise generic.
 ToolFormat detect_tool_format(std::string_view template_source);

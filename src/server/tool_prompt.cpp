@@ -113,6 +113,8 @@ std::string nine_char_id(const std::string& id) {
 }  // namespace
 
 ToolFormat effective_format(const TemplateTools& tt) {
+  // Harmony is the whole reply's format (channels), with or without tools.
+  if (tt.format == ToolFormat::harmony) return tt.format;
   return tt.renders_tools || tt.renders_tool_calls ? tt.format : ToolFormat::generic;
 }
 
@@ -127,13 +129,15 @@ TemplateTools probe_template(const ChatTemplate& chat) {
                                                  {"description", "probe"},
                                                  {"parameters", {{"type", "object"}}}}}}});
   auto convo = [&](const json& args) {
-    return json::array({{{"role", "user"}, {"content", "x"}},
-                        {{"role", "assistant"},
-                         {"content", nullptr},
-                         {"tool_calls", json::array({{{"id", "kvadprobe"},
-                                                       {"type", "function"},
-                                                       {"function", {{"name", "kvad_probe"}, {"arguments", args}}}}})}},
-                        {{"role", "tool"}, {"tool_call_id", "kvadprobe"}, {"name", "kvad_probe"}, {"content", "r"}}});
+    json c = json::array({{{"role", "user"}, {"content", "x"}},
+                          {{"role", "assistant"},
+                           {"content", nullptr},
+                           {"tool_calls", json::array({{{"id", "kvadprobe"},
+                                                         {"type", "function"},
+                                                         {"function", {{"name", "kvad_probe"}, {"arguments", args}}}}})}},
+                          {{"role", "tool"}, {"tool_call_id", "kvadprobe"}, {"name", "kvad_probe"}, {"content", "r"}}});
+    if (tt.format == ToolFormat::harmony) c[1].erase("content");  // as build_chat_input sends it
+    return c;
   };
   std::string out;
   // Rendered as data: both names appear, and not as Python's repr of a
@@ -168,6 +172,9 @@ std::string forced_call_prefix(ToolFormat f, const std::string& name) {
       return named ? "{\"name\": \"" + name + "\", \"parameters\": " : "{\"name\": \"";
     case ToolFormat::generic:
       return named ? "{\"name\": \"" + name + "\", \"arguments\": " : "{\"name\": \"";
+    case ToolFormat::harmony:  // after the prompt's <|start|>assistant
+      return named ? "<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>"
+                   : "<|channel|>commentary to=functions.";
   }
   return "";
 }
@@ -203,7 +210,9 @@ ChatInput build_chat_input(const CompletionRequest& r, const TemplateTools& tt) 
       msg["content"] = "Result of the tool call" + (n.empty() ? std::string() : " " + n) + " (" + m.tool_call_id +
                        "):\n" + m.content;
     } else {
-      msg["content"] = m.content_null ? json(nullptr) : json(m.content);
+      // gpt-oss's template tests `"..." in message.content`, which fails on
+      // null (in jinja2 too): a Harmony call turn without text has no content.
+      if (!(m.content_null && tt.format == ToolFormat::harmony)) msg["content"] = m.content_null ? json(nullptr) : json(m.content);
       if (!m.tool_calls.empty()) {
         json calls = json::array();
         for (const ToolCall& c : m.tool_calls)
@@ -266,7 +275,8 @@ std::shared_ptr<const Grammar> forced_call_grammar(const CompletionRequest& r, c
     case ToolFormat::llama3: close = "}"; args_key = "parameters"; break;
     case ToolFormat::generic: close = "}"; break;
     case ToolFormat::qwen3_coder:
-    case ToolFormat::deepseek: return nullptr;
+    case ToolFormat::deepseek:
+    case ToolFormat::harmony: return nullptr;
   }
   // One allowed function (named, or required with one tool): the prefix
   // wrote its name (build_chat_input), the arguments come next.

@@ -49,6 +49,12 @@ struct AttentionOpParams {
   /// false: bidirectional (encoders): every token of sequence s sees positions
   /// [0, last_s], last_s the highest position of s in this call (window must be 0).
   bool causal = true;
+  /// Empty, or [n_head] f32 on q's device: attention sinks (gpt-oss; Xiao et
+  /// al. 2023 "Efficient Streaming Language Models with Attention Sinks";
+  /// transformers' GptOssAttention `sinks`, llama.cpp's attn_sinks): head h's
+  /// softmax gets one more logit sinks[h] in its denominator, whose value row
+  /// is zero, so the weights over the keys sum to less than 1.
+  Tensor sinks;
 };
 
 /// How a MoE router turns logits into expert weights (ops.h: moe_route).
@@ -108,6 +114,8 @@ struct BackendOps {
   void (*concat)(const Tensor& a, const Tensor& b, const Tensor& out) = nullptr;
   /// out = columns [off, off + out.ne[0]) of each row of x (f32).
   void (*slice)(const Tensor& x, int64_t off, const Tensor& out) = nullptr;
+  /// gpt-oss's clamped SwiGLU (ops.h swiglu_oai).
+  void (*swiglu_oai)(const Tensor& gate, const Tensor& up, float alpha, float limit, const Tensor& out) = nullptr;
   /// Writes rows of x into cache slots (seq[t]·slots + pos[t] % slots), converted to the cache's format.
   void (*kv_store)(const Tensor& cache, const Tensor& x, const Tensor& seq, const Tensor& pos, int64_t slots) = nullptr;
   void (*attention)(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,

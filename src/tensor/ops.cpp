@@ -357,6 +357,16 @@ Tensor gelu_erf(const Tensor& x) { return unary(Unary::GELU_erf, "gelu_erf", x);
 Tensor swiglu(const Tensor& g, const Tensor& u) { return glu(Unary::SiLU, "swiglu", g, u); }
 Tensor geglu(const Tensor& g, const Tensor& u) { return glu(Unary::GELU_tanh, "geglu", g, u); }
 
+Tensor swiglu_oai(const Tensor& g, const Tensor& u, float alpha, float limit) {
+  const Device d = same_device("swiglu_oai", {&g, &u});
+  need_type("swiglu_oai", g, DType::F32, "gate");
+  need_type("swiglu_oai", u, DType::F32, "up");
+  KVAD_NEED("swiglu_oai", g.ne == u.ne, "gate " + shape_str(g) + " and up " + shape_str(u) + " differ");
+  Tensor out = f32_like(g, g.ne);
+  entry(row(d, "swiglu_oai").swiglu_oai, d, "swiglu_oai")(g, u, alpha, limit, out);
+  return out;
+}
+
 Tensor concat(const Tensor& a, const Tensor& b) {
   const Device d = same_device("concat", {&a, &b});
   need_type("concat", a, DType::F32, "a");
@@ -411,6 +421,12 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
        "q " + shape_str(q) + " does not fit caches " + shape_str(k) + " (GQA needs n_head % n_head_kv == 0)");
   KVAD_NEED("attention", p.slots > 0 && k.n_rows() % p.slots == 0, "cache rows are not a whole number of rings");
   KVAD_NEED("attention", p.causal || p.window == 0, "a sliding window needs causal attention");
+  if (p.sinks) {
+    KVAD_NEED("attention", p.sinks.device() == d, "sinks live on another device than q");
+    need_type("attention", p.sinks, DType::F32, "sinks");
+    KVAD_NEED("attention", p.sinks.n_elements() == H,
+              "sinks " + shape_str(p.sinks) + " are not one value per head of q " + shape_str(q));
+  }
   Tensor out = f32_like(q, q.ne);
   entry(row(d, "attention").attention, d, "attention")(q, k, v, seq, pos, p, out);
   return out;

@@ -130,6 +130,11 @@ Tensor gelu_erf(const Tensor& x);
 /// silu(gate) ⊙ up (SwiGLU) and gelu(gate) ⊙ up (GeGLU), Shazeer 2020.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor geglu(const Tensor& gate, const Tensor& up);
+/// gpt-oss's clamped SwiGLU (transformers' GptOssExperts._apply_gate, ggml's
+/// swiglu_oai), element-wise: g = min(gate, limit), u = clamp(up, -limit,
+/// limit), out = (u + 1) · g·σ(alpha·g). gate, up: same shape, f32. gpt-oss
+/// uses alpha 1.702, limit 7. The CUDA row has no kernel for it yet and throws.
+Tensor swiglu_oai(const Tensor& gate, const Tensor& up, float alpha, float limit);
 /// Rows of a and b joined: [rows, na] and [rows, nb] → [rows, na + nb].
 Tensor concat(const Tensor& a, const Tensor& b);
 
@@ -154,7 +159,9 @@ void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Ten
 /// positions [0, last_s] instead, last_s the highest position of s among
 /// this call's tokens (so a call holding whole sequences attends over each
 /// of them bidirectionally); window must then be 0. The CUDA row does not
-/// do causal = false yet and throws. out: [n_tok, n_head, head_dim].
+/// do causal = false yet and throws. p.sinks (optional, [n_head] f32): one
+/// extra logit per head in the softmax's denominator (gpt-oss); the CUDA row
+/// has none yet and throws. out: [n_tok, n_head, head_dim].
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
                  const AttentionOpParams& p);
 

@@ -28,6 +28,11 @@ constexpr const char* kQwen2 =
 // Mistral's tekken (tokenizer.json, unadapted: PCRE2 has the categories).
 constexpr const char* kTekken =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// o200k (OpenAI's GPT-4o and gpt-oss tokenizer, tiktoken's o200k_base
+// pattern; llama.cpp's "gpt-4o"): tekken's letter classes with the
+// contractions attached, which (as for Llama 3) fold ASCII letters only.
+constexpr const char* kO200k =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 // Non-ASCII characters are written as PCRE2 \x{...} escapes so that no editor
 // can change them by Unicode normalization.
 constexpr const char* kBloom = R"( ?[^(\s|.,!?\x{2026}\x{3002}\x{FF0C}\x{3001}\x{964}\x{6D4}\x{60C})]+)";
@@ -65,6 +70,7 @@ const std::vector<Entry>& table() {
       {{"poro-chat", "bloom", "gpt3-finnish"}, {{kBloom}, false, false}},
       {{"viking"}, {{kBloom, R"(\p{N})"}, false, false}},
       {{"tekken"}, {{kTekken}, true, true}},
+      {{"gpt-4o"}, {{kO200k}, false, false}},
   };
   return t;
 }

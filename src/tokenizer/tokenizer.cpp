@@ -106,6 +106,18 @@ void Vocab::find_eog() {
     TokenType t = types_[it->second];
     if (t == TokenType::CONTROL || t == TokenType::USER_DEFINED) eog_.push_back(it->second);
   }
+  // o200k_harmony (gpt-oss): <|end|> closes a message inside a reply (the
+  // analysis before the final answer); <|return|> and <|call|> end the
+  // reply. llama.cpp drops <|end|> from its EOG list in the same case.
+  auto control = [&](std::string_view s) {
+    auto it = token_to_id_.find(s);
+    return it != token_to_id_.end() &&
+           (types_[it->second] == TokenType::CONTROL || types_[it->second] == TokenType::USER_DEFINED);
+  };
+  if (control("<|return|>") && control("<|call|>") && control("<|end|>")) {
+    const int32_t end = token_to_id_.find(std::string_view("<|end|>"))->second;
+    eog_.erase(std::remove(eog_.begin(), eog_.end(), end), eog_.end());
+  }
   std::sort(eog_.begin(), eog_.end());
   eog_.erase(std::unique(eog_.begin(), eog_.end()), eog_.end());
 }
@@ -135,6 +147,18 @@ void Tokenizer::add_eog_ids(const std::vector<int32_t>& ids) {
       throw Error("end-of-generation id " + std::to_string(id) + " is outside the vocabulary (" +
                   std::to_string(n_vocab()) + " tokens)");
     eog_.push_back(id);
+  }
+  // o200k_harmony (gpt-oss): <|end|> closes a message inside a reply (the
+  // analysis before the final answer); <|return|> and <|call|> end the
+  // reply. llama.cpp drops <|end|> from its EOG list in the same case.
+  auto control = [&](std::string_view s) {
+    auto it = token_to_id_.find(s);
+    return it != token_to_id_.end() &&
+           (types_[it->second] == TokenType::CONTROL || types_[it->second] == TokenType::USER_DEFINED);
+  };
+  if (control("<|return|>") && control("<|call|>") && control("<|end|>")) {
+    const int32_t end = token_to_id_.find(std::string_view("<|end|>"))->second;
+    eog_.erase(std::remove(eog_.begin(), eog_.end(), end), eog_.end());
   }
   std::sort(eog_.begin(), eog_.end());
   eog_.erase(std::unique(eog_.begin(), eog_.end()), eog_.end());

@@ -1,5 +1,6 @@
 // mapped_source's reshaping rules (io/mapped_source.h): transposed Conv1D
-// matrices, per-expert matrices stacked into one 3-D tensor, and tensors
+// matrices, per-expert matrices stacked into one 3-D tensor, interleaved
+// lanes split and each expert's matrix transposed (gpt-oss), and tensors
 // made from settings; bad rules are clear errors naming the tensor.
 #include <gtest/gtest.h>
 
@@ -89,6 +90,56 @@ TEST(MappedSource, StacksParts) {
   } catch (const kvad::Error& e) {
     EXPECT_NE(std::string(e.what()).find("differs in shape"), std::string::npos) << e.what();
   }
+  fs::remove(p);
+}
+
+// gpt-oss's gate_up_proj [n_expert, n_in, 2·n_ff]: gate in the even columns,
+// up in the odd, each matrix transposed to [n_expert, n_ff, n_in].
+TEST(MappedSource, SplitsLanesAndTransposesEachMatrix) {
+  // Two experts of [n_in 2, 2·n_ff 4]: value = 100·expert + 10·row + column.
+  std::vector<float> gu;
+  for (int e = 0; e < 2; ++e)
+    for (int r = 0; r < 2; ++r)
+      for (int c = 0; c < 4; ++c) gu.push_back(100.0f * e + 10.0f * r + c);
+  const std::string p = write_safetensors({{"gu", {2, 2, 4}, gu}, {"bias", {2, 4}, {0, 1, 2, 3, 4, 5, 6, 7}}});
+  auto base = kvad::safetensors_source(p);
+  auto lane = [](const char* name, const char* b, kvad::TensorTransform t, int64_t l) {
+    kvad::TensorRename r{name, b, t};
+    r.lanes = 2;
+    r.lane = l;
+    return r;
+  };
+  using T = kvad::TensorTransform;
+  auto m = kvad::mapped_source(base, {lane("gate", "gu", T::Transpose, 0), lane("up", "gu", T::Transpose, 1),
+                                      lane("gate_b", "bias", T::ToF32, 0), lane("up_b", "bias", T::ToF32, 1)}, {});
+  const kvad::SourceTensor* g = m->find("gate");
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->ne, (std::array<int64_t, 4>{2, 2, 2, 1}));  // [expert, n_ff, n_in]
+  // gate[e][j][i] = gu[e][i][2j]; up[e][j][i] = gu[e][i][2j + 1].
+  const std::vector<float> want_g = {0, 10, 2, 12, 100, 110, 102, 112}, want_u = {1, 11, 3, 13, 101, 111, 103, 113};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(floats(g)[i], want_g[i]) << i;
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(floats(m->find("up"))[i], want_u[i]) << i;
+  const std::vector<float> want_gb = {0, 2, 4, 6}, want_ub = {1, 3, 5, 7};
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(floats(m->find("gate_b"))[i], want_gb[i]);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(floats(m->find("up_b"))[i], want_ub[i]);
+  // The same lane twice, a lane past the count, and lanes that do not divide
+  // the columns are errors; so are f32 "blocks" for an MXFP4 repack.
+  EXPECT_THROW(kvad::mapped_source(base, {lane("a", "gu", T::None, 0), lane("b", "gu", T::None, 0), {"c", "bias"}}, {}),
+               kvad::Error);
+  EXPECT_THROW(kvad::mapped_source(base, {lane("a", "gu", T::None, 2), {"c", "bias"}}, {}), kvad::Error);
+  kvad::TensorRename three = lane("a", "gu", T::None, 0);
+  three.lanes = 3;
+  EXPECT_THROW(kvad::mapped_source(base, {three, {"c", "bias"}}, {}), kvad::Error);
+  kvad::TensorRename mx{"m", "gu", T::Mxfp4};
+  mx.scale = "bias";
+  try {
+    kvad::mapped_source(base, {mx}, {});
+    ADD_FAILURE() << "f32 tensors were taken as MXFP4 blocks";
+  } catch (const kvad::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("are not MXFP4 blocks"), std::string::npos) << e.what();
+  }
+  mx.scale = "missing";
+  EXPECT_THROW(kvad::mapped_source(base, {mx, {"c", "bias"}}, {}), kvad::Error);
   fs::remove(p);
 }
 

@@ -89,12 +89,15 @@ const Case kCases[] = {
      "<｜end▁of▁sentence｜>", true, true},
     {"Qwen-Qwen3-Coder.jinja", false, ToolFormat::qwen3_coder, "<|im_start|>assistant", "<|im_end|>", true, false},
     {"smollm2-135m.jinja", false, ToolFormat::generic, "<|im_start|>assistant\n", "<|im_end|>", true, false},
+    // One call per turn: the template renders tool_calls[0] only.
+    {"openai-gpt-oss-120b.jinja", false, ToolFormat::harmony, "<|start|>assistant", "<|call|>", false, false},
 };
 
 std::filesystem::path template_path(const Case& c) {
   if (c.peer) return std::filesystem::path(KVAD_PEER_DATA) / "templates" / c.file;
   const std::filesystem::path src(KVAD_SOURCE_DIR);
-  if (std::string(c.file) == "smollm2-135m.jinja") return src / "tests/fixtures/templates" / c.file;
+  if (std::string(c.file) == "smollm2-135m.jinja" || std::string(c.file) == "openai-gpt-oss-120b.jinja")
+    return src / "tests/fixtures/templates" / c.file;
   return src / "tests/fixtures/tool_calls" / c.file;
 }
 
@@ -157,7 +160,8 @@ TEST(ToolCalls, TemplatesRenderCallsThatParseBack) {
 
     // Text before the call (where the format allows it) stays content, and
     // no byte of the call leaks into it while streaming.
-    if (c.format != ToolFormat::llama3 && c.format != ToolFormat::generic) {
+    // (Harmony has no text outside messages: see ToolCalls.Harmony.)
+    if (c.format != ToolFormat::llama3 && c.format != ToolFormat::generic && c.format != ToolFormat::harmony) {
       const Both pre = parse_both("Let me look that up.\n" + reply, fr);
       EXPECT_EQ(pre.whole.content, "Let me look that up.");
       EXPECT_EQ(pre.content, "Let me look that up.");
@@ -204,6 +208,7 @@ TEST(ToolCalls, ForcedCallPrefixParses) {
       {ToolFormat::deepseek, "{\"city\": \"Oslo\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"},
       {ToolFormat::llama3, "{\"city\": \"Oslo\"}}"},
       {ToolFormat::generic, "{\"city\": \"Oslo\"}}"},
+      {ToolFormat::harmony, "{\"city\": \"Oslo\"}"},  // <|call|> ends generation
   };
   for (const F& c : cases) {
     SCOPED_TRACE(tool_format_name(c.f));
@@ -213,7 +218,7 @@ TEST(ToolCalls, ForcedCallPrefixParses) {
     f.specs = specs();
     f.prefix = forced_call_prefix(c.f, "get_weather");
     f.stop_after_call = true;
-    const Both b = parse_both(c.rest + "\nand some trailing words", f);
+    const Both b = parse_both(c.rest + (c.f == ToolFormat::harmony ? "<|call|>" : "") + "\nand some trailing words", f);
     ASSERT_EQ(b.whole.calls.size(), 1u);
     EXPECT_EQ(b.whole.calls[0].name, "get_weather");
     EXPECT_EQ(json::parse(b.whole.calls[0].arguments), json::parse(R"({"city":"Oslo"})"));
@@ -284,6 +289,78 @@ TEST(ToolCalls, Reasoning) {
   EXPECT_EQ(b.content, "");
 }
 
+// gpt-oss's Harmony replies (the shapes of OpenAI's Harmony format guide and
+// of the template's own renderings): analysis → reasoning, final → content,
+// a message to=functions.NAME → a call, whole and streamed byte by byte.
+TEST(ToolCalls, Harmony) {
+  OutputFormat f;
+  f.format = ToolFormat::harmony;
+  // Reasoning then the answer; <|return|> ends generation (absent or present).
+  for (const char* tail : {"", "<|return|>"}) {
+    const Both b = parse_both(std::string("<|channel|>analysis<|message|>User greets. Reply kindly.<|end|>"
+                                          "<|start|>assistant<|channel|>final<|message|>Hello there!") + tail, f);
+    EXPECT_EQ(b.whole.reasoning, "User greets. Reply kindly.");
+    EXPECT_EQ(b.whole.content, "Hello there!");
+    EXPECT_EQ(b.reasoning, "User greets. Reply kindly.");
+    EXPECT_EQ(b.content, "Hello there!");
+    EXPECT_FALSE(b.whole.malformed);
+  }
+  // Cut off inside the analysis: all reasoning so far, no content.
+  Both b = parse_both("<|channel|>analysis<|message|>Thinking about <|en", f);
+  EXPECT_EQ(b.whole.reasoning, "Thinking about <|en");
+  EXPECT_EQ(b.reasoning, "Thinking about <|en");
+  EXPECT_EQ(b.content, "");
+  // A model that does not write Harmony: content as written.
+  b = parse_both("Plain answer, no channels.", f);
+  EXPECT_EQ(b.whole.content, "Plain answer, no channels.");
+  EXPECT_EQ(b.content, "Plain answer, no channels.");
+  EXPECT_EQ(b.reasoning, "");
+  // reasoning_format none: the analysis message as generated, in content.
+  OutputFormat raw = f;
+  raw.reasoning = false;
+  const std::string two = "<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>final<|message|>y";
+  b = parse_both(two, raw);
+  EXPECT_EQ(b.whole.content, two);
+  EXPECT_EQ(b.content, two);
+  EXPECT_EQ(b.reasoning, "");
+  // Calls: the recipient after the channel (the model's usual order) or in
+  // the header before it (the template's rendering), with reasoning first
+  // and a preamble to the user on the commentary channel.
+  f.tools = true;
+  f.specs = specs();
+  for (const std::string call : {std::string("<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+                                             "<|message|>{\"city\": \"Oslo\"}"),
+                                 std::string("<|start|>assistant to=functions.get_weather<|channel|>commentary json"
+                                             "<|message|>{\"city\": \"Oslo\"}<|call|>")}) {
+    SCOPED_TRACE(call);
+    b = parse_both("<|channel|>analysis<|message|>Need the weather.<|end|>"
+                   "<|start|>assistant<|channel|>commentary<|message|>Checking.<|end|>" + call, f);
+    EXPECT_EQ(b.whole.reasoning, "Need the weather.");
+    EXPECT_EQ(b.whole.content, "Checking.");
+    EXPECT_EQ(b.content, "Checking.");
+    EXPECT_EQ(b.reasoning, "Need the weather.");
+    expect_same_calls(b.whole.calls, {{"", "get_weather", R"({"city":"Oslo"})"}});
+    ASSERT_EQ(b.calls.size(), 1u);
+    EXPECT_EQ(b.calls[0].second.name, "get_weather");
+  }
+  // The first message's recipient right after the prompt's <|start|>assistant.
+  b = parse_both(" to=functions.get_time<|channel|>commentary json<|message|>{\"zone\": \"UTC\"}", f);
+  expect_same_calls(b.whole.calls, {{"", "get_time", R"({"zone":"UTC"})"}});
+  EXPECT_EQ(b.content, "");
+  // Bad calls are content: unknown function, arguments not an object, broken JSON.
+  for (const std::string bad : {std::string("<|channel|>commentary to=functions.rm_rf <|constrain|>json<|message|>{}"),
+                                std::string("<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>[1]"),
+                                std::string("<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{\"zone\":")}) {
+    SCOPED_TRACE(bad);
+    b = parse_both(bad, f);
+    EXPECT_TRUE(b.whole.calls.empty());
+    EXPECT_TRUE(b.whole.malformed);
+    EXPECT_EQ(b.whole.content, bad);
+    EXPECT_EQ(b.content, bad);
+    EXPECT_TRUE(b.calls.empty());
+  }
+}
+
 TEST(ToolCalls, MalformedCallsAreContent) {
   OutputFormat f;
   f.tools = true;
@@ -331,7 +408,7 @@ TEST(ToolCalls, BrokenCorpusNeverFails) {
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     const std::string text = read(e.path());
     for (ToolFormat fmt : {ToolFormat::generic, ToolFormat::hermes, ToolFormat::qwen3_coder, ToolFormat::llama3,
-                           ToolFormat::mistral, ToolFormat::deepseek}) {
+                           ToolFormat::mistral, ToolFormat::deepseek, ToolFormat::harmony}) {
       SCOPED_TRACE(e.path().filename().string() + " " + tool_format_name(fmt));
       OutputFormat f;
       f.tools = true;

@@ -457,6 +457,99 @@ TEST(Ops, GeluErfMatchesDefinition) {
   }
 }
 
+// gpt-oss's ops against their definitions on the CPU (transformers'
+// eager_attention_forward with sinks, GptOssExperts._apply_gate), bit for
+// bit on sim; the CUDA row has neither yet and must refuse them.
+TEST(Ops, AttentionSinksMatchDefinition) {
+  std::mt19937 rng(21);
+  const int64_t D = 16, H = 4, Hkv = 2, n = 11, slots = 16;
+  const std::vector<float> sink = {-1.0f, 0.5f, 3.0f, -6.0f};
+  const Tensor q = rand_f32(rng, {D, H, n, 1}, 2.0f), k = rand_f32(rng, {D * Hkv, n, 1, 1});
+  const Tensor v = rand_f32(rng, {D * Hkv, n, 1, 1});
+  std::vector<int32_t> seq(n, 0), pos(n);
+  for (int32_t i = 0; i < n; ++i) pos[i] = i;
+  for (int32_t window : {0, 4}) {
+    auto run = [&](Device d) {
+      const Tensor kc = ops::empty(DType::F16, {D * Hkv, slots, 1, 1}, d);
+      const Tensor vc = ops::empty(DType::F16, {D * Hkv, slots, 1, 1}, d);
+      const Tensor st = ops::to(ids_tensor(seq), d), pt = ops::to(ids_tensor(pos), d);
+      ops::kv_store(kc, ops::to(k, d), st, pt, slots);
+      ops::kv_store(vc, ops::to(v, d), st, pt, slots);
+      AttentionOpParams ap;
+      ap.scale = 0.25f;
+      ap.window = window;
+      ap.slots = slots;
+      ap.sinks = ops::from_host(sink.data(), DType::F32, {H, 1, 1, 1}, d);
+      return host_f32(ops::attention(ops::to(q, d), kc, vc, st, pt, ap));
+    };
+    const auto out = run(Device::cpu());
+    const auto qv = host_f32(q), kv = host_f32(k), vv = host_f32(v);
+    auto h16 = [](float x) { return double(kvad::f16_to_f32(kvad::f32_to_f16(x))); };
+    double worst = 0;
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t kvh = h / (H / Hkv), first = window ? std::max<int64_t>(0, t - window + 1) : 0;
+        std::vector<double> s;
+        double mx = sink[h], sum = 0;
+        for (int64_t j = first; j <= t; ++j) {
+          double d = 0;
+          for (int64_t i = 0; i < D; ++i) d += double(qv[(t * H + h) * D + i]) * h16(kv[j * D * Hkv + kvh * D + i]);
+          s.push_back(0.25 * d);
+          mx = std::max(mx, s.back());
+        }
+        sum = std::exp(sink[h] - mx);
+        for (double& x : s) sum += (x = std::exp(x - mx));
+        for (int64_t i = 0; i < D; ++i) {
+          double want = 0;
+          for (int64_t j = first; j <= t; ++j) want += s[j - first] / sum * h16(vv[j * D * Hkv + kvh * D + i]);
+          worst = std::max(worst, std::abs(want - out[(t * H + h) * D + i]));
+        }
+      }
+    std::printf("attention with sinks, window %d: max |err| %.3g\n", window, worst);
+    EXPECT_LT(worst, 1e-5);
+    for (const Device& d : devices()) {
+      if (d.type == DeviceType::CPU) continue;
+      if (d.type == DeviceType::Sim) {
+        EXPECT_EQ(run(d), out);
+      } else {
+        EXPECT_THROW(run(d), Error) << d.str();
+      }
+    }
+  }
+  // One sink per query head, no more, no fewer.
+  const Tensor kc = ops::empty(DType::F16, {D * Hkv, slots, 1, 1}, Device::cpu());
+  AttentionOpParams bad;
+  bad.scale = 0.25f;
+  bad.slots = slots;
+  bad.sinks = ops::from_host(sink.data(), DType::F32, {H - 1, 1, 1, 1}, Device::cpu());
+  EXPECT_THROW(ops::attention(q, kc, kc, ids_tensor(seq), ids_tensor(pos), bad), Error);
+}
+
+TEST(Ops, SwigluOaiMatchesDefinition) {
+  std::mt19937 rng(22);
+  const Tensor g = rand_f32(rng, {67, 5, 1, 1}, 12.0f), u = rand_f32(rng, {67, 5, 1, 1}, 12.0f);
+  const auto gv = host_f32(g), uv = host_f32(u), y = host_f32(ops::swiglu_oai(g, u, 1.702f, 7.0f));
+  double worst = 0;
+  int clamped = 0;
+  for (size_t i = 0; i < gv.size(); ++i) {
+    const double x = std::min(double(gv[i]), 7.0), up = std::clamp(double(uv[i]), -7.0, 7.0);
+    clamped += gv[i] > 7 || std::abs(uv[i]) > 7;
+    const double want = (up + 1) * x / (1 + std::exp(-1.702 * x));
+    worst = std::max(worst, std::abs(y[i] - want) / std::max(1.0, std::abs(want)));
+  }
+  std::printf("swiglu_oai: max rel err %.3g, %d of %zu inputs clamped\n", worst, clamped, gv.size());
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_GT(clamped, 50);
+  for (const Device& d : devices()) {
+    if (d.type == DeviceType::CPU) continue;
+    if (d.type == DeviceType::Sim) {
+      EXPECT_EQ(host_f32(ops::swiglu_oai(ops::to(g, d), ops::to(u, d), 1.702f, 7.0f)), y);
+    } else {
+      EXPECT_THROW(ops::swiglu_oai(ops::to(g, d), ops::to(u, d), 1.702f, 7.0f), Error) << d.str();
+    }
+  }
+}
+
 TEST(Ops, BidirectionalAttentionMatchesDefinition) {
   std::mt19937 rng(13);
   // Three sequences of 5, 1 and 19 tokens in one call, GQA 4 query heads over 2.

@@ -21,6 +21,7 @@
 
 #include "base/error.h"
 #include "base/utf8.h"
+#include "io/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -184,6 +185,35 @@ TEST_P(HfFamily, StreamDecoderKeepsCharactersWhole) {
     all += dec.flush();
     if (byte_level) EXPECT_EQ(all, tok->decode(ids, true)) << name << " \"" << escaped(c[0].get<std::string>()) << "\"";
   }
+}
+
+// The o200k-harmony vocabulary as a GGUF (tools/make_harmony_tokenizer_fixtures.py:
+// tokenizer.ggml.pre "gpt-4o", as llama.cpp's converter names o200k): kvad's
+// GGUF path must give what tokenizers gives from the tokenizer.json, special
+// tokens parsed and not.
+TEST(TokenizerJson, O200kGgufEqualsTokenizers) {
+  const json fx = json::parse(gunzip(read_file(kDir + "/o200k-harmony.cases.json.gz")));
+  auto f = kvad::gguf::File::open(std::string(KVAD_SOURCE_DIR) + "/tests/fixtures/tokenizer/o200k-harmony.gguf");
+  std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(*f);
+  size_t n = 0, equal = 0;
+  for (const json& c : fx.at("cases")) {
+    const std::string text = c[0].get<std::string>();
+    const auto ids = c[1].get<std::vector<int32_t>>();
+    const auto ids_np = c[3].is_null() ? ids : c[3].get<std::vector<int32_t>>();
+    const auto got = tok->encode(text, false, true), got_np = tok->encode(text, false, false);
+    ++n;
+    if (got == ids && got_np == ids_np && tok->decode(ids, true) == c[4].get<std::string>()) ++equal;
+    else if (n - equal <= 8)
+      ADD_FAILURE() << "\"" << escaped(text) << "\"\n  expected " << ids_str(ids) << "\n  got      " << ids_str(got)
+                    << "\n  unparsed expected " << ids_str(ids_np) << "\n  got      " << ids_str(got_np);
+  }
+  std::printf("[ gguf     ] o200k-harmony %zu/%zu strings equal to tokenizers\n", equal, n);
+  EXPECT_EQ(equal, n);
+  // Harmony: <|end|> closes a message inside a reply; <|return|> and <|call|> end it.
+  auto id = [&](const char* t) { return tok->encode(t, false, true).at(0); };
+  EXPECT_FALSE(tok->is_eog(id("<|end|>")));
+  EXPECT_TRUE(tok->is_eog(id("<|return|>")));
+  EXPECT_TRUE(tok->is_eog(id("<|call|>")));
 }
 
 // tokenizer_config.json beside tokenizer.json, against transformers'

@@ -86,8 +86,9 @@ void attention_rows_impl(const AttentionRows& rows, const TK* k, const TV* v, in
   for (int r = 0; r < rows.n; ++r) {
     lo = std::min(lo, rows.first[r]);
     hi = std::max(hi, rows.last[r]);
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
+    // A sink starts the online softmax as one seen logit with a zero value.
+    m[r] = rows.sinks ? rows.sink[r] : -INFINITY;
+    l[r] = rows.sinks ? 1.0f : 0.0f;
     std::fill(rows.out[r], rows.out[r] + D, 0.0f);
   }
   const __m256 vscale = _mm256_set1_ps(scale);
@@ -122,7 +123,7 @@ void attention_rows_impl(const AttentionRows& rows, const TK* k, const TV* v, in
       float bm = -INFINITY;
       for (int j = j0; j < j1; ++j) bm = std::max(bm, s[j]);
       const float m_new = std::max(m[r], bm);
-      const float alpha = std::exp(m[r] - m_new);  // 0 on the first block (m = -inf)
+      const float alpha = std::exp(m[r] - m_new);  // 0 on the first block (m = -inf) without a sink
       // p_j = e^(s_j - m_new) inside [j0, j1), 0 outside.
       const __m256 vm = _mm256_set1_ps(m_new);
       __m256 vsum = _mm256_setzero_ps();

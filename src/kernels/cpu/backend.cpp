@@ -287,6 +287,20 @@ void glu(Unary op, const Tensor& g, const Tensor& u, const Tensor& o) {
   });
 }
 
+// gpt-oss's clamped SwiGLU, as transformers' GptOssExperts._apply_gate.
+void swiglu_oai(const Tensor& g, const Tensor& u, float alpha, float limit, const Tensor& o) {
+  const float* pg = in(g);
+  const float* pu = in(u);
+  float* po = out(o);
+  elementwise(g.n_elements(), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const float x = std::min(pg[i], limit);
+      const float y = std::clamp(pu[i], -limit, limit);
+      po[i] = (y + 1.0f) * (x / (1.0f + std::exp(-alpha * x)));
+    }
+  });
+}
+
 void concat(const Tensor& a, const Tensor& b, const Tensor& o) {
   const int64_t na = a.ne[0], nb = b.ne[0];
   const float* pa = in(a);
@@ -342,6 +356,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   const float* pq = in(q);
   float* po = out(o);
   const KVRows pk{k.raw(), k.type == DType::F32}, pv{v.raw(), v.type == DType::F32};
+  const float* sinks = p.sinks ? static_cast<const float*>(p.sinks.raw()) : nullptr;
   const int64_t n_seq = k.n_rows() / p.slots;
   for (int64_t t = 0; t < n; ++t)
     if (ss[t] < 0 || ss[t] >= n_seq || ps[t] < 0)
@@ -382,12 +397,14 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
       const Tile& tile = tiles[tiles.size() - 1 - i];
       AttentionRows rows;
       rows.ring = ring;
+      rows.sinks = static_cast<bool>(p.sinks);
       for (int64_t t = tile.t0; t < tile.t1; ++t)
         for (int64_t h = tile.h0; h < tile.h1; ++h) {
           rows.q[rows.n] = pq + (t * H + h) * D;
           rows.out[rows.n] = po + (t * H + h) * D;
           rows.first[rows.n] = p.window > 0 ? std::max<int64_t>(0, ps[t] - p.window + 1) : 0;
           rows.last[rows.n] = p.causal ? ps[t] : last_of[ss[t]];
+          if (sinks) rows.sink[rows.n] = sinks[h];
           ++rows.n;
         }
       const int64_t kvh = tile.h0 / G;
@@ -437,6 +454,7 @@ constexpr BackendOps kCpuRow = {
     .glu = &glu,
     .concat = &concat,
     .slice = &slice,
+    .swiglu_oai = &swiglu_oai,
     .kv_store = &kv_store,
     .attention = &attention,
     .attention_latent = &cpu::attention_latent,

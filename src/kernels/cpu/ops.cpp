@@ -94,9 +94,23 @@ void add(float* x, const float* y, int64_t n) {
 
 void f32_to_f16_row(const float* x, uint16_t* y, int64_t n) { vec_ops().f32_to_f16(x, y, n); }
 
+namespace {
+// softmax over x[0, n) with one more logit `sink` in the denominator (an
+// attention sink; -inf: none): the sink joins the max and the sum, then is dropped.
+void softmax_sink(float* x, int64_t n, float sink) {
+  if (sink == -INFINITY) return softmax(x, n);
+  float mx = sink;
+  for (int64_t p = 0; p < n; ++p) mx = std::max(mx, x[p]);
+  double sum = std::exp(static_cast<double>(sink - mx));
+  for (int64_t p = 0; p < n; ++p) sum += x[p] = std::exp(x[p] - mx);
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t p = 0; p < n; ++p) x[p] *= inv;
+}
+}  // namespace
+
 void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_pos,
                    int64_t kv_stride, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                   float scale, float* out, float* scratch) {
+                   float scale, float* out, float* scratch, float sink) {
   const VecOps& vo = vec_ops();
   const int64_t group = n_head / n_head_kv;
   for (int64_t h = 0; h < n_head; ++h) {
@@ -104,7 +118,7 @@ void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t
     const float* qh = q + h * head_dim;
     for (int64_t p = 0; p < n_pos; ++p)
       scratch[p] = vo.dot_f16_f32(head_dim, k + p * kv_stride + kvh * head_dim, qh) * scale;
-    softmax(scratch, n_pos);
+    softmax_sink(scratch, n_pos, sink);
     float* oh = out + h * head_dim;
     std::fill(oh, oh + head_dim, 0.0f);
     for (int64_t p = 0; p < n_pos; ++p)
@@ -146,7 +160,8 @@ void attention_rows_f16_ref(const AttentionRows& rows, const uint16_t* k, const 
       kp = kr.data();
       vp = vr.data();
     }
-    attention_f16(rows.q[r], kp, vp, n_pos, kv_stride, 1, 1, head_dim, scale, rows.out[r], scores.data());
+    attention_f16(rows.q[r], kp, vp, n_pos, kv_stride, 1, 1, head_dim, scale, rows.out[r], scores.data(),
+                  rows.sinks ? rows.sink[r] : -INFINITY);
   }
 }
 
@@ -172,7 +187,7 @@ void attention_rows_ref(const AttentionRows& rows, KVRows k, KVRows v, int64_t k
       for (int64_t c = 0; c < head_dim; ++c) dot += q[c] * kf[c];
       scores[j] = dot * scale;
     }
-    softmax(scores.data(), n_pos);
+    softmax_sink(scores.data(), n_pos, rows.sinks ? rows.sink[r] : -INFINITY);
     float* o = rows.out[r];
     std::fill(o, o + head_dim, 0.0f);
     for (int64_t j = 0; j < n_pos; ++j) {

@@ -3,6 +3,7 @@
 // Shapes use ggml order in comments: [n_tok, n_embd] means n_tok rows of
 // n_embd contiguous floats.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 
@@ -83,10 +84,12 @@ void add(float* x, const float* y, int64_t n);
 /// kv heads of position p, head h at offset h*head_dim); query head h reads
 /// kv head h / (n_head / n_head_kv) (grouped-query attention, Ainslie et al.
 /// 2023). out: [n_head, head_dim]. scratch: n_pos floats.
-/// out = softmax(q·kᵀ · scale) · v over positions [0, n_pos).
+/// out = softmax(q·kᵀ · scale) · v over positions [0, n_pos). sink: an extra
+/// logit in every head's softmax denominator (gpt-oss's attention sinks),
+/// -inf for none.
 void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_pos,
                    int64_t kv_stride, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                   float scale, float* out, float* scratch);
+                   float scale, float* out, float* scratch, float sink = -INFINITY);
 
 /// Query rows of one attention tile: every row reads the same KV head.
 /// Row r is one (token, query head) pair; it sees key positions
@@ -102,6 +105,10 @@ struct AttentionRows {
   /// 0: position p is row p of k/v. R > 0: k/v are a ring of R rows and
   /// position p is row p % R (a sliding-window cache; last - first < R).
   int64_t ring = 0;
+  /// sinks true: row r's softmax has one more logit sink[r] in its
+  /// denominator (an attention sink, gpt-oss), with a zero value row.
+  bool sinks = false;
+  float sink[kMax];
 };
 
 /// Rows of one KV cache tensor as the attention kernels read them: f16 or
@@ -116,7 +123,8 @@ struct KVRows {
 };
 
 /// Attention of a tile of query rows over one KV head:
-/// out_r = softmax(q_r · k_pᵀ · scale, p in [first_r, last_r]) · v_p.
+/// out_r = softmax(q_r · k_pᵀ · scale, p in [first_r, last_r]) · v_p
+/// (with sink_r as one more logit of the softmax when rows.sinks).
 /// k, v: [*, kv_stride], each f16 or f32, with the head's head_dim values at
 /// offset 0 of each row (the caller offsets them to its KV head).
 /// head_dim % 8 == 0 and head_dim <= 256 for the AVX2 path (else the

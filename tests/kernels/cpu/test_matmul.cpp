@@ -304,7 +304,9 @@ TEST(Matmul, MultiEqualsSeparateMatmuls) {
 // for K and V caches each f16 or f32 (--cache-type-k/-v). Head dims
 // 64/128/256 take the AVX2 path, 40 the tiled path with a 5-register tail, 36
 // the reference; rows have different causal ranges and sliding windows that
-// start inside a key block, and ranges that cross several 32-key blocks.
+// start inside a key block, and ranges that cross several 32-key blocks;
+// with and without attention sinks (gpt-oss: one more logit per row in the
+// softmax's denominator, some larger than every score).
 // Tolerance 2e-5 absolute: outputs are convex combinations of |v| <= 1; the
 // exponential is a 6-term polynomial (relative error ~2e-7) and sums run over
 // at most 300 terms in f32.
@@ -331,7 +333,8 @@ TEST(Attention, RowsMatchTheDefinition) {
         const size_t i = p * stride + D + c;
         return v_f32 ? v32[i] : f16_to_f32(v16[i]);
       };
-      for (int n_rows : {1, 7, 16}) {
+      for (int n_rows : {1, 7, 16})
+      for (bool sinks : {false, true}) {
         std::vector<float> q(n_rows * D), out(n_rows * D), out_ref(n_rows * D);
         for (auto& x : q) x = 3.0f * u(rng);
         cpu::AttentionRows rows, rows_ref;
@@ -344,20 +347,23 @@ TEST(Attention, RowsMatchTheDefinition) {
           rows_ref.out[r] = &out_ref[r * D];
           rows.first[r] = rows_ref.first[r] = first;
           rows.last[r] = rows_ref.last[r] = last;
+          rows.sink[r] = rows_ref.sink[r] = 4.0f * u(rng) + (r % 4 == 3 ? 6.0f : 0.0f);
         }
+        rows.sinks = rows_ref.sinks = sinks;
         const float scale = 1.0f / std::sqrt(static_cast<float>(D));
         cpu::attention_rows(rows, kr.offset(D), vr.offset(D), stride, D, scale);
         cpu::attention_rows_ref(rows_ref, kr.offset(D), vr.offset(D), stride, D, scale);
         double max_err = 0, max_err_ref = 0;
         for (int r = 0; r < n_rows; ++r) {
           std::vector<double> s;
-          double mx = -1e300, sum = 0;
+          double mx = sinks ? rows.sink[r] : -1e300, sum = 0;
           for (int64_t p = rows.first[r]; p <= rows.last[r]; ++p) {
             double d = 0;
             for (int64_t c = 0; c < D; ++c) d += static_cast<double>(q[r * D + c]) * kval(p, c);
             s.push_back(d * scale);
             mx = std::max(mx, d * scale);
           }
+          if (sinks) sum = std::exp(rows.sink[r] - mx);
           for (double& x : s) sum += (x = std::exp(x - mx));
           for (int64_t c = 0; c < D; ++c) {
             double o = 0;
@@ -366,8 +372,10 @@ TEST(Attention, RowsMatchTheDefinition) {
             max_err_ref = std::max(max_err_ref, std::fabs(o - out_ref[r * D + c]));
           }
         }
-        EXPECT_LT(max_err, 2e-5) << "D=" << D << " rows=" << n_rows << " k_f32=" << k_f32 << " v_f32=" << v_f32;
-        EXPECT_LT(max_err_ref, 2e-5) << "D=" << D << " rows=" << n_rows << " k_f32=" << k_f32 << " v_f32=" << v_f32;
+        EXPECT_LT(max_err, 2e-5) << "D=" << D << " rows=" << n_rows << " k_f32=" << k_f32 << " v_f32=" << v_f32
+                                 << " sinks=" << sinks;
+        EXPECT_LT(max_err_ref, 2e-5) << "D=" << D << " rows=" << n_rows << " k_f32=" << k_f32 << " v_f32=" << v_f32
+                                     << " sinks=" << sinks;
       }
     }
   }
