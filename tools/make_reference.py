@@ -2,13 +2,15 @@
 """Make llama.cpp reference fixtures for kvad's tests (SmolLM2-135M, Gemma 3 270M).
 
 Usage:
-    python3 tools/make_reference.py [--model NAME] [--file PATH] [--out PATH]
+    python3 tools/make_reference.py [--model NAME] [--file PATH] [--out PATH] [--cache-of ORG/NAME]
 
 NAME is a model of scripts/models.tsv that this script knows (MODELS below;
 default smollm2-135m). Needs the PyPI package llama-cpp-python (llama.cpp's
 Python binding) and the model file (default: the kvad store,
 $KVAD_HOME/models/NAME.gguf, put there by scripts/setup or
-scripts/fetch_model NAME). Writes tests/fixtures/reference/NAME.json. The
+scripts/fetch_model NAME). Writes tests/fixtures/reference/NAME.json. With
+--cache-of, --file is kvad's quantize-once cache GGUF of an HF checkpoint
+(llama.cpp then reads kvad's tokenizer.ggml.* keys and tensors). The
 tests read only the JSON; they never need Python.
 
 For each raw prompt (no chat template; a BOS token exactly when the file's
@@ -144,6 +146,10 @@ def main():
                     help="store name of the model (default: smollm2-135m)")
     ap.add_argument("--file", type=Path, help="the .gguf (default: $KVAD_HOME/models/NAME.gguf)")
     ap.add_argument("--out", type=Path, help="default: tests/fixtures/reference/NAME.json")
+    ap.add_argument("--cache-of", metavar="ORG/NAME",
+                    help="--file is kvad's quantize-once cache GGUF of this HF checkpoint (kvad run --model "
+                         "ORG/NAME --quant TYPE wrote it), not the store's file: its sha256 is recorded, "
+                         "not checked against scripts/models.tsv")
     args = ap.parse_args()
     name, cfg = args.model, MODELS[args.model]
     args.file = args.file or default_model(name)
@@ -153,7 +159,7 @@ def main():
     from llama_cpp import Llama
 
     sha = sha256_file(args.file)
-    if sha != expected_sha256(name, "make_reference"):
+    if not args.cache_of and sha != expected_sha256(name, "make_reference"):
         sys.exit(f"make_reference: {args.file}: sha256 {sha} is not the one in scripts/models.tsv")
 
     llm = Llama(model_path=str(args.file), n_ctx=cfg["n_ctx"], logits_all=True, n_threads=2,
@@ -175,7 +181,8 @@ def main():
 
     doc = {
         "model": name,
-        "model_file": cfg["model_file"],
+        "model_file": args.file.name if args.cache_of else cfg["model_file"],
+        **({"cache_of": args.cache_of} if args.cache_of else {}),
         "model_sha256": sha,
         "llama_cpp_python_version": llama_cpp.__version__,
         "made_by": "tools/make_reference.py",

@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/model_store.h"
 #include "io/gguf.h"
+#include "model/hf.h"
 
 namespace kvad::cli {
 namespace {
@@ -37,12 +38,12 @@ std::vector<Entry> entries(const std::string& dir) {
     if (de.path().extension() != ".gguf" || !de.is_regular_file(ec)) continue;
     try {
       std::unique_ptr<gguf::File> f = gguf::File::open(de.path().string());
-      if (!f->find("kvad.cache.version")) continue;
+      if (!f->find(quantize_once_keys::kVersion)) continue;
       Entry e;
       e.path = de.path();
-      e.repo = f->get_string("kvad.source.repo", "?");
-      e.commit = f->get_string("kvad.source.commit", "?");
-      e.quant = f->get_string("kvad.cache.quant", "?");
+      e.repo = f->get_string(quantize_once_keys::kRepo, "?");
+      e.commit = f->get_string(quantize_once_keys::kCommit, "?");
+      e.quant = f->get_string(quantize_once_keys::kQuant, "?");
       e.bytes = de.file_size(ec);
       const auto t = de.last_write_time(ec);
       e.used = std::chrono::system_clock::to_time_t(

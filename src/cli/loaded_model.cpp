@@ -72,8 +72,10 @@ LoadedModel load_for_cli(const ResolvedModel& r, const DeviceOptions& dev, bool 
     // --quant none (the default for checkpoints): bf16/f16/f32 weights as stored.
     const std::string quant = dev.quant.empty() ? "none" : dev.quant;
     if (quant == "none") src = open_hf_checkpoint(r.path);
+    const std::string dir = r.path;
+    bool tokenizer_cached = false;
     if (quant != "none") {
-      const QuantizeOnceKey key{kvad_home() + "/cache", r.repo, r.commit};
+      const QuantizeOnceKey key{kvad_home() + "/cache", r.repo, r.commit, dir};
       const auto q0 = std::chrono::steady_clock::now();
       bool hit = false;
       try {
@@ -92,10 +94,17 @@ LoadedModel load_for_cli(const ResolvedModel& r, const DeviceOptions& dev, bool 
       else
         std::fprintf(stderr, "kvad: quantized to %s once (%.1f s): %s\n", quant.c_str(), secs, file.c_str());
       d.quant = "";  // the cache's formats, as stored, on every device
+      // The cache file keeps the checkpoint's tokenizer (stamped with the
+      // tokenizer files, so it is this one): reading it there skips parsing
+      // tokenizer.json, most of a cached load's time.
+      if (const std::shared_ptr<const gguf::File> f = gguf_file(*src); f && f->find(kGgufHfTokenizerKey)) {
+        m.tokenizer = Tokenizer::from_gguf(*f);
+        tokenizer_cached = true;
+      }
     }
     m.model = load_model(src, d);
-    const std::string dir = r.path;
-    m.tokenizer = Tokenizer::from_tokenizer_json(dir + "/tokenizer.json", dir + "/tokenizer_config.json");
+    if (!tokenizer_cached)
+      m.tokenizer = Tokenizer::from_tokenizer_json(dir + "/tokenizer.json", dir + "/tokenizer_config.json");
     m.generation_config = read_generation_config(dir);
     m.tokenizer->add_eog_ids(m.generation_config.eos_token_id);
   }

@@ -119,7 +119,23 @@ struct QuantizeOnceKey {
   std::string cache_dir;  ///< $KVAD_HOME/cache
   std::string repo;       ///< "HuggingFaceTB/SmolLM2-135M-Instruct", or the directory for a local checkpoint
   std::string commit;     ///< the snapshot's commit (or "local")
+  /// The directory holding tokenizer.json (and tokenizer_config.json), whose
+  /// tokenizer the file keeps (tokenizer_json_gguf_keys); empty, or a
+  /// directory without tokenizer.json: none.
+  std::string tokenizer_dir = {};
 };
+
+/// The GGUF keys quantize_once stamps its files with (read by `kvad cache`).
+namespace quantize_once_keys {
+inline constexpr const char* kRepo = "kvad.source.repo";        ///< STRING: QuantizeOnceKey::repo
+inline constexpr const char* kCommit = "kvad.source.commit";    ///< STRING: QuantizeOnceKey::commit
+inline constexpr const char* kTensors = "kvad.source.tensors";  ///< STRING: "name:dtype;" per source tensor
+/// STRING: "file:bytes:mtime;" of tokenizer.json and tokenizer_config.json
+/// ("" without a tokenizer): a changed tokenizer makes the file stale.
+inline constexpr const char* kTokenizer = "kvad.source.tokenizer";
+inline constexpr const char* kQuant = "kvad.cache.quant";       ///< STRING: the --quant type
+inline constexpr const char* kVersion = "kvad.cache.version";   ///< UINT32: the cache's format version
+}  // namespace quantize_once_keys
 
 /// The quantize-once cache (issue 13 part 6; DESIGN.md seams 7 and 9): the
 /// checkpoint `hf` (open_hf_checkpoint's view) quantized with `quant` (one of
@@ -127,9 +143,12 @@ struct QuantizeOnceKey {
 /// and written once as a GGUF in key.cache_dir, named by repo, commit, quant
 /// and kvad's cache format version, with llama.cpp's names and metadata
 /// (llama's Q/K rows permuted to GGUF's layout) and stamped with the
-/// checkpoint's full tensor list (`kvad.source.tensors`). A later call maps
-/// that file directly; a file whose stamp no longer matches the checkpoint
-/// (a tensor added or gone) is rewritten. Returns the GGUF's source; *hit
+/// checkpoint's full tensor list (`kvad.source.tensors`), and with the
+/// tokenizer of key.tokenizer_dir as GGUF keys (llama.cpp's tokenizer.ggml.*
+/// and kvad.tokenizer.*, tokenizer_json_gguf_keys; Tokenizer::from_gguf reads
+/// it back). A later call maps that file directly; a file whose stamps no
+/// longer match the checkpoint (a tensor added or gone, the tokenizer files
+/// changed) is rewritten. Returns the GGUF's source; *hit
 /// (if given) says whether the file was already there. Throws kvad::Error
 /// for an unknown type, a tensor the type cannot take, or an unwritable cache.
 std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSource> hf, const std::string& quant,

@@ -9,6 +9,7 @@
 #include "io/quantize.h"
 #include "io/tensor_source.h"
 #include "model/hf.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvad {
 
@@ -16,7 +17,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int64_t kCacheVersion = 1;  // bump when the file's layout or rules change
+namespace keys = quantize_once_keys;
+
+// Bump when the file's layout or rules change. 2: the tokenizer's keys.
+constexpr int64_t kCacheVersion = 2;
 
 std::string safe(const std::string& s) {
   std::string o;
@@ -61,6 +65,21 @@ std::string stamp_of(const TensorSource& hf) {
   return s;
 }
 
+// Size and modification time of the tokenizer files ("" without tokenizer.json).
+std::string tokenizer_stamp(const std::string& dir) {
+  if (dir.empty()) return "";
+  std::string s;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::error_code ec;
+    const fs::path p = fs::path(dir) / name;
+    const auto size = fs::file_size(p, ec);
+    if (ec) continue;
+    const auto mtime = fs::last_write_time(p, ec).time_since_epoch().count();
+    s += std::string(name) + ":" + std::to_string(size) + ":" + std::to_string(ec ? 0 : mtime) + ";";
+  }
+  return s.rfind("tokenizer.json:", 0) == 0 ? s : "";
+}
+
 }  // namespace
 
 std::string quantize_once_path(const QuantizeOnceKey& key, const std::string& quant) {
@@ -71,16 +90,18 @@ std::string quantize_once_path(const QuantizeOnceKey& key, const std::string& qu
 
 namespace {
 
-// The cached GGUF for `hf` (whose tensor list it is stamped with), or
-// nullptr when there is none or it is stale. Reads only hf's names and
-// formats, never its bytes.
-std::shared_ptr<const TensorSource> cached(const TensorSource& hf, const std::string& path) {
-  const std::string stamp = stamp_of(hf);
+// The cached GGUF for `hf` (whose tensor list and tokenizer files it is
+// stamped with), or nullptr when there is none or it is stale. Reads only
+// hf's names and formats, never its bytes.
+std::shared_ptr<const TensorSource> cached(const TensorSource& hf, const QuantizeOnceKey& key,
+                                           const std::string& path) {
+  const std::string stamp = stamp_of(hf), tok_stamp = tokenizer_stamp(key.tokenizer_dir);
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return nullptr;
   try {
     std::shared_ptr<const gguf::File> f = gguf::File::open(path);
-    if (f->get_string("kvad.source.tensors", "") == stamp && f->get_int("kvad.cache.version", 0) == kCacheVersion) {
+    if (f->get_string(keys::kTensors, "") == stamp && f->get_string(keys::kTokenizer, "") == tok_stamp &&
+        f->get_int(keys::kVersion, 0) == kCacheVersion) {
       fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // "last used", for kvad cache
       return gguf_source(std::move(f));
     }
@@ -95,7 +116,7 @@ std::shared_ptr<const TensorSource> cached(const TensorSource& hf, const std::st
 std::shared_ptr<const TensorSource> quantize_once(const std::string& dir, const std::string& quant,
                                                   const QuantizeOnceKey& key, bool* hit) {
   (void)quant::find_quant_type(quant);
-  if (auto c = cached(*open_hf_checkpoint(dir, /*list_only=*/true), quantize_once_path(key, quant))) {
+  if (auto c = cached(*open_hf_checkpoint(dir, /*list_only=*/true), key, quantize_once_path(key, quant))) {
     if (hit) *hit = true;
     return c;
   }
@@ -109,7 +130,8 @@ std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSo
   const Metadata* md = mapped_metadata(*hf);
   if (!md) throw Error(hf->path() + ": not an HF checkpoint view (open_hf_checkpoint)");
   const std::string stamp = stamp_of(*hf);
-  if (auto c = cached(*hf, path)) {
+  const std::string tok_stamp = tokenizer_stamp(key.tokenizer_dir);
+  if (auto c = cached(*hf, key, path)) {
     if (hit) *hit = true;
     return c;
   }
@@ -140,11 +162,19 @@ std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSo
   }
   const std::vector<quant::TensorChoice> plan = quant::plan(descs, type, hf->get_int(arch + ".block_count", 0));
   std::vector<gguf::Value> meta = gguf_metadata(*md);
-  meta.push_back(gguf::make_string("kvad.source.repo", key.repo));
-  meta.push_back(gguf::make_string("kvad.source.commit", key.commit));
-  meta.push_back(gguf::make_string("kvad.source.tensors", stamp));
-  meta.push_back(gguf::make_string("kvad.cache.quant", type.name));
-  meta.push_back(gguf::make_uint("kvad.cache.version", gguf::ValueType::UINT32, kCacheVersion));
+  if (!tok_stamp.empty()) {
+    const fs::path dir(key.tokenizer_dir);
+    const fs::path cfg = dir / "tokenizer_config.json";
+    for (gguf::Value& v : tokenizer_json_file_gguf_keys((dir / "tokenizer.json").string(),
+                                                        fs::exists(cfg, ec) ? cfg.string() : ""))
+      meta.push_back(std::move(v));
+  }
+  meta.push_back(gguf::make_string(keys::kRepo, key.repo));
+  meta.push_back(gguf::make_string(keys::kCommit, key.commit));
+  meta.push_back(gguf::make_string(keys::kTensors, stamp));
+  meta.push_back(gguf::make_string(keys::kTokenizer, tok_stamp));
+  meta.push_back(gguf::make_string(keys::kQuant, type.name));
+  meta.push_back(gguf::make_uint(keys::kVersion, gguf::ValueType::UINT32, kCacheVersion));
   quant::Options opt;  // all cores
   quant::quantize_tensors(3, meta, in, plan, type.file_type, path, opt, hf->path());
   return gguf_source(gguf::File::open(path));

@@ -27,13 +27,19 @@ namespace kvad::tok::hf {
 
 namespace {
 
-void read_vocab(const Ctx& c, const json& j, const std::string& path, VocabMap& vocab) {
+void read_vocab(const Ctx& c, const json& j, const std::string& path, VocabMap& vocab, const ModelTables* tables) {
   const json& v = c.object(c.at(j, path, "vocab"), path + ".vocab");
-  vocab.reserve(v.size());
+  vocab.reserve(v.size() + (tables ? tables->in_vocab.size() : 0));
   for (auto it = v.begin(); it != v.end(); ++it) {
     const int64_t id = c.integer(it.value(), path + ".vocab[\"" + it.key() + "\"]", 0, kMaxTokenId);
     vocab[it.key()] = static_cast<int32_t>(id);
   }
+  if (!tables || tables->in_vocab.empty()) return;
+  if (!tables->tokens || tables->tokens->size() != tables->in_vocab.size() ||
+      tables->in_vocab.size() > static_cast<size_t>(kMaxTokenId) + 1)
+    c.fail(path + ".vocab", "the vocabulary flags do not match the token list");
+  for (size_t i = 0; i < tables->in_vocab.size(); ++i)
+    if (tables->in_vocab[i] != 0) vocab.emplace((*tables->tokens)[i], static_cast<int32_t>(i));
 }
 
 int32_t lookup(const VocabMap& v, std::string_view s) {
@@ -43,9 +49,9 @@ int32_t lookup(const VocabMap& v, std::string_view s) {
 
 class Bpe final : public Model {
  public:
-  Bpe(const Ctx& c, const json& j, const std::string& path) {
+  Bpe(const Ctx& c, const json& j, const std::string& path, const ModelTables* tables, std::vector<int32_t>* merges_out) {
     type_ = "BPE";
-    read_vocab(c, j, path, vocab_);
+    read_vocab(c, j, path, vocab_, tables);
     byte_fallback_ = c.opt_bool(j, path, "byte_fallback", false);
     fuse_unk_ = c.opt_bool(j, path, "fuse_unk", false);
     ignore_merges_ = c.opt_bool(j, path, "ignore_merges", false);
@@ -68,7 +74,7 @@ class Bpe final : public Model {
     // them into a hash map).
     const std::string mp = path + ".merges";
     const json& merges = c.array(c.at(j, path, "merges"), mp);
-    merges_.reserve(merges.size());
+    merges_.reserve(merges.size() + (tables ? tables->merges.size() / 3 : 0));
     std::string a, b, joined;
     uint32_t rank = 0;
     for (size_t i = 0; i < merges.size(); ++i) {
@@ -96,7 +102,25 @@ class Bpe final : public Model {
       joined.assign(a).append(b, prefix_.size(), std::string::npos);
       const int32_t ji = lookup(vocab_, joined);
       if (ji < 0) c.fail(p, "merged token \"" + joined + "\" is not in the vocabulary");
-      merges_[key(ai, bi)] = Merge{rank++, ji};
+      merges_.put(key(ai, bi), Merge{rank++, ji});
+      if (merges_out) merges_out->insert(merges_out->end(), {ai, bi, ji});
+    }
+    if (tables && !tables->merges.empty()) {
+      // Ids only: each must be one the vocabulary has (an id past it would
+      // reach the model's embedding table).
+      int64_t max_id = -1;
+      for (const auto& [t, id] : vocab_) max_id = std::max<int64_t>(max_id, id);
+      const std::vector<int64_t>& m = tables->merges;
+      if (m.size() % 3 != 0) c.fail(mp, "the merge table's length is not a multiple of 3");
+      for (size_t i = 0; i < m.size(); i += 3) {
+        for (size_t k = 0; k < 3; ++k)
+          if (m[i + k] < 0 || m[i + k] > max_id)
+            c.fail(mp, "merge " + std::to_string(i / 3) + " names token id " + std::to_string(m[i + k]) +
+                           ", outside the vocabulary");
+        const auto ai = static_cast<int32_t>(m[i]), bi = static_cast<int32_t>(m[i + 1]);
+        merges_.put(key(ai, bi), Merge{rank++, static_cast<int32_t>(m[i + 2])});
+        if (merges_out) merges_out->insert(merges_out->end(), {ai, bi, static_cast<int32_t>(m[i + 2])});
+      }
     }
   }
 
@@ -155,8 +179,8 @@ class Bpe final : public Model {
       Symbol& cur = sy[top.pos];
       if (!cur.live || cur.next < 0) continue;
       Symbol& right = sy[cur.next];
-      auto it = merges_.find(key(cur.id, right.id));
-      if (it == merges_.end() || it->second.result != top.result) continue;  // stale
+      const Merge* mg = merges_.find(key(cur.id, right.id));
+      if (!mg || mg->result != top.result) continue;  // stale
       cur.id = top.result;
       right.live = false;
       cur.next = right.next;
@@ -187,13 +211,59 @@ class Bpe final : public Model {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
   void push(std::vector<Entry>& heap, int32_t a, int32_t b, int32_t pos) const {
-    auto it = merges_.find(key(a, b));
-    if (it == merges_.end()) return;
-    heap.push_back({it->second.rank, pos, it->second.result});
+    const Merge* m = merges_.find(key(a, b));
+    if (!m) return;
+    heap.push_back({m->rank, pos, m->result});
     std::push_heap(heap.begin(), heap.end());
   }
 
-  std::unordered_map<uint64_t, Merge> merges_;
+  // Pair of ids -> merge, open addressing with linear probing: one array,
+  // no node per merge (a 262k-token vocabulary has ~500k merges, and building
+  // and freeing a node-based map of them was most of a tokenizer's load).
+  class MergeTable {
+   public:
+    void reserve(size_t n) {
+      size_t cap = 16;
+      while (cap < 2 * n) cap <<= 1;
+      slots_.assign(cap, Slot{kEmpty, {}});
+    }
+    /// Inserts or replaces (a later duplicate wins).
+    void put(uint64_t k, Merge m) {
+      if (2 * (used_ + 1) > slots_.size()) grow();
+      Slot& s = slot(k);
+      if (s.key == kEmpty) ++used_;
+      s = Slot{k, m};
+    }
+    const Merge* find(uint64_t k) const {
+      if (slots_.empty()) return nullptr;
+      const Slot& s = const_cast<MergeTable*>(this)->slot(k);
+      return s.key == kEmpty ? nullptr : &s.merge;
+    }
+
+   private:
+    static constexpr uint64_t kEmpty = ~uint64_t{0};  // ids are < 2^22: no pair is all ones
+    struct Slot {
+      uint64_t key;
+      Merge merge;
+    };
+    Slot& slot(uint64_t k) {
+      const size_t mask = slots_.size() - 1;
+      size_t i = static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+      while (slots_[i].key != kEmpty && slots_[i].key != k) i = (i + 1) & mask;
+      return slots_[i];
+    }
+    void grow() {
+      std::vector<Slot> old = std::move(slots_);
+      reserve(std::max<size_t>(old.size(), 8));
+      used_ = 0;
+      for (const Slot& s : old)
+        if (s.key != kEmpty) put(s.key, s.merge);
+    }
+    std::vector<Slot> slots_;
+    size_t used_ = 0;
+  };
+
+  MergeTable merges_;
   std::string prefix_, suffix_, unk_text_;
   bool has_unk_ = false, fuse_unk_ = false, ignore_merges_ = false;
   std::array<int32_t, 256> byte_id_{};
@@ -201,9 +271,9 @@ class Bpe final : public Model {
 
 class WordPiece final : public Model {
  public:
-  WordPiece(const Ctx& c, const json& j, const std::string& path) {
+  WordPiece(const Ctx& c, const json& j, const std::string& path, const ModelTables* tables) {
     type_ = "WordPiece";
-    read_vocab(c, j, path, vocab_);
+    read_vocab(c, j, path, vocab_, tables);
     unk_text_ = c.opt_str(j, path, "unk_token", "[UNK]");
     unk_ = lookup(vocab_, unk_text_);
     prefix_ = c.opt_str(j, path, "continuing_subword_prefix", "##");
@@ -258,9 +328,9 @@ class WordPiece final : public Model {
 
 class WordLevel final : public Model {
  public:
-  WordLevel(const Ctx& c, const json& j, const std::string& path) {
+  WordLevel(const Ctx& c, const json& j, const std::string& path, const ModelTables* tables) {
     type_ = "WordLevel";
-    read_vocab(c, j, path, vocab_);
+    read_vocab(c, j, path, vocab_, tables);
     unk_text_ = c.opt_str(j, path, "unk_token", "<unk>");
     unk_ = lookup(vocab_, unk_text_);
   }
@@ -442,7 +512,8 @@ class Unigram final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_model(const Ctx& c, const json& j, const std::string& path) {
+std::unique_ptr<Model> make_model(const Ctx& c, const json& j, const std::string& path, const ModelTables* tables,
+                                  std::vector<int32_t>* merges_out) {
   c.object(j, path);
   // Old files have no "type": tokenizers then tries each model in turn.
   std::string t;
@@ -451,9 +522,9 @@ std::unique_ptr<Model> make_model(const Ctx& c, const json& j, const std::string
   else if (j.contains("vocab") && j["vocab"].is_array()) t = "Unigram";
   else if (j.contains("continuing_subword_prefix") || j.contains("max_input_chars_per_word")) t = "WordPiece";
   else t = "WordLevel";
-  if (t == "BPE") return std::make_unique<Bpe>(c, j, path);
-  if (t == "WordPiece") return std::make_unique<WordPiece>(c, j, path);
-  if (t == "WordLevel") return std::make_unique<WordLevel>(c, j, path);
+  if (t == "BPE") return std::make_unique<Bpe>(c, j, path, tables, merges_out);
+  if (t == "WordPiece") return std::make_unique<WordPiece>(c, j, path, tables);
+  if (t == "WordLevel") return std::make_unique<WordLevel>(c, j, path, tables);
   if (t == "Unigram") return std::make_unique<Unigram>(c, j, path);
   c.fail(path + ".type", "model \"" + t + "\" is not supported (supported: BPE, WordPiece, WordLevel, Unigram)");
 }

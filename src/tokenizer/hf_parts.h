@@ -125,7 +125,23 @@ class Model {
 };
 /// Largest token id a tokenizer.json may use (bounds the tables built from it).
 constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
-std::unique_ptr<Model> make_model(const Ctx& c, const json& j, const std::string& path);
+
+/// The vocabulary and merges of a model held outside its JSON object, as a
+/// GGUF written by hf_gguf_keys holds them (kvad.tokenizer.*): the model's
+/// vocabulary is model.vocab (what the JSON still lists) plus (tokens[i], i)
+/// for every i with in_vocab[i] != 0; a BPE's merges are `merges` (rank
+/// order, three ids each: left, right, merged) after model.merges.
+struct ModelTables {
+  const std::vector<std::string>* tokens = nullptr;
+  std::vector<int64_t> in_vocab;
+  std::vector<int64_t> merges;
+};
+
+/// Builds a model from its JSON object `j` (at `path`), with `tables`
+/// (may be null) adding to its vocabulary and merges. When `merges_out` is
+/// given, a BPE appends its merges to it as ModelTables::merges lists them.
+std::unique_ptr<Model> make_model(const Ctx& c, const json& j, const std::string& path,
+                                  const ModelTables* tables = nullptr, std::vector<int32_t>* merges_out = nullptr);
 
 class Decoder {
  public:

@@ -8,6 +8,7 @@
 // tokens skipped when encode_special_tokens), tokenizer/serialization.rs; and
 // transformers' tokenization_utils_tokenizers.py for tokenizer_config.json.
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -15,7 +16,11 @@
 
 #include "base/error.h"
 #include "base/utf8.h"
+#include "hub/sha256.h"
+#include "io/gguf.h"
+#include "io/gguf_writer.h"
 #include "tokenizer/hf_parts.h"
+#include "tokenizer/hf_pre_hash.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/vocab.h"
 
@@ -79,7 +84,12 @@ uint32_t last_char(std::string_view s) {
 
 class HfTokenizer final : public Vocab {
  public:
-  HfTokenizer(std::string_view text, const std::string& name, std::string_view config, const std::string& config_name);
+  /// `j`: tokenizer.json parsed; `tables`, `merges_out`: as make_model's.
+  HfTokenizer(const json& j, const std::string& name, std::string_view config, const std::string& config_name,
+              const hf::ModelTables* tables = nullptr, std::vector<int32_t>* merges_out = nullptr);
+  /// The GGUF keys of this tokenizer (hf_gguf_keys): `j` is the tokenizer.json
+  /// it was built from, `merges` what make_model's merges_out collected.
+  std::vector<gguf::Value> gguf_keys(const json& j, std::string_view config, const std::vector<int32_t>& merges) const;
 
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const override;
   std::string token_to_piece(int32_t id, bool special) const override;
@@ -108,13 +118,12 @@ class HfTokenizer final : public Vocab {
   std::vector<std::string> pieces_;      // per id: token_to_piece
 };
 
-HfTokenizer::HfTokenizer(std::string_view text, const std::string& name, std::string_view config,
-                         const std::string& config_name) {
+HfTokenizer::HfTokenizer(const json& j, const std::string& name, std::string_view config, const std::string& config_name,
+                         const hf::ModelTables* tables, std::vector<int32_t>* merges_out) {
   where_ = name + ": ";
   const Ctx c(name);
-  const json j = hf::parse_json(text, name);
   c.object(j, "");
-  model_impl_ = hf::make_model(c, c.at(j, "", "model"), "model");
+  model_impl_ = hf::make_model(c, c.at(j, "", "model"), "model", tables, merges_out);
   model_ = model_impl_->type();
   if (const json* n = c.find(j, "", "normalizer")) normalizer_ = hf::make_normalizer(c, *n, "normalizer");
   if (const json* p = c.find(j, "", "pre_tokenizer")) {
@@ -396,6 +405,187 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool special) c
   return out;
 }
 
+// ---- GGUF keys ------------------------------------------------------------
+
+// A part of type `type` at `j` or inside its Sequence.
+const json* find_part(const json& j, const char* type) {
+  if (!j.is_object()) return nullptr;
+  auto t = j.find("type");
+  if (t != j.end() && t->is_string() && *t == type) return &j;
+  for (const char* list : {"pretokenizers", "normalizers", "decoders", "processors"}) {
+    auto l = j.find(list);
+    if (l == j.end() || !l->is_array()) continue;
+    for (const json& e : *l)
+      if (const json* p = find_part(e, type)) return p;
+  }
+  return nullptr;
+}
+
+// convert_hf_to_gguf.py does_token_look_special: added tokens some models
+// leave unmarked that ought to be control tokens.
+bool looks_special(std::string_view t) {
+  if (t == "<pad>" || t == "<mask>" || t == "<2mass>" || t == "[@BOS@]") return true;
+  if (t.starts_with("<|") && t.ends_with("|>")) return true;
+  if (t.starts_with("<\xEF\xBD\x9C") && t.ends_with("\xEF\xBD\x9C>")) return true;  // <｜ ... ｜>
+  return t.starts_with("<unused") && t.ends_with(">");
+}
+
+std::string replace_all(std::string s, std::string_view from, std::string_view to) {
+  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size()) s.replace(p, from.size(), to);
+  return s;
+}
+
+std::vector<gguf::Value> HfTokenizer::gguf_keys(const json& j, std::string_view config,
+                                                const std::vector<int32_t>& merges) const {
+  using gguf::ValueType;
+  static const std::string kSpace = "\xE2\x96\x81";  // U+2581
+  const size_t n = tokens_.size();
+  const std::string& mt = model_impl_->type();
+  const json* pre = j.contains("pre_tokenizer") ? &j["pre_tokenizer"] : nullptr;
+  // Which of llama.cpp's tokenizers runs this one: byte-level BPE ("gpt2"),
+  // SentencePiece-style BPE with byte fallback ("llama", scores standing in
+  // for merge ranks), WordPiece ("bert"); anything else has no llama.cpp
+  // counterpart here ("none": llama.cpp loads the file without a vocabulary).
+  std::string kind = "none";
+  if (mt == "BPE" && pre && find_part(*pre, "ByteLevel")) kind = "gpt2";
+  else if (mt == "BPE" && model_impl_->byte_fallback()) kind = "llama";
+  else if (mt == "WordPiece") kind = "bert";
+
+  std::vector<const Added*> added(n, nullptr);
+  for (const Added& a : added_) added[a.id] = &a;
+  // The token list and types as the converter writes them (get_vocab_base,
+  // _create_vocab_sentencepiece, BertModel.set_vocab's phantom space).
+  std::vector<std::string> toks(n);
+  std::vector<int64_t> types(n);
+  for (size_t i = 0; i < n; ++i) {
+    TokenType ty = TokenType::NORMAL;
+    std::string t = tokens_[i];
+    if (!present_[i]) {
+      t = "[PAD" + std::to_string(i) + "]";
+      ty = TokenType::UNUSED;
+    } else if (const Added* a = added[i]) {
+      if (a->special || looks_special(a->content)) {
+        ty = static_cast<int32_t>(i) == unk_ && kind == "llama" ? TokenType::UNKNOWN : TokenType::CONTROL;
+      } else {
+        ty = TokenType::USER_DEFINED;
+        t = replace_all(t, kSpace, " ");  // the converter pre-normalizes user-defined spaces
+      }
+    } else if (kind == "llama" && types_[i] == TokenType::BYTE) {
+      ty = TokenType::BYTE;
+    } else if (kind == "llama" && static_cast<int32_t>(i) == unk_) {
+      ty = TokenType::UNKNOWN;
+    }
+    if (kind == "bert" && ty != TokenType::CONTROL) t = t.starts_with("##") ? t.substr(2) : kSpace + t;
+    toks[i] = std::move(t);
+    types[i] = static_cast<int64_t>(ty);
+  }
+
+  std::vector<gguf::Value> out;
+  out.push_back(gguf::make_string("tokenizer.ggml.model", kind));
+  if (kind == "gpt2" || kind == "bert") {
+    // The converter's name for the pre-tokenizer: the hash of the ids of its
+    // check text ("default" when it does not know it, as llama.cpp then reads).
+    const std::vector<int32_t> ids = encode(kPreCheckText, true, true);
+    std::string list = "[";
+    for (size_t i = 0; i < ids.size(); ++i) list += (i ? ", " : "") + std::to_string(ids[i]);
+    list += "]";
+    hub::Sha256 h;
+    h.update(list.data(), list.size());
+    const char* name = llama_cpp_pre_name(h.hex_digest());
+    out.push_back(gguf::make_string("tokenizer.ggml.pre", name ? name : "default"));
+  } else if (kind == "llama") {
+    out.push_back(gguf::make_string("tokenizer.ggml.pre", "default"));
+  }
+  out.push_back(gguf::make_string_array("tokenizer.ggml.tokens", toks));
+  if (kind == "llama") {
+    // llama.cpp's SentencePiece merges the adjacent pair whose merged token
+    // scores highest; a BPE merges the pair of lowest rank. The score of a
+    // token is minus the rank of the first merge that makes it; tokens no
+    // merge makes score below every merge.
+    const auto n_merges = static_cast<double>(merges.size() / 3);
+    std::vector<double> scores(n, -n_merges - 1);
+    std::vector<uint8_t> made(n, 0);
+    for (size_t k = 0; k < merges.size(); k += 3) {
+      const auto r = static_cast<size_t>(merges[k + 2]);
+      if (!made[r]) scores[r] = -static_cast<double>(k / 3);
+      made[r] = 1;
+    }
+    for (size_t i = 0; i < n; ++i)
+      if (types[i] != static_cast<int64_t>(TokenType::NORMAL)) scores[i] = 0.0;
+    out.push_back(gguf::make_float_array("tokenizer.ggml.scores", ValueType::FLOAT32, scores));
+  }
+  out.push_back(gguf::make_int_array("tokenizer.ggml.token_type", ValueType::INT32, types));
+  if (kind == "gpt2") {
+    std::vector<std::string> m;
+    m.reserve(merges.size() / 3);
+    for (size_t k = 0; k < merges.size(); k += 3) m.push_back(tokens_[merges[k]] + " " + tokens_[merges[k + 1]]);
+    out.push_back(gguf::make_string_array("tokenizer.ggml.merges", std::move(m)));
+  }
+  auto id_key = [&](const char* key, int32_t id) {
+    if (id >= 0) out.push_back(gguf::make_uint(key, ValueType::UINT32, static_cast<uint64_t>(id)));
+  };
+  id_key("tokenizer.ggml.bos_token_id", bos_);
+  id_key("tokenizer.ggml.eos_token_id", eos_);
+  id_key("tokenizer.ggml.unknown_token_id", unk_);
+  id_key("tokenizer.ggml.padding_token_id", pad_);
+  out.push_back(gguf::make_bool("tokenizer.ggml.add_bos_token", add_bos_));
+  out.push_back(gguf::make_bool("tokenizer.ggml.add_eos_token", add_eos_));
+  if (kind == "llama") {
+    // A leading U+2581 is added by a Prepend normalizer or a Metaspace
+    // pre-tokenizer that prepends (llama.cpp's SentencePiece adds it when
+    // this key says so, and by default when it is absent).
+    bool prefix = false;
+    if (j.contains("normalizer"))
+      if (const json* p = find_part(j["normalizer"], "Prepend")) prefix = p->value("prepend", "") == kSpace;
+    if (pre)
+      if (const json* m = find_part(*pre, "Metaspace"))
+        prefix = m->contains("prepend_scheme") ? m->value("prepend_scheme", "always") != "never"
+                                               : m->value("add_prefix_space", true);
+    out.push_back(gguf::make_bool("tokenizer.ggml.add_space_prefix", prefix));
+  }
+  std::vector<std::string> named;
+  for (const auto& [name, tmpl] : chat_templates_) {
+    if (name == "default") {
+      out.push_back(gguf::make_string("tokenizer.chat_template", tmpl));
+      continue;
+    }
+    std::string nm;
+    for (char ch : name) nm += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+    if (nm.empty()) continue;
+    out.push_back(gguf::make_string("tokenizer.chat_template." + nm, tmpl));
+    named.push_back(nm);
+  }
+  if (!named.empty()) out.push_back(gguf::make_string_array("tokenizer.chat_templates", named));
+
+  // kvad's own keys: the pipeline exactly as tokenizer.json has it, with the
+  // model's vocabulary and merges held as the tables above (ModelTables), so
+  // that reading it back builds this tokenizer without a large JSON parse.
+  json jj = j;
+  if (mt == "BPE" || mt == "WordPiece" || mt == "WordLevel") {
+    std::vector<int64_t> in_vocab(n, 0);
+    json rest = json::object();
+    for (const auto& [text, id] : model_impl_->vocab()) {
+      if (toks[id] == text && !in_vocab[id]) in_vocab[id] = 1;
+      else rest[text] = id;
+    }
+    jj["model"]["vocab"] = std::move(rest);
+    out.push_back(gguf::make_int_array(kKeyVocab, ValueType::INT8, std::move(in_vocab)));
+    if (mt == "BPE") {
+      jj["model"]["merges"] = json::array();
+      out.push_back(gguf::make_int_array(kKeyMerges, ValueType::INT32, std::vector<int64_t>(merges.begin(), merges.end())));
+    }
+  }
+  out.push_back(gguf::make_string(kKeyJson, jj.dump()));
+  if (!config.empty()) {
+    // read_config reads the special tokens and templates, not the
+    // added_tokens_decoder (tokenizer.json's added_tokens say the same).
+    json cfg = json::parse(config);
+    cfg.erase("added_tokens_decoder");
+    out.push_back(gguf::make_string(kKeyConfig, cfg.dump()));
+  }
+  return out;
+}
+
 std::string read_text(const std::string& path) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
@@ -414,7 +604,20 @@ std::string read_text(const std::string& path) {
 
 std::unique_ptr<Tokenizer> make_hf(std::string_view json, const std::string& name, std::string_view config,
                                    const std::string& config_name) {
-  return std::make_unique<HfTokenizer>(json, name, config, config_name);
+  return std::make_unique<HfTokenizer>(hf::parse_json(json, name), name, config, config_name);
+}
+
+std::unique_ptr<Tokenizer> make_hf_tables(std::string_view json, const std::string& name, std::string_view config,
+                                          const std::string& config_name, const hf::ModelTables& tables) {
+  return std::make_unique<HfTokenizer>(hf::parse_json(json, name), name, config, config_name, &tables);
+}
+
+std::vector<gguf::Value> hf_gguf_keys(std::string_view json, const std::string& name, std::string_view config,
+                                      const std::string& config_name) {
+  const hf::json j = hf::parse_json(json, name);
+  std::vector<int32_t> merges;
+  const HfTokenizer t(j, name, config, config_name, nullptr, &merges);
+  return t.gguf_keys(j, config, merges);
 }
 
 }  // namespace tok
@@ -424,6 +627,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& pat
   const std::string config = config_path.empty() ? std::string() : tok::read_text(config_path);
   if (!config_path.empty() && config.empty()) throw Error(config_path + ": empty file");
   return tok::make_hf(text, path, config, config_path);
+}
+
+std::vector<gguf::Value> tokenizer_json_file_gguf_keys(const std::string& path, const std::string& config_path) {
+  const std::string text = tok::read_text(path);
+  const std::string config = config_path.empty() ? std::string() : tok::read_text(config_path);
+  if (!config_path.empty() && config.empty()) throw Error(config_path + ": empty file");
+  return tok::hf_gguf_keys(text, path, config, config_path);
 }
 
 }  // namespace kvad

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/utf8.h"
 #include "io/gguf.h"
+#include "tokenizer/hf_parts.h"
 #include "tokenizer/vocab.h"
 
 namespace kvad {
@@ -125,6 +126,20 @@ void Vocab::find_eog() {
 }  // namespace tok
 
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
+  if (const gguf::Value* hj = f.find(tok::kKeyJson)) {
+    // An HF tokenizer kept by kvad (hf_gguf_keys): its own pipeline, with the
+    // vocabulary of tokenizer.ggml.tokens.
+    const std::string name = f.path() + ": " + tok::kKeyJson;
+    tok::hf::ModelTables tables;
+    const gguf::Value* tv = f.find("tokenizer.ggml.tokens");
+    if (!tv) throw Error(f.path() + ": " + tok::kKeyJson + " needs tokenizer.ggml.tokens, which is missing");
+    tables.tokens = &tv->as_string_array();
+    if (const gguf::Value* v = f.find(tok::kKeyVocab)) tables.in_vocab = v->as_int_array();
+    if (const gguf::Value* v = f.find(tok::kKeyMerges)) tables.merges = v->as_int_array();
+    const gguf::Value* cv = f.find(tok::kKeyConfig);
+    return tok::make_hf_tables(hj->as_string(), name, cv ? std::string_view(cv->as_string()) : std::string_view(),
+                               f.path() + ": " + tok::kKeyConfig, tables);
+  }
   const gguf::Value* m = f.find("tokenizer.ggml.model");
   if (!m) throw Error(f.path() + ": no tokenizer (key tokenizer.ggml.model is missing)");
   const std::string& model = m->as_string();
@@ -133,6 +148,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const gguf::File& f) {
   if (model == "bert") return tok::make_wordpiece(f);
   throw Error(f.path() + ": tokenizer.ggml.model = \"" + model +
               "\" is not supported (supported: \"gpt2\" byte-level BPE, \"llama\" SentencePiece, \"bert\" WordPiece)");
+}
+
+std::vector<gguf::Value> tokenizer_json_gguf_keys(std::string_view json, const std::string& name,
+                                                  std::string_view config_json, const std::string& config_name) {
+  return tok::hf_gguf_keys(json, name, config_json, config_name);
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json_text(std::string_view json, const std::string& name,

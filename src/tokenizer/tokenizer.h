@@ -27,7 +27,7 @@
 
 namespace kvad {
 
-namespace gguf { class File; }
+namespace gguf { class File; class Value; }
 
 /// GGUF token types (`tokenizer.ggml.token_type`).
 enum class TokenType : int32_t {
@@ -36,8 +36,11 @@ enum class TokenType : int32_t {
 
 class Tokenizer {
  public:
-  /// Builds the tokenizer a GGUF describes. Throws kvad::Error naming the file
-  /// and key for a missing/unsupported model or pre-tokenizer.
+  /// Builds the tokenizer a GGUF describes. A file with kvad.tokenizer.json
+  /// (tokenizer_json_gguf_keys: the quantize-once cache) gets the HF
+  /// tokenizer kept there; others the one tokenizer.ggml.model names. Throws
+  /// kvad::Error naming the file and key for a missing/unsupported model or
+  /// pre-tokenizer, or malformed kvad.tokenizer.* keys.
   static std::unique_ptr<Tokenizer> from_gguf(const gguf::File& f);
   /// Builds the tokenizer an HF tokenizer.json describes, with BOS/EOS/pad
   /// and chat templates from a tokenizer_config.json when `config_path` is
@@ -141,6 +144,28 @@ class Tokenizer {
   std::string chat_template_;
   std::vector<std::pair<std::string, std::string>> chat_templates_;
 };
+
+/// The key whose presence says a GGUF keeps an HF tokenizer (tokenizer_json_gguf_keys).
+inline constexpr const char* kGgufHfTokenizerKey = "kvad.tokenizer.json";
+/// The GGUF keys of the HF tokenizer `json` (tokenizer.json text; `name`
+/// for errors) with its tokenizer_config.json `config_json` (may be empty),
+/// for a GGUF that llama.cpp and kvad both read (the quantize-once cache):
+/// the tokenizer.ggml.* keys as llama.cpp's convert_hf_to_gguf.py writes them
+/// (model "gpt2" with merges and the pre-tokenizer its hash table names for a
+/// byte-level BPE; "llama" with scores for a SentencePiece-style BPE with
+/// byte fallback, the scores ordering merges as the BPE's ranks do; "bert"
+/// for WordPiece; "none" otherwise), bos/eos/unk/pad ids, add_bos_token,
+/// add_eos_token, tokenizer.chat_template[.NAME]; and kvad.tokenizer.* keys
+/// that from_gguf reads back into this very tokenizer (encode, decode and
+/// special ids equal to from_tokenizer_json_text's). Throws kvad::Error as
+/// from_tokenizer_json_text does.
+std::vector<gguf::Value> tokenizer_json_gguf_keys(std::string_view json, const std::string& name,
+                                                  std::string_view config_json = {},
+                                                  const std::string& config_name = "tokenizer_config.json");
+
+/// The same for the files at `path` and `config_path` (empty: none), read as
+/// Tokenizer::from_tokenizer_json reads them.
+std::vector<gguf::Value> tokenizer_json_file_gguf_keys(const std::string& path, const std::string& config_path = "");
 
 /// Turns a stream of token ids into text that never ends inside a UTF-8
 /// sequence: push() returns the bytes that are complete so far, holding back

@@ -3,6 +3,10 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/gguf.h"
 
 #include "tokenizer/tokenizer.h"
 
@@ -38,5 +42,20 @@ std::unique_ptr<Tokenizer> make_wordpiece(const gguf::File& f);
 /// tokenizer.json (hf_tokenizer.cpp); `config` may be null.
 std::unique_ptr<Tokenizer> make_hf(std::string_view json, const std::string& name, std::string_view config,
                                    const std::string& config_name);
+
+/// The GGUF keys kvad keeps an HF tokenizer in (hf_gguf_keys): tokenizer.json
+/// with the model's vocabulary and merges moved out, the flags of which
+/// tokenizer.ggml.tokens entries are model.vocab entries (INT8 per id), the
+/// merges as id triples (INT32), and tokenizer_config.json.
+inline constexpr const char* kKeyJson = kGgufHfTokenizerKey;
+inline constexpr const char* kKeyVocab = "kvad.tokenizer.in_vocab";
+inline constexpr const char* kKeyMerges = "kvad.tokenizer.merges";
+inline constexpr const char* kKeyConfig = "kvad.tokenizer.config";
+namespace hf { struct ModelTables; }
+/// A tokenizer.json whose model vocabulary and merges are partly in `tables`.
+std::vector<gguf::Value> hf_gguf_keys(std::string_view json, const std::string& name, std::string_view config,
+                                      const std::string& config_name);
+std::unique_ptr<Tokenizer> make_hf_tables(std::string_view json, const std::string& name, std::string_view config,
+                                          const std::string& config_name, const hf::ModelTables& tables);
 
 }  // namespace kvad::tok

@@ -32,6 +32,7 @@
 #include "model/hf.h"
 #include "model/registry.h"
 #include "tensor/ops.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 
@@ -626,6 +627,50 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
     EXPECT_TRUE(std::isfinite(worst));
   }
   fs::remove_all(cache);
+}
+
+// The cache keeps the checkpoint's tokenizer (tokenizer.json and
+// tokenizer_config.json as GGUF keys): read back from the file it is the
+// same tokenizer; the file is stamped with the tokenizer files, so changing
+// one makes the next load write the file again.
+TEST(HfCheckpoint, QuantizeOnceKeepsTheTokenizer) {
+  const fs::path tmp = fs::temp_directory_path() / ("kvad-qtok-" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  const fs::path dir = tmp / "ckpt", cache = tmp / "cache";
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(kDir / "llama")) fs::copy(e.path(), dir / e.path().filename());
+  const char* tokenizer = R"({"version": "1.0", "added_tokens": [
+      {"id": 0, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}],
+    "normalizer": null, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+    "post_processor": null, "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+    "model": {"type": "BPE", "dropout": null, "unk_token": null, "byte_fallback": false, "ignore_merges": false,
+              "vocab": {"<s>": 0, "a": 1, "b": 2, "\u0120": 3, "ab": 4, "\u0120ab": 5}, "merges": ["a b", "\u0120 ab"]}})";
+  auto write = [&](const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; };
+  write(dir / "tokenizer.json", tokenizer);
+  write(dir / "tokenizer_config.json", R"({"bos_token": "<s>", "chat_template": "{{ messages[0]['content'] }}"})");
+  const kvad::QuantizeOnceKey key{cache.string(), "kvad-test/tiny-llama-tok", "0123456789abcdef", dir.string()};
+  bool hit = true;
+  auto q = kvad::quantize_once(kvad::open_hf_checkpoint(dir.string()), "q8_0", key, &hit);
+  EXPECT_FALSE(hit);
+  std::shared_ptr<const kvad::gguf::File> f = kvad::gguf_file(*q);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->get_string("tokenizer.ggml.model", ""), "gpt2");
+  EXPECT_EQ(f->get_string("tokenizer.chat_template", ""), "{{ messages[0]['content'] }}");
+  auto ref = kvad::Tokenizer::from_tokenizer_json((dir / "tokenizer.json").string(), (dir / "tokenizer_config.json").string());
+  auto tok = kvad::Tokenizer::from_gguf(*f);
+  for (const char* text : {"ab ab", "aab b<s>ab", " b a"}) {
+    EXPECT_EQ(tok->encode(text, true, true), ref->encode(text, true, true)) << text;
+    EXPECT_EQ(tok->encode(text, false, false), ref->encode(text, false, false)) << text;
+  }
+  EXPECT_EQ(tok->bos(), 0);
+  EXPECT_EQ(tok->chat_template(), ref->chat_template());
+  (void)kvad::quantize_once(kvad::open_hf_checkpoint(dir.string()), "q8_0", key, &hit);
+  EXPECT_TRUE(hit);
+  write(dir / "tokenizer.json", std::string(tokenizer) + "\n");  // another tokenizer file
+  auto q2 = kvad::quantize_once(kvad::open_hf_checkpoint(dir.string()), "q8_0", key, &hit);
+  EXPECT_FALSE(hit);
+  EXPECT_TRUE(kvad::gguf_file(*q2)->find(kvad::kGgufHfTokenizerKey));
+  fs::remove_all(tmp);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "base/error.h"
 #include "base/utf8.h"
 #include "io/gguf.h"
+#include "io/gguf_writer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -114,14 +115,12 @@ std::vector<std::string> families() {
 
 class HfFamily : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(HfFamily, EqualsTokenizers) {
-  const std::string name = GetParam();
-  const json fx = json::parse(gunzip(read_file(kDir + "/" + name + ".cases.json.gz")));
-  const auto t0 = std::chrono::steady_clock::now();
-  std::unique_ptr<Tokenizer> tok = Tokenizer::from_tokenizer_json_text(tokenizer_text(fx.at("tokenizer")), name + ".json");
-  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  size_t n = 0, equal = 0, reported = 0;
-  double enc_ms = 0;
+// Every case of the fixture `fx` through `tok`; returns the number equal to
+// tokenizers' (failures for the first 12 that are not).
+size_t check_cases(const std::string& name, const Tokenizer& tok, const json& fx, size_t& n, double& enc_ms) {
+  size_t equal = 0, reported = 0;
+  n = 0;
+  enc_ms = 0;
   for (const json& c : fx.at("cases")) {
     const std::string text = c[0].get<std::string>();
     const auto ids = c[1].get<std::vector<int32_t>>();
@@ -130,11 +129,11 @@ TEST_P(HfFamily, EqualsTokenizers) {
     const std::string dec = c[4].get<std::string>();
     const std::string dec_skip = c[5].is_null() ? dec : c[5].get<std::string>();
     const auto e0 = std::chrono::steady_clock::now();
-    const auto got = tok->encode(text, false, true);
+    const auto got = tok.encode(text, false, true);
     enc_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - e0).count();
-    const auto got_sp = tok->encode(text, true, true);
-    const auto got_np = tok->encode(text, false, false);
-    const std::string got_dec = tok->decode(ids_sp, true), got_skip = tok->decode(ids_sp, false);
+    const auto got_sp = tok.encode(text, true, true);
+    const auto got_np = tok.encode(text, false, false);
+    const std::string got_dec = tok.decode(ids_sp, true), got_skip = tok.decode(ids_sp, false);
     ++n;
     const bool ok = got == ids && got_sp == ids_sp && got_np == ids_np && got_dec == dec && got_skip == dec_skip;
     if (ok) {
@@ -154,10 +153,79 @@ TEST_P(HfFamily, EqualsTokenizers) {
       m << "\n  decode skip: expected \"" << escaped(dec_skip) << "\"\n               got      \"" << escaped(got_skip) << "\"";
     ADD_FAILURE() << m.str();
   }
+  return equal;
+}
+
+// A GGUF in memory holding tokenizer_json_gguf_keys(...) (as the
+// quantize-once cache does), and the tokenizer kvad reads back from it.
+struct GgufTokenizer {
+  std::vector<uint8_t> bytes;
+  std::unique_ptr<kvad::gguf::File> file;
+  std::unique_ptr<Tokenizer> tok;
+};
+GgufTokenizer via_gguf(const std::string& text, const std::string& name, const std::string& config = "") {
+  GgufTokenizer g;
+  kvad::gguf::Writer w;
+  for (const kvad::gguf::Value& v : kvad::tokenizer_json_gguf_keys(text, name, config)) w.add(v);
+  g.bytes = w.to_bytes();
+  g.file = kvad::gguf::File::parse(g.bytes.data(), g.bytes.size(), name + ".gguf");
+  g.tok = Tokenizer::from_gguf(*g.file);
+  return g;
+}
+
+TEST_P(HfFamily, EqualsTokenizers) {
+  const std::string name = GetParam();
+  const json fx = json::parse(gunzip(read_file(kDir + "/" + name + ".cases.json.gz")));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<Tokenizer> tok = Tokenizer::from_tokenizer_json_text(tokenizer_text(fx.at("tokenizer")), name + ".json");
+  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  size_t n = 0;
+  double enc_ms = 0;
+  const size_t equal = check_cases(name, *tok, fx, n, enc_ms);
   std::printf("[ hf       ] %-20s %zu/%zu strings equal to tokenizers %s (load %.0f ms, encode %.1f ms)\n", name.c_str(), equal,
               n, fx.value("tokenizers", "?").c_str(), load_ms, enc_ms);
   EXPECT_EQ(equal, n);
   EXPECT_GE(n, 1000u);
+}
+
+// The tokenizer kept in a GGUF (the quantize-once cache's kvad.tokenizer.*
+// keys beside llama.cpp's tokenizer.ggml.* ones) tokenizes every string of
+// the suite as tokenizers does, and has the tokenizer.json one's ids, texts
+// and types.
+TEST_P(HfFamily, CacheGgufEqualsTokenizers) {
+  const std::string name = GetParam();
+  const json fx = json::parse(gunzip(read_file(kDir + "/" + name + ".cases.json.gz")));
+  const std::string text = tokenizer_text(fx.at("tokenizer"));
+  std::unique_ptr<Tokenizer> ref = Tokenizer::from_tokenizer_json_text(text, name + ".json");
+  const GgufTokenizer g = via_gguf(text, name);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto again = Tokenizer::from_gguf(*g.file);
+  const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const Tokenizer& tok = *g.tok;
+  ASSERT_EQ(tok.n_vocab(), ref->n_vocab());
+  EXPECT_EQ(tok.bos(), ref->bos());
+  EXPECT_EQ(tok.eos(), ref->eos());
+  EXPECT_EQ(tok.unk(), ref->unk());
+  EXPECT_EQ(tok.add_bos(), ref->add_bos());
+  EXPECT_EQ(tok.add_eos(), ref->add_eos());
+  EXPECT_EQ(tok.eog_ids(), ref->eog_ids());
+  size_t same_ids = 0;
+  for (int32_t i = 0; i < ref->n_vocab(); ++i)
+    same_ids += tok.token_text(i) == ref->token_text(i) && tok.token_type(i) == ref->token_type(i) &&
+                tok.token_to_piece(i, true) == ref->token_to_piece(i, true);
+  EXPECT_EQ(same_ids, static_cast<size_t>(ref->n_vocab())) << name;
+  size_t n = 0, same = 0;
+  double enc_ms = 0;
+  const size_t equal = check_cases(name, tok, fx, n, enc_ms);
+  for (const json& c : fx.at("cases")) {
+    const std::string s = c[0].get<std::string>();
+    same += tok.encode(s, true, true) == ref->encode(s, true, true) && tok.encode(s, false, false) == ref->encode(s, false, false);
+  }
+  std::printf("[ gguf     ] %-20s %zu/%zu strings equal to tokenizers, %zu/%zu to tokenizer.json's (GGUF %zu KiB, load %.0f ms)\n",
+              name.c_str(), equal, n, same, n, g.bytes.size() >> 10, load_ms);
+  EXPECT_EQ(equal, n);
+  EXPECT_EQ(same, n);
+  EXPECT_EQ(again->n_vocab(), tok.n_vocab());
 }
 
 TEST_P(HfFamily, StreamDecoderKeepsCharactersWhole) {
@@ -244,6 +312,18 @@ TEST(TokenizerJson, ConfigEqualsTransformers) {
     std::printf("[ config   ] %-20s %zu/%zu strings equal to transformers %s\n", name.c_str(), equal, n,
                 tf.value("version", "?").c_str());
     EXPECT_EQ(equal, n);
+    // The same through a GGUF with tokenizer_json_gguf_keys (the quantize-once cache).
+    const GgufTokenizer g = via_gguf(tokenizer_text(fx.at("tokenizer")), name, tf.at("config").dump());
+    EXPECT_EQ(g.tok->bos(), tok->bos()) << name;
+    EXPECT_EQ(g.tok->eos(), tok->eos()) << name;
+    EXPECT_EQ(g.tok->pad(), tok->pad()) << name;
+    EXPECT_EQ(g.tok->chat_template(), tok->chat_template()) << name;
+    EXPECT_EQ(g.tok->chat_templates(), tok->chat_templates()) << name;
+    EXPECT_EQ(g.file->get_string("tokenizer.chat_template", ""), tok->chat_template()) << name;
+    size_t g_equal = 0;
+    for (const json& c : tf.at("cases"))
+      g_equal += g.tok->encode(c[0].get<std::string>(), true, true) == c[1].get<std::vector<int32_t>>();
+    EXPECT_EQ(g_equal, n) << name << " via GGUF";
     ++n_families;
   }
   EXPECT_GE(n_families, 3);
@@ -370,6 +450,54 @@ TEST(TokenizerJson, ConfigAndPathApi) {
 // the file (and, where the corpus file says so in its "expect" member, the
 // field); mutated versions of a valid file must give an error or a working
 // tokenizer, never a crash, in bounded time.
+
+// Broken kvad.tokenizer.* keys in a GGUF (a damaged or hostile cache file):
+// each is a kvad::Error naming the file, never a crash or an id past the
+// vocabulary.
+TEST(TokenizerJson, BrokenGgufTokenizerKeys) {
+  namespace gguf = kvad::gguf;
+  const std::vector<gguf::Value> keys = kvad::tokenizer_json_gguf_keys(kTiny, "tiny.json");
+  auto with = [&](const std::string& key, const gguf::Value* v) {
+    gguf::Writer w;
+    for (const gguf::Value& k : keys) {
+      if (k.key() != key) w.add(k);
+      else if (v) w.add(*v);
+    }
+    return w.to_bytes();
+  };
+  auto error_of = [](const std::vector<uint8_t>& bytes) -> std::string {
+    try {
+      auto f = gguf::File::parse(bytes.data(), bytes.size(), "broken.gguf");
+      auto t = Tokenizer::from_gguf(*f);
+      (void)t->encode("ab ab xx", true, true);
+      return "";
+    } catch (const kvad::Error& e) {
+      return e.what();
+    }
+  };
+  const std::string ok = error_of(with("", nullptr));
+  EXPECT_EQ(ok, "");
+  const gguf::Value short_flags = gguf::make_int_array("kvad.tokenizer.in_vocab", gguf::ValueType::INT8, {1, 1});
+  const gguf::Value bad_len = gguf::make_int_array("kvad.tokenizer.merges", gguf::ValueType::INT32, {4, 5});
+  const gguf::Value bad_id = gguf::make_int_array("kvad.tokenizer.merges", gguf::ValueType::INT32, {4, 5, 1000000});
+  const gguf::Value neg_id = gguf::make_int_array("kvad.tokenizer.merges", gguf::ValueType::INT32, {-1, 5, 7});
+  const gguf::Value not_json = gguf::make_string("kvad.tokenizer.json", "{\"model\": ");
+  const gguf::Value not_array = gguf::make_string("kvad.tokenizer.merges", "4 5 7");
+  const std::vector<std::pair<std::vector<uint8_t>, std::string>> cases = {
+      {with("kvad.tokenizer.in_vocab", &short_flags), "vocabulary flags"},
+      {with("kvad.tokenizer.merges", &bad_len), "multiple of 3"},
+      {with("kvad.tokenizer.merges", &bad_id), "outside the vocabulary"},
+      {with("kvad.tokenizer.merges", &neg_id), "outside the vocabulary"},
+      {with("kvad.tokenizer.json", &not_json), "kvad.tokenizer.json"},
+      {with("kvad.tokenizer.merges", &not_array), "kvad.tokenizer.merges"},
+      {with("tokenizer.ggml.tokens", nullptr), "tokenizer.ggml.tokens"},
+  };
+  for (const auto& [bytes, what] : cases) {
+    const std::string e = error_of(bytes);
+    EXPECT_NE(e.find("broken.gguf"), std::string::npos) << e;
+    EXPECT_NE(e.find(what), std::string::npos) << "want \"" << what << "\" in: " << e;
+  }
+}
 
 TEST(TokenizerJson, BrokenCorpus) {
   const fs::path dir = kSrcDir + "/broken";
