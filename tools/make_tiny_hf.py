@@ -2,7 +2,9 @@
 """Tiny random HF checkpoints and transformers' logits for them.
 
 For each architecture kvad reads from HF checkpoints (llama, gemma3_text,
-qwen2, qwen3, qwen3_next, ...),
+qwen2, qwen3, mistral, gpt2, phi3, qwen3_moe, qwen3_next, gpt_oss,
+deepseek_v2/v3) and rope/window option (llama3, YaRN with and without
+truncate, Qwen2's use_sliding_window),
 makes a randomly initialised model with small dimensions but the
 architecture's real options (GQA with n_head != n_head_kv, a sliding window
 shorter than the test prompt, untied and tied heads), saves it with
@@ -252,6 +254,43 @@ def main():
             if n.endswith(".bias"):
                 p.normal_(0.0, 0.5)
     save("qwen2_yarn", sharpen(m))
+
+    # The same checkpoint (same seed, same weights) with YaRN's `truncate:
+    # false` (gpt-oss's setting): the correction dims of beta_fast/beta_slow
+    # are used as computed instead of floored/ceiled. beta_fast 20 and
+    # beta_slow 1.5 put both dims off integers.
+    torch.manual_seed(6)
+    cfg = transformers.Qwen2Config(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+        rms_norm_eps=1e-6, tie_word_embeddings=True, torch_dtype="float32",
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 256, "beta_fast": 20.0, "beta_slow": 1.5,
+                         "truncate": False})
+    m = transformers.Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith(".bias"):
+                p.normal_(0.0, 0.5)
+    save("qwen2_yarn_notrunc", sharpen(m))
+
+    # Qwen2 with use_sliding_window: max_window_layers 1 of 3 layers, so by
+    # transformers' rule (layer i is windowed when i >= max_window_layers)
+    # layer 0 attends to everything and layers 1-2 to a window of 4, shorter
+    # than the prompt. transformers 5 also writes the rule out as layer_types.
+    torch.manual_seed(11)
+    cfg = transformers.Qwen2Config(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        use_sliding_window=True, sliding_window=4, max_window_layers=1,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, torch_dtype="float32",
+        attn_implementation="eager")
+    m = transformers.Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith(".bias"):
+                p.normal_(0.0, 0.5)
+    save("qwen2_swa", sharpen(m, 4.0))
 
     # GPT-2: learned positions, LayerNorm with bias, fused c_attn (Conv1D,
     # stored [n_in, n_out]), GELU (tanh) MLP, tied head. Random biases and

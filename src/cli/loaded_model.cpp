@@ -67,10 +67,11 @@ LoadedModel load_for_cli(const ResolvedModel& r, const DeviceOptions& dev, bool 
     m.model = load_model(src, dev);
     m.tokenizer = Tokenizer::from_gguf(*m.file);
   } else {
-    std::shared_ptr<const TensorSource> src = open_hf_checkpoint(r.path);
+    std::shared_ptr<const TensorSource> src;
     DeviceOptions d = dev;
     // --quant none (the default for checkpoints): bf16/f16/f32 weights as stored.
     const std::string quant = dev.quant.empty() ? "none" : dev.quant;
+    if (quant == "none") src = open_hf_checkpoint(r.path);
     const std::string dir = r.path;
     bool tokenizer_cached = false;
     if (quant != "none") {
@@ -84,7 +85,8 @@ LoadedModel load_for_cli(const ResolvedModel& r, const DeviceOptions& dev, bool 
         for (const quant::QuantType& t : quant::quant_types()) types += (types.empty() ? "" : ", ") + std::string(t.name);
         throw Error("--quant " + quant + " is not a type an HF checkpoint can be quantized to (" + types + ", or none)");
       }
-      src = quantize_once(src, quant, key, &hit);
+      // A hit maps the cached GGUF without reading (or stacking) the checkpoint's tensors.
+      src = quantize_once(r.path, quant, key, &hit);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - q0).count();
       const std::string file = quantize_once_path(key, quant);
       if (hit)

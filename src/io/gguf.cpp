@@ -335,7 +335,7 @@ const std::vector<std::string>& Value::as_string_array() const {
 
 std::vector<int64_t> Value::as_int_array() const {
   if (type_ == ValueType::ARRAY && is_signed(array_type_)) return iarr_;
-  if (type_ == ValueType::ARRAY && is_unsigned(array_type_)) {
+  if (type_ == ValueType::ARRAY && (is_unsigned(array_type_) || array_type_ == ValueType::BOOL)) {
     std::vector<int64_t> out(uarr_.size());
     for (size_t k = 0; k < uarr_.size(); ++k) {
       if (uarr_[k] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))

@@ -58,7 +58,7 @@ class Value {
 
   size_t array_size() const;    ///< ARRAY: number of elements
   const std::vector<std::string>& as_string_array() const;  ///< ARRAY of STRING
-  std::vector<int64_t> as_int_array() const;    ///< ARRAY of any integer type
+  std::vector<int64_t> as_int_array() const;    ///< ARRAY of any integer type, or of BOOL (0/1)
   std::vector<float> as_float_array() const;    ///< ARRAY of FLOAT32/FLOAT64 (or integers)
 
   // Storage (public for the reader and writer; use the accessors).

@@ -53,6 +53,13 @@ class GgufSource final : public TensorSource {
   std::string get_string(std::string_view key, const std::string& def) const override {
     return f_->get_string(key, def);
   }
+  std::vector<bool> get_bool_array(std::string_view key) const override {
+    const gguf::Value* v = f_->find(key);
+    if (!v) return {};
+    std::vector<bool> out;
+    for (const int64_t x : v->as_int_array()) out.push_back(x != 0);
+    return out;
+  }
   const std::shared_ptr<const gguf::File>& file() const { return f_; }
 
  private:

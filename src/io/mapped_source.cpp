@@ -1,5 +1,8 @@
 #include "io/mapped_source.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -18,8 +21,8 @@ namespace {
 class MappedSource final : public TensorSource, public std::enable_shared_from_this<MappedSource> {
  public:
   MappedSource(std::shared_ptr<const TensorSource> base, const std::vector<TensorRename>& rules, Metadata md,
-               const std::vector<std::string>& ignored, std::vector<SyntheticTensor> synthetic)
-      : base_(std::move(base)), md_(std::move(md)) {
+               const std::vector<std::string>& ignored, std::vector<SyntheticTensor> synthetic, bool list_only)
+      : base_(std::move(base)), md_(std::move(md)), list_only_(list_only) {
     std::map<std::string, int, std::less<>> used;
     for (const std::string& n : ignored) used[n] = 1;
     owned_.reserve(rules.size() + synthetic.size());  // pointers into owned_ stay valid
@@ -123,12 +126,19 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     if (const std::string* v = std::get_if<std::string>(&it->second)) return *v;
     throw Error(path() + ": " + std::string(key) + " is not a string");
   }
+  std::vector<bool> get_bool_array(std::string_view key) const override {
+    auto it = md_.find(key);
+    if (it == md_.end()) return {};
+    if (const std::vector<bool>* v = std::get_if<std::vector<bool>>(&it->second)) return *v;
+    throw Error(path() + ": " + std::string(key) + " is not an array of booleans");
+  }
   const Metadata& metadata() const { return md_; }
 
  private:
   // Small vectors (norms) converted once into memory the view owns.
   SourceTensor to_f32(const SourceTensor& b, const TensorRename& r) {
     const int64_t n = b.ne[0] * b.ne[1] * b.ne[2] * b.ne[3];
+    if (!b.data && list_only_) return listed(b, r.name, DType::F32, static_cast<size_t>(n) * sizeof(float));
     std::vector<float>& v = owned_.emplace_back(static_cast<size_t>(n));
     const auto* p = static_cast<const uint16_t*>(b.data);
     switch (b.type) {
@@ -163,15 +173,25 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
         throw Error(base_->path() + ": " + p.name + " differs in shape or format from " + p0.name + " (stacked as " +
                     name + ")");
     }
-    std::vector<uint8_t>& v = owned_bytes_.emplace_back(p0.n_bytes * parts.size());
-    for (size_t i = 0; i < parts.size(); ++i) std::memcpy(&v[i * p0.n_bytes], parts[i].second->data, p0.n_bytes);
     SourceTensor t = p0;
     t.name = name;
     t.ne = {p0.ne[0], p0.ne[1], static_cast<int64_t>(parts.size()), 1};
     t.n_dims = 3;
     t.shape = {t.ne[2], t.ne[1], t.ne[0]};
+    t.n_bytes = p0.n_bytes * parts.size();
+    t.data = nullptr;
+    if (list_only_) return t;
+    std::vector<uint8_t>& v = owned_bytes_.emplace_back(t.n_bytes);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const SourceTensor* p = parts[i].second;
+      std::memcpy(&v[i * p0.n_bytes], p->data, p0.n_bytes);
+      // The part now lives in the copy: its pages of the mapped checkpoint
+      // need not stay resident (read-only file pages: dropping them loses
+      // nothing, a later read faults them back in from the file). Only a
+      // base tensor's: a dequantized FP8 part is memory of this view's.
+      if (base_->find(p->name) == p) release_pages(p->data, p0.n_bytes);
+    }
     t.data = v.data();
-    t.n_bytes = v.size();
     return t;
   }
 
@@ -198,6 +218,7 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
                   std::to_string(sc.ne[0]) + ") is not the [" + std::to_string(sr) + ", " + std::to_string(scc) +
                   "] f32 or bf16 block scales of " + b.name + " (" + std::to_string(rows) + "x" + std::to_string(cols) +
                   ", blocks " + std::to_string(r.block_rows) + "x" + std::to_string(r.block_cols) + ")");
+    if (list_only_) return listed(b, b.name, DType::F32, static_cast<size_t>(rows * cols) * sizeof(float));
     std::vector<float> scale(static_cast<size_t>(sr * scc));
     for (int64_t i = 0; i < sr * scc; ++i)
       scale[i] = sc.type == DType::F32 ? static_cast<const float*>(sc.data)[i]
@@ -231,6 +252,13 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
                   " dims, " + std::to_string(c) + " columns) cannot be split into " + std::to_string(L) +
                   " lanes" + (tr ? " and transposed" : "") + "; kvad rearranges f32, f16 and bf16 of up to 3 dims");
     const int64_t cl = c / L;
+    if (list_only_) {
+      SourceTensor t = listed(b, r.name, b.type, static_cast<size_t>(cl * rws * outer) * es);
+      t.ne = tr ? std::array<int64_t, 4>{rws, cl, b.ne[2], b.ne[3]} : std::array<int64_t, 4>{cl, rws, b.ne[2], b.ne[3]};
+      t.shape.clear();
+      for (int d = t.n_dims - 1; d >= 0; --d) t.shape.push_back(t.ne[d]);
+      return t;
+    }
     std::vector<uint8_t>& v = owned_bytes_.emplace_back(static_cast<size_t>(cl * rws * outer) * es);
     const auto* src = static_cast<const uint8_t*>(b.data);
     for (int64_t o = 0; o < outer; ++o)
@@ -261,6 +289,15 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
       throw Error(base_->path() + ": tensors " + b.name + " and " + sc.name +
                   " are not MXFP4 blocks [..., rows, n/32, 16] and scales [..., rows, n/32] of bytes");
     const int64_t rl = R / L;
+    if (list_only_) {
+      SourceTensor t = listed(b, r.name, DType::MXFP4, static_cast<size_t>(outer * rl * G) * 17);
+      t.stored_dtype = "MXFP4";
+      t.ne = {G * 32, rl, outer, 1};
+      t.n_dims = b.n_dims - 1;
+      t.shape.clear();
+      for (int d = t.n_dims - 1; d >= 0; --d) t.shape.push_back(t.ne[d]);
+      return t;
+    }
     std::vector<uint8_t>& v = owned_bytes_.emplace_back(static_cast<size_t>(outer * rl * G) * 17);
     const auto* q = static_cast<const uint8_t*>(b.data);
     const auto* e = static_cast<const uint8_t*>(sc.data);
@@ -288,8 +325,30 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     return t;
   }
 
+  // list_only: `b` as named, formatted and sized, its bytes not made.
+  static SourceTensor listed(const SourceTensor& b, const std::string& name, DType type, size_t n_bytes) {
+    SourceTensor t = b;
+    t.name = name;
+    t.type = type;
+    t.supported = true;
+    t.data = nullptr;
+    t.n_bytes = n_bytes;
+    return t;
+  }
+
+  // The whole pages inside [p, p + n) of a read-only mapping, dropped from
+  // this process's resident set (madvise MADV_DONTNEED; the kernel reads
+  // them again from the file if touched). Best effort: errors are ignored.
+  static void release_pages(const void* p, size_t n) {
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+    const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
+    if (b > a) madvise(reinterpret_cast<void*>(a), b - a, MADV_DONTNEED);
+  }
+
   std::shared_ptr<const TensorSource> base_;
   Metadata md_;
+  bool list_only_ = false;
   std::set<std::pair<std::string, int64_t>> lanes_;  // (base, lane) pairs named
   std::deque<std::vector<uint8_t>> owned_bytes_;  // rearranged copies and stacks (a deque: pointers stay valid)
   std::vector<std::vector<float>> owned_;  // reserved up front: pointers into it stay valid
@@ -303,8 +362,9 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
 std::shared_ptr<const TensorSource> mapped_source(std::shared_ptr<const TensorSource> base,
                                                   const std::vector<TensorRename>& rules, Metadata metadata,
                                                   const std::vector<std::string>& ignored,
-                                                  std::vector<SyntheticTensor> synthetic) {
-  return std::make_shared<MappedSource>(std::move(base), rules, std::move(metadata), ignored, std::move(synthetic));
+                                                  std::vector<SyntheticTensor> synthetic, bool list_only) {
+  return std::make_shared<MappedSource>(std::move(base), rules, std::move(metadata), ignored, std::move(synthetic),
+                                        list_only);
 }
 
 const Metadata* mapped_metadata(const TensorSource& s) {

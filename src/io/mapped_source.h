@@ -54,8 +54,9 @@ struct TensorRename {
   /// tensors along a new outermost dim (HF's per-expert matrices
   /// model.layers.N.mlp.experts.E.gate_proj → GGUF's 3-D ffn_gate_exps).
   /// The parts must be 0..n-1; the stack is copied once into memory the view
-  /// owns. Only with TensorTransform::None or Fp8BlockScaled (each part
-  /// dequantized first).
+  /// owns (the parts' pages of the base's mapping are then released, so
+  /// they are not resident twice). Only with TensorTransform::None or
+  /// Fp8BlockScaled (each part dequantized first).
   int64_t part = -1;
   /// lanes > 1: the base's innermost dim interleaves `lanes` tensors, and
   /// this rule takes lane `lane`: columns lane, lane + lanes, ... (gpt-oss's
@@ -70,8 +71,9 @@ struct TensorRename {
   int64_t block_rows = 128, block_cols = 128;
 };
 
-/// Metadata of the view, by GGUF key: an integer, a float or a string.
-using MetadataValue = std::variant<int64_t, double, std::string>;
+/// Metadata of the view, by GGUF key: an integer, a float, a string or an
+/// array of booleans (written to GGUF as an ARRAY of BOOL).
+using MetadataValue = std::variant<int64_t, double, std::string, std::vector<bool>>;
 using Metadata = std::map<std::string, MetadataValue, std::less<>>;
 
 /// A tensor the view makes itself from settings rather than from the base's
@@ -85,17 +87,23 @@ struct SyntheticTensor {
   std::vector<float> data;  ///< ne[0]·ne[1]·ne[2]·ne[3] values
 };
 
-/// The view. Every tensor of `base` must be named by a rule or listed in
+/// The view. `base`'s tensor bytes must be a read-only mapping of its files
+/// (safetensors_source, gguf_source): once a stack is copied, the view drops
+/// the parts' pages from the resident set (madvise). Every tensor of `base`
+/// must be named by a rule or listed in
 /// `ignored` (tensors an architecture knows it does not need, e.g. rotary
 /// caches some checkpoints store); otherwise kvad::Error names it (the
 /// unread-tensor guard, seam 7). Throws kvad::Error when a rule names a tensor
 /// the base lacks, or a transform meets a format it cannot convert.
 /// `synthetic` tensors are added after the renamed ones (a name given twice
-/// is an error).
+/// is an error). `list_only`: the tensors the view would make in memory
+/// (stacks, transposes) are listed with their names, formats and shapes but
+/// not made (data nullptr): a view for looking up what the checkpoint holds
+/// (the quantize-once cache's stamp) without reading or copying its bytes.
 std::shared_ptr<const TensorSource> mapped_source(std::shared_ptr<const TensorSource> base,
                                                   const std::vector<TensorRename>& rules, Metadata metadata,
                                                   const std::vector<std::string>& ignored = {},
-                                                  std::vector<SyntheticTensor> synthetic = {});
+                                                  std::vector<SyntheticTensor> synthetic = {}, bool list_only = false);
 
 /// The metadata of a view made by mapped_source (nullptr for other sources),
 /// for writers that carry it into a GGUF (the quantize-once cache).

@@ -80,6 +80,14 @@ class TensorSource {
   virtual int64_t require_int(std::string_view key) const = 0;
   virtual double get_float(std::string_view key, double def) const = 0;
   virtual std::string get_string(std::string_view key, const std::string& def) const = 0;
+  /// An array of booleans (GGUF ARRAY of BOOL, or of integers: nonzero is
+  /// true), e.g. llama.cpp's per-layer {arch}.attention.sliding_window_pattern;
+  /// empty when absent. Throws kvad::Error naming the key for another type.
+  /// Default: no arrays (a source whose metadata has none).
+  virtual std::vector<bool> get_bool_array(std::string_view key) const {
+    (void)key;
+    return {};
+  }
 };
 
 /// A GGUF file as a TensorSource (names and keys as stored).

@@ -76,7 +76,7 @@ struct AttentionParams {
 /// The attention block of a pre-norm decoder layer, for a batch of tokens:
 ///   n = RMSNorm(x) ⊙ norm
 ///   q = Wq·n (+bq), k = Wk·n (+bk), v = Wv·n (+bv)   per head: q, k ← RMSNorm(·) ⊙ q_norm/k_norm (when given)
-///   q, k ← RoPE(q, k, pos)              k, v → the layer's cache at (seq, pos), in f16
+///   q, k ← RoPE(q, k, pos)              k, v → the layer's cache at (seq, pos), f16 or f32
 ///   a_h = softmax(scale · q_h·Kᵀ) · V   over the positions token t may see (causal, optionally windowed;
 ///                                       with w.sinks, sinks[h] is one more logit of the softmax, gpt-oss),
 ///                                       query head h reading kv head h / (n_head / n_head_kv)

@@ -173,7 +173,7 @@ bool is_hf_checkpoint(const std::string& dir) {
   return fs::is_directory(dir, ec) && fs::is_regular_file(fs::path(dir) / "config.json", ec);
 }
 
-std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir) {
+std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir, bool list_only) {
   const fs::path cfg_path = fs::path(dir) / "config.json";
   std::ifstream in(cfg_path, std::ios::binary);
   if (!in) throw Error(cfg_path.string() + ": cannot open");
@@ -273,7 +273,7 @@ std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir) {
     }
     rules.push_back(std::move(r));
   }
-  return mapped_source(std::move(raw), rules, std::move(hc.md), ignored, std::move(hc.tensors));
+  return mapped_source(std::move(raw), rules, std::move(hc.md), ignored, std::move(hc.tensors), list_only);
 }
 
 }  // namespace kvad

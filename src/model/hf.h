@@ -53,7 +53,9 @@ struct HfNames {
 /// Throws kvad::Error naming the file and field for a malformed or
 /// unsupported config.json (listing the model types kvad reads), and as
 /// mapped_source for tensors nobody reads.
-std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir);
+/// `list_only`: as mapped_source's (HF MoE experts and GPT-2's transposed
+/// matrices listed, not made in memory), for the quantize-once lookup.
+std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir, bool list_only = false);
 
 /// True when `dir` holds a config.json (an HF checkpoint, not a GGUF).
 bool is_hf_checkpoint(const std::string& dir);
@@ -155,6 +157,13 @@ inline constexpr const char* kVersion = "kvad.cache.version";   ///< UINT32: the
 /// (if given) says whether the file was already there. Throws kvad::Error
 /// for an unknown type, a tensor the type cannot take, or an unwritable cache.
 std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSource> hf, const std::string& quant,
+                                                  const QuantizeOnceKey& key, bool* hit = nullptr);
+/// The same for the checkpoint in directory `dir`. A cache hit is found
+/// from open_hf_checkpoint(dir, list_only = true) and maps the cached GGUF
+/// alone: none of the checkpoint's tensors is read, and HF MoE experts are
+/// not stacked into memory (the GGUF's 3-D ffn_*_exps are used in place).
+/// A miss opens the checkpoint in full and quantizes it as above.
+std::shared_ptr<const TensorSource> quantize_once(const std::string& dir, const std::string& quant,
                                                   const QuantizeOnceKey& key, bool* hit = nullptr);
 
 /// The cache file quantize_once uses for `key` and `quant`.

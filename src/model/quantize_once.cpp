@@ -38,6 +38,8 @@ std::vector<gguf::Value> gguf_metadata(const Metadata& md) {
                                               : gguf::make_int(key, gguf::ValueType::INT64, *i));
     } else if (const double* d = std::get_if<double>(&val)) {
       v.push_back(gguf::make_float(key, gguf::ValueType::FLOAT32, *d));
+    } else if (const std::vector<bool>* b = std::get_if<std::vector<bool>>(&val)) {
+      v.push_back(gguf::make_uint_array(key, gguf::ValueType::BOOL, std::vector<uint64_t>(b->begin(), b->end())));
     } else {
       v.push_back(gguf::make_string(key, std::get<std::string>(val)));
     }
@@ -86,6 +88,41 @@ std::string quantize_once_path(const QuantizeOnceKey& key, const std::string& qu
       .string();
 }
 
+namespace {
+
+// The cached GGUF for `hf` (whose tensor list and tokenizer files it is
+// stamped with), or nullptr when there is none or it is stale. Reads only
+// hf's names and formats, never its bytes.
+std::shared_ptr<const TensorSource> cached(const TensorSource& hf, const QuantizeOnceKey& key,
+                                           const std::string& path) {
+  const std::string stamp = stamp_of(hf), tok_stamp = tokenizer_stamp(key.tokenizer_dir);
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return nullptr;
+  try {
+    std::shared_ptr<const gguf::File> f = gguf::File::open(path);
+    if (f->get_string(keys::kTensors, "") == stamp && f->get_string(keys::kTokenizer, "") == tok_stamp &&
+        f->get_int(keys::kVersion, 0) == kCacheVersion) {
+      fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // "last used", for kvad cache
+      return gguf_source(std::move(f));
+    }
+  } catch (const Error&) {
+    // A damaged or foreign file: quantize again over it.
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::shared_ptr<const TensorSource> quantize_once(const std::string& dir, const std::string& quant,
+                                                  const QuantizeOnceKey& key, bool* hit) {
+  (void)quant::find_quant_type(quant);
+  if (auto c = cached(*open_hf_checkpoint(dir, /*list_only=*/true), key, quantize_once_path(key, quant))) {
+    if (hit) *hit = true;
+    return c;
+  }
+  return quantize_once(open_hf_checkpoint(dir), quant, key, hit);
+}
+
 std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSource> hf, const std::string& quant,
                                                   const QuantizeOnceKey& key, bool* hit) {
   const quant::QuantType& type = quant::find_quant_type(quant);
@@ -94,21 +131,16 @@ std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSo
   if (!md) throw Error(hf->path() + ": not an HF checkpoint view (open_hf_checkpoint)");
   const std::string stamp = stamp_of(*hf);
   const std::string tok_stamp = tokenizer_stamp(key.tokenizer_dir);
-  std::error_code ec;
-  if (fs::is_regular_file(path, ec)) {
-    try {
-      std::shared_ptr<const gguf::File> f = gguf::File::open(path);
-      if (f->get_string(keys::kTensors, "") == stamp && f->get_string(keys::kTokenizer, "") == tok_stamp &&
-          f->get_int(keys::kVersion, 0) == kCacheVersion) {
-        if (hit) *hit = true;
-        fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // "last used", for kvad cache
-        return gguf_source(std::move(f));
-      }
-    } catch (const Error&) {
-      // A damaged or foreign file: quantize again over it.
-    }
+  if (auto c = cached(*hf, key, path)) {
+    if (hit) *hit = true;
+    return c;
   }
+  for (const SourceTensor& t : hf->tensors())
+    if (!t.data)
+      throw Error(hf->path() + ": tensor " + t.name + " is listed, not loaded (open_hf_checkpoint list_only); "
+                  "the quantize-once cache needs the checkpoint's bytes");
   if (hit) *hit = false;
+  std::error_code ec;
   fs::create_directories(key.cache_dir, ec);
   if (ec) throw Error("cannot create the quantize-once cache " + key.cache_dir + ": " + ec.message());
 

@@ -39,6 +39,18 @@ namespace {
 namespace fs = std::filesystem;
 const fs::path kDir = fs::path(KVAD_SOURCE_DIR) / "tests" / "fixtures" / "hf_tiny";
 
+// A scratch checkpoint: a tiny fixture's safetensors (llama's by default)
+// with an edited config.
+struct Scratch {
+  fs::path dir = fs::temp_directory_path() / ("kvad-hf-" + std::to_string(::getpid()));
+  explicit Scratch(const std::string& config, const char* from = "llama") {
+    fs::create_directories(dir);
+    fs::copy_file(kDir / from / "model.safetensors", dir / "model.safetensors", fs::copy_options::overwrite_existing);
+    std::ofstream(dir / "config.json") << config;
+  }
+  ~Scratch() { fs::remove_all(dir); }
+};
+
 struct Reference {
   std::vector<int32_t> tokens;
   std::vector<std::vector<float>> logits;
@@ -156,6 +168,71 @@ TEST(HfCheckpoint, MistralMatchesTransformers) {  // sliding window 4 < 14 token
 TEST(HfCheckpoint, YarnMatchesTransformers) {  // qwen2 with YaRN factor 4
   check("qwen2_yarn", "cpu");
   check("qwen2_yarn", "sim");
+}
+
+// YaRN with truncate: false (tools/make_tiny_hf.py: qwen2_yarn's weights,
+// beta_fast 20, beta_slow 1.5): the correction dims used as computed. The
+// same checkpoint read with truncate true is measurably off transformers'.
+TEST(HfCheckpoint, YarnWithoutTruncationMatchesTransformers) {
+  check("qwen2_yarn_notrunc", "cpu");
+  check("qwen2_yarn_notrunc", "sim");
+  auto src = kvad::open_hf_checkpoint((kDir / "qwen2_yarn_notrunc").string());
+  EXPECT_EQ(src->get_int("kvad.rope.scaling.yarn_truncate", 1), 0);
+  std::ifstream in(kDir / "qwen2_yarn_notrunc" / "config.json");
+  nlohmann::json cfg = nlohmann::json::parse(in);
+  cfg["rope_parameters"]["truncate"] = true;
+  const Scratch truncated(cfg.dump(), "qwen2_yarn_notrunc");
+  const double off = check_source("qwen2_yarn_notrunc", " (read with truncate true)",
+                                  kvad::open_hf_checkpoint(truncated.dir.string()), "cpu", 0, INFINITY,
+                                  "transformers", 64, {kvad::DType::F32, kvad::DType::F32});
+  EXPECT_GT(off, 1e-3);
+}
+
+// Qwen2 with use_sliding_window (window 4 < 14 tokens, max_window_layers 1
+// of 3): layer 0 full, layers 1-2 windowed, from the config's layer_types
+// and, without them, from max_window_layers; without use_sliding_window the
+// window is ignored, as transformers ignores it (released Qwen2.5 configs
+// carry sliding_window with use_sliding_window false).
+TEST(HfCheckpoint, Qwen2SlidingWindowMatchesTransformers) {
+  check("qwen2_swa", "cpu");
+  check("qwen2_swa", "sim");
+  auto src = kvad::open_hf_checkpoint((kDir / "qwen2_swa").string());
+  EXPECT_EQ(src->get_int("qwen2.attention.sliding_window", 0), 4);
+  EXPECT_EQ(src->get_bool_array("qwen2.attention.sliding_window_pattern"), (std::vector<bool>{false, true, true}));
+  std::ifstream in(kDir / "qwen2_swa" / "config.json");
+  const nlohmann::json cfg = nlohmann::json::parse(in);
+  nlohmann::json j = cfg;
+  j.erase("layer_types");  // transformers 4's configs: max_window_layers alone
+  {
+    const Scratch s(j.dump(), "qwen2_swa");
+    auto no_types = kvad::open_hf_checkpoint(s.dir.string());
+    EXPECT_EQ(no_types->get_bool_array("qwen2.attention.sliding_window_pattern"),
+              (std::vector<bool>{false, true, true}));
+    check_source("qwen2_swa", " (max_window_layers)", no_types, "cpu", 0, 1e-4, "transformers", 64,
+                 {kvad::DType::F32, kvad::DType::F32});
+  }
+  j = cfg;
+  j["use_sliding_window"] = false;
+  {
+    const Scratch s(j.dump(), "qwen2_swa");
+    auto off = kvad::open_hf_checkpoint(s.dir.string());
+    EXPECT_FALSE(off->has("qwen2.attention.sliding_window"));
+    EXPECT_FALSE(off->has("qwen2.attention.sliding_window_pattern"));
+    const double err = check_source("qwen2_swa", " (use_sliding_window false)", off, "cpu", 0, INFINITY,
+                                    "transformers", 64, {kvad::DType::F32, kvad::DType::F32});
+    EXPECT_GT(err, 1e-3);  // full attention everywhere: not transformers' windowed logits
+  }
+  j = cfg;
+  j["layer_types"] = {"full_attention", "sliding_attention"};  // 2 entries for 3 layers
+  {
+    const Scratch s(j.dump(), "qwen2_swa");
+    try {
+      kvad::open_hf_checkpoint(s.dir.string());
+      ADD_FAILURE() << "a short layer_types was accepted";
+    } catch (const kvad::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("layer_types does not list every layer"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(HfCheckpoint, Gpt2MatchesTransformers) {  // learned positions, LayerNorm + biases, Conv1D transposed, tied head
@@ -315,6 +392,53 @@ TEST(LlamaCppGguf, Llama3RopeFreqsEqualTheConverters) {
     EXPECT_NEAR(static_cast<const float*>(a->data)[i], static_cast<const float*>(b->data)[i], 1e-6) << i;
 }
 
+// open_hf_checkpoint(dir, list_only): every tensor listed with the full
+// view's name, format, shape and size, but the ones the view would make in
+// memory (the stacked experts, GPT-2's transposed Conv1D matrices,
+// DeepSeek's dequantized FP8 matrices, gpt-oss's split and repacked
+// experts) not made;
+// quantize_once refuses such a view on a miss rather than read nulls, and
+// quantize_once(dir) on a miss opens the checkpoint in full.
+TEST(HfCheckpoint, ListOnlyViewListsWithoutCopying) {
+  for (const char* name : {"qwen3moe", "gpt2", "deepseek_v3_fp8", "gpt_oss", "gpt_oss_mxfp4"}) {
+    SCOPED_TRACE(name);
+    auto full = kvad::open_hf_checkpoint((kDir / name).string());
+    auto list = kvad::open_hf_checkpoint((kDir / name).string(), /*list_only=*/true);
+    ASSERT_EQ(full->tensors().size(), list->tensors().size());
+    int made = 0;
+    for (size_t i = 0; i < full->tensors().size(); ++i) {
+      const kvad::SourceTensor &a = full->tensors()[i], &b = list->tensors()[i];
+      EXPECT_EQ(a.name, b.name);
+      EXPECT_EQ(a.type, b.type);
+      EXPECT_EQ(a.ne, b.ne);
+      EXPECT_EQ(a.n_bytes, b.n_bytes);
+      ASSERT_NE(a.data, nullptr) << a.name;
+      if (!b.data) ++made;
+    }
+    if (std::string(name) != "qwen3moe" && std::string(name) != "gpt2") {  // FP8, lanes, MXFP4 repacking
+      EXPECT_GT(made, 0);
+      continue;
+    }
+    EXPECT_EQ(made, std::string(name) == "qwen3moe" ? 2 * 3 : 2 * 4);  // 2 sparse layers x 3 stacks; 2 layers x 4 Conv1D
+    EXPECT_EQ(list->find(std::string(name) == "qwen3moe" ? "blk.0.ffn_gate_exps.weight" : "blk.0.attn_qkv.weight")->data,
+              nullptr);
+  }
+  const fs::path cache = fs::temp_directory_path() / ("kvad-qlist-" + std::to_string(::getpid()));
+  fs::remove_all(cache);
+  const kvad::QuantizeOnceKey key{cache.string(), "kvad-test/tiny-qwen3moe", "0123456789abcdef"};
+  try {
+    kvad::quantize_once(kvad::open_hf_checkpoint((kDir / "qwen3moe").string(), true), "q8_0", key);
+    ADD_FAILURE() << "a list-only view was quantized";
+  } catch (const kvad::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is listed, not loaded"), std::string::npos) << e.what();
+  }
+  bool hit = true;
+  auto q = kvad::quantize_once((kDir / "qwen3moe").string(), "q8_0", key, &hit);
+  EXPECT_FALSE(hit);
+  EXPECT_EQ(q->find("blk.0.ffn_gate_exps.weight")->type, kvad::DType::Q8_0);
+  fs::remove_all(cache);
+}
+
 // gpt-oss: attention sinks, Q/K/V/O biases, 4:1 GQA, sliding (4) and full
 // layers alternating, YaRN without truncation, 8 experts top-2 with router
 // and expert biases, the clamped SwiGLU (the tiny model's gate/up values pass
@@ -408,16 +532,6 @@ TEST(HfCheckpoint, NamesAreGgufNames) {
   EXPECT_EQ(src->find("blk.0.attn_norm.weight")->type, kvad::DType::F32);
 }
 
-// A scratch checkpoint: the tiny llama's safetensors with an edited config.
-struct Scratch {
-  fs::path dir = fs::temp_directory_path() / ("kvad-hf-" + std::to_string(::getpid()));
-  explicit Scratch(const std::string& config, const char* from = "llama") {
-    fs::create_directories(dir);
-    fs::copy_file(kDir / from / "model.safetensors", dir / "model.safetensors", fs::copy_options::overwrite_existing);
-    std::ofstream(dir / "config.json") << config;
-  }
-  ~Scratch() { fs::remove_all(dir); }
-};
 
 std::string error_of(const std::string& config, const char* from = "llama") {
   Scratch s(config, from);
@@ -498,8 +612,8 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
   const fs::path cache = fs::temp_directory_path() / ("kvad-qcache-" + std::to_string(::getpid()));
   fs::remove_all(cache);
   for (const char* name : {"llama", "gemma3", "qwen2", "qwen3", "llama3", "mistral", "qwen2_yarn", "gpt2",
-                           "phi3_long", "qwen3moe", "qwen3moe_sparse", "gpt_oss",
-                           "qwen3next"}) {
+                           "phi3_long", "qwen3moe", "qwen3moe_sparse", "gpt_oss", "qwen3next",
+                           "qwen2_swa", "qwen2_yarn_notrunc"}) {
     SCOPED_TRACE(name);
     const fs::path dir = kDir / name;
     const kvad::QuantizeOnceKey key{cache.string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};
@@ -519,6 +633,21 @@ TEST(HfCheckpoint, QuantizeOnceWritesAGgufOnceAndReusesIt) {
     EXPECT_FALSE(q->has("kvad.rope.neox"));  // a plain GGUF: rows permuted instead
     auto again = kvad::quantize_once(kvad::open_hf_checkpoint(dir.string()), "q8_0", key, &hit);
     EXPECT_TRUE(hit);
+    // From the directory (what the CLI calls): a hit without loading the
+    // checkpoint's tensors, the GGUF's own 3-D experts mapped in place.
+    hit = false;
+    auto from_dir = kvad::quantize_once(dir.string(), "q8_0", key, &hit);
+    EXPECT_TRUE(hit);
+    EXPECT_EQ(kvad::gguf_file(*from_dir)->path(), kvad::quantize_once_path(key, "q8_0"));
+    // kvad's keys survive the GGUF: the per-layer window pattern (a BOOL
+    // array, as gguf-py writes it) and YaRN's truncate.
+    if (std::string(name) == "qwen2_swa") {
+      EXPECT_EQ(again->get_bool_array("qwen2.attention.sliding_window_pattern"),
+                (std::vector<bool>{false, true, true}));
+    }
+    if (std::string(name) == "qwen2_yarn_notrunc") {
+      EXPECT_EQ(again->get_int("kvad.rope.scaling.yarn_truncate", 1), 0);
+    }
 
     const Reference ref = read_reference(dir);
     std::shared_ptr<kvad::Model> m = kvad::load_model(again, kvad::DeviceOptions{});

@@ -21,7 +21,12 @@
 // which llama.cpp converts to GGUF "llama") is Llama with a sliding window:
 // `llama.attention.sliding_window` W > 0 makes every layer attend to
 // positions (p - W, p] (HF's sliding_window; llama.cpp reads that key for
-// other architectures, and runs llama files without a window).
+// other architectures, and runs llama files without a window). With
+// `{arch}.attention.sliding_window_pattern`, an array of one bool per layer
+// (llama.cpp's per-layer form, gguf-py add_sliding_window_pattern), only
+// the layers marked true are windowed: Qwen2's use_sliding_window, where
+// transformers windows layer i when i >= max_window_layers (or as the
+// config's layer_types say).
 //
 // Phi-3/3.5 (Abdin et al. 2024, "Phi-3 Technical Report"; modeling_phi3.py;
 // GGUF "phi3") is the same decoder with fused projections: attn_qkv
@@ -39,6 +44,7 @@
 // renormalises qwen3moe).
 #include <cmath>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "base/error.h"
@@ -63,6 +69,7 @@ struct LlamaParams {
   HParams hp;
   bool rope_neox = false;
   int32_t sliding_window = 0;  ///< {arch}.attention.sliding_window; 0: full attention
+  std::vector<bool> swa;       ///< per layer: windowed ({arch}.attention.sliding_window_pattern; all when absent)
   int64_t n_expert = 0;        ///< {arch}.expert_count (MoE layers)
   int64_t n_ff_exp = 0;        ///< {arch}.expert_feed_forward_length
   MoeParams moe;               ///< expert_used_count, norm_topk_prob
@@ -87,6 +94,14 @@ class Llama final : public Model {
       throw Error(src->path() + ": " + hp_.arch + ".attention.sliding_window " + std::to_string(window) + " is invalid");
     cfg_.sliding_window = static_cast<int32_t>(window);
     const std::string a = hp_.arch + ".";
+    cfg_.swa.assign(static_cast<size_t>(hp_.n_layer), window > 0);
+    if (src->has(a + "attention.sliding_window_pattern")) {
+      const std::vector<bool> swa = src->get_bool_array(a + "attention.sliding_window_pattern");
+      if (static_cast<int64_t>(swa.size()) != hp_.n_layer)
+        throw Error(src->path() + ": " + a + "attention.sliding_window_pattern has " + std::to_string(swa.size()) +
+                    " entries for " + std::to_string(hp_.n_layer) + " layers");
+      for (size_t il = 0; il < swa.size(); ++il) cfg_.swa[il] = window > 0 && swa[il];
+    }
     cfg_.n_expert = src->get_int(a + "expert_count", 0);
     cfg_.n_ff_exp = src->get_int(a + "expert_feed_forward_length", 0);
     cfg_.moe.n_expert_used = src->get_int(a + "expert_used_count", 0);
@@ -137,11 +152,12 @@ class Llama final : public Model {
 
   std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim;
-    LayerSpec kv;
-    kv.k_dim = kv.v_dim = kv_dim;
-    kv.window = cfg_.sliding_window;
-    return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, kv), n_ctx, n_seq, n_batch, device_,
-                                         types);
+    std::vector<LayerSpec> specs(static_cast<size_t>(hp_.n_layer));
+    for (size_t il = 0; il < specs.size(); ++il) {
+      specs[il].k_dim = specs[il].v_dim = kv_dim;
+      specs[il].window = cfg_.swa[il] ? cfg_.sliding_window : 0;
+    }
+    return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types);
   }
 
  protected:
@@ -151,6 +167,7 @@ class Llama final : public Model {
     Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const Layer& L = layers_[il];
+      attn_.sliding_window = cfg_.swa[il] ? cfg_.sliding_window : 0;
       x = ops::add(x, attention_block(L.attn, attn_, cache.kv(il), ids, x));
       x = ops::add(x, L.sparse ? moe_ffn(L.moe, cfg_.moe, x) : gated_mlp(L.ffn, Activation::SiLU, hp_.norm_eps, x));
     }
@@ -196,11 +213,31 @@ void hf_config(const nlohmann::json& cfg, HfConfig& out) {
 
 // Qwen2 and Qwen3 checkpoints name their tensors as Llama's do (the biases
 // and QK-norm weights are in the shared table); only the GGUF architecture
-// differs, and Qwen2's optional sliding window is refused.
+// differs. Qwen2's sliding window as transformers' Qwen2Config reads it:
+// none unless use_sliding_window (released Qwen2.5 configs carry a
+// sliding_window with use_sliding_window false); then the layers
+// layer_types marks "sliding_attention", or without layer_types those with
+// index >= max_window_layers (default 28), attend to sliding_window
+// positions. Written as qwen2.attention.sliding_window and the per-layer
+// bool array qwen2.attention.sliding_window_pattern.
 void hf_config_qwen2(const nlohmann::json& cfg, HfConfig& out) {
-  if (config_bool(cfg, "use_sliding_window", false))
-    throw Error("config.json: use_sliding_window is not supported yet for qwen2");
   decoder_config("qwen2", cfg, out);
+  if (!config_bool(cfg, "use_sliding_window", false)) return;
+  const int64_t window = config_int(cfg, "sliding_window", 0);
+  if (window < 0) throw Error("config.json: sliding_window must not be negative");
+  if (window == 0) return;  // null: no window, as transformers
+  const int64_t n_layer = config_int(cfg, "num_hidden_layers");
+  std::vector<bool> swa(static_cast<size_t>(n_layer));
+  if (cfg.contains("layer_types") && !cfg["layer_types"].is_null()) {
+    if (!cfg["layer_types"].is_array()) throw Error("config.json: layer_types is not a list");
+    swa = sliding_layers(cfg, n_layer, 0);
+  } else {
+    const int64_t first = config_int(cfg, "max_window_layers", 28);
+    if (first < 0) throw Error("config.json: max_window_layers must not be negative");
+    for (int64_t il = 0; il < n_layer; ++il) swa[static_cast<size_t>(il)] = il >= first;
+  }
+  out.md["qwen2.attention.sliding_window"] = window;
+  out.md["qwen2.attention.sliding_window_pattern"] = swa;
 }
 void hf_config_qwen3(const nlohmann::json& cfg, HfConfig& out) { decoder_config("qwen3", cfg, out); }
 
