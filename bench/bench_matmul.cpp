@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "base/cpu_features.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
@@ -76,8 +78,20 @@ void kernel(benchmark::State& st, DType t, const std::string& how, Shape s, int6
     k.gemm_pack(s.n_in, a.data(), arb, n_tok, packed.data(), ldy);
     y = packed.data();
   }
+  cpu::GemmFn isa = nullptr;  // gemm-avx2 / gemm-avx512vnni: that build of the K-quant gemm, not the dispatched one
+  if (how == "gemm-avx2") isa = t == DType::Q4_K ? cpu::gemm::avx2::gemm_q4_K : cpu::gemm::avx2::gemm_q6_K;
+  if (how == "gemm-avx512vnni")
+    isa = t == DType::Q4_K ? cpu::gemm::avx512vnni::gemm_q4_K : cpu::gemm::avx512vnni::gemm_q6_K;
+  if (isa) {
+    ldy = k.gemm_packed_bytes(s.n_in);
+    packed.resize(ldy * n_tok);
+    k.gemm_pack(s.n_in, a.data(), arb, n_tok, packed.data(), ldy);
+    y = packed.data();
+  }
   for (auto _ : st) {
-    if (how == "gemm") {
+    if (isa) {
+      isa(s.n_in, w.data(), wrb, s.n_out, y, ldy, n_tok, out.data(), s.n_out);
+    } else if (how == "gemm") {
       k.gemm(s.n_in, w.data(), wrb, s.n_out, y, ldy, n_tok, out.data(), s.n_out);
     } else if (how == "ref") {
       k.gemm_ref(s.n_in, w.data(), wrb, s.n_out, y, ldy, n_tok, out.data(), s.n_out);
@@ -156,8 +170,12 @@ void matmul_id(benchmark::State& st, DType t, int threads, Shape s, int64_t n_to
 const int registered_moe = [] {
   for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q4_0}) {
     const std::string f = dtype_name(t);
-    benchmark::RegisterBenchmark(("BM_kernel/" + f + "/gemm/768x2048/32").c_str(),
-                                 [=](benchmark::State& st) { kernel(st, t, "gemm", {768, 2048}, 32); });
+    std::vector<std::string> hows = {"gemm"};
+    if ((t == DType::Q4_K || t == DType::Q6_K) && cpu_features().has_avx2_fma()) hows.push_back("gemm-avx2");
+    if ((t == DType::Q4_K || t == DType::Q6_K) && cpu_features().has_avx512_vnni()) hows.push_back("gemm-avx512vnni");
+    for (const std::string& how : hows)
+      benchmark::RegisterBenchmark(("BM_kernel/" + f + "/" + how + "/768x2048/32").c_str(),
+                                   [=](benchmark::State& st) { kernel(st, t, how, {768, 2048}, 32); });
     for (Shape s : {Shape{768, 2048}, Shape{2048, 768}}) {
       if (s.n_in % dtype_info(t).block_elems) continue;
       for (int64_t n_tok : {512, 1})
