@@ -134,6 +134,106 @@ void row_q4_K(int64_t nb, const block_q4_K* x, const uint8_t* y, size_t ldy, flo
   for (int c = 0; c < C; ++c) out[c * ldo] = hsum(acc[c]) - hsum(accm[c]);
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// Two weight rows at once in 512-bit registers (row r in the low 256 bits,
+// row r + 1 in the high ones; each token's activations broadcast to both):
+// half the instructions of two row_q4_K<C> calls, and in each half exactly
+// row_q4_K's operations on the same values (the products dx * dy, the
+// conversions, the FMAs and the final hsum in the same order), so the same
+// bits.
+inline __m512i pair512(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+inline __m256 high256(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+template <int C>
+void row2_q4_K(int64_t nb, const block_q4_K* x0, const block_q4_K* x1, const uint8_t* y, size_t ldy, float* out,
+               int64_t ldo) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[C], accm[C];
+  for (int c = 0; c < C; ++c) {
+    acc[c] = _mm512_setzero_ps();
+    accm[c] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < nb; ++i) {
+    uint8_t sc0[8], m0[8], sc1[8], m1[8];
+    scales_mins_k4(x0[i].scales, sc0, m0);
+    scales_mins_k4(x1[i].scales, sc1, m1);
+    auto sc16_of = [](const uint8_t* sc) {
+      return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))));
+    };
+    const __m512i sc16 = pair512(sc16_of(sc0), sc16_of(sc1));
+    auto scale = [&](int k) { return _mm512_shuffle_epi8(sc16, _mm512_set1_epi16(static_cast<short>((2 * k + 1) << 8 | 2 * k))); };
+    __m512i sumi[C];
+    for (int c = 0; c < C; ++c) sumi[c] = _mm512_setzero_si512();
+    for (int j = 0; j < 4; ++j) {
+      const __m512i v = pair512(load(x0[i].qs + 32 * j), load(x1[i].qs + 32 * j));
+      const __m512i q_lo = _mm512_and_si512(v, m4), q_hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      const __m512i s_lo = scale(2 * j), s_hi = scale(2 * j + 1);
+      for (int c = 0; c < C; ++c) {
+        const int8_t* q8 = yrow(y, ldy, c)[i].b.qs + 64 * j;
+        const __m512i y_lo = _mm512_broadcast_i64x4(load(q8)), y_hi = _mm512_broadcast_i64x4(load(q8 + 32));
+        sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_maddubs_epi16(q_lo, y_lo), s_lo);
+        sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_maddubs_epi16(q_hi, y_hi), s_hi);
+      }
+    }
+    const __m512 dx = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(fp16(x0[i].d)), _mm512_set1_ps(fp16(x1[i].d)));
+    const __m512 dmin =
+        _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(fp16(x0[i].dmin)), _mm512_set1_ps(fp16(x1[i].dmin)));
+    auto m32_of = [](const uint8_t* m) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m))); };
+    const __m512 mins = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(pair512(m32_of(m0), m32_of(m1))));
+    for (int c = 0; c < C; ++c) {
+      const q8_Kx& yb = yrow(y, ldy, c)[i];
+      acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(yb.b.d)), _mm512_cvtepi32_ps(sumi[c]), acc[c]);
+      const __m512 dbs = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(yb.dbs))));
+      accm[c] = _mm512_fmadd_ps(mins, dbs, accm[c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    out[c * ldo] = hsum(_mm512_castps512_ps256(acc[c])) - hsum(_mm512_castps512_ps256(accm[c]));
+    out[c * ldo + 1] = hsum(high256(acc[c])) - hsum(high256(accm[c]));
+  }
+}
+
+// gemm_rows for Q4_K with rows in pairs (row_q4_K for an odd last row).
+template <int kC>
+void gemm_rows_q4_K_pairs(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
+                          float* out, int64_t ldo) {
+  const int64_t nb = n / QK_K;
+  const uint8_t* wb = static_cast<const uint8_t*>(w);
+  const uint8_t* yb = static_cast<const uint8_t*>(y);
+  for (int64_t c0 = 0; c0 < nc; c0 += kC) {
+    const uint8_t* yc = yb + static_cast<size_t>(c0) * ldy;
+    float* oc = out + c0 * ldo;
+    const int cc = static_cast<int>(std::min<int64_t>(kC, nc - c0));
+    auto x = [&](int64_t r) { return reinterpret_cast<const block_q4_K*>(wb + static_cast<size_t>(r) * ldw); };
+    int64_t r = 0;
+    for (; r + 1 < nr; r += 2) {
+      switch (cc) {
+#define KVAD_ROW2_CASE(k) \
+  case k:                 \
+    if constexpr (k <= kC) row2_q4_K<k>(nb, x(r), x(r + 1), yc, ldy, oc + r, ldo); \
+    break;
+        KVAD_ROW2_CASE(1) KVAD_ROW2_CASE(2) KVAD_ROW2_CASE(3) KVAD_ROW2_CASE(4)
+        KVAD_ROW2_CASE(5) KVAD_ROW2_CASE(6) KVAD_ROW2_CASE(7) KVAD_ROW2_CASE(8)
+#undef KVAD_ROW2_CASE
+        default: break;
+      }
+    }
+    if (r < nr) {
+      switch (cc) {
+#define KVAD_ROW_CASE(k) \
+  case k:                \
+    if constexpr (k <= kC) row_q4_K<k>(nb, x(r), yc, ldy, oc + r, ldo); \
+    break;
+        KVAD_ROW_CASE(1) KVAD_ROW_CASE(2) KVAD_ROW_CASE(3) KVAD_ROW_CASE(4)
+        KVAD_ROW_CASE(5) KVAD_ROW_CASE(6) KVAD_ROW_CASE(7) KVAD_ROW_CASE(8)
+#undef KVAD_ROW_CASE
+        default: break;
+      }
+    }
+  }
+}
+#endif
+
 // ---- Q6_K ------------------------------------------------------------------------
 
 template <int C>
@@ -227,7 +327,11 @@ void pack_q8_Kx(int64_t n, const void* x, size_t ldx, int64_t n_rows, void* dst,
 
 void gemm_q4_K(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
                float* out, int64_t ldo) {
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+  gemm_rows_q4_K_pairs<8>(n, w, ldw, nr, y, ldy, nc, out, ldo);
+#else
   gemm_rows<block_q4_K, RowQ4_K, 8>(n, w, ldw, nr, y, ldy, nc, out, ldo);
+#endif
 }
 
 void gemm_q6_K(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
