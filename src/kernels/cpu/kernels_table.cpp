@@ -1,7 +1,8 @@
 // The CPU kernels rows of the format table (DESIGN.md seams 1 and 2): one
 // row per format, built on first use; the dispatched entries are the AVX2
 // versions when cpu_features().has_avx2_fma() (KVAD_NO_SIMD=1 turns it off),
-// the scalar references otherwise.
+// the scalar references otherwise; a gemm with an AVX512-VNNI build takes
+// that one when cpu_features().has_avx512_vnni().
 #include <array>
 #include <string>
 
