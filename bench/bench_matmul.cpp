@@ -7,6 +7,12 @@
 //       (gemm_ref, the scalar definition; small shapes only).
 //   BM_matmul/<fmt>/t<threads>/<n_out>x<n_in>/<n_tok>  cpu::matmul end to end
 //       (quantizing the activations, the thread pool).
+//   BM_matmul_id/<fmt>/t<threads>/<n_out>x<n_in>/<n_tok>  cpu::matmul_id (moe.h)
+//       of Qwen3-30B-A3B's expert shapes (128 experts of 768 x 2048 gate/up,
+//       2048 x 768 down, top-8), random routing: a prefill batch and one
+//       decoded token; items/s count the chosen experts' products only.
+//   BM_kernel/<fmt>/gemm/768x2048/32: one expert's gate rows against the 32
+//       rows that choose it on average in a 512-token batch.
 // items/s are multiply-adds x 2 (flop/s). Timings use CPU time, which a
 // loaded machine disturbs less than wall time (for t2, wall time: the pool's
 // threads spin).
@@ -19,9 +25,13 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "base/cpu_features.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 #include "tensor/dtype.h"
+#include "tensor/ops.h"
 #include "tensor/tensor.h"
 
 using namespace kvad;
@@ -68,8 +78,20 @@ void kernel(benchmark::State& st, DType t, const std::string& how, Shape s, int6
     k.gemm_pack(s.n_in, a.data(), arb, n_tok, packed.data(), ldy);
     y = packed.data();
   }
+  cpu::GemmFn isa = nullptr;  // gemm-avx2 / gemm-avx512vnni: that build of the K-quant gemm, not the dispatched one
+  if (how == "gemm-avx2") isa = t == DType::Q4_K ? cpu::gemm::avx2::gemm_q4_K : cpu::gemm::avx2::gemm_q6_K;
+  if (how == "gemm-avx512vnni")
+    isa = t == DType::Q4_K ? cpu::gemm::avx512vnni::gemm_q4_K : cpu::gemm::avx512vnni::gemm_q6_K;
+  if (isa) {
+    ldy = k.gemm_packed_bytes(s.n_in);
+    packed.resize(ldy * n_tok);
+    k.gemm_pack(s.n_in, a.data(), arb, n_tok, packed.data(), ldy);
+    y = packed.data();
+  }
   for (auto _ : st) {
-    if (how == "gemm") {
+    if (isa) {
+      isa(s.n_in, w.data(), wrb, s.n_out, y, ldy, n_tok, out.data(), s.n_out);
+    } else if (how == "gemm") {
       k.gemm(s.n_in, w.data(), wrb, s.n_out, y, ldy, n_tok, out.data(), s.n_out);
     } else if (how == "ref") {
       k.gemm_ref(s.n_in, w.data(), wrb, s.n_out, y, ldy, n_tok, out.data(), s.n_out);
@@ -102,6 +124,72 @@ void matmul(benchmark::State& st, DType t, int threads, Shape s, int64_t n_tok) 
   }
   st.SetItemsProcessed(st.iterations() * 2 * s.n_out * s.n_in * n_tok);
 }
+
+// Qwen3-30B-A3B: n_embd 2048, expert_feed_forward_length 768, 128 experts, top-8.
+constexpr int64_t kExperts = 128, kTopK = 8;
+
+void matmul_id(benchmark::State& st, DType t, int threads, Shape s, int64_t n_tok) {
+  ThreadPool pool(threads);
+  ops::PoolScope scope(pool);
+  // One expert's random matrix, copied to all (the setup stays fast; the
+  // bytes streamed are the same).
+  const auto w1 = quantize(t, randn(s.n_out * s.n_in, 1), s.n_in);
+  std::vector<uint8_t> wq(w1.size() * kExperts);
+  for (int64_t e = 0; e < kExperts; ++e) std::copy(w1.begin(), w1.end(), wq.begin() + e * w1.size());
+  Tensor w;
+  w.type = t;
+  w.ne = {s.n_in, s.n_out, kExperts, 1};
+  w.data = wq.data();
+  std::mt19937 rng(3);
+  std::vector<int32_t> ids(static_cast<size_t>(n_tok * kTopK));
+  std::vector<int32_t> e(kExperts);
+  for (int64_t i = 0; i < n_tok; ++i) {
+    for (int64_t j = 0; j < kExperts; ++j) e[j] = static_cast<int32_t>(j);
+    std::shuffle(e.begin(), e.end(), rng);
+    std::copy(e.begin(), e.begin() + kTopK, ids.begin() + i * kTopK);
+  }
+  Tensor id;
+  id.type = DType::I32;
+  id.ne = {kTopK, n_tok, 1, 1};
+  id.data = ids.data();
+  const auto xv = randn(n_tok * s.n_in, 2);
+  Tensor x;
+  x.ne = {s.n_in, 1, n_tok, 1};
+  x.data = xv.data();
+  std::vector<float> ov(static_cast<size_t>(n_tok * kTopK * s.n_out));
+  Tensor o;
+  o.ne = {s.n_out, kTopK, n_tok, 1};
+  o.data = ov.data();
+  for (auto _ : st) {
+    cpu::matmul_id(x, w, id, o);
+    benchmark::ClobberMemory();
+  }
+  st.SetItemsProcessed(st.iterations() * 2 * s.n_out * s.n_in * n_tok * kTopK);
+}
+
+const int registered_moe = [] {
+  for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q4_0}) {
+    const std::string f = dtype_name(t);
+    std::vector<std::string> hows = {"gemm"};
+    if ((t == DType::Q4_K || t == DType::Q6_K) && cpu_features().has_avx2_fma()) hows.push_back("gemm-avx2");
+    if ((t == DType::Q4_K || t == DType::Q6_K) && cpu_features().has_avx512_vnni()) hows.push_back("gemm-avx512vnni");
+    for (const std::string& how : hows)
+      benchmark::RegisterBenchmark(("BM_kernel/" + f + "/" + how + "/768x2048/32").c_str(),
+                                   [=](benchmark::State& st) { kernel(st, t, how, {768, 2048}, 32); });
+    for (Shape s : {Shape{768, 2048}, Shape{2048, 768}}) {
+      if (s.n_in % dtype_info(t).block_elems) continue;
+      for (int64_t n_tok : {512, 1})
+        for (int th : {1, 2}) {
+          auto* b = benchmark::RegisterBenchmark(("BM_matmul_id/" + f + "/t" + std::to_string(th) + "/" +
+                                                  std::to_string(s.n_out) + "x" + std::to_string(s.n_in) + "/" +
+                                                  std::to_string(n_tok)).c_str(),
+                                                 [=](benchmark::State& st) { matmul_id(st, t, th, s, n_tok); });
+          if (th > 1) b->UseRealTime();
+        }
+    }
+  }
+  return 0;
+}();
 
 const int registered = [] {
   for (DType t : kFormats) {

@@ -6,31 +6,45 @@ Usage:
                                       [--out DIR] [--seed N] [--pure] [--force]
     python3 tools/make_random_gguf.py --list
 
-The files are llama-architecture GGUFs (GQA, tied embeddings: no
-output.weight, as in all four real models) whose weights are random: the text
-they produce is noise, but the speed is real, because the time of a forward
-pass depends on the shapes and formats, not on the values. bench/compare uses
-them to compare kvad with llama.cpp on model sizes the model store does not
-have.
+The files are GGUFs of real architectures (llama; qwen2 with q/k/v biases;
+qwen3moe with per-head q/k norms and a sparse MoE feed-forward) whose
+weights are random: the text they produce is noise, but the speed is real,
+because the time of a forward pass depends on the shapes and formats, not on
+the values. bench/compare uses them to compare kvad with llama.cpp on model
+sizes the model store does not have.
 
 Output: DIR/<shape>-<format>.gguf, DIR defaults to $KVAD_HOME/bench-models
 (KVAD_HOME defaults to ~/.cache/kvad). A file that already exists is kept
-unless --force. The files are never committed. Each file is written to a
-temporary name and renamed when complete.
+unless --force, or unless it is not the shape's architecture (a file an
+older version of this script wrote: then it is remade). The files are never
+committed. Each file is written to a temporary name and renamed when
+complete.
 
-Shapes (llama arch; head_dim = n_embd / n_head = 64 in all four):
+Shapes (tied embeddings unless said; head_dim = n_embd / n_head = 64 unless said):
 
-  name                 n_embd layers heads kv  n_ff  vocab   like
-  smollm2-135m-rand      576    30     9    3  1536  49152   SmolLM2-135M
-  smollm2-360m-rand      960    32    15    5  2560  49152   SmolLM2-360M
-  qwen2.5-0.5b-rand      896    24    14    2  4864  50000   Qwen2.5-0.5B body, 50k vocab
-  llama3.2-1b-rand      2048    16    32    8  8192 128256   Llama-3.2-1B
+  name                   arch     n_embd layers heads kv  n_ff  vocab   like
+  smollm2-135m-rand      llama       576    30     9    3  1536  49152   SmolLM2-135M
+  smollm2-360m-rand      llama       960    32    15    5  2560  49152   SmolLM2-360M
+  qwen2.5-0.5b-rand      qwen2       896    24    14    2  4864  50000   Qwen2.5-0.5B body, 50k vocab
+  llama3.2-1b-rand       llama      2048    16    32    8  8192 128256   Llama-3.2-1B
+  qwen3moe-30b-a3b-rand  qwen3moe   2048     5    32    4     -  50000   Qwen3-30B-A3B layers
 
-qwen2.5-0.5b-rand has Qwen2.5-0.5B's body in the llama architecture (no q/k/v
-biases) with a 50,000-token vocabulary instead of the real 151,936, as the
-performance issue's table states it ("Qwen2.5-0.5B (50k vocab)").
+qwen2.5-0.5b-rand has Qwen2.5-0.5B's body in the qwen2 architecture (q/k/v
+biases, f32, N(0, 0.02^2); NeoX rotary as llama.cpp's qwen2) with a 50,000-token
+vocabulary instead of the real 151,936, as the performance issue's table
+states it ("Qwen2.5-0.5B (50k vocab)").
 llama3.2-1b-rand has the real 128,256-token vocabulary but no llama3 rope
 scaling (no rope_freqs tensor); the speed is the same.
+qwen3moe-30b-a3b-rand has Qwen3-30B-A3B's layers exactly (32 q heads and 4 kv
+heads of head_dim 128, so q is 4096 wide; attn_q_norm/attn_k_norm; 128
+experts of expert_feed_forward_length 768, top-8, every layer sparse; the
+f32 router ffn_gate_inp; rope base 1e6, rms eps 1e-6; an untied
+output.weight), but 5 of its 48 layers and a 50,000-token vocabulary instead
+of 151,936, so that Q4_K_M fits in 2 GB (1.9 GiB; Q8_0, made only when asked
+for, is 3.3 GiB): with the real vocabulary the head would be a third of the
+bytes a decoded token reads from a 5-layer file. Per token and layer the
+work is the real model's, so prefill and decode speeds per layer are the
+real model's.
 
 Tokenizer: tokens, token types, merges, model ("gpt2") and pre ("smollm") are
 copied from the SmolLM2 GGUF in the model store
@@ -39,16 +53,18 @@ than its 49,152 tokens is padded with "[PAD<i>]" tokens of type UNUSED, as
 llama.cpp's convert_hf_to_gguf.py pads vocabularies.
 
 Formats and the tensor-type rule (llama.cpp's llama_tensor_get_type in
-src/llama-quant.cpp, for the llama arch without an imatrix; --pure turns it
-off, like llama-quantize --pure):
+src/llama-quant.cpp, without an imatrix; --pure turns it off, like
+llama-quantize --pure):
 
   Q8_0    every 2-D weight Q8_0.
-  Q4_0    every 2-D weight Q4_0, except the tied token_embd (it is also the
-          output matrix): Q6_K.
+  Q4_0    every 2-D weight Q4_0, except the output matrix (the tied
+          token_embd, or output.weight): Q6_K.
   Q4_1    as Q4_0 with Q4_1.
-  Q4_K_M  Q4_K, except attn_v and ffn_down of the layers where
-          use_more_bits(i, n) holds (i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2):
-          Q6_K; tied token_embd: Q6_K.
+  Q4_K_M  Q4_K, except attn_v and ffn_down (ffn_down_exps) of the layers
+          where use_more_bits(i, n) holds (i < n/8, i >= 7n/8, or
+          (i - n/8) % 3 == 2): Q6_K; the output matrix: Q6_K.
+  The MoE router ffn_gate_inp is never quantized (F32), nor are biases and
+  norms; an untied token_embd has the format's own type.
   Then llama.cpp's fallback for rows that are not a whole number of blocks:
   a 256-block type on a row length (ne[0]) that is not a multiple of 256
   becomes Q4_K -> Q5_0, Q6_K -> Q8_0. So with n_embd 576, 960 or 896 the
@@ -92,10 +108,31 @@ SHAPES = {
     "smollm2-360m-rand": (960, 32, 15, 5, 2560, 49152, 100000.0, 1e-5, 8192, "360M", "SmolLM2-360M"),
     "qwen2.5-0.5b-rand": (896, 24, 14, 2, 4864, 50000, 1000000.0, 1e-6, 32768, "0.5B", "Qwen2.5-0.5B (50k vocab)"),
     "llama3.2-1b-rand": (2048, 16, 32, 8, 8192, 128256, 500000.0, 1e-5, 131072, "1B", "Llama-3.2-1B"),
+    "qwen3moe-30b-a3b-rand": (2048, 5, 32, 4, 6144, 50000, 1000000.0, 1e-6, 40960, "5x128x0.8B",
+                              "Qwen3-30B-A3B (5 of 48 layers, 50k vocab)"),
+}
+# Options beyond the llama defaults: GGUF architecture, q/k/v biases (qwen2),
+# per-head q/k RMSNorm (qwen3), head_dim when it is not n_embd / n_head, the
+# MoE feed-forward (expert_count, expert_used_count, expert_feed_forward_length;
+# every layer sparse), an untied output.weight, and the formats the shape is
+# made in by default (--formats and bench/compare can still ask for others).
+OPTIONS = {
+    "qwen2.5-0.5b-rand": {"arch": "qwen2", "qkv_bias": True},
+    "qwen3moe-30b-a3b-rand": {"arch": "qwen3moe", "qk_norm": True, "head_dim": 128, "untied": True,
+                              "moe": (128, 8, 768), "formats": ("Q4_K_M",)},
 }
 FORMATS = {"Q8_0": (QT.Q8_0, 7), "Q4_0": (QT.Q4_0, 2), "Q4_1": (QT.Q4_1, 3), "Q4_K_M": (QT.Q4_K, 15)}
 
 WEIGHT_STD = 0.02
+
+
+def option(shape, key, default=None):
+    return OPTIONS.get(shape, {}).get(key, default)
+
+
+def shape_formats(shape):
+    """The formats a shape is made in by default (all of FORMATS unless OPTIONS says fewer)."""
+    return list(option(shape, "formats", FORMATS))
 
 
 def kvad_home():
@@ -122,18 +159,20 @@ def fallback(qtype, ncols):
     return {QT.Q4_K: QT.Q5_0, QT.Q6_K: QT.Q8_0}[qtype]
 
 
-def tensor_type(name, ncols, fmt, n_layer, pure):
-    """The ggml type of a 2-D weight, as llama-quantize picks it (see the module doc)."""
+def tensor_type(name, ncols, fmt, n_layer, pure, tied=True):
+    """The ggml type of a 2-D or 3-D weight, as llama-quantize picks it (see the module doc)."""
     base = FORMATS[fmt][0]
+    if name.endswith("ffn_gate_inp.weight"):  # the router: never quantized (llama-quant.cpp)
+        return QT.F32
     if pure:
         return fallback(base, ncols) if base in (QT.Q4_K, QT.Q6_K) else base
     t = base
-    if name == "token_embd.weight":  # tied: quantized as the output tensor
+    if name == "output.weight" or (tied and name == "token_embd.weight"):  # the output matrix
         if ncols % gguf.GGML_QUANT_SIZES[base][0] != 0:
             t = QT.Q8_0
         elif base != QT.Q8_0:
             t = QT.Q6_K
-    elif fmt == "Q4_K_M" and (name.endswith("attn_v.weight") or name.endswith("ffn_down.weight")):
+    elif fmt == "Q4_K_M" and (name.endswith("attn_v.weight") or ".ffn_down" in name):
         i = int(name.split(".")[1])
         if use_more_bits(i, n_layer):
             t = QT.Q6_K
@@ -179,6 +218,9 @@ def random_q6_k(rng, n_blocks):
 
 def make_tensor(rng, rows, cols, qtype):
     """[rows, cols] weight as the bytes of qtype, shape (rows, bytes_per_row)."""
+    if qtype == QT.F32:
+        w = rng.standard_normal((rows, cols), dtype=np.float32) * np.float32(WEIGHT_STD)
+        return w.view(np.uint8).reshape(rows, cols * 4)
     bs, ts = gguf.GGML_QUANT_SIZES[qtype]
     nb = cols // bs
     if qtype == QT.Q4_K:
@@ -217,7 +259,7 @@ def load_tokenizer(path):
 
 def check_finite(qtype, data, name):
     try:
-        v = gguf.quants.dequantize(data[:64], qtype)
+        v = gguf.quants.dequantize(data.reshape(-1, data.shape[-1])[:64], qtype)
     except NotImplementedError:
         return
     if not np.all(np.isfinite(v)):
@@ -227,7 +269,10 @@ def check_finite(qtype, data, name):
 
 def write_model(path, shape, fmt, tok, seed, pure):
     n_embd, n_layer, n_head, n_kv, n_ff, n_vocab, rope_base, eps, n_ctx, label, like = SHAPES[shape]
-    head_dim = n_embd // n_head
+    arch = option(shape, "arch", "llama")
+    head_dim = option(shape, "head_dim", n_embd // n_head)
+    moe = option(shape, "moe")  # (n_expert, n_expert_used, n_ff_exp) or None
+    tied = not option(shape, "untied", False)
     tokens = list(tok["tokens"])
     types = list(tok["token_type"])
     if n_vocab < len(tokens):
@@ -236,25 +281,45 @@ def write_model(path, shape, fmt, tok, seed, pure):
         tokens.append(f"[PAD{i}]")
         types.append(int(gguf.TokenType.UNUSED))
 
-    # (name, numpy shape [rows, cols] = ggml ne reversed, type)
-    plan = [("token_embd.weight", n_vocab, n_embd)]
+    # (name, numpy shape of the rows = ggml ne[1:] reversed, or None for a 1-D f32 vector; cols = ne[0])
+    plan = [("token_embd.weight", (n_vocab,), n_embd)]
     for i in range(n_layer):
         p = f"blk.{i}."
         plan += [
             (p + "attn_norm.weight", None, n_embd),
-            (p + "attn_q.weight", n_head * head_dim, n_embd),
-            (p + "attn_k.weight", n_kv * head_dim, n_embd),
-            (p + "attn_v.weight", n_kv * head_dim, n_embd),
-            (p + "attn_output.weight", n_embd, n_head * head_dim),
-            (p + "ffn_norm.weight", None, n_embd),
-            (p + "ffn_gate.weight", n_ff, n_embd),
-            (p + "ffn_up.weight", n_ff, n_embd),
-            (p + "ffn_down.weight", n_embd, n_ff),
+            (p + "attn_q.weight", (n_head * head_dim,), n_embd),
+            (p + "attn_k.weight", (n_kv * head_dim,), n_embd),
+            (p + "attn_v.weight", (n_kv * head_dim,), n_embd),
         ]
+        if option(shape, "qkv_bias"):
+            plan += [(p + "attn_q.bias", None, n_head * head_dim), (p + "attn_k.bias", None, n_kv * head_dim),
+                     (p + "attn_v.bias", None, n_kv * head_dim)]
+        if option(shape, "qk_norm"):
+            plan += [(p + "attn_q_norm.weight", None, head_dim), (p + "attn_k_norm.weight", None, head_dim)]
+        plan += [
+            (p + "attn_output.weight", (n_embd,), n_head * head_dim),
+            (p + "ffn_norm.weight", None, n_embd),
+        ]
+        if moe:
+            n_exp, _, n_ff_exp = moe
+            plan += [
+                (p + "ffn_gate_inp.weight", (n_exp,), n_embd),
+                (p + "ffn_gate_exps.weight", (n_exp, n_ff_exp), n_embd),
+                (p + "ffn_up_exps.weight", (n_exp, n_ff_exp), n_embd),
+                (p + "ffn_down_exps.weight", (n_exp, n_embd), n_ff_exp),
+            ]
+        else:
+            plan += [
+                (p + "ffn_gate.weight", (n_ff,), n_embd),
+                (p + "ffn_up.weight", (n_ff,), n_embd),
+                (p + "ffn_down.weight", (n_embd,), n_ff),
+            ]
     plan.append(("output_norm.weight", None, n_embd))
+    if not tied:
+        plan.append(("output.weight", (n_vocab,), n_embd))
 
     tmp = path.with_name(path.name + ".tmp")
-    w = gguf.GGUFWriter(str(tmp), "llama")
+    w = gguf.GGUFWriter(str(tmp), arch)
     w.add_type("model")
     w.add_name(f"random {like} shape")
     w.add_size_label(label)
@@ -266,6 +331,13 @@ def write_model(path, shape, fmt, tok, seed, pure):
     w.add_feed_forward_length(n_ff)
     w.add_head_count(n_head)
     w.add_head_count_kv(n_kv)
+    if head_dim != n_embd // n_head:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+    if moe:
+        w.add_expert_count(moe[0])
+        w.add_expert_used_count(moe[1])
+        w.add_expert_feed_forward_length(moe[2])
     w.add_rope_freq_base(rope_base)
     w.add_layer_norm_rms_eps(eps)
     w.add_file_type(FORMATS[fmt][1])
@@ -289,10 +361,12 @@ def write_model(path, shape, fmt, tok, seed, pure):
         if rows is None:
             w.add_tensor_info(name, (cols,), np.dtype(np.float32), cols * 4)
             continue
-        qt = tensor_type(name, cols, fmt, n_layer, pure)
+        qt = tensor_type(name, cols, fmt, n_layer, pure, tied)
         types_of[name] = qt
         bs, ts = gguf.GGML_QUANT_SIZES[qt]
-        w.add_tensor_info(name, (rows, cols // bs * ts), np.dtype(np.uint8), rows * (cols // bs) * ts, raw_dtype=qt)
+        n_rows = int(np.prod(rows))
+        w.add_tensor_info(name, (*rows, cols // bs * ts), np.dtype(np.uint8), n_rows * (cols // bs) * ts,
+                          raw_dtype=qt)
 
     w.write_header_to_file(path=tmp)
     w.write_kv_data_to_file()
@@ -301,10 +375,13 @@ def write_model(path, shape, fmt, tok, seed, pure):
     for name, rows, cols in plan:
         rng = rng_for(seed, name)
         if rows is None:
-            w.write_tensor_data(1.0 + rng.standard_normal(cols, dtype=np.float32) * np.float32(WEIGHT_STD))
+            if name.endswith(".bias"):
+                w.write_tensor_data(rng.standard_normal(cols, dtype=np.float32) * np.float32(WEIGHT_STD))
+            else:
+                w.write_tensor_data(1.0 + rng.standard_normal(cols, dtype=np.float32) * np.float32(WEIGHT_STD))
             continue
         qt = types_of[name]
-        data = make_tensor(rng, rows, cols, qt)
+        data = make_tensor(rng, int(np.prod(rows)), cols, qt).reshape(*rows, -1)
         if qt not in checked:
             checked.add(qt)
             check_finite(qt, data, name)
@@ -317,10 +394,28 @@ def write_model(path, shape, fmt, tok, seed, pure):
     print(f"  wrote {path} ({path.stat().st_size / 2**20:.1f} MiB; {counts})", flush=True)
 
 
+def stale_reason(path, shape):
+    """Why an existing file is not this shape's (made by an older version of this script), or ""."""
+    try:
+        r = gguf.GGUFReader(str(path))
+        f = r.fields.get("general.architecture")
+        arch = f.contents() if f is not None else "?"
+        names = {t.name for t in r.tensors}
+    except Exception as e:  # a truncated or foreign file
+        return f"unreadable ({e})"
+    want = option(shape, "arch", "llama")
+    if arch != want:
+        return f"architecture {arch}, not {want}"
+    if option(shape, "qkv_bias") and "blk.0.attn_q.bias" not in names:
+        return "no q/k/v biases"
+    return ""
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated shape names (default: all)")
-    ap.add_argument("--formats", default=",".join(FORMATS), help="comma-separated formats (default: all)")
+    ap.add_argument("--formats", default=None,
+                    help="comma-separated formats (default: each shape's own, see --list)")
     ap.add_argument("--out", type=Path, default=None, help="output folder (default: $KVAD_HOME/bench-models)")
     ap.add_argument("--tokenizer", type=Path, default=None,
                     help="GGUF to copy the tokenizer from (default: $KVAD_HOME/models/smollm2-135m.gguf)")
@@ -331,16 +426,19 @@ def main():
     a = ap.parse_args()
     if a.list:
         for s, v in SHAPES.items():
-            print(f"{s:20s} n_embd {v[0]:5d} layers {v[1]:3d} heads {v[2]:3d} kv {v[3]:2d} "
-                  f"n_ff {v[4]:5d} vocab {v[5]:6d}  ({v[10]})")
+            moe = option(s, "moe")
+            print(f"{s:22s} {option(s, 'arch', 'llama'):8s} n_embd {v[0]:5d} layers {v[1]:3d} heads {v[2]:3d} "
+                  f"kv {v[3]:2d} n_ff {v[4]:5d} vocab {v[5]:6d}"
+                  + (f" experts {moe[0]} top-{moe[1]} n_ff_exp {moe[2]}" if moe else "")
+                  + f"  ({v[10]}; {', '.join(shape_formats(s))})")
         print("formats:", ", ".join(FORMATS))
         return
     shapes = [s for s in a.shapes.split(",") if s]
-    fmts = [f.upper() for f in a.formats.split(",") if f]
+    fmts = [f.upper() for f in a.formats.split(",") if f] if a.formats else None
     for s in shapes:
         if s not in SHAPES:
             sys.exit(f"make_random_gguf: unknown shape {s!r}; known: {', '.join(SHAPES)}")
-    for f in fmts:
+    for f in fmts or []:
         if f not in FORMATS:
             sys.exit(f"make_random_gguf: unknown format {f!r}; known: {', '.join(FORMATS)}")
     out = a.out or default_out()
@@ -350,12 +448,15 @@ def main():
         sys.exit(f"make_random_gguf: no tokenizer source {tok_path} (run scripts/setup --models-only)")
     tok = None
     for s in shapes:
-        for f in fmts:
+        for f in fmts or shape_formats(s):
             name = file_name(s, f) if not a.pure else file_name(s, f + "-pure")
             path = out / name
             if path.exists() and not a.force:
-                print(f"  have {path}")
-                continue
+                stale = stale_reason(path, s)
+                if not stale:
+                    print(f"  have {path}")
+                    continue
+                print(f"  remaking {path}: {stale}")
             if tok is None:
                 tok = load_tokenizer(str(tok_path))
             print(f"  making {path} ...", flush=True)

@@ -12,7 +12,10 @@ static CpuFeatures detect() {
   __builtin_cpu_init();
   f.avx2 = __builtin_cpu_supports("avx2");
   f.fma = __builtin_cpu_supports("fma");
-  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512f = __builtin_cpu_supports("avx512f");  // these check that the OS saves the zmm state, too
+  f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512vl = __builtin_cpu_supports("avx512vl");
+  f.avx512vnni = __builtin_cpu_supports("avx512vnni");
   // F16C has no __builtin_cpu_supports name in older GCCs; every AVX2 CPU
   // shipped so far has it, and cpuid bit 29 of ECX (leaf 1) confirms it.
   unsigned a, b, c, d;

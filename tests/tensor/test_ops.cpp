@@ -315,6 +315,59 @@ TEST(Ops, MixtureOfExperts) {
   EXPECT_THROW(ops::moe_sum(y, ops::moe_route(logits, 3, true).weights), kvad::Error);    // k
 }
 
+// matmul_id in the formats the MoE layers of GGUF files use, against its
+// definition as the products of each expert's matrix with the activation
+// rows of the slots that chose it, gathered in slot order (ops::matmul, the
+// same conversion of the activations and the same gemm): equal bit for bit.
+// Rows per token (n_x = 1) and per slot (n_x = k); 1..3 threads; a batch
+// where one expert is chosen by every token and one by none; row counts
+// that are not a multiple of the gemm's tiles; Q5_1 has no gemm (vec_dot).
+TEST(Ops, MatmulIdEqualsPerExpertMatmuls) {
+  std::mt19937 rng(33);
+  const int64_t n_exp = 9, k = 3, n_in = 512, n_out = 40;
+  for (DType t : {DType::F32, DType::F16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q6_K, DType::Q5_1}) {
+    const Tensor w = ops::convert(rand_f32(rng, {n_in, n_out, n_exp, 1}, 0.1f), t);
+    for (int64_t n_tok : {1, 7, 37}) {
+      std::vector<int32_t> idv(n_tok * k);
+      for (int64_t i = 0; i < n_tok; ++i) {
+        std::vector<int32_t> e(n_exp - 1);
+        std::iota(e.begin(), e.end(), 0);  // expert 8 is never chosen
+        std::shuffle(e.begin() + 1, e.end(), rng);  // expert 0 by every token, first
+        for (int64_t j = 0; j < k; ++j) idv[i * k + j] = e[j];
+        std::swap(idv[i * k], idv[i * k + (i % k)]);  // at varying slots
+      }
+      const Tensor ids = ops::from_host(idv.data(), DType::I32, {k, n_tok, 1, 1}, Device::cpu());
+      for (int64_t n_x : {int64_t{1}, k}) {
+        const Tensor x = rand_f32(rng, {n_in, n_x, n_tok, 1});
+        const std::vector<float> xv = host_f32(x);
+        std::vector<float> want(n_tok * k * n_out, NAN);
+        for (int64_t e = 0; e < n_exp; ++e) {
+          std::vector<int64_t> slots;
+          for (int64_t s = 0; s < n_tok * k; ++s)
+            if (idv[s] == e) slots.push_back(s);
+          if (slots.empty()) continue;
+          std::vector<float> g;
+          for (int64_t s : slots) {
+            const float* r = &xv[((s / k) * n_x + (n_x == 1 ? 0 : s % k)) * n_in];
+            g.insert(g.end(), r, r + n_in);
+          }
+          const Tensor gx = ops::from_host(g.data(), DType::F32, {n_in, static_cast<int64_t>(slots.size()), 1, 1},
+                                           Device::cpu());
+          const std::vector<float> ye = host_f32(ops::matmul(gx, w.rows(e * n_out, (e + 1) * n_out)));
+          for (size_t i = 0; i < slots.size(); ++i)
+            std::copy(&ye[i * n_out], &ye[(i + 1) * n_out], &want[slots[i] * n_out]);
+        }
+        for (int nth : {1, 2, 3}) {
+          kvad::ThreadPool pool(nth);
+          ops::PoolScope scope(pool);
+          EXPECT_EQ(host_f32(ops::matmul_id(x, w, ids)), want)
+              << dtype_name(t) << " n_tok=" << n_tok << " n_x=" << n_x << " threads=" << nth;
+        }
+      }
+    }
+  }
+}
+
 TEST(Ops, GetRows) {
   std::mt19937 rng(6);
   const Tensor ids = ids_tensor({4, 0, 9, 4});

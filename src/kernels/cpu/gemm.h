@@ -104,4 +104,13 @@ void gemm_f32(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, s
               float* out, int64_t ldo);
 }  // namespace avx2
 
+// The same K-quant gemms built for AVX512-VL/BW/VNNI (gemm_kquants_avx512.cpp;
+// CPUs with cpu_features().has_avx512_vnni()): the AVX2 ones' bits, faster.
+namespace avx512vnni {
+void gemm_q4_K(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
+               float* out, int64_t ldo);
+void gemm_q6_K(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
+               float* out, int64_t ldo);
+}  // namespace avx512vnni
+
 }  // namespace kvad::cpu::gemm

@@ -1,7 +1,8 @@
 // The CPU kernels rows of the format table (DESIGN.md seams 1 and 2): one
 // row per format, built on first use; the dispatched entries are the AVX2
 // versions when cpu_features().has_avx2_fma() (KVAD_NO_SIMD=1 turns it off),
-// the scalar references otherwise.
+// the scalar references otherwise; a gemm with an AVX512-VNNI build takes
+// that one when cpu_features().has_avx512_vnni().
 #include <array>
 #include <string>
 
@@ -52,14 +53,16 @@ CpuKernels entries(ToFloatFn to_float, FromFloatFn from_float, VecDotFn vec_dot)
 #define KVAD_REF(fmt, dot) \
   entries(quants::ref::to_float_##fmt, quants::ref::from_float_##fmt, quants::ref::vec_dot_##dot)
 
-// Formats with a tiled gemm: the AVX2 kernel, its activation packer and the
-// reference (a loop of reference vec_dots, gemm.h).
+// Formats with a tiled gemm: the AVX2 kernel, its activation packer, the
+// reference (a loop of reference vec_dots, gemm.h), and the AVX512-VNNI
+// build of the AVX2 kernel where there is one (same packer, same bits).
 struct GemmRow {
   DType type;
   GemmFn simd;
   GemmPackFn pack;
   size_t (*packed_bytes)(int64_t n);
   GemmFn ref;
+  GemmFn avx512_vnni = nullptr;
 };
 
 const GemmRow kGemms[] = {
@@ -73,9 +76,9 @@ const GemmRow kGemms[] = {
     {DType::Q8_0, gemm::avx2::gemm_q8_0, gemm::avx2::pack_q8_0x4, gemm::packed_bytes_q8_0x4,
      gemm::gemm_ref<quants::ref::vec_dot_q8_0_q8_0>},
     {DType::Q4_K, gemm::avx2::gemm_q4_K, gemm::avx2::pack_q8_Kx, gemm::packed_bytes_q8_Kx,
-     gemm::gemm_ref<quants::ref::vec_dot_q4_K_q8_K>},
+     gemm::gemm_ref<quants::ref::vec_dot_q4_K_q8_K>, gemm::avx512vnni::gemm_q4_K},
     {DType::Q6_K, gemm::avx2::gemm_q6_K, gemm::avx2::pack_q8_Kx, gemm::packed_bytes_q8_Kx,
-     gemm::gemm_ref<quants::ref::vec_dot_q6_K_q8_K>},
+     gemm::gemm_ref<quants::ref::vec_dot_q6_K_q8_K>, gemm::avx512vnni::gemm_q6_K},
 };
 
 struct Table {
@@ -124,11 +127,12 @@ Table build() {
   }
   // Without SIMD the gemm entry stays empty: matmul's vec_dot loop is then
   // the reference loop itself.
+  const bool avx512_vnni = cpu_features().has_avx512_vnni();
   for (const GemmRow& g : kGemms) {
     CpuKernels& k = t.rows[static_cast<uint32_t>(g.type)];
     k.gemm_ref = g.ref;
     if (simd) {
-      k.gemm = g.simd;
+      k.gemm = avx512_vnni && g.avx512_vnni ? g.avx512_vnni : g.simd;
       k.gemm_pack = g.pack;
       k.gemm_packed_bytes = g.packed_bytes;
     }

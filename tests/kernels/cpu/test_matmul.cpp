@@ -23,7 +23,9 @@
 #include <random>
 #include <vector>
 
+#include "base/cpu_features.h"
 #include "base/thread_pool.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/blocks.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/ops.h"
@@ -186,6 +188,50 @@ TEST(Gemm, SimdMatchesReference) {
     std::printf("%-5s gemm: |simd-ref| <= %.2f eps*S\n", dtype_name(t), worst);
   }
   std::printf("%d outputs checked\n", checked);
+}
+
+// The AVX512-VNNI build of the K-quant gemms (gemm_kquants_avx512.cpp, the
+// one cpu_kernels dispatches to on such CPUs, so SimdMatchesReference checks
+// it against the reference there) gives the AVX2 build's bits: the same
+// exact integer sums, the same float steps. Random quants (every byte of
+// the quant, scale and min fields) and activations, and every quant at its
+// extreme; odd row and token counts. Skipped on CPUs without AVX512-VNNI.
+TEST(Gemm, Avx512VnniEqualsAvx2) {
+  if (!cpu_features().has_avx512_vnni()) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  std::mt19937 rng(17);
+  const struct {
+    DType t;
+    cpu::GemmFn avx2, vnni;
+  } kernels[] = {{DType::Q4_K, cpu::gemm::avx2::gemm_q4_K, cpu::gemm::avx512vnni::gemm_q4_K},
+                 {DType::Q6_K, cpu::gemm::avx2::gemm_q6_K, cpu::gemm::avx512vnni::gemm_q6_K}};
+  for (const auto& kk : kernels) {
+    const CpuKernels& k = cpu::cpu_kernels(kk.t);
+    for (int64_t nb : {1, 3, 8})
+      for (int64_t nr : {1, 5, 16})
+        for (int64_t nc : {1, 3, 7, 8, 9, 17, 32}) {
+          const int64_t n = nb * 256;
+          for (bool extreme : {false, true}) {
+            Mat w = make(kk.t, n, nr, true, rng);
+            if (extreme)  // all quants at their largest (the scales stay random)
+              for (int64_t b = 0; b < nb * nr; ++b) {
+                uint8_t* blk = w.q.data() + b * dtype_info(kk.t).block_bytes;
+                if (kk.t == DType::Q4_K) std::memset(blk + offsetof(cpu::block_q4_K, qs), 0xFF, 128);
+                else std::memset(blk, 0xFF, 192);  // Q6_K ql, qh
+              }
+            const Mat a = make(DType::Q8_K, n, nc, false, rng);
+            const size_t ldy = row_bytes(DType::Q8_K, n), ld = k.gemm_packed_bytes(n);
+            std::vector<uint8_t> packed(ld * nc);
+            cpu::gemm::avx2::pack_q8_Kx(n, a.q.data(), ldy, nc, packed.data(), ld);
+            std::vector<float> y1(nc * nr, -1.0f), y2(nc * nr, -2.0f);
+            kk.avx2(n, w.q.data(), row_bytes(kk.t, n), nr, packed.data(), ld, nc, y1.data(), nr);
+            kk.vnni(n, w.q.data(), row_bytes(kk.t, n), nr, packed.data(), ld, nc, y2.data(), nr);
+            for (size_t i = 0; i < y1.size(); ++i)  // bit for bit, NaN and inf included
+              ASSERT_EQ(std::memcmp(&y1[i], &y2[i], sizeof(float)), 0)
+                  << dtype_name(kk.t) << " nb=" << nb << " nr=" << nr << " nc=" << nc << " i=" << i
+                  << " avx2=" << y1[i] << " vnni=" << y2[i];
+          }
+        }
+  }
 }
 
 // Block sums at the int16 limits: all quants at their extremes.
