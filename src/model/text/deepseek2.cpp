@@ -560,21 +560,7 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
   if (hf_layer_tensor(hf, il, rest))
     for (const HfLayerName& n : kNextn)
       if (rest == n.hf) return r.name = "blk." + std::to_string(il) + "." + n.gguf, r.transform = n.transform, true;
-  static const std::string ex = "mlp.experts.";
-  if (hf_layer_tensor(hf, il, rest) && rest.compare(0, ex.size(), ex) == 0) {
-    size_t j = ex.size(), k = j;
-    while (k < rest.size() && rest[k] >= '0' && rest[k] <= '9') ++k;
-    if (k == j || k - j > 6 || k >= rest.size() || rest[k] != '.') return false;
-    const std::string w = rest.substr(k + 1);
-    const char* g = w == "gate_proj.weight" ? "ffn_gate_exps.weight"
-                    : w == "up_proj.weight" ? "ffn_up_exps.weight"
-                    : w == "down_proj.weight" ? "ffn_down_exps.weight" : nullptr;
-    if (!g) return false;
-    r.name = "blk." + std::to_string(il) + "." + g;
-    r.transform = T::None;
-    r.part = std::stoll(rest.substr(j, k - j));
-    return true;
-  }
+  if (hf_layer_tensor(hf, il, rest) && hf_expert_tensor(rest, "blk." + std::to_string(il) + ".", r)) return true;
   return hf_decoder_tensor(hf, T::ToF32, kLayer, std::size(kLayer), r);
 }
 
