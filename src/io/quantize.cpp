@@ -329,16 +329,20 @@ std::vector<TensorChoice> plan(const std::vector<TensorDesc>& tensors, const Qua
     const int64_t ne0 = t.ne[0];
     if (!qt.mixture) {
       const int64_t block = dtype_info(qt.base).block_elems;
-      if (ne0 % block != 0) {
+      if (ne0 % block != 0 && ne0 % 32 != 0) {
+        // No quantized type fits rows like these (a tiny or unusual shape,
+        // e.g. DeepSeek's q_lora_rank 24): F16, as llama-quantize does.
+        c.type = DType::F16;
+        c.wanted = qt.base;
+        c.fallback = true;
+        continue;
+      }
+      if (ne0 % block != 0) {  // a block-256 type on rows that only block-32 types fit
         std::string fit;
-        if (ne0 % 32 == 0) {
-          for (const QuantType& o : kTypes)
-            if (!o.mixture && dtype_info(o.base).block_elems == 32) fit += (fit.empty() ? "" : ", ") + std::string(o.name);
-          fit = "types that fit: " + fit + " (block 32), or a mixture (q3_k_m, q4_k_s, q4_k_m, q5_k_m), which "
-                "falls back per tensor";
-        } else {
-          fit = "no quantized type fits (every block is 32 or 256 elements)";
-        }
+        for (const QuantType& o : kTypes)
+          if (!o.mixture && dtype_info(o.base).block_elems == 32) fit += (fit.empty() ? "" : ", ") + std::string(o.name);
+        fit = "types that fit: " + fit + " (block 32), or a mixture (q3_k_m, q4_k_s, q4_k_m, q5_k_m), which "
+              "falls back per tensor";
         throw Error("--type " + std::string(qt.name) + ": tensor '" + t.name + "' (" + shape_str(t.ne) +
                     ") has rows of " + std::to_string(ne0) + ", not a multiple of " + dtype_name(qt.base) +
                     "'s block of " + std::to_string(block) + "; " + fit);

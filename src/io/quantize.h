@@ -23,8 +23,10 @@
 // Single types (q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q6_k, iq4_nl, tq2_0):
 // every quantized tensor gets the type, token embedding and output included
 // (llama-quantize --pure). When some tensor's rows (ne[0]) are not a multiple
-// of the type's block (256 for q2_k/q6_k/tq2_0, 32 for the others), kvad
-// refuses before any work, naming the tensor and the types that fit.
+// of the type's block (256 for q2_k/q6_k/tq2_0, 32 for the others) but are
+// a multiple of 32, kvad refuses before any work, naming the tensor and the
+// types that fit; rows that no block divides (e.g. DeepSeek's q_lora_rank 24
+// in a tiny model) are written F16, as llama-quantize does.
 //
 // Mixtures (q3_k_m, q4_k_s, q4_k_m, q5_k_m): base type Q3_K/Q4_K/Q4_K/Q5_K,
 // with more bits where llama.cpp measured that quantization error hurts most:
@@ -116,7 +118,8 @@ bool is_quantized_tensor(const std::string& name, const std::vector<int64_t>& ne
 /// n_layer: the model's block count (`<arch>.block_count`), the n of the
 /// ffn_down rule; 0: the number of ffn_down tensors. Throws kvad::Error,
 /// before any work, when a single type's block does not divide some
-/// quantized tensor's ne[0] (naming it and the types that fit), or when a
+/// quantized tensor's ne[0] that 32 divides (naming it and the types that
+/// fit; rows 32 does not divide get F16, a fallback), or when a
 /// tensor to quantize is not F32, F16 or BF16 (naming it and its type).
 std::vector<TensorChoice> plan(const std::vector<TensorDesc>& tensors, const QuantType& type, int64_t n_layer = 0);
 
