@@ -31,7 +31,11 @@ std::vector<int32_t> Server::Impl::tokenize_chat(const CompletionRequest& r, Out
   } catch (const ChatTemplateError& e) {
     // raise_exception(): the conversation is at fault (e.g. roles that do not alternate).
     if (e.raised()) throw ApiError(400, e.message(), "invalid_request_error", "messages", "invalid_value");
-    throw ApiError(500, std::string("The chat template failed: ") + e.what(), "server_error", "", "chat_template_error");
+    // Any other failure of the model's template on this request (e.g. gpt-oss's
+    // reads every tool's `description`, which the API makes optional): the
+    // request cannot be rendered, a 400 as vLLM gives, naming the template's error.
+    throw ApiError(400, std::string("The chat template failed on this request: ") + e.what(), "invalid_request_error",
+                   "messages", "chat_template_error");
   }
 }
 

@@ -59,3 +59,16 @@ def test_reasoning_format_none_keeps_the_reply_as_written(hserver):
     r = client(hserver).chat.completions.create(model="llama.cpp-f32", messages=MESSAGES, max_tokens=200,
                                                 extra_body={"grammar": GRAMMAR, "reasoning_format": "none"})
     assert r.choices[0].message.content == REPLY
+
+
+def test_a_request_the_template_cannot_render_is_a_400(hserver):
+    # gpt-oss's real template reads every tool's description, which the API
+    # makes optional: the request cannot be rendered, a 400 naming the error.
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    with pytest.raises(openai.BadRequestError) as e:
+        client(hserver).chat.completions.create(model="llama.cpp-f32", messages=MESSAGES, max_tokens=8, tools=tools)
+    assert "description" in str(e.value)
+    # The server still answers.
+    r = client(hserver).chat.completions.create(model="llama.cpp-f32", messages=MESSAGES, max_tokens=200,
+                                                extra_body={"grammar": GRAMMAR})
+    assert r.choices[0].message.content == "Paris."
