@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -103,8 +104,12 @@ LoadedModel load_for_cli(const ResolvedModel& r, const DeviceOptions& dev, bool 
       }
     }
     m.model = load_model(src, d);
-    if (!tokenizer_cached)
-      m.tokenizer = Tokenizer::from_tokenizer_json(dir + "/tokenizer.json", dir + "/tokenizer_config.json");
+    if (!tokenizer_cached) {
+      // tokenizer_config.json is optional, as in transformers (no chat template then).
+      const std::string cfg = dir + "/tokenizer_config.json";
+      std::error_code ec;
+      m.tokenizer = Tokenizer::from_tokenizer_json(dir + "/tokenizer.json", std::filesystem::exists(cfg, ec) ? cfg : "");
+    }
     m.generation_config = read_generation_config(dir);
     m.tokenizer->add_eog_ids(m.generation_config.eos_token_id);
   }

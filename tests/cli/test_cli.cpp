@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -17,6 +18,41 @@ using kvad::test::run_kvad;
 using kvad::test::one_error_line;
 
 const std::string kPeer = std::string(KVAD_PEER_DATA) + "/tokenizer";
+
+// An HF checkpoint directory with tokenizer.json and no tokenizer_config.json
+// (optional in transformers) runs: raw, and without --raw as a model with no
+// chat template (completed as is, said on stderr). The tiny qwen2 fixture's weights; a byte-level BPE of 128
+// single characters, no merges.
+TEST(Cli, CheckpointWithoutTokenizerConfigRuns) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("kvad-cli-notokcfg-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path src = fs::path(KVAD_SOURCE_DIR) / "tests" / "fixtures" / "hf_tiny" / "qwen2";
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(src / f, dir / f);
+  std::string vocab;
+  for (int c = 0; c < 128; ++c) {
+    const int cp = c >= 33 && c <= 126 ? c : 0x100 + (c < 33 ? c : c - 94);  // GPT-2's byte-to-unicode map
+    std::string ch = cp < 0x80 ? std::string(1, static_cast<char>(cp))
+                               : std::string{static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+    if (ch == "\"" || ch == "\\") ch = "\\" + ch;
+    vocab += (c ? ", \"" : "\"") + ch + "\": " + std::to_string(c);
+  }
+  std::ofstream(dir / "tokenizer.json")
+      << R"({"version": "1.0", "added_tokens": [], "normalizer": null,
+  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+  "post_processor": null, "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+  "model": {"type": "BPE", "dropout": null, "unk_token": null, "byte_fallback": false, "ignore_merges": false,
+            "vocab": {)" << vocab << R"(}, "merges": []}})";
+  Out r = run_kvad("run --model " + dir.string() + " --prompt abc -n 4 --temp 0 --raw -t 1");
+  EXPECT_EQ(r.status, 0) << r.err;
+  // Without --raw: no chat template, so the prompt is completed as is, said once.
+  Out c = run_kvad("run --model " + dir.string() + " --prompt abc -n 4 --temp 0 -t 1");
+  EXPECT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.err.find("has no chat template; completing the prompt as is"), std::string::npos) << c.err;
+  EXPECT_EQ(c.out, r.out);
+  fs::remove_all(dir);
+}
 
 
 }  // namespace
