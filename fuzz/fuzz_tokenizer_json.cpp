@@ -8,15 +8,22 @@
 // kvad::Error is the expected outcome for bad input; anything else (a crash, a
 // hang, a sanitizer report, another exception type) is a bug.
 //
+// An input that starts with the GGUF magic is read as a GGUF instead and
+// its tokenizer built by Tokenizer::from_gguf (tokenizer.ggml.* keys, or the
+// kvad.tokenizer.* keys the quantize-once cache writes from a tokenizer.json;
+// seed: tests/fixtures/hf_tokenizer/seeds-gguf, by tools/make_tokenizer_gguf_seed.py).
+//
 // Run (asan preset):
 //   build-asan/fuzz/fuzz_tokenizer_json -max_total_time=60 -max_len=65536 corpus/ \
 //       tests/fixtures/hf_tokenizer/seeds/ tests/fixtures/hf_tokenizer/broken/
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "base/error.h"
+#include "io/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -26,7 +33,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view tj = in.substr(0, sep);
   const std::string_view cfg = sep == std::string_view::npos ? std::string_view() : in.substr(sep + kSep.size());
   try {
-    auto tok = kvad::Tokenizer::from_tokenizer_json_text(tj, "fuzz.json", cfg, "fuzz_config.json");
+    std::unique_ptr<kvad::Tokenizer> tok;
+    if (in.substr(0, 4) == "GGUF") {
+      auto f = kvad::gguf::File::parse(data, size, "fuzz.gguf");
+      tok = kvad::Tokenizer::from_gguf(*f);
+    } else {
+      tok = kvad::Tokenizer::from_tokenizer_json_text(tj, "fuzz.json", cfg, "fuzz_config.json");
+    }
     static const char* const kTexts[] = {"", "Hello world", " a  b\t\nc", "<s>x</s>[CLS]<|endoftext|>",
                                          "caf\xC3\xA9 \xE4\xB8\xAD\xF0\x9F\xA6\x99", "\xFF\xC3(\xED\xA0\x80",
                                          "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
