@@ -10,7 +10,6 @@
 // equals transformers' up to the first near-tie (top-2 margin < 0.5), and
 // the listed logits are within the tolerance of the GGUF reference tests.
 #include <gtest/gtest.h>
-#include <zlib.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -28,6 +27,7 @@
 #include "model/hf.h"
 #include "model/registry.h"
 #include "tokenizer/tokenizer.h"
+#include "../tokenizer/gunzip.h"
 
 namespace {
 
@@ -141,30 +141,10 @@ TEST(HfReference, Gemma3Q8_0) { run("gemma3-270m.json", "q8_0", 2.0); }
 // tokenizer suite (tests/fixtures/hf_tokenizer/gpt2.cases.json.gz: the peer
 // suites' strings and generated ones) exactly as the tokenizer.json one,
 // with and without special tokens, and decodes alike.
-std::string gunzip_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  const std::string gz((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  z_stream zs{};
-  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) return "";
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
-  zs.avail_in = static_cast<uInt>(gz.size());
-  std::string out;
-  char buf[1 << 16];
-  int rc;
-  do {
-    zs.next_out = reinterpret_cast<Bytef*>(buf);
-    zs.avail_out = sizeof buf;
-    rc = inflate(&zs, Z_NO_FLUSH);
-    if (rc != Z_OK && rc != Z_STREAM_END) break;
-    out.append(buf, sizeof buf - zs.avail_out);
-  } while (rc != Z_STREAM_END);
-  inflateEnd(&zs);
-  return out;
-}
-
 TEST(HfReference, CacheTokenizerEqualsTokenizerJson) {
   const json cases =
-      json::parse(gunzip_file(fs::path(KVAD_SOURCE_DIR) / "tests" / "fixtures" / "hf_tokenizer" / "gpt2.cases.json.gz"));
+      json::parse(kvad::test::gunzip_file(
+          (fs::path(KVAD_SOURCE_DIR) / "tests" / "fixtures" / "hf_tokenizer" / "gpt2.cases.json.gz").string()));
   int checked = 0;
   for (const char* snap_rel : {"models--HuggingFaceTB--SmolLM2-135M-Instruct/snapshots/445506d8557cf6aae3c041117e8d4135ec426989",
                                "models--google--gemma-3-270m/snapshots/ae0e30b556162d6b557c9572dfa6fea5250c67fc"}) {

@@ -7,7 +7,6 @@
 // the path API, and a corpus of broken files (errors, never crashes).
 #include <gtest/gtest.h>
 #include <malloc.h>
-#include <zlib.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -24,6 +23,7 @@
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
 #include "tokenizer/tokenizer.h"
+#include "gunzip.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -47,27 +47,7 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-std::string gunzip(const std::string& gz) {
-  z_stream zs{};
-  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) throw std::runtime_error("inflateInit2");
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(gz.data()));
-  zs.avail_in = static_cast<uInt>(gz.size());
-  std::string out;
-  char buf[1 << 16];
-  int rc;
-  do {
-    zs.next_out = reinterpret_cast<Bytef*>(buf);
-    zs.avail_out = sizeof buf;
-    rc = inflate(&zs, Z_NO_FLUSH);
-    if (rc != Z_OK && rc != Z_STREAM_END) {
-      inflateEnd(&zs);
-      throw std::runtime_error("bad gzip data");
-    }
-    out.append(buf, sizeof buf - zs.avail_out);
-  } while (rc != Z_STREAM_END);
-  inflateEnd(&zs);
-  return out;
-}
+using kvad::test::gunzip;
 
 std::string ids_str(const std::vector<int32_t>& ids) {
   std::string s;
