@@ -12,6 +12,19 @@
 
 namespace kvad::cli {
 
+namespace {
+// Checked before CLI::Range, whose message for a non-number ("Value abc not
+// in range 0 to 4096") reads as if abc were a number out of range.
+const CLI::Validator kInteger(
+    [](std::string& s) -> std::string {
+      size_t i = (!s.empty() && (s[0] == '-' || s[0] == '+')) ? 1 : 0;
+      if (i == s.size() || s.find_first_not_of("0123456789", i) != std::string::npos)
+        return "expects an integer, got '" + s + "'";
+      return {};
+    },
+    "INT");
+}  // namespace
+
 void GenerationOptions::add_to(CLI::App* c, const std::string& max_tokens_help) {
   c->add_option("-m,--model", model, "GGUF file or model-store name (default: " + std::string(kDefaultModel) + ")");
   c->add_option("-n,--max-tokens", max_tokens, max_tokens_help)->capture_default_str();
@@ -22,9 +35,9 @@ void GenerationOptions::add_to(CLI::App* c, const std::string& max_tokens_help) 
   min_p_ = c->add_option("--min-p", sp.min_p, "Min-p (0: off)" + hf)->capture_default_str();
   repeat_penalty_ = c->add_option("--repeat-penalty", sp.repeat_penalty, "Repetition penalty (1: off)" + hf)->capture_default_str();
   c->add_option("--seed", seed, "Sampling seed (-1: random)")->capture_default_str();
-  c->add_option("-t,--threads", threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096))->capture_default_str();
+  c->add_option("-t,--threads", threads, "CPU threads (0: all cores)")->check(kInteger)->check(CLI::Range(0, 4096))->capture_default_str();
   c->add_option("-c,--ctx-size", ctx_size, "Context size in tokens (0: min(4096, model's))")
-      ->check(CLI::Range(0, 1 << 24))
+      ->check(kInteger)->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   add_device_options(c, device);
   cache_type.add_to(c);
@@ -62,7 +75,7 @@ void add_device_options(CLI::App* c, DeviceOptions& d) {
                 "Recurrent layers (qwen3next): copy the state every N positions so that a rewind (a chat turn "
                 "that changes the history, prefix reuse) re-prefills from the nearest copy; 0: none (a rewind "
                 "re-prefills from the start); -1: the model's default")
-      ->check(CLI::Range(-1, 1 << 24))
+      ->check(kInteger)->check(CLI::Range(-1, 1 << 24))
       ->capture_default_str();
 }
 

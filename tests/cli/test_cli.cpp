@@ -244,3 +244,19 @@ TEST(Cli, CacheTypeF32DoublesTheKvBytes) {
   EXPECT_NE(b.out.find("\"type_k\": \"f32\""), std::string::npos) << b.out;
   EXPECT_NE(b.out.find("\"type_v\": \"f16\""), std::string::npos) << b.out;
 }
+
+// An integer flag given a non-integer says so (CLI11's range check alone
+// would report "Value abc not in range"), and a number out of range names the
+// range; both before any model is read, with the usage-error status 2.
+TEST(Cli, NonIntegerFlagValueIsOneLineError) {
+  for (const char* flag : {"--state-snapshot-every abc", "-t 1.5", "-c 12k"}) {
+    Out r = run_kvad(std::string("run --prompt hi --model /nonexistent/model.gguf ") + flag);
+    EXPECT_EQ(r.status, 2) << flag;
+    EXPECT_TRUE(one_error_line(r.err)) << r.err;
+    EXPECT_NE(r.err.find("expects an integer, got '"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("/nonexistent"), std::string::npos) << r.err;
+  }
+  Out r = run_kvad("run --prompt hi --model /nonexistent/model.gguf -c 99999999");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("not in range 0 to 16777216"), std::string::npos) << r.err;
+}
