@@ -67,7 +67,7 @@ struct TensorRename {
   int64_t lanes = 1, lane = 0;
   /// Fp8BlockScaled and Mxfp4: the scale tensor's name in the base;
   /// Fp8BlockScaled: the block.
-  std::string scale;
+  std::string scale{};
   int64_t block_rows = 128, block_cols = 128;
 };
 

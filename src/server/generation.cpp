@@ -174,7 +174,7 @@ void Server::Impl::stream(Prepared p, httplib::Response& res, std::shared_ptr<St
     OutputStream os;
     std::shared_ptr<StreamEmitter> em;
     bool started = false, finished = false;
-    std::vector<GenTokenLogprobs> pending;  ///< logprobs of tokens whose text is not out yet
+    std::vector<GenTokenLogprobs> pending{};  ///< logprobs of tokens whose text is not out yet
     size_t text_offset = 0;
   };
   auto st = std::make_shared<State>(State{p.job, OutputStream(p.fmt), std::move(em)});

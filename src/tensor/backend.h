@@ -56,7 +56,7 @@ struct AttentionOpParams {
   /// transformers' GptOssAttention `sinks`, llama.cpp's attn_sinks): head h's
   /// softmax gets one more logit sinks[h] in its denominator, whose value row
   /// is zero, so the weights over the keys sum to less than 1.
-  Tensor sinks;
+  Tensor sinks{};
 };
 
 /// How a MoE router turns logits into expert weights (ops.h: moe_route).

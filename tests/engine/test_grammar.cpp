@@ -330,7 +330,9 @@ TEST(TokenGrammar, MaskEqualsPerTokenCheck) {
       ASSERT_EQ(allowed[id] != 0, expect) << "cut " << cut << " token " << id << " '" << v->trie->bytes(id) << "'";
     }
     EXPECT_GT(n_allowed, 0);
-    if (cut == out.size()) EXPECT_TRUE(t.finished());
+    if (cut == out.size()) {
+      EXPECT_TRUE(t.finished());
+    }
   }
 }
 

@@ -328,7 +328,7 @@ TEST(ToolCalls, Harmony) {
   // and a preamble to the user on the commentary channel.
   f.tools = true;
   f.specs = specs();
-  for (const std::string call : {std::string("<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+  for (const std::string& call : {std::string("<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
                                              "<|message|>{\"city\": \"Oslo\"}"),
                                  std::string("<|start|>assistant to=functions.get_weather<|channel|>commentary json"
                                              "<|message|>{\"city\": \"Oslo\"}<|call|>")}) {
@@ -348,7 +348,7 @@ TEST(ToolCalls, Harmony) {
   expect_same_calls(b.whole.calls, {{"", "get_time", R"({"zone":"UTC"})"}});
   EXPECT_EQ(b.content, "");
   // Bad calls are content: unknown function, arguments not an object, broken JSON.
-  for (const std::string bad : {std::string("<|channel|>commentary to=functions.rm_rf <|constrain|>json<|message|>{}"),
+  for (const std::string& bad : {std::string("<|channel|>commentary to=functions.rm_rf <|constrain|>json<|message|>{}"),
                                 std::string("<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>[1]"),
                                 std::string("<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{\"zone\":")}) {
     SCOPED_TRACE(bad);
@@ -366,7 +366,7 @@ TEST(ToolCalls, MalformedCallsAreContent) {
   f.tools = true;
   f.format = ToolFormat::hermes;
   f.specs = specs();
-  for (const std::string text : {
+  for (const std::string& text : {
            std::string("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>"),
            std::string("<tool_call>\n{\"name\": \"rm_rf\", \"arguments\": {}}\n</tool_call>"),
            std::string("Sure <tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\""),  // cut off

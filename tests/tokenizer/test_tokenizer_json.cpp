@@ -227,11 +227,15 @@ TEST_P(HfFamily, StreamDecoderKeepsCharactersWhole) {
     std::string all;
     for (int32_t id : ids) {
       std::string chunk = dec.push(id);
-      if (valid) EXPECT_EQ(kvad::utf8::incomplete_tail(chunk), 0u) << name;
+      if (valid) {
+        EXPECT_EQ(kvad::utf8::incomplete_tail(chunk), 0u) << name;
+      }
       all += chunk;
     }
     all += dec.flush();
-    if (byte_level) EXPECT_EQ(all, tok->decode(ids, true)) << name << " \"" << escaped(c[0].get<std::string>()) << "\"";
+    if (byte_level) {
+      EXPECT_EQ(all, tok->decode(ids, true)) << name << " \"" << escaped(c[0].get<std::string>()) << "\"";
+    }
   }
 }
 
@@ -498,7 +502,9 @@ TEST(TokenizerJson, BrokenCorpus) {
       const std::string m = err.what();
       std::printf("[ broken   ] %s\n", m.substr(0, 160).c_str());
       EXPECT_NE(m.find(e.path().filename().string()), std::string::npos) << m;
-      if (!expect.empty()) EXPECT_NE(m.find(expect), std::string::npos) << path << ": " << m;
+      if (!expect.empty()) {
+        EXPECT_NE(m.find(expect), std::string::npos) << path << ": " << m;
+      }
     }
     ++n;
   }
