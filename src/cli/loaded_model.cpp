@@ -49,6 +49,8 @@ void maybe_enable_offload() {
 LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev, bool any_kind) {
   // Refuse an unusable device before resolving (which may pull) or mapping anything.
   if (const std::string why = backend_unavailable(dev.device); !why.empty()) throw Error(why);
+  if (model_arg.empty())
+    std::fprintf(stderr, "[kvad] model %s (the default; --model names another)\n", kDefaultModel);
   return load_for_cli(resolve_model_full(model_arg), dev, any_kind);
 }
 

@@ -134,6 +134,10 @@ TEST_F(CliWithModel, DefaultModelFromStoreAnswersChatPrompt) {
   Out r = run_kvad("run --prompt \"What is the capital of France? Answer with one word.\" -n 24 --temp 0 -t 2");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("Paris"), std::string::npos) << r.out;
+  // stderr names the model it took; with --model it does not.
+  EXPECT_NE(r.err.find("[kvad] model smollm2-135m (the default"), std::string::npos) << r.err;
+  Out named = run_kvad("run --model " + model_ + " --prompt hi -n 1 -t 2");
+  EXPECT_EQ(named.err.find("(the default"), std::string::npos) << named.err;
 }
 
 TEST_F(CliWithModel, SameSeedSameText) {
