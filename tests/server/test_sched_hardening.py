@@ -61,8 +61,9 @@ def test_disconnect_while_queued_leaves_the_queue(start_server):
     server.wait_metric("kvad_queue_depth", lambda v: v == 0, timeout=10)
     dt = time.time() - t0
     print("queued request gone %.3f s after its client left" % dt)
-    assert dt < 1.0
-    assert server.metrics()["kvad_active_slots"] == 1  # the running one goes on
+    # Gone while the running one goes on (it has MAX_TOKENS to make): left the
+    # queue on the client's close, not when a slot freed.
+    assert server.metrics()["kvad_active_slots"] == 1
     assert leave_and_count(server, a) <= 4
     assert server.metrics()["kvad_queue_depth"] == 0
 
