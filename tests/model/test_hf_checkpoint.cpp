@@ -27,6 +27,7 @@
 #include "base/error.h"
 #include "engine/session.h"
 #include "io/gguf.h"
+#include "io/quantize.h"
 #include "io/tensor_source.h"
 #include "model/cache.h"
 #include "model/hf.h"
@@ -840,10 +841,10 @@ TEST(LlamaCppGguf, DeepseekMatchesTransformersAndLlamaCpp) {
 }
 
 // The quantize-once cache writes a DeepSeek HF checkpoint as a deepseek2
-// GGUF in the older attn_kv_b form (which llama.cpp also once wrote), which
-// loads back through the same split at q8_0 (V2-Lite: V3's q_lora_rank 24
-// is no whole number of q8_0 blocks).
-TEST(HfCheckpoint, DeepseekQuantizeOnceReadsTheFusedKvB) {
+// GGUF with kv_b_proj split into attn_k_b and attn_v_b, as llama.cpp's
+// converter writes it (the older fused attn_kv_b is refused by llama.cpp),
+// which loads back at q8_0 (V2-Lite: no q_lora_rank).
+TEST(HfCheckpoint, DeepseekQuantizeOnceWritesTheSplitKvB) {
   const fs::path cache = fs::temp_directory_path() / ("kvad-qcache-ds-" + std::to_string(::getpid()));
   fs::remove_all(cache);
   for (const char* name : {"deepseek_v2_lite"}) {
@@ -851,8 +852,9 @@ TEST(HfCheckpoint, DeepseekQuantizeOnceReadsTheFusedKvB) {
     const fs::path dir = kDir / name;
     const kvad::QuantizeOnceKey key{cache.string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};
     auto q = kvad::quantize_once(kvad::open_hf_checkpoint(dir.string()), "q8_0", key);
-    ASSERT_NE(q->find("blk.1.attn_kv_b.weight"), nullptr);
-    EXPECT_EQ(q->find("blk.1.attn_k_b.weight"), nullptr);
+    EXPECT_EQ(q->find("blk.1.attn_kv_b.weight"), nullptr);
+    ASSERT_NE(q->find("blk.1.attn_k_b.weight"), nullptr);
+    ASSERT_NE(q->find("blk.1.attn_v_b.weight"), nullptr);
     EXPECT_EQ(q->find("blk.1.ffn_down_exps.weight")->type, kvad::DType::Q8_0);
     const Reference ref = read_reference(dir);
     std::shared_ptr<kvad::Model> m = kvad::load_model(q, kvad::DeviceOptions{});
@@ -964,3 +966,60 @@ TEST(HfCheckpoint, DeepseekStaysOnTheDevice) {
   EXPECT_EQ(st.to_host, 1);
   EXPECT_EQ(st.to_device, 1);
 }
+
+namespace {
+
+// The quantize-once file is laid out as llama.cpp's converter lays the same
+// checkpoint out (convert_hf_to_gguf.py's llama.cpp-f32.gguf, quantized by
+// kvad quantize, whose q8_0 bytes are ggml's): every tensor of one is in the
+// other with the same name, shape, type and bytes. Qwen3-Next: in_proj_qkvz
+// split into attn_qkv (q, k, v of every head in turn) and attn_gate, the
+// conv1d [C, K]; DeepSeek: kv_b_proj split into
+// attn_k_b (each head transposed) and attn_v_b. A file in HF's fused form, or
+// with a row order off, fails here (and in llama.cpp:
+// tools/check_quantized_in_llama_cpp.py).
+TEST(HfCheckpoint, QuantizeOnceWritesLlamaCppsLayout) {
+  const fs::path tmp = fs::temp_directory_path() / ("kvad-qlayout-" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  for (const char* name : {"qwen3next", "deepseek_v3", "deepseek_v2"}) {
+    SCOPED_TRACE(name);
+    const kvad::QuantizeOnceKey key{(tmp / "cache").string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};
+    auto q = kvad::quantize_once(kvad::open_hf_checkpoint((kDir / name).string()), "q8_0", key);
+    const std::string theirs = (tmp / (std::string(name) + "-q8_0.gguf")).string();
+    kvad::quant::quantize_file((kDir / name / "llama.cpp-f32.gguf").string(), theirs,
+                               kvad::quant::find_quant_type("q8_0"));
+    auto ref = kvad::gguf_source(kvad::gguf::File::open(theirs));
+    EXPECT_EQ(q->tensors().size(), ref->tensors().size());
+    size_t same = 0;
+    for (const kvad::SourceTensor& r : ref->tensors()) {
+      const kvad::SourceTensor* t = q->find(r.name);
+      if (!t) {
+        ADD_FAILURE() << r.name << " is not in the quantize-once file";
+        continue;
+      }
+      EXPECT_EQ(t->type, r.type) << r.name;
+      EXPECT_EQ(t->n_dims, r.n_dims) << r.name;
+      EXPECT_EQ(t->ne, r.ne) << r.name;
+      const bool equal = t->n_bytes == r.n_bytes && std::memcmp(t->data, r.data, r.n_bytes) == 0;
+      EXPECT_TRUE(equal) << r.name << ": bytes differ";
+      same += equal;
+    }
+    std::printf("%s: %zu of %zu tensors byte-equal to llama.cpp's converter's, quantized\n", name, same,
+                ref->tensors().size());
+    if (std::string(name) == "qwen3next")
+      EXPECT_EQ(q->get_bool_array("qwen3next.attention.recurrent_layers"),
+                (std::vector<bool>{true, true, false, true, true, false}));
+    if (std::string(name) == "deepseek_v3") {
+      std::shared_ptr<const kvad::gguf::File> f = kvad::gguf_file(*q);
+      ASSERT_TRUE(f);
+      const kvad::gguf::Value* norm = f->find("deepseek2.expert_weights_norm");
+      ASSERT_NE(norm, nullptr);
+      EXPECT_EQ(norm->type(), kvad::gguf::ValueType::BOOL);  // llama.cpp refuses it as an integer
+      EXPECT_FALSE(q->has("deepseek2.nextn_predict_layers"));  // no MTP tensors: llama.cpp would count a layer less
+    }
+  }
+  fs::remove_all(tmp);
+}
+
+}  // namespace
