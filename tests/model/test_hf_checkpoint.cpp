@@ -1023,3 +1023,56 @@ TEST(HfCheckpoint, QuantizeOnceWritesLlamaCppsLayout) {
 }
 
 }  // namespace
+
+namespace {
+
+// Qwen3-Next with dense MLP layers (config mlp_only_layers [0, 1]: a DeltaNet
+// and an attention layer with transformers' Qwen3NextMLP of intermediate_size
+// 96, then two MoE layers; tools/make_tiny_hf.py qwen3next_dense), against
+// transformers as the qwen3next fixture is: f32 KV to 1e-4, f16 KV to 1e-3
+// and to 5e-4 against transformers with K/V rounded to f16, on cpu and sim,
+// in one prefill and token by token. llama.cpp has no such file to compare:
+// its converter cannot map a dense qwen3next layer (mlp.down_proj), and its
+// qwen3next loader requires ffn_gate_inp in every layer.
+TEST(HfCheckpoint, Qwen3NextDenseLayersMatchTransformers) {
+  const kvad::KVTypes f32{kvad::DType::F32, kvad::DType::F32};
+  for (const char* device : {"cpu", "sim"}) {
+    auto src = kvad::open_hf_checkpoint((kDir / "qwen3next_dense").string());
+    check_source("qwen3next_dense", "", src, device, 0, 1e-4, "transformers", 128, f32);
+    check_source("qwen3next_dense", "", src, device, 0, 1e-3, "transformers", 128);
+    check_source("qwen3next_dense", " (K/V in f16 on both sides)", src, device, 0, 5e-4, "transformers-kv-f16", 128);
+  }
+  auto src = kvad::open_hf_checkpoint((kDir / "qwen3next_dense").string());
+  for (int il = 0; il < 4; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    EXPECT_EQ(src->find(p + "ffn_gate_inp.weight") == nullptr, il < 2) << il;  // the router: MoE layers only
+    EXPECT_EQ(src->find(p + "ffn_down.weight") != nullptr, il < 2) << il;       // the dense MLP
+    EXPECT_EQ(src->find(p + "ssm_a") != nullptr, il % 2 == 0) << il;           // DeltaNet at 0 and 2
+  }
+  EXPECT_EQ(src->find("blk.0.ffn_down.weight")->ne[0], 96);
+
+  // The quantize-once file keeps the dense layers (q8_0) beside the split
+  // DeltaNet projections, and runs.
+  const fs::path cache = fs::temp_directory_path() / ("kvad-qcache-dense-" + std::to_string(::getpid()));
+  fs::remove_all(cache);
+  const kvad::QuantizeOnceKey key{cache.string(), "kvad-test/tiny-qwen3next_dense", "0123456789abcdef"};
+  auto q = kvad::quantize_once(src, "q8_0", key);
+  ASSERT_NE(q->find("blk.0.ffn_down.weight"), nullptr);
+  EXPECT_EQ(q->find("blk.0.ffn_down.weight")->type, kvad::DType::Q8_0);
+  EXPECT_NE(q->find("blk.0.attn_qkv.weight"), nullptr);
+  EXPECT_EQ(q->find("blk.0.ssm_in.weight"), nullptr);
+  const Reference ref = read_reference(kDir / "qwen3next_dense");
+  std::shared_ptr<kvad::Model> m = kvad::load_model(q, kvad::DeviceOptions{});
+  kvad::Session s(m, 128, 1, 1);
+  kvad::Batch b;
+  for (size_t i = 0; i < ref.tokens.size(); ++i) b.add(ref.tokens[i], static_cast<int32_t>(i), 0, true);
+  const std::vector<float>& all = s.forward(b);
+  double worst = 0;
+  for (size_t i = 0; i < ref.tokens.size(); ++i)
+    worst = std::max(worst, rel_err(ref.logits[i], &all[i * m->hparams().n_vocab]));
+  std::printf("qwen3next_dense q8_0 via the quantize-once cache: max |diff| / max |logit| vs transformers %.2e\n", worst);
+  EXPECT_TRUE(std::isfinite(worst));
+  fs::remove_all(cache);
+}
+
+}  // namespace
