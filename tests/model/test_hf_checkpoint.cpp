@@ -27,6 +27,7 @@
 #include "base/error.h"
 #include "engine/session.h"
 #include "io/gguf.h"
+#include "io/gguf_writer.h"
 #include "io/quantize.h"
 #include "io/tensor_source.h"
 #include "model/cache.h"
@@ -1073,6 +1074,61 @@ TEST(HfCheckpoint, Qwen3NextDenseLayersMatchTransformers) {
   std::printf("qwen3next_dense q8_0 via the quantize-once cache: max |diff| / max |logit| vs transformers %.2e\n", worst);
   EXPECT_TRUE(std::isfinite(worst));
   fs::remove_all(cache);
+}
+
+}  // namespace
+
+namespace {
+
+// A Qwen3-Next GGUF as llama.cpp's converter writes a checkpoint with its
+// multi-token prediction layer (tools/make_qwen3next_mtp_gguf.py: the tiny
+// checkpoint plus mtp.*, converted with the MTP export on): block_count 7
+// with nextn_predict_layers 1, blk.6.* a gated-attention block and
+// blk.6.nextn.*. kvad takes blk.6 as the MTP head, not a decoder layer:
+// logits equal to the same file without it (llama.cpp-f32.gguf), and
+// llama.cpp's own on it to 2e-3 (8.1e-4 measured, as on the file without).
+// Run as a seventh decoder layer instead, they are 0.49 off.
+TEST(LlamaCppGguf, Qwen3NextMtpLayerIsNotADecoderLayer) {
+  const fs::path dir = kDir / "qwen3next";
+  const Reference ref = read_reference(dir, "llama.cpp-mtp-f32.logits.json");
+  std::vector<std::vector<float>> out;
+  for (const char* file : {"llama.cpp-mtp-f32.gguf", "llama.cpp-f32.gguf"}) {
+    SCOPED_TRACE(file);
+    auto src = kvad::gguf_source(kvad::gguf::File::open((dir / file).string()));
+    std::shared_ptr<kvad::Model> m = kvad::load_model(src, kvad::DeviceOptions{});
+    EXPECT_EQ(m->hparams().n_layer, 6);
+    kvad::Session s(m, 128, 1, 1);
+    kvad::Batch b;
+    for (size_t i = 0; i < ref.tokens.size(); ++i) b.add(ref.tokens[i], static_cast<int32_t>(i), 0, true);
+    out.push_back(s.forward(b));
+    double worst = 0;
+    for (size_t i = 0; i < ref.tokens.size(); ++i)
+      worst = std::max(worst, rel_err(ref.logits[i], &out.back()[i * m->hparams().n_vocab]));
+    std::printf("qwen3next %s: max |diff| / max |logit| vs llama.cpp's logits on the MTP file %.2e\n", file, worst);
+    EXPECT_LT(worst, 2e-3);
+  }
+  EXPECT_EQ(out[0], out[1]);
+  // nextn_predict_layers must leave at least one decoder layer.
+  const fs::path tmp = fs::temp_directory_path() / ("kvad-mtp-" + std::to_string(::getpid()) + ".gguf");
+  {
+    auto f = kvad::gguf::File::open((dir / "llama.cpp-mtp-f32.gguf").string());
+    kvad::gguf::Writer w(3);
+    for (const kvad::gguf::Value& v : f->metadata())
+      w.add(v.key() == "qwen3next.nextn_predict_layers"
+                ? kvad::gguf::make_uint(v.key(), kvad::gguf::ValueType::UINT32, 7)
+                : v);
+    for (const kvad::gguf::TensorInfo& t : f->tensors()) w.add_tensor(t.name, t.type, t.ne, t.data, t.n_bytes);
+    w.write_file(tmp.string());
+  }
+  try {
+    (void)kvad::load_model(kvad::gguf_source(kvad::gguf::File::open(tmp.string())), kvad::DeviceOptions{});
+    ADD_FAILURE() << "no error for nextn_predict_layers 7 of 7 blocks";
+  } catch (const kvad::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nextn_predict_layers 7 is not in [0, qwen3next.block_count)"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove(tmp);
 }
 
 }  // namespace
