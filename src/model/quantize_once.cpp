@@ -117,9 +117,8 @@ int64_t positive_key(const TensorSource& hf, const std::string& key) {
 // head's k, then every head's v: the convolution's channel order) and
 // attn_gate (every head's z), row subsets of the same bytes; the conv1d
 // weight [C, 1, K] as [C, K]; and attention.recurrent_layers from which
-// layers have DeltaNet tensors.
-// in_proj_ba (ssm_ba) keeps HF's per key head [b | a], as llama.cpp reads
-// it. True when `t` was taken.
+// layers have DeltaNet tensors. in_proj_ba (ssm_ba) keeps HF's per key head
+// [b | a], as llama.cpp reads it. True when `t` was taken.
 bool qwen3next_tensor(const TensorSource& hf, const SourceTensor& t, Layout& out) {
   int64_t il;
   std::string rest;
