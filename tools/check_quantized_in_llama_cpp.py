@@ -14,7 +14,8 @@ that is ~0; and with transformers' (logits.json), which the random fixtures
 amplify under q8_0 rounding. The fixtures carry no tokenizer: a byte-level
 BPE of n_vocab single-byte tokens is written beside a copy of the
 checkpoint for `kvad run`. A file llama.cpp refuses is reported with its
-error. Nothing is written to the repository.
+error (llama.cpp's own "error loading model" line). A markdown table of
+every file ends the output. Nothing is written to the repository.
 
 Run (llama-cpp-python from an sdist built elsewhere):
   LLAMA_CPP_LIB_PATH=<build>/bin PYTHONPATH=<sdist> python tools/check_quantized_in_llama_cpp.py \
@@ -75,17 +76,35 @@ def llama_quantize_q8_0(src, dst):
         raise RuntimeError(f"llama_model_quantize failed on {src}")
 
 
-def check(label, path, ref, peer=None):
+def refusal(path):
+    """llama.cpp's own reason for refusing `path` (its "error loading model"
+    log line, which llama-cpp-python's exception leaves out)."""
+    code = "import llama_cpp, sys; llama_cpp.Llama(sys.argv[1], n_ctx=64, verbose=True)"
+    r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True)
+    for line in r.stderr.splitlines():
+        if "error loading model" in line:
+            return line.split("error loading model", 1)[1].lstrip(": ")
+    return "(no reason logged)"
+
+
+ROWS = []  # (name, file kind, result) for the summary
+
+
+def check(name, label, path, ref, peer=None):
     try:
         got = llama_cpp_logits(path, ref["tokens"])
     except Exception as e:  # llama.cpp refuses the file
-        print(f"  {label:36s} llama.cpp REFUSES: {e}")
+        why = refusal(path)
+        print(f"  {label:36s} llama.cpp REFUSES: {e}: {why}")
+        ROWS.append((name, label, "refused: " + why, "", ""))
         return False
     err = max(rel_err(g, r) for g, r in zip(got, ref["logits"]))
-    vs = ""
+    vs, peer_err = "", ""
     if peer is not None:
-        vs = f"; vs llama.cpp's own q8_0 {max(rel_err(g, r) for g, r in zip(got, peer)):.2e}"
+        peer_err = f"{max(rel_err(g, r) for g, r in zip(got, peer)):.2e}"
+        vs = f"; vs llama.cpp's own q8_0 {peer_err}"
     print(f"  {label:36s} loads; vs transformers {err:.2e}{vs}")
+    ROWS.append((name, label, "loads", peer_err or "(no llama.cpp conversion)", f"{err:.2e}"))
     return True
 
 
@@ -125,7 +144,7 @@ def main():
         else:
             new = sorted(set((home / "cache").rglob("*.gguf")) - before)
             if new:
-                refused += not check("quantize-once q8_0 (from HF)", new[-1], ref, peer)
+                refused += not check(name, "quantize-once q8_0 (from HF)", new[-1], ref, peer)
         if f32.exists():
             out = home / f"{name}-q8_0.gguf"
             r = subprocess.run([str(a.kvad), "quantize", "--type", "q8_0", str(f32), str(out)], capture_output=True,
@@ -133,7 +152,11 @@ def main():
             if r.returncode != 0:
                 print(f"  kvad quantize: failed: {r.stderr.strip().splitlines()[-1:]}")
             else:
-                refused += not check("kvad quantize q8_0 (llama.cpp f32)", out, ref, peer)
+                refused += not check(name, "kvad quantize q8_0 (llama.cpp f32)", out, ref, peer)
+    print("\n| checkpoint | file | in llama.cpp | max diff vs llama.cpp's own q8_0 | vs transformers |")
+    print("|---|---|---|---|---|")
+    for row in ROWS:
+        print("| " + " | ".join(row) + " |")
     print(f"{refused} file(s) refused by llama.cpp")
     return 1 if refused else 0
 

@@ -425,11 +425,23 @@ Result quantize_tensors(uint32_t version, const std::vector<gguf::Value>& metada
     const auto t0 = Clock::now();
     const InputTensor& t = tensors[i];
     const TensorChoice& c = choices[i];
-    res.in_bytes += t.n_bytes;
-    res.out_bytes += n_bytes;
     const int64_t ne0 = t.ne.empty() ? 0 : t.ne[0];
-    const int64_t n_rows = ne0 > 0 ? static_cast<int64_t>(t.n_bytes / row_bytes(t.type, ne0)) : 0;
     const size_t in_row = ne0 > 0 ? row_bytes(t.type, ne0) : 0;
+    const int64_t data_rows = ne0 > 0 ? static_cast<int64_t>(t.n_bytes / in_row) : 0;
+    const int64_t n_rows = t.row_map.empty() ? data_rows : static_cast<int64_t>(t.row_map.size());
+    for (int64_t r : t.row_map)
+      if (r < 0 || r >= data_rows)
+        throw Error(origin + ": tensor '" + t.name + "': row map entry " + std::to_string(r) + " is past its " +
+                    std::to_string(data_rows) + " rows");
+    if (!t.row_map.empty()) {
+      int64_t rows = 1;
+      for (size_t d = 1; d < t.ne.size(); ++d) rows *= t.ne[d];
+      if (rows != n_rows)
+        throw Error(origin + ": tensor '" + t.name + "': row map of " + std::to_string(n_rows) + " rows for a shape of " +
+                    std::to_string(rows));
+    }
+    res.in_bytes += t.row_map.empty() ? t.n_bytes : static_cast<size_t>(n_rows) * in_row;
+    res.out_bytes += n_bytes;
     // Rows in output order: row r of the output is input row row_map[r].
     auto rows_at = [&](int64_t r0, int64_t n) -> const uint8_t* {
       if (t.row_map.empty()) return t.data + static_cast<size_t>(r0) * in_row;

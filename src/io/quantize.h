@@ -170,7 +170,11 @@ struct InputTensor {
   const uint8_t* data = nullptr;
   size_t n_bytes = 0;
   /// Empty: rows written in order. Else output row r is input row row_map[r]
-  /// (e.g. an HF llama checkpoint's Q/K rows permuted into GGUF's layout).
+  /// (e.g. an HF llama checkpoint's Q/K rows permuted into GGUF's layout),
+  /// and the output has row_map.size() rows, which may be a subset of data's
+  /// n_bytes / row-size rows (one of the GGUF tensors a fused HF tensor is
+  /// split into); ne must give that many rows. An entry past data's rows
+  /// throws kvad::Error.
   std::vector<int64_t> row_map;
 };
 

@@ -146,8 +146,11 @@ inline constexpr const char* kVersion = "kvad.cache.version";   ///< UINT32: the
 /// checkpoint `hf` (open_hf_checkpoint's view) quantized with `quant` (one of
 /// `kvad quantize`'s types: q8_0, q4_0, q4_k_m, ...; quant/quantize.h rules)
 /// and written once as a GGUF in key.cache_dir, named by repo, commit, quant
-/// and kvad's cache format version, with llama.cpp's names and metadata
-/// (llama's Q/K rows permuted to GGUF's layout) and stamped with the
+/// and kvad's cache format version, with llama.cpp's names, layout and
+/// metadata as its convert_hf_to_gguf.py writes them (llama's Q/K rows
+/// permuted to GGUF's layout; qwen3next's ssm_in split into attn_qkv and
+/// attn_gate; deepseek2's attn_kv_b into attn_k_b and attn_v_b, its MTP
+/// layers left out; 0/1 flags as GGUF BOOLs) and stamped with the
 /// checkpoint's full tensor list (`kvad.source.tensors`), and with the
 /// tokenizer of key.tokenizer_dir as GGUF keys (llama.cpp's tokenizer.ggml.*
 /// and kvad.tokenizer.*, tokenizer_json_gguf_keys; Tokenizer::from_gguf reads

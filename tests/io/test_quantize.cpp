@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../engine/model_path.h"
@@ -270,6 +271,50 @@ TEST(WriterDeferred, SameBytesAsHeldTensors) {
       FAIL() << "no error for delta " << delta;
     } catch (const GGUFError& e) {
       EXPECT_NE(std::string(e.what()).find("'q'"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// quantize_tensors' row_map: a subset of a tensor's rows (one of the GGUF
+// tensors a fused HF tensor is split into), in the map's order, copied or
+// quantized; an entry past the data's rows, or a map whose length is not
+// the shape's rows, is an error naming the tensor.
+TEST(QuantizeTensors, RowMapTakesASubsetOfRows) {
+  constexpr int64_t kCols = 32, kRows = 6;
+  std::vector<float> a(kCols * kRows);
+  for (size_t k = 0; k < a.size(); ++k) a[k] = std::sin(0.37f * static_cast<float>(k));
+  const auto* bytes = reinterpret_cast<const uint8_t*>(a.data());
+  const std::vector<int64_t> rows = {4, 1, 5};
+  const InputTensor copied{"copied", DType::F32, {kCols, 3}, bytes, a.size() * 4, rows};
+  const InputTensor quantized{"quantized", DType::F32, {kCols, 3}, bytes, a.size() * 4, rows};
+  TensorChoice copy, q8;
+  q8.quantize = true;
+  q8.type = q8.wanted = DType::Q8_0;
+  const fs::path p = fs::path(::testing::TempDir()) / "row_map.gguf";
+  const std::vector<gguf::Value> meta = {gguf::make_string("general.architecture", "llama")};
+  quantize_tensors(3, meta, {copied, quantized}, {copy, q8}, 7, p.string(), Options{1, {}});
+  auto f = gguf::File::open(p.string());
+  const gguf::TensorInfo* c = f->find_tensor("copied");
+  const gguf::TensorInfo* qt = f->find_tensor("quantized");
+  ASSERT_TRUE(c && qt);
+  std::vector<float> picked;
+  for (int64_t r : rows) picked.insert(picked.end(), a.begin() + r * kCols, a.begin() + (r + 1) * kCols);
+  ASSERT_EQ(c->n_bytes, picked.size() * 4);
+  EXPECT_EQ(std::memcmp(c->data, picked.data(), picked.size() * 4), 0);
+  std::vector<uint8_t> want(row_bytes(DType::Q8_0, kCols) * 3);
+  quantize_rows(picked.data(), 3, kCols, DType::Q8_0, want.data());
+  ASSERT_EQ(qt->n_bytes, want.size());
+  EXPECT_EQ(std::memcmp(qt->data, want.data(), want.size()), 0);
+
+  for (const auto& [map, ne1, what] : {std::tuple{std::vector<int64_t>{0, 6, 1}, int64_t{3}, "past its 6 rows"},
+                                       std::tuple{std::vector<int64_t>{0, 1}, int64_t{3}, "row map of 2 rows"}}) {
+    const InputTensor bad{"bad", DType::F32, {kCols, ne1}, bytes, a.size() * 4, map};
+    try {
+      quantize_tensors(3, meta, {bad}, {copy}, 7, p.string(), Options{1, {}});
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("'bad'"), std::string::npos) << e.what();
     }
   }
 }

@@ -27,6 +27,8 @@
 #include "base/error.h"
 #include "engine/session.h"
 #include "io/gguf.h"
+#include "io/gguf_writer.h"
+#include "io/quantize.h"
 #include "io/tensor_source.h"
 #include "model/cache.h"
 #include "model/hf.h"
@@ -840,10 +842,10 @@ TEST(LlamaCppGguf, DeepseekMatchesTransformersAndLlamaCpp) {
 }
 
 // The quantize-once cache writes a DeepSeek HF checkpoint as a deepseek2
-// GGUF in the older attn_kv_b form (which llama.cpp also once wrote), which
-// loads back through the same split at q8_0 (V2-Lite: V3's q_lora_rank 24
-// is no whole number of q8_0 blocks).
-TEST(HfCheckpoint, DeepseekQuantizeOnceReadsTheFusedKvB) {
+// GGUF with kv_b_proj split into attn_k_b and attn_v_b, as llama.cpp's
+// converter writes it (the older fused attn_kv_b is refused by llama.cpp),
+// which loads back at q8_0 (V2-Lite: no q_lora_rank).
+TEST(HfCheckpoint, DeepseekQuantizeOnceWritesTheSplitKvB) {
   const fs::path cache = fs::temp_directory_path() / ("kvad-qcache-ds-" + std::to_string(::getpid()));
   fs::remove_all(cache);
   for (const char* name : {"deepseek_v2_lite"}) {
@@ -851,8 +853,9 @@ TEST(HfCheckpoint, DeepseekQuantizeOnceReadsTheFusedKvB) {
     const fs::path dir = kDir / name;
     const kvad::QuantizeOnceKey key{cache.string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};
     auto q = kvad::quantize_once(kvad::open_hf_checkpoint(dir.string()), "q8_0", key);
-    ASSERT_NE(q->find("blk.1.attn_kv_b.weight"), nullptr);
-    EXPECT_EQ(q->find("blk.1.attn_k_b.weight"), nullptr);
+    EXPECT_EQ(q->find("blk.1.attn_kv_b.weight"), nullptr);
+    ASSERT_NE(q->find("blk.1.attn_k_b.weight"), nullptr);
+    ASSERT_NE(q->find("blk.1.attn_v_b.weight"), nullptr);
     EXPECT_EQ(q->find("blk.1.ffn_down_exps.weight")->type, kvad::DType::Q8_0);
     const Reference ref = read_reference(dir);
     std::shared_ptr<kvad::Model> m = kvad::load_model(q, kvad::DeviceOptions{});
@@ -964,3 +967,168 @@ TEST(HfCheckpoint, DeepseekStaysOnTheDevice) {
   EXPECT_EQ(st.to_host, 1);
   EXPECT_EQ(st.to_device, 1);
 }
+
+namespace {
+
+// The quantize-once file is laid out as llama.cpp's converter lays the same
+// checkpoint out (convert_hf_to_gguf.py's llama.cpp-f32.gguf, quantized by
+// kvad quantize, whose q8_0 bytes are ggml's): every tensor of one is in the
+// other with the same name, shape, type and bytes. Qwen3-Next: in_proj_qkvz
+// split into attn_qkv (q, k, v of every head in turn) and attn_gate, the
+// conv1d [C, K]; DeepSeek: kv_b_proj split into
+// attn_k_b (each head transposed) and attn_v_b. A file in HF's fused form, or
+// with a row order off, fails here (and in llama.cpp:
+// tools/check_quantized_in_llama_cpp.py).
+TEST(HfCheckpoint, QuantizeOnceWritesLlamaCppsLayout) {
+  const fs::path tmp = fs::temp_directory_path() / ("kvad-qlayout-" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  for (const char* name : {"qwen3next", "deepseek_v3", "deepseek_v2"}) {
+    SCOPED_TRACE(name);
+    const kvad::QuantizeOnceKey key{(tmp / "cache").string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};
+    auto q = kvad::quantize_once(kvad::open_hf_checkpoint((kDir / name).string()), "q8_0", key);
+    const std::string theirs = (tmp / (std::string(name) + "-q8_0.gguf")).string();
+    kvad::quant::quantize_file((kDir / name / "llama.cpp-f32.gguf").string(), theirs,
+                               kvad::quant::find_quant_type("q8_0"));
+    auto ref = kvad::gguf_source(kvad::gguf::File::open(theirs));
+    EXPECT_EQ(q->tensors().size(), ref->tensors().size());
+    size_t same = 0;
+    for (const kvad::SourceTensor& r : ref->tensors()) {
+      const kvad::SourceTensor* t = q->find(r.name);
+      if (!t) {
+        ADD_FAILURE() << r.name << " is not in the quantize-once file";
+        continue;
+      }
+      EXPECT_EQ(t->type, r.type) << r.name;
+      EXPECT_EQ(t->n_dims, r.n_dims) << r.name;
+      EXPECT_EQ(t->ne, r.ne) << r.name;
+      const bool equal = t->n_bytes == r.n_bytes && std::memcmp(t->data, r.data, r.n_bytes) == 0;
+      EXPECT_TRUE(equal) << r.name << ": bytes differ";
+      same += equal;
+    }
+    std::printf("%s: %zu of %zu tensors byte-equal to llama.cpp's converter's, quantized\n", name, same,
+                ref->tensors().size());
+    if (std::string(name) == "qwen3next")
+      EXPECT_EQ(q->get_bool_array("qwen3next.attention.recurrent_layers"),
+                (std::vector<bool>{true, true, false, true, true, false}));
+    if (std::string(name) == "deepseek_v3") {
+      std::shared_ptr<const kvad::gguf::File> f = kvad::gguf_file(*q);
+      ASSERT_TRUE(f);
+      const kvad::gguf::Value* norm = f->find("deepseek2.expert_weights_norm");
+      ASSERT_NE(norm, nullptr);
+      EXPECT_EQ(norm->type(), kvad::gguf::ValueType::BOOL);  // llama.cpp refuses it as an integer
+      EXPECT_FALSE(q->has("deepseek2.nextn_predict_layers"));  // no MTP tensors: llama.cpp would count a layer less
+    }
+  }
+  fs::remove_all(tmp);
+}
+
+}  // namespace
+
+namespace {
+
+// Qwen3-Next with dense MLP layers (config mlp_only_layers [0, 1]: a DeltaNet
+// and an attention layer with transformers' Qwen3NextMLP of intermediate_size
+// 96, then two MoE layers; tools/make_tiny_hf.py qwen3next_dense), against
+// transformers as the qwen3next fixture is: f32 KV to 1e-4, f16 KV to 1e-3
+// and to 5e-4 against transformers with K/V rounded to f16, on cpu and sim,
+// in one prefill and token by token. llama.cpp has no such file to compare:
+// its converter cannot map a dense qwen3next layer (mlp.down_proj), and its
+// qwen3next loader requires ffn_gate_inp in every layer.
+TEST(HfCheckpoint, Qwen3NextDenseLayersMatchTransformers) {
+  const kvad::KVTypes f32{kvad::DType::F32, kvad::DType::F32};
+  for (const char* device : {"cpu", "sim"}) {
+    auto src = kvad::open_hf_checkpoint((kDir / "qwen3next_dense").string());
+    check_source("qwen3next_dense", "", src, device, 0, 1e-4, "transformers", 128, f32);
+    check_source("qwen3next_dense", "", src, device, 0, 1e-3, "transformers", 128);
+    check_source("qwen3next_dense", " (K/V in f16 on both sides)", src, device, 0, 5e-4, "transformers-kv-f16", 128);
+  }
+  auto src = kvad::open_hf_checkpoint((kDir / "qwen3next_dense").string());
+  for (int il = 0; il < 4; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    EXPECT_EQ(src->find(p + "ffn_gate_inp.weight") == nullptr, il < 2) << il;  // the router: MoE layers only
+    EXPECT_EQ(src->find(p + "ffn_down.weight") != nullptr, il < 2) << il;       // the dense MLP
+    EXPECT_EQ(src->find(p + "ssm_a") != nullptr, il % 2 == 0) << il;           // DeltaNet at 0 and 2
+  }
+  EXPECT_EQ(src->find("blk.0.ffn_down.weight")->ne[0], 96);
+
+  // The quantize-once file keeps the dense layers (q8_0) beside the split
+  // DeltaNet projections, and runs.
+  const fs::path cache = fs::temp_directory_path() / ("kvad-qcache-dense-" + std::to_string(::getpid()));
+  fs::remove_all(cache);
+  const kvad::QuantizeOnceKey key{cache.string(), "kvad-test/tiny-qwen3next_dense", "0123456789abcdef"};
+  auto q = kvad::quantize_once(src, "q8_0", key);
+  ASSERT_NE(q->find("blk.0.ffn_down.weight"), nullptr);
+  EXPECT_EQ(q->find("blk.0.ffn_down.weight")->type, kvad::DType::Q8_0);
+  EXPECT_NE(q->find("blk.0.attn_qkv.weight"), nullptr);
+  EXPECT_EQ(q->find("blk.0.ssm_in.weight"), nullptr);
+  const Reference ref = read_reference(kDir / "qwen3next_dense");
+  std::shared_ptr<kvad::Model> m = kvad::load_model(q, kvad::DeviceOptions{});
+  kvad::Session s(m, 128, 1, 1);
+  kvad::Batch b;
+  for (size_t i = 0; i < ref.tokens.size(); ++i) b.add(ref.tokens[i], static_cast<int32_t>(i), 0, true);
+  const std::vector<float>& all = s.forward(b);
+  double worst = 0;
+  for (size_t i = 0; i < ref.tokens.size(); ++i)
+    worst = std::max(worst, rel_err(ref.logits[i], &all[i * m->hparams().n_vocab]));
+  std::printf("qwen3next_dense q8_0 via the quantize-once cache: max |diff| / max |logit| vs transformers %.2e\n", worst);
+  EXPECT_TRUE(std::isfinite(worst));
+  fs::remove_all(cache);
+}
+
+}  // namespace
+
+namespace {
+
+// A Qwen3-Next GGUF as llama.cpp's converter writes a checkpoint with its
+// multi-token prediction layer (tools/make_qwen3next_mtp_gguf.py: the tiny
+// checkpoint plus mtp.*, converted with the MTP export on): block_count 7
+// with nextn_predict_layers 1, blk.6.* a gated-attention block and
+// blk.6.nextn.*. kvad takes blk.6 as the MTP head, not a decoder layer:
+// logits equal to the same file without it (llama.cpp-f32.gguf), and
+// llama.cpp's own on it to 2e-3 (8.1e-4 measured, as on the file without).
+// Run as a seventh decoder layer instead, they are 0.49 off.
+TEST(LlamaCppGguf, Qwen3NextMtpLayerIsNotADecoderLayer) {
+  const fs::path dir = kDir / "qwen3next";
+  const Reference ref = read_reference(dir, "llama.cpp-mtp-f32.logits.json");
+  std::vector<std::vector<float>> out;
+  for (const char* file : {"llama.cpp-mtp-f32.gguf", "llama.cpp-f32.gguf"}) {
+    SCOPED_TRACE(file);
+    auto src = kvad::gguf_source(kvad::gguf::File::open((dir / file).string()));
+    std::shared_ptr<kvad::Model> m = kvad::load_model(src, kvad::DeviceOptions{});
+    EXPECT_EQ(m->hparams().n_layer, 6);
+    kvad::Session s(m, 128, 1, 1);
+    kvad::Batch b;
+    for (size_t i = 0; i < ref.tokens.size(); ++i) b.add(ref.tokens[i], static_cast<int32_t>(i), 0, true);
+    out.push_back(s.forward(b));
+    double worst = 0;
+    for (size_t i = 0; i < ref.tokens.size(); ++i)
+      worst = std::max(worst, rel_err(ref.logits[i], &out.back()[i * m->hparams().n_vocab]));
+    std::printf("qwen3next %s: max |diff| / max |logit| vs llama.cpp's logits on the MTP file %.2e\n", file, worst);
+    EXPECT_LT(worst, 2e-3);
+  }
+  EXPECT_EQ(out[0], out[1]);
+  // nextn_predict_layers must leave at least one decoder layer.
+  const fs::path tmp = fs::temp_directory_path() / ("kvad-mtp-" + std::to_string(::getpid()) + ".gguf");
+  {
+    auto f = kvad::gguf::File::open((dir / "llama.cpp-mtp-f32.gguf").string());
+    kvad::gguf::Writer w(3);
+    for (const kvad::gguf::Value& v : f->metadata())
+      w.add(v.key() == "qwen3next.nextn_predict_layers"
+                ? kvad::gguf::make_uint(v.key(), kvad::gguf::ValueType::UINT32, 7)
+                : v);
+    for (const kvad::gguf::TensorInfo& t : f->tensors()) w.add_tensor(t.name, t.type, t.ne, t.data, t.n_bytes);
+    w.write_file(tmp.string());
+  }
+  try {
+    (void)kvad::load_model(kvad::gguf_source(kvad::gguf::File::open(tmp.string())), kvad::DeviceOptions{});
+    ADD_FAILURE() << "no error for nextn_predict_layers 7 of 7 blocks";
+  } catch (const kvad::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nextn_predict_layers 7 is not in [0, qwen3next.block_count)"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove(tmp);
+}
+
+}  // namespace

@@ -122,6 +122,12 @@ class Qwen3Next final : public Model {
     output_norm_ = wl.get("output_norm.weight", {E});
     output_ = wl.get_optional("output.weight", {E, hp_.n_vocab});
     if (!output_) output_ = tok_embd_;
+    // llama.cpp's converter writes the multi-token prediction layers (HF
+    // mtp.*) as the last nextn_predict_layers blocks, inside block_count.
+    const int64_t n_nextn = src->get_int(a + "nextn_predict_layers", 0);
+    if (n_nextn < 0 || n_nextn >= hp_.n_layer)
+      throw Error(path + ": " + a + "nextn_predict_layers " + std::to_string(n_nextn) + " is not in [0, " +
+                  a + "block_count)");
     layers_.resize(hp_.n_layer);
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const std::string p = "blk." + std::to_string(il) + ".";
@@ -182,12 +188,17 @@ class Qwen3Next final : public Model {
       }
       require_f32(path, {&L.attn_norm, &L.post_norm});
     }
+    load_mtp(wl, n_nextn);
     require_f32(path, {&output_norm_});
     rope_ = load_rope_scaling(*src, wl, hp_, /*neox=*/true);
     wl.finish();
     weight_bytes_ = wl.bytes();
     hp_.n_params = wl.n_params();
   }
+
+  /// The multi-token prediction layers the file carries (none for HF
+  /// checkpoints, whose mtp.* kvad does not read).
+  size_t n_mtp_layers() const { return mtp_.size(); }
 
   std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     std::vector<LayerSpec> specs(layers_.size());
@@ -364,8 +375,34 @@ class Qwen3Next final : public Model {
     return ops::add(y, ops::moe_sum(shared.view({hp_.n_embd, 1, n, 1}), ops::sigmoid(gu[2]).view({1, n, 1, 1})));
   }
 
+  // The last n_nextn blocks, loaded with the decoder's, as the multi-token
+  // prediction (MTP) head (llama.cpp's layout: a gated-attention block with
+  // its MoE, plus blk.N.nextn.eh_proj [2·n_embd → n_embd], enorm, hnorm and
+  // an optional shared_head_norm), used only for speculative decoding:
+  // moved out of layers_ so that forward does not run them, and kept so
+  // that the unread-tensor guard sees them taken (as deepseek2's).
+  struct Mtp {
+    Layer layer;
+    Tensor eh_proj, enorm, hnorm, head_norm;
+  };
+  void load_mtp(WeightLoader& wl, int64_t n_nextn) {
+    const int64_t E = hp_.n_embd, first = hp_.n_layer - n_nextn;
+    for (int64_t il = first; il < hp_.n_layer; ++il) {
+      const std::string p = "blk." + std::to_string(il) + ".nextn.";
+      Mtp& m = mtp_.emplace_back();
+      m.layer = std::move(layers_[il]);
+      m.eh_proj = wl.get(p + "eh_proj.weight", {2 * E, E});
+      m.enorm = wl.get(p + "enorm.weight", {E});
+      m.hnorm = wl.get(p + "hnorm.weight", {E});
+      m.head_norm = wl.get_optional(p + "shared_head_norm.weight", {E});
+    }
+    layers_.resize(first);
+    hp_.n_layer = first;
+  }
+
   Tensor tok_embd_, output_norm_, output_;
   std::vector<Layer> layers_;
+  std::vector<Mtp> mtp_;
   int64_t conv_k_ = 0, Dk_ = 0, Dv_ = 0, Hk_ = 0, Hv_ = 0, conv_dim_ = 0;
   int32_t snapshot_every_ = kDefaultSnapshotEvery;
   MoeParams moe_;
