@@ -89,6 +89,12 @@ struct DeltaRuleParams {
   /// Tokens per chunk of the parallel (chunked) form; 0 or 1: the recurrent
   /// form, token by token. Both compute the same recurrence.
   int64_t chunk = 0;
+  /// Which key head value head h reads (Hv = r·Hk): false, h / r (HF's
+  /// grouped order: the r value heads of a key head side by side; Qwen3-Next,
+  /// HF Qwen3.5); true, h % Hk (llama.cpp's tiled order, [K0, K1, ..., K0,
+  /// K1, ...], into which its qwen35/qwen35moe converter reorders the value
+  /// heads so that ggml_repeat can broadcast q and k).
+  bool tiled_heads = false;
 };
 
 struct BackendOps {

@@ -249,7 +249,7 @@ Tensor ssm_conv(const Tensor& x, const Tensor& w, const Tensor& state, const Ten
 /// torch_chunk_gated_delta_rule): per value head h, a state S [Dk, Dv]
 /// updated token by token,
 ///   S ← e^{g_t} S;  u = β_t (v_t − Sᵀ k_t);  S ← S + k_t uᵀ;  o_t = Sᵀ (scale · q_t)
-/// with value head h reading key head h / (Hv / Hk). q, k are used as
+/// with value head h reading key head h / (Hv / Hk) (p.tiled_heads: h % Hk). q, k are used as
 /// given (the caller L2-normalises them). p.chunk > 1 computes each
 /// sequence's tokens in chunks of p.chunk with the parallel form (within a
 /// chunk the u's solve a unit lower-triangular system; the state is carried

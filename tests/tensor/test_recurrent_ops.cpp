@@ -76,8 +76,9 @@ DeltaInputs delta_inputs(std::mt19937& rng, int64_t n) {
 }
 
 // The definition, token by token, on double states S[seq][h][a][j].
+// tiled: value head h reads key head h % Hk (llama.cpp's qwen35 order), else h / r.
 void delta_reference(const DeltaInputs& in, const Batch& b, float scale, std::vector<std::vector<double>>& S,
-                     std::vector<double>& out) {
+                     std::vector<double>& out, bool tiled = false) {
   const int64_t n = static_cast<int64_t>(b.seq.size()), r = Hv / Hk;
   out.assign(n * Hv * Dv, 0.0);
   for (int64_t t = 0; t < n; ++t) {
@@ -85,8 +86,9 @@ void delta_reference(const DeltaInputs& in, const Batch& b, float scale, std::ve
     if (b.pos[t] == 0) std::fill(St.begin(), St.end(), 0.0);
     for (int64_t h = 0; h < Hv; ++h) {
       double* s = St.data() + h * Dk * Dv;
-      const float* q = in.q.data() + (t * Hk + h / r) * Dk;
-      const float* k = in.k.data() + (t * Hk + h / r) * Dk;
+      const int64_t kh = tiled ? h % Hk : h / r;
+      const float* q = in.q.data() + (t * Hk + kh) * Dk;
+      const float* k = in.k.data() + (t * Hk + kh) * Dk;
       const float* v = in.v.data() + (t * Hv + h) * Dv;
       const double decay = std::exp(double(in.g[t * Hv + h])), beta = in.beta[t * Hv + h];
       for (int64_t i = 0; i < Dk * Dv; ++i) s[i] *= decay;
@@ -103,7 +105,10 @@ void delta_reference(const DeltaInputs& in, const Batch& b, float scale, std::ve
   }
 }
 
-TEST(RecurrentOps, GatedDeltaRuleMatchesDefinitionInBothForms) {
+// The key-head mapping (grouped h / r, tiled h % Hk) is a parameter; with Hk
+// = 2 and Hv = 4 the two differ for heads 1 and 2, so the kernel run with the
+// other mapping than the reference's fails (checked below).
+void check_delta_rule(bool tiled) {
   std::mt19937 rng(7);
   const float scale = 1.0f / std::sqrt(float(Dk));
   // Call 1: sequence 0 from 0 (40 tokens), sequence 1 from 0 (13); call 2
@@ -112,8 +117,8 @@ TEST(RecurrentOps, GatedDeltaRuleMatchesDefinitionInBothForms) {
   const DeltaInputs in1 = delta_inputs(rng, b1.seq.size()), in2 = delta_inputs(rng, b2.seq.size());
   std::vector<std::vector<double>> S(2, std::vector<double>(Hv * Dk * Dv, 0.0));
   std::vector<double> want1, want2;
-  delta_reference(in1, b1, scale, S, want1);
-  delta_reference(in2, b2, scale, S, want2);
+  delta_reference(in1, b1, scale, S, want1, tiled);
+  delta_reference(in2, b2, scale, S, want2, tiled);
   for (Device d : {Device::cpu(), Device::sim()})
     for (int64_t chunk : {0, 1, 3, 5, 16, 64}) {
       SCOPED_TRACE(d.str() + " chunk " + std::to_string(chunk));
@@ -121,6 +126,7 @@ TEST(RecurrentOps, GatedDeltaRuleMatchesDefinitionInBothForms) {
       DeltaRuleParams p;
       p.scale = scale;
       p.chunk = chunk;
+      p.tiled_heads = tiled;
       std::vector<std::vector<float>> got;
       for (const auto& [in, b] : {std::pair{&in1, &b1}, std::pair{&in2, &b2}}) {
         const int64_t n = static_cast<int64_t>(b->seq.size());
@@ -136,6 +142,28 @@ TEST(RecurrentOps, GatedDeltaRuleMatchesDefinitionInBothForms) {
       for (const auto& s : S) s_want.insert(s_want.end(), s.begin(), s.end());
       EXPECT_LT(max_diff(host(state), s_want), 2e-5);
     }
+}
+
+TEST(RecurrentOps, GatedDeltaRuleMatchesDefinitionInBothForms) { check_delta_rule(false); }
+TEST(RecurrentOps, GatedDeltaRuleTiledHeadsMatchDefinitionInBothForms) { check_delta_rule(true); }
+
+// The wrong mapping is far off: the test above can fail.
+TEST(RecurrentOps, GatedDeltaRuleHeadMappingsDiffer) {
+  std::mt19937 rng(7);
+  const Batch b = interleaved(20, 5);
+  const DeltaInputs in = delta_inputs(rng, b.seq.size());
+  std::vector<std::vector<double>> S(2, std::vector<double>(Hv * Dk * Dv, 0.0));
+  std::vector<double> grouped;
+  delta_reference(in, b, 1.0f, S, grouped, false);
+  const int64_t n = static_cast<int64_t>(b.seq.size());
+  const Device d = Device::cpu();
+  Tensor state = ops::empty(DType::F32, {Hv * Dk * Dv, 2, 1, 1}, d);
+  DeltaRuleParams p;
+  p.tiled_heads = true;
+  const Tensor o = ops::gated_delta_rule(on(in.q, {Dk, Hk, n, 1}, d), on(in.k, {Dk, Hk, n, 1}, d),
+                                         on(in.v, {Dv, Hv, n, 1}, d), on(in.g, {Hv, n, 1, 1}, d),
+                                         on(in.beta, {Hv, n, 1, 1}, d), state, ids_on(b.seq, d), ids_on(b.pos, d), p);
+  EXPECT_GT(max_diff(host(o), grouped), 1e-2);
 }
 
 TEST(RecurrentOps, SsmConvMatchesDefinition) {

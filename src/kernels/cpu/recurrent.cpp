@@ -208,7 +208,7 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
     std::vector<float> gs, bs;
     for (int64_t task = i0; task < i1; ++task) {
       const Run& run = runs[task / s.Hv];
-      const int64_t h = task % s.Hv, kh = h / r;
+      const int64_t h = task % s.Hv, kh = p.tiled_heads ? h % s.Hk : h / r;
       float* S = pst + (static_cast<int64_t>(run.seq) * s.Hv + h) * per_head;
       if (run.fresh) std::fill(S, S + per_head, 0.0f);
       const int64_t L = static_cast<int64_t>(run.tok.size());
