@@ -69,7 +69,7 @@ def main():
         d = OUT / name
         out = d / "llama.cpp-f32.gguf"
         sys.argv = ["convert_hf_to_gguf.py", str(d), "--outfile", str(out), "--outtype", "f32"]
-        if name.startswith("qwen3next"):
+        if name.startswith(("qwen3next", "qwen35")):
             sys.argv.append("--no-mtp")  # a tiny checkpoint has no multi-token-prediction layers
         conv.main()
         print(name, out.stat().st_size, "bytes")

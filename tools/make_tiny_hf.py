@@ -149,11 +149,13 @@ def save_gpt_oss_mxfp4(cfg):
     print("gpt_oss_mxfp4", sorted(p.name for p in d.iterdir()), sum(p.stat().st_size for p in d.iterdir()), "bytes")
 
 
-def save_kv_f16_logits(name, model, tokens):
+def save_kv_f16_logits(name, model, tokens, module="qwen3_next"):
     """transformers' logits with its attention's keys and values rounded to
     f16, as kvad's (and llama.cpp's default) KV cache stores them: the
-    reference that isolates kvad's arithmetic from the cache format."""
-    from transformers.models.qwen3_next import modeling_qwen3_next as mod
+    reference that isolates kvad's arithmetic from the cache format.
+    module: the transformers model package whose eager attention is patched."""
+    import importlib
+    mod = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
     eager = mod.eager_attention_forward
 
     def f16_kv(module, q, k, v, *args, **kw):
@@ -445,7 +447,71 @@ def main():
     save("qwen3next", sharpen(m, 2.0), tokens)
     if not ONLY or "qwen3next" in ONLY:
         save_kv_f16_logits("qwen3next", m, tokens)
+
+    qwen35(tokens)
     print("transformers", transformers.__version__, "torch", torch.__version__)
+
+
+def qwen35(tokens):
+    """Qwen3.5 (transformers' qwen3_5 / qwen3_5_moe): Qwen3-Next's layers with
+    the DeltaNet projections split (in_proj_qkv with q | k | v of all heads,
+    in_proj_z, in_proj_b, in_proj_a) and Qwen3-VL's interleaved MRoPE, which
+    for text (three equal position ids) is NeoX rope over the partial rotary
+    dims. 2 key heads to 6 value heads (r = 3): llama.cpp's converter reorders
+    the value heads from HF's grouped order into its tiled one, and with r = 3
+    every mapping but the right one moves the logits. Key and value head dims
+    equal (llama.cpp's qwen35 assumes it). qwen35: dense MLP (Qwen3.5-27B);
+    qwen35moe: 4 experts top-2 and a gated shared expert (Qwen3.5-35B-A3B);
+    qwen35_vl: the dense one as the hub ships it, Qwen3_5ForConditionalGeneration
+    (config model_type qwen3_5 with text_config, model.language_model.* and a
+    tiny vision tower model.visual.* that text prompts never run)."""
+    common = dict(
+        vocab_size=128, hidden_size=64, num_hidden_layers=6, full_attention_interval=3,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        linear_num_key_heads=2, linear_num_value_heads=6, linear_key_head_dim=16, linear_value_head_dim=16,
+        linear_conv_kernel_dim=4, max_position_embeddings=256, rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                         "mrope_section": [2, 1, 1], "mrope_interleaved": True},
+        tie_word_embeddings=False, initializer_range=0.1, torch_dtype="float32", attn_implementation="eager")
+
+    def randomise(m):
+        with torch.no_grad():
+            for n, p in m.named_parameters():
+                if n.endswith("mlp.gate.weight"):
+                    p.normal_(0.0, 1.0)
+                elif n.endswith("A_log"):
+                    p.copy_(torch.empty_like(p).uniform_(0.05, 2.0).log())
+                elif n.endswith("dt_bias"):
+                    p.normal_(0.0, 0.5)
+                elif n.endswith("linear_attn.norm.weight"):
+                    p.normal_(1.0, 0.3)
+                elif "norm" in n and "visual" not in n:
+                    p.normal_(0.0, 0.3)
+        return sharpen(m, 2.0)
+
+    torch.manual_seed(21)
+    cfg = transformers.Qwen3_5TextConfig(**common, intermediate_size=96)
+    m = randomise(transformers.Qwen3_5ForCausalLM(cfg).eval())
+    save("qwen35", m, tokens)
+    if not ONLY or "qwen35" in ONLY:
+        save_kv_f16_logits("qwen35", m, tokens, "qwen3_5")
+    torch.manual_seed(22)
+    cfg = transformers.Qwen3_5MoeTextConfig(**common, moe_intermediate_size=32, shared_expert_intermediate_size=64,
+                                            num_experts=4, num_experts_per_tok=2)
+    m = randomise(transformers.Qwen3_5MoeForCausalLM(cfg).eval())
+    save("qwen35moe", m, tokens)
+    if not ONLY or "qwen35moe" in ONLY:
+        save_kv_f16_logits("qwen35moe", m, tokens, "qwen3_5_moe")
+    torch.manual_seed(23)
+    vision = dict(depth=1, hidden_size=32, intermediate_size=32, num_heads=2, patch_size=4, spatial_merge_size=2,
+                  temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=16)
+    cfg = transformers.Qwen3_5Config(text_config=dict(common, intermediate_size=96), vision_config=vision,
+                                     tie_word_embeddings=False)
+    cfg.text_config._attn_implementation = "eager"
+    m = randomise(transformers.Qwen3_5ForConditionalGeneration(cfg).eval())
+    save("qwen35_vl", m, tokens)
+    if not ONLY or "qwen35_vl" in ONLY:
+        save_kv_f16_logits("qwen35_vl", m, tokens, "qwen3_5")
 
 
 def deepseek():

@@ -64,6 +64,7 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
       } else if (r.transform != TensorTransform::None) {
         t = to_f32(*b, r);
       }
+      if (r.head_groups > 0) t = tile_heads(t, r);
       tensors_.push_back(std::move(t));
     }
     for (auto& [name, parts] : stacks) tensors_.push_back(stack(name, parts));
@@ -326,6 +327,43 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
   }
 
   // list_only: `b` as named, formatted and sized, its bytes not made.
+  // TensorRename::head_groups: grouped heads along ne[axis] into tiled order.
+  SourceTensor tile_heads(const SourceTensor& b, const TensorRename& r) {
+    const size_t es = is_float(b.type) ? dtype_info(b.type).block_bytes : 0;
+    const int ax = r.head_axis;
+    const int64_t G = r.head_groups, R = r.head_repeat, D = r.head_size;
+    const bool fits = ax >= 0 && ax < 4 && R >= 1 && D >= 1 && r.head_offset >= 0 &&
+                      r.head_offset + G * R * D <= b.ne[std::clamp(ax, 0, 3)];
+    if (!es || !fits)
+      throw Error(base_->path() + ": tensor " + b.name + " (" + dtype_name(b.type) + ", ne " + std::to_string(b.ne[0]) +
+                  "x" + std::to_string(b.ne[1]) + "x" + std::to_string(b.ne[2]) + ") cannot have " +
+                  std::to_string(G * R) + " heads of " + std::to_string(D) + " reordered along dim " +
+                  std::to_string(ax) + " from " + std::to_string(r.head_offset) +
+                  "; kvad reorders f32, f16 and bf16 heads that fit");
+    if (list_only_ || !b.data) return b;
+    int64_t inner = 1, outer = 1;
+    for (int d = 0; d < ax; ++d) inner *= b.ne[d];
+    for (int d = ax + 1; d < 4; ++d) outer *= b.ne[d];
+    const int64_t n = b.ne[ax];
+    const size_t row = static_cast<size_t>(inner) * es;
+    std::vector<uint8_t>& v = owned_bytes_.emplace_back(static_cast<size_t>(outer * n) * row);
+    const auto* src = static_cast<const uint8_t*>(b.data);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t from = i;  // the source index whose slice lands at i
+        if (i >= r.head_offset && i < r.head_offset + G * R * D) {
+          const int64_t k = i - r.head_offset, head = k / D, e = k % D;
+          const int64_t j = head / G, g = head % G;  // tiled head j·G + g comes from grouped g·R + j
+          from = r.head_offset + (g * R + j) * D + e;
+        }
+        std::memcpy(&v[(o * n + i) * row], &src[(o * n + from) * row], row);
+      }
+    SourceTensor t = b;
+    t.data = v.data();
+    t.n_bytes = v.size();
+    return t;
+  }
+
   static SourceTensor listed(const SourceTensor& b, const std::string& name, DType type, size_t n_bytes) {
     SourceTensor t = b;
     t.name = name;

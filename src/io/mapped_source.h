@@ -69,6 +69,16 @@ struct TensorRename {
   /// Fp8BlockScaled: the block.
   std::string scale{};
   int64_t block_rows = 128, block_cols = 128;
+  /// head_groups > 0: along ne dim `head_axis`, the head_groups ·
+  /// head_repeat heads of head_size elements starting at index head_offset
+  /// are reordered from grouped order (head g · head_repeat + j) into tiled
+  /// order (head j · head_groups + g); elements outside them stay. This is
+  /// llama.cpp's qwen35/qwen35moe value-head order (convert_hf_to_gguf.py,
+  /// _LinearAttentionVReorderBase: HF Qwen3.5 keeps the value heads of one
+  /// key head side by side; the GGUF tiles them). Applied after any ToF32*
+  /// transform; copied once into memory the view owns; f32, f16 and bf16.
+  int64_t head_groups = 0, head_repeat = 1, head_size = 1, head_offset = 0;
+  int head_axis = 0;
 };
 
 /// Metadata of the view, by GGUF key: an integer, a float, a string or an

@@ -56,7 +56,9 @@ void decoder_config(const std::string& a, const json& cfg, HfConfig& out) {
   md[a + ".context_length"] = config_int(cfg, "max_position_embeddings", 2048);
   md[a + ".embedding_length"] = config_int(cfg, "hidden_size");
   md[a + ".block_count"] = config_int(cfg, "num_hidden_layers");
-  md[a + ".feed_forward_length"] = config_int(cfg, "intermediate_size");
+  // Absent from a MoE config without dense layers (Qwen3.5-MoE).
+  if (cfg.contains("intermediate_size") || !cfg.contains("num_experts"))
+    md[a + ".feed_forward_length"] = config_int(cfg, "intermediate_size");
   md[a + ".attention.head_count"] = n_head;
   md[a + ".attention.head_count_kv"] = config_int(cfg, "num_key_value_heads", n_head);
   const int64_t head_dim = config_int(cfg, "head_dim", config_int(cfg, "hidden_size") / n_head);
@@ -272,6 +274,13 @@ std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir, b
       r.block_cols = block_cols;
     }
     rules.push_back(std::move(r));
+  }
+  if (entry->hf->finish) {
+    try {
+      entry->hf->finish(hc.md, rules);
+    } catch (const Error& e) {
+      throw Error(cfg_path.string() + ": " + e.what());
+    }
   }
   return mapped_source(std::move(raw), rules, std::move(hc.md), ignored, std::move(hc.tensors), list_only);
 }

@@ -45,6 +45,11 @@ struct HfNames {
   /// (TensorRename::lanes), and true; false for any other name, which then
   /// goes to `tensor`. nullptr: no such tensors.
   bool (*split)(const std::string& hf, std::vector<TensorRename>& out) = nullptr;
+  /// Called once with the config's GGUF keys and every rule made from the
+  /// checkpoint's tensors, before the view is made: for transforms that
+  /// depend on the config (Qwen3.5's value heads reordered into llama.cpp's
+  /// tiled order, TensorRename::head_groups). Throws kvad::Error. nullptr: none.
+  void (*finish)(const Metadata& md, std::vector<TensorRename>& rules) = nullptr;
 };
 
 /// The checkpoint in directory `dir` (config.json and model.safetensors or

@@ -22,7 +22,8 @@ HParams read_hparams(const TensorSource& f) {
   hp.n_layer = need("block_count");
   hp.n_head = need("attention.head_count");
   hp.n_head_kv = f.has(a + "attention.head_count_kv") ? need("attention.head_count_kv") : hp.n_head;
-  hp.n_ff = need("feed_forward_length");
+  // A MoE model without dense layers (qwen35moe) need not give it: 0 then.
+  hp.n_ff = f.has(a + "feed_forward_length") || !f.has(a + "expert_count") ? need("feed_forward_length") : 0;
   hp.head_dim = f.has(a + "attention.key_length") ? need("attention.key_length") : hp.n_embd / hp.n_head;
   hp.n_rot = f.has(a + "rope.dimension_count") ? need("rope.dimension_count") : hp.head_dim;
   hp.norm_eps = static_cast<float>(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));

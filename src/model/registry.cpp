@@ -17,7 +17,7 @@ std::unique_ptr<Model> load_gpt2(std::shared_ptr<const TensorSource> src, const 
 std::unique_ptr<Model> load_deepseek2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 std::unique_ptr<Model> load_gpt_oss(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 std::unique_ptr<Model> load_qwen3next(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
-extern const HfNames kQwen3NextHfNames;
+extern const HfNames kQwen3NextHfNames, kQwen35HfNames, kQwen35MoeHfNames;
 extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kGemma3HfNames, kGpt2HfNames, kPhi3HfNames,
     kQwen3MoeHfNames, kBertHfNames, kDeepseek2HfNames, kGptOssHfNames;
 
@@ -42,6 +42,8 @@ const std::vector<ArchEntry>& architectures() {
       {"deepseek2", ModelKind::Text, {"cpu", "sim"}, &load_deepseek2, &kDeepseek2HfNames},
       // Gated DeltaNet layers: ssm_conv, gated_delta_rule, sigmoid, softplus have no CUDA row yet.
       {"qwen3next", ModelKind::Text, {"cpu", "sim"}, &load_qwen3next, &kQwen3NextHfNames},
+      {"qwen35", ModelKind::Text, {"cpu", "sim"}, &load_qwen3next, &kQwen35HfNames},
+      {"qwen35moe", ModelKind::Text, {"cpu", "sim"}, &load_qwen3next, &kQwen35MoeHfNames},
       {"phi3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kPhi3HfNames},
       {"gpt2", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gpt2, &kGpt2HfNames},
       // MoE ops, attention sinks and the clamped SwiGLU have no CUDA row yet.

@@ -1132,3 +1132,100 @@ TEST(LlamaCppGguf, Qwen3NextMtpLayerIsNotADecoderLayer) {
 }
 
 }  // namespace
+
+namespace {
+
+// Qwen3.5 (tools/make_tiny_hf.py qwen35): Qwen3-Next's layers with split
+// DeltaNet projections, 2 key heads to 6 value heads, 80 tokens (a chunk
+// boundary of the delta rule); qwen35 dense, qwen35moe with experts and the
+// gated shared expert, qwen35_vl the dense one as Qwen3_5ForConditionalGeneration
+// (config qwen3_5 with text_config, model.language_model.*, a vision tower
+// kvad does not read). The HF view reorders the value heads into llama.cpp's
+// tiled order and the delta rule runs tiled. With the default f16 KV cache
+// the reference is transformers with its K/V rounded to f16 too
+// (logits-kv-f16.json): against transformers in f32 the rounding alone is
+// 3.5e-4 (qwen35) to 1.0e-3 (qwen35moe).
+const kvad::KVTypes kF32Kv{kvad::DType::F32, kvad::DType::F32};
+
+TEST(HfCheckpoint, Qwen35MatchesTransformers) {
+  for (const char* name : {"qwen35", "qwen35moe", "qwen35_vl"})
+    for (const char* device : {"cpu", "sim"}) {
+      auto src = kvad::open_hf_checkpoint((kDir / name).string());
+      check_source(name, "", src, device, 0, 1e-4, "transformers", 128, kF32Kv);
+      check_source(name, " (K/V in f16 on both sides)", src, device, 0, 5e-4, "transformers-kv-f16", 128);
+    }
+  auto src = kvad::open_hf_checkpoint((kDir / "qwen35_vl").string());
+  EXPECT_EQ(src->get_string("general.architecture", ""), "qwen35");
+  EXPECT_EQ(src->get_int("qwen35.rope.dimension_count", 0), 8);  // 0.25 of head_dim 32
+  EXPECT_NE(src->find("blk.0.ssm_beta.weight"), nullptr);
+  EXPECT_EQ(kvad::open_hf_checkpoint((kDir / "qwen35moe").string())->get_string("general.architecture", ""),
+            "qwen35moe");
+}
+
+// The HF view's tensors are llama.cpp's converter output, value for value:
+// names, the value-head reorder (attn_qkv's v rows, attn_gate, ssm_beta,
+// ssm_alpha, ssm_a, ssm_dt, ssm_conv1d's v channels, ssm_out's columns), the
+// 1 + w norms and −exp(A_log). So a quantize-once file of a Qwen3.5
+// checkpoint is what llama.cpp expects.
+TEST(HfCheckpoint, Qwen35ViewEqualsLlamaCppConversion) {
+  for (const char* name : {"qwen35", "qwen35moe"}) {
+    SCOPED_TRACE(name);
+    auto hf = kvad::open_hf_checkpoint((kDir / name).string());
+    auto gg = llama_cpp_gguf(name);
+    size_t n = 0;
+    for (const kvad::SourceTensor& t : gg->tensors()) {
+      const kvad::SourceTensor* h = hf->find(t.name);
+      ASSERT_NE(h, nullptr) << t.name;
+      ASSERT_EQ(t.type, kvad::DType::F32) << t.name;
+      ASSERT_EQ(h->type, kvad::DType::F32) << t.name;
+      ASSERT_EQ(h->n_bytes, t.n_bytes) << t.name;
+      const auto* a = static_cast<const float*>(t.data);
+      const auto* b = static_cast<const float*>(h->data);
+      double d = 0;
+      for (size_t i = 0; i < t.n_bytes / 4; ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]) / (1 + std::fabs(a[i])));
+      EXPECT_LT(d, 1e-6) << t.name;
+      ++n;
+    }
+    EXPECT_EQ(n, hf->tensors().size());
+  }
+}
+
+// The test above can fail: the checkpoint read through the same name table
+// without the reorder (HF's grouped value heads under the tiled delta rule)
+// is far from transformers.
+TEST(HfCheckpoint, Qwen35WithoutTheHeadReorderIsWrong) {
+  const fs::path dir = kDir / "qwen35";
+  auto view = kvad::open_hf_checkpoint(dir.string());
+  const kvad::ArchEntry* entry = nullptr;
+  for (const kvad::ArchEntry& a : kvad::architectures())
+    if (a.name == "qwen35") entry = &a;
+  ASSERT_NE(entry, nullptr);
+  auto raw = kvad::safetensors_source(dir.string());
+  std::vector<kvad::TensorRename> rules;
+  std::vector<std::string> ignored;
+  for (const kvad::SourceTensor& t : raw->tensors()) {
+    kvad::TensorRename r;
+    ASSERT_TRUE(entry->hf->tensor(t.name, r)) << t.name;
+    r.base = t.name;
+    if (r.name.empty()) ignored.push_back(t.name);
+    else rules.push_back(r);
+  }
+  auto grouped = kvad::mapped_source(raw, rules, *kvad::mapped_metadata(*view), ignored);
+  const double err = check_source("qwen35", " (value heads left grouped)", grouped, "cpu", 0, INFINITY,
+                                  "transformers", 128, kF32Kv);
+  EXPECT_GT(err, 1e-2);
+}
+
+// llama.cpp's qwen35 / qwen35moe GGUFs of the same checkpoints: against
+// transformers (f32 KV) and against llama.cpp's own logits (llama-cpp-python
+// 0.3.36, f16 KV; llama.cpp is itself 3.3e-4 / 5.7e-4 from transformers),
+// within qwen3next's 2e-3.
+TEST(LlamaCppGguf, Qwen35MatchesTransformersAndLlamaCpp) {
+  for (const char* name : {"qwen35", "qwen35moe"}) {
+    for (const char* device : {"cpu", "sim"})
+      check_source(name, " (llama.cpp GGUF)", llama_cpp_gguf(name), device, 0, 1e-4, "transformers", 128, kF32Kv);
+    check_source(name, " (llama.cpp GGUF)", llama_cpp_gguf(name), "cpu", 0, 2e-3, "llama.cpp", 128);
+  }
+}
+
+}  // namespace

@@ -25,6 +25,24 @@
 // of all heads, the convolution's input order) and attn_gate (z); kvad reads
 // either, and keeps HF's fused ssm_in for HF checkpoints.
 //
+// Qwen3.5 (Qwen Team 2026; transformers' modular_qwen3_5.py and
+// qwen3_5_moe; HF model_type qwen3_5_text / qwen3_5_moe_text, or qwen3_5 /
+// qwen3_5_moe with the language model under text_config; GGUF architectures
+// qwen35 and qwen35moe) is the same network with the DeltaNet projections
+// stored apart: in_proj_qkv ([q | k | v] of all heads: attn_qkv), in_proj_z
+// (attn_gate), in_proj_b and in_proj_a (ssm_beta, ssm_alpha: [Hv] each, no
+// per-key-head interleave); a dense MLP (qwen35) or the MoE with its gated
+// shared expert (qwen35moe). Its rotary is Qwen3-VL's interleaved MRoPE,
+// which for text (the temporal, height and width position ids all equal)
+// is the NeoX rope over the partial rotary dims used here. llama.cpp's
+// converter reorders the value heads (and everything indexed by them: the v
+// rows of attn_qkv, attn_gate, ssm_beta/alpha, ssm_a, ssm_dt, the v channels
+// of ssm_conv1d, the columns of ssm_out) from HF's grouped order (value head h
+// reads key head h / (Hv/Hk)) into a tiled one (h reads h % Hk); kvad's HF
+// table applies the same reorder (TensorRename::head_groups), so both kinds
+// of checkpoint, and the quantize-once file, hold llama.cpp's order, and the
+// delta rule runs with DeltaRuleParams::tiled_heads.
+//
 // Gated attention: q_proj gives per head [q | gate] (2·head_dim rows);
 // QK-norm per head, partial NeoX rotary (partial_rotary_factor 0.25 of
 // head_dim), GQA, and the output multiplied by σ(gate) before o_proj.
@@ -65,7 +83,8 @@ constexpr size_t kMaxIdSets = 64;
 struct DeltaNetWeights {
   Tensor in;              // ssm_in [n_embd → 2·Hk·Dk + 2·Hv·Dv], HF's interleaved order; or
   Tensor qkv, gate;       // attn_qkv [n_embd → C], attn_gate [n_embd → Hv·Dv]
-  Tensor ba;              // ssm_ba [n_embd → 2·Hv], per key head [b | a]
+  Tensor ba;              // ssm_ba [n_embd → 2·Hv], per key head [b | a]; or
+  Tensor beta, alpha;     // ssm_beta, ssm_alpha [n_embd → Hv] (qwen35)
   Tensor conv;            // ssm_conv1d [C, K] f32
   Tensor a, dt;           // ssm_a = −e^{A_log} [Hv], ssm_dt.bias [Hv]
   Tensor norm;            // ssm_norm [Dv]
@@ -111,6 +130,7 @@ class Qwen3Next final : public Model {
     moe_.norm_topk = src->get_int("kvad.moe.norm_topk_prob", 1) != 0;
     moe_.norm_eps = hp_.norm_eps;
     snapshot_every_ = o.state_snapshot_every < 0 ? kDefaultSnapshotEvery : o.state_snapshot_every;
+    tiled_heads_ = hp_.arch == "qwen35" || hp_.arch == "qwen35moe";
 
     WeightLoader wl(src, o);
     device_ = wl.device();
@@ -143,7 +163,12 @@ class Qwen3Next final : public Model {
         } else {
           w.in = wl.get(p + "ssm_in.weight", {E, 2 * Hk_ * Dk_ + 2 * Hv_ * Dv_});
         }
-        w.ba = wl.get(p + "ssm_ba.weight", {E, 2 * Hv_});
+        if (wl.has(p + "ssm_beta.weight")) {
+          w.beta = wl.get(p + "ssm_beta.weight", {E, Hv_});
+          w.alpha = wl.get(p + "ssm_alpha.weight", {E, Hv_});
+        } else {
+          w.ba = wl.get(p + "ssm_ba.weight", {E, 2 * Hv_});
+        }
         // GGUF stores [C, K]; HF's Conv1d weight is [C, 1, K].
         const SourceTensor* c = src->find(p + "ssm_conv1d.weight");
         if (c && c->n_dims == 3)
@@ -182,6 +207,7 @@ class Qwen3Next final : public Model {
           L.gate_inp_shexp = wl.get(p + "ffn_gate_inp_shexp.weight", {E});
         }
       } else {
+        if (hp_.n_ff <= 0) throw Error(path + ": " + p + "ffn_gate_inp.weight is missing, and a dense layer needs " + a + "feed_forward_length");
         L.mlp.gate = wl.get(p + "ffn_gate.weight", {E, hp_.n_ff});
         L.mlp.up = wl.get(p + "ffn_up.weight", {E, hp_.n_ff});
         L.mlp.down = wl.get(p + "ffn_down.weight", {hp_.n_ff, E});
@@ -294,18 +320,26 @@ class Qwen3Next final : public Model {
       qkv = y[0];
       z = y[1].view({Dv_, Hv_ * n, 1, 1});
     }
-    // b, a: per key head [b (r) | a (r)], units of r.
-    if (!lay_ba_.n_units) {
-      lay_ba_.n_units = 2 * Hk_;
-      lay_ba_.parts.resize(2);
-      for (int64_t hk = 0; hk < Hk_; ++hk) {
-        lay_ba_.parts[0].push_back(static_cast<int32_t>(2 * hk));
-        lay_ba_.parts[1].push_back(static_cast<int32_t>(2 * hk + 1));
+    Tensor b_raw, a_raw;  // [n, Hv]
+    if (w.beta) {  // qwen35: apart, in value-head order
+      std::vector<Tensor> y = ops::matmul_multi(h, {&w.beta, &w.alpha});
+      b_raw = y[0];
+      a_raw = y[1];
+    } else {  // qwen3next: per key head [b (r) | a (r)], units of r
+      if (!lay_ba_.n_units) {
+        lay_ba_.n_units = 2 * Hk_;
+        lay_ba_.parts.resize(2);
+        for (int64_t hk = 0; hk < Hk_; ++hk) {
+          lay_ba_.parts[0].push_back(static_cast<int32_t>(2 * hk));
+          lay_ba_.parts[1].push_back(static_cast<int32_t>(2 * hk + 1));
+        }
       }
+      const Tensor ba = gather(1, lay_ba_, r, ops::matmul(h, w.ba));
+      b_raw = part(ba, 0, n * Hk_, {Hv_, n, 1, 1});
+      a_raw = part(ba, n * Hk_, n * Hk_, {Hv_, n, 1, 1});
     }
-    const Tensor ba = gather(1, lay_ba_, r, ops::matmul(h, w.ba));
-    const Tensor beta = ops::sigmoid(part(ba, 0, n * Hk_, {Hv_, n, 1, 1}));                        // [n, Hv]
-    const Tensor g = ops::mul(ops::softplus(ops::add(part(ba, n * Hk_, n * Hk_, {Hv_, n, 1, 1}), w.dt)), w.a);
+    const Tensor beta = ops::sigmoid(b_raw);                                          // [n, Hv]
+    const Tensor g = ops::mul(ops::softplus(ops::add(a_raw, w.dt)), w.a);
     // The short convolution over [q | k | v], then q, k, v apart.
     const Tensor xc = ops::silu(ops::ssm_conv(qkv, w.conv, st.conv, b.seq, b.pos));                // [n, C]
     const int64_t u = std::gcd(Dk_, Dv_), qk_units = Hk_ * Dk_ / u, v_units = Hv_ * Dv_ / u;
@@ -330,6 +364,7 @@ class Qwen3Next final : public Model {
     DeltaRuleParams dp;
     dp.scale = 1.0f / std::sqrt(static_cast<float>(Dk_));
     dp.chunk = n > 1 ? kDeltaChunk : 0;
+    dp.tiled_heads = tiled_heads_;
     const Tensor o = ops::gated_delta_rule(q, k, v, g, beta, st.ssm, b.seq, b.pos, dp);  // [n, Hv, Dv]
     // Gated RMSNorm per value head, then the output projection.
     const Tensor y = ops::mul(ops::rms_norm(o.view({Dv_, Hv_ * n, 1, 1}), w.norm, hp_.norm_eps), ops::silu(z));
@@ -405,6 +440,7 @@ class Qwen3Next final : public Model {
   std::vector<Mtp> mtp_;
   int64_t conv_k_ = 0, Dk_ = 0, Dv_ = 0, Hk_ = 0, Hv_ = 0, conv_dim_ = 0;
   int32_t snapshot_every_ = kDefaultSnapshotEvery;
+  bool tiled_heads_ = false;  // qwen35: value head h reads key head h % Hk (llama.cpp's order)
   MoeParams moe_;
   RopeScaling rope_;
   RopeParams rope_params_;
@@ -412,10 +448,11 @@ class Qwen3Next final : public Model {
   std::map<std::pair<int, int64_t>, Tensor> ids_cache_;
 };
 
-// ---- HF checkpoints (transformers' Qwen3NextForCausalLM) --------------------
+// ---- HF checkpoints (transformers' Qwen3NextForCausalLM, Qwen3_5ForCausalLM,
+// Qwen3_5MoeForCausalLM and the Qwen3.5 ForConditionalGeneration ones) -------
 
-void hf_config(const nlohmann::json& cfg, HfConfig& out) {
-  const std::string a = "qwen3next";
+// The keys of Qwen3-Next and Qwen3.5 (`a`: qwen3next, qwen35, qwen35moe).
+void delta_net_config(const std::string& a, const nlohmann::json& cfg, HfConfig& out) {
   decoder_config(a, cfg, out);
   Metadata& md = out.md;
   const int64_t n_layer = config_int(cfg, "num_hidden_layers");
@@ -432,14 +469,30 @@ void hf_config(const nlohmann::json& cfg, HfConfig& out) {
   md[a + ".ssm.group_count"] = config_int(cfg, "linear_num_key_heads");
   md[a + ".ssm.time_step_rank"] = config_int(cfg, "linear_num_value_heads");
   md[a + ".ssm.inner_size"] = config_int(cfg, "linear_value_head_dim") * config_int(cfg, "linear_num_value_heads");
+  if (config_bool(cfg, "attention_bias", false)) throw Error("config.json: attention_bias is not supported for " + a);
+  if (a == "qwen35") return;  // a dense MLP in every layer
   md[a + ".expert_count"] = config_int(cfg, "num_experts");
   md[a + ".expert_used_count"] = config_int(cfg, "num_experts_per_tok");
   md[a + ".expert_feed_forward_length"] = config_int(cfg, "moe_intermediate_size");
   md[a + ".expert_shared_feed_forward_length"] = config_int(cfg, "shared_expert_intermediate_size", 0);
-  if (!config_bool(cfg, "norm_topk_prob", true)) md["kvad.moe.norm_topk_prob"] = int64_t{0};
-  if (config_bool(cfg, "attention_bias", false)) throw Error("config.json: attention_bias is not supported for qwen3_next");
+  // Qwen3.5's router always renormalises its top-k (transformers' Qwen3_5MoeTopKRouter).
+  if (a == "qwen3next" && !config_bool(cfg, "norm_topk_prob", true)) md["kvad.moe.norm_topk_prob"] = int64_t{0};
   if (config_int(cfg, "decoder_sparse_step", 1) != 1 && config_int(cfg, "num_experts") > 0)
     throw Error("config.json: decoder_sparse_step other than 1 is not supported for qwen3_next (use mlp_only_layers)");
+}
+
+void hf_config(const nlohmann::json& cfg, HfConfig& out) { delta_net_config("qwen3next", cfg, out); }
+
+// Qwen3.5: a text model's config (qwen3_5_text), or the multimodal one
+// (qwen3_5, as the hub ships Qwen3.5) whose language model is text_config.
+const nlohmann::json& qwen35_text_config(const nlohmann::json& cfg) {
+  if (!cfg.contains("text_config")) return cfg;
+  if (!cfg["text_config"].is_object()) throw Error("config.json: text_config is not an object");
+  return cfg["text_config"];
+}
+void hf_config_qwen35(const nlohmann::json& cfg, HfConfig& out) { delta_net_config("qwen35", qwen35_text_config(cfg), out); }
+void hf_config_qwen35moe(const nlohmann::json& cfg, HfConfig& out) {
+  delta_net_config("qwen35moe", qwen35_text_config(cfg), out);
 }
 
 bool hf_tensor(const std::string& hf, TensorRename& r) {
@@ -468,10 +521,67 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
   return hf_decoder_tensor(hf, T::ToF32PlusOne, kLayer, std::size(kLayer), r);
 }
 
+// Qwen3.5's split DeltaNet projections (the rest as Qwen3-Next). The
+// multimodal checkpoint's language model (model.language_model.*) is read
+// as the text model; its vision tower (model.visual.*) is not read.
+bool hf_tensor_qwen35(const std::string& hf, TensorRename& r) {
+  using T = TensorTransform;
+  static const std::string lm = "model.language_model.";
+  if (hf.compare(0, lm.size(), lm) == 0) return hf_tensor_qwen35("model." + hf.substr(lm.size()), r);
+  if (hf.compare(0, 13, "model.visual.") == 0) return r.name.clear(), true;
+  static const HfLayerName kSplit[] = {
+      {"linear_attn.in_proj_qkv.weight", "attn_qkv.weight", T::None},
+      {"linear_attn.in_proj_z.weight", "attn_gate.weight", T::None},
+      {"linear_attn.in_proj_b.weight", "ssm_beta.weight", T::None},
+      {"linear_attn.in_proj_a.weight", "ssm_alpha.weight", T::None},
+  };
+  int64_t il;
+  std::string rest;
+  if (hf_layer_tensor(hf, il, rest))
+    for (const HfLayerName& n : kSplit)
+      if (rest == n.hf) return r.name = "blk." + std::to_string(il) + "." + n.gguf, r.transform = n.transform, true;
+  return hf_tensor(hf, r);
+}
+
+// The value heads into llama.cpp's tiled order (see the top of this file):
+// the Hk·r heads of every tensor indexed by value head, grouped (head g·r +
+// j) → tiled (j·Hk + g), as convert_hf_to_gguf.py's _reorder_v_heads.
+void hf_finish_qwen35(const Metadata& md, std::vector<TensorRename>& rules) {
+  const std::string a = std::get<std::string>(md.at("general.architecture")) + ".";
+  auto num = [&](const std::string& k) { return std::get<int64_t>(md.at(a + k)); };
+  const int64_t Hk = num("ssm.group_count"), Hv = num("ssm.time_step_rank"), Dk = num("ssm.state_size");
+  if (Hk <= 0 || Hv <= 0 || Hv % Hk != 0)
+    throw Error("linear_num_value_heads must be a positive multiple of linear_num_key_heads");
+  const int64_t Dv = num("ssm.inner_size") / Hv;
+  if (Hv == Hk) return;
+  for (TensorRename& t : rules) {
+    const std::string& n = t.name;
+    auto ends = [&n](const char* s) { return n.ends_with(s); };
+    int axis = -1;
+    int64_t size = 1, offset = 0;
+    if (ends(".attn_qkv.weight")) axis = 1, size = Dv, offset = 2 * Hk * Dk;  // the v rows
+    else if (ends(".attn_gate.weight")) axis = 1, size = Dv;
+    else if (ends(".ssm_beta.weight") || ends(".ssm_alpha.weight")) axis = 1;
+    else if (ends(".ssm_a") || ends(".ssm_dt.bias")) axis = 0;
+    else if (ends(".ssm_conv1d.weight")) axis = 2, size = Dv, offset = 2 * Hk * Dk;  // HF's [C, 1, K]: channels are ne[2]
+    else if (ends(".ssm_out.weight")) axis = 0, size = Dv;  // the columns
+    if (axis < 0) continue;
+    t.head_axis = axis;
+    t.head_groups = Hk;
+    t.head_repeat = Hv / Hk;
+    t.head_size = size;
+    t.head_offset = offset;
+  }
+}
+
 }  // namespace
 
-extern const HfNames kQwen3NextHfNames;
+extern const HfNames kQwen3NextHfNames, kQwen35HfNames, kQwen35MoeHfNames;
 const HfNames kQwen3NextHfNames = {{"qwen3_next"}, &hf_config, &hf_tensor};
+const HfNames kQwen35HfNames = {
+    {"qwen3_5_text", "qwen3_5"}, &hf_config_qwen35, &hf_tensor_qwen35, {}, nullptr, &hf_finish_qwen35};
+const HfNames kQwen35MoeHfNames = {
+    {"qwen3_5_moe_text", "qwen3_5_moe"}, &hf_config_qwen35moe, &hf_tensor_qwen35, {}, nullptr, &hf_finish_qwen35};
 
 std::unique_ptr<Model> load_qwen3next(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
   return std::make_unique<Qwen3Next>(std::move(src), o);
