@@ -65,6 +65,16 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
         t = to_f32(*b, r);
       }
       if (r.head_groups > 0) t = tile_heads(t, r);
+      if (r.view_dims > 0) {
+        const auto& v = r.view_ne;
+        if (r.view_dims > 4 || v[0] * v[1] * v[2] * v[3] != t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3])
+          throw Error(base_->path() + ": tensor " + b->name + " cannot be viewed as " + std::to_string(v[0]) + "x" +
+                      std::to_string(v[1]) + "x" + std::to_string(v[2]) + "x" + std::to_string(v[3]));
+        t.ne = v;
+        t.n_dims = r.view_dims;
+        t.shape.clear();
+        for (int d = t.n_dims - 1; d >= 0; --d) t.shape.push_back(t.ne[d]);
+      }
       tensors_.push_back(std::move(t));
     }
     for (auto& [name, parts] : stacks) tensors_.push_back(stack(name, parts));

@@ -79,11 +79,17 @@ struct TensorRename {
   /// transform; copied once into memory the view owns; f32, f16 and bf16.
   int64_t head_groups = 0, head_repeat = 1, head_size = 1, head_offset = 0;
   int head_axis = 0;
+  /// view_dims > 0: presented with shape view_ne (ggml order, view_dims
+  /// dims, the same number of elements), after the transforms above: HF's
+  /// Conv1d weight [C, 1, K] as GGUF's [C, K]. No copy of its own.
+  std::array<int64_t, 4> view_ne{1, 1, 1, 1};
+  int view_dims = 0;
 };
 
-/// Metadata of the view, by GGUF key: an integer, a float, a string or an
-/// array of booleans (written to GGUF as an ARRAY of BOOL).
-using MetadataValue = std::variant<int64_t, double, std::string, std::vector<bool>>;
+/// Metadata of the view, by GGUF key: an integer, a float, a string, an
+/// array of booleans (written to GGUF as an ARRAY of BOOL) or of integers
+/// (an ARRAY of INT32: qwen35's rope.dimension_sections).
+using MetadataValue = std::variant<int64_t, double, std::string, std::vector<bool>, std::vector<int64_t>>;
 using Metadata = std::map<std::string, MetadataValue, std::less<>>;
 
 /// A tensor the view makes itself from settings rather than from the base's

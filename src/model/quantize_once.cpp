@@ -56,6 +56,8 @@ std::vector<gguf::Value> gguf_metadata(const Metadata& md) {
       v.push_back(gguf::make_float(key, gguf::ValueType::FLOAT32, *d));
     } else if (const std::vector<bool>* b = std::get_if<std::vector<bool>>(&val)) {
       v.push_back(gguf::make_uint_array(key, gguf::ValueType::BOOL, std::vector<uint64_t>(b->begin(), b->end())));
+    } else if (const std::vector<int64_t>* a = std::get_if<std::vector<int64_t>>(&val)) {
+      v.push_back(gguf::make_int_array(key, gguf::ValueType::INT32, *a));  // as gguf-py writes int lists
     } else {
       v.push_back(gguf::make_string(key, std::get<std::string>(val)));
     }

@@ -1179,6 +1179,8 @@ TEST(HfCheckpoint, Qwen35ViewEqualsLlamaCppConversion) {
       ASSERT_EQ(t.type, kvad::DType::F32) << t.name;
       ASSERT_EQ(h->type, kvad::DType::F32) << t.name;
       ASSERT_EQ(h->n_bytes, t.n_bytes) << t.name;
+      EXPECT_EQ(h->ne, t.ne) << t.name;  // ssm_conv1d as GGUF's [C, K], not HF's [C, 1, K]
+      EXPECT_EQ(h->n_dims, t.n_dims) << t.name;
       const auto* a = static_cast<const float*>(t.data);
       const auto* b = static_cast<const float*>(h->data);
       double d = 0;
@@ -1187,6 +1189,14 @@ TEST(HfCheckpoint, Qwen35ViewEqualsLlamaCppConversion) {
       ++n;
     }
     EXPECT_EQ(n, hf->tensors().size());
+    // The keys llama.cpp's qwen35 loader requires, as its converter writes them.
+    const std::string arch = name;
+    EXPECT_EQ(kvad::gguf_file(*gg)->find(arch + ".rope.dimension_sections")->as_int_array(),
+              (std::vector<int64_t>{2, 1, 1, 0}));
+    EXPECT_TRUE(std::holds_alternative<std::vector<int64_t>>(
+        kvad::mapped_metadata(*hf)->at(arch + ".rope.dimension_sections")));
+    EXPECT_EQ(std::get<std::vector<int64_t>>(kvad::mapped_metadata(*hf)->at(arch + ".rope.dimension_sections")),
+              (std::vector<int64_t>{2, 1, 1, 0}));
   }
 }
 

@@ -462,6 +462,10 @@ void delta_net_config(const std::string& a, const nlohmann::json& cfg, HfConfig&
     for (const auto& t : lt)
       if (!t.is_string() || (t != "linear_attention" && t != "full_attention"))
         throw Error("config.json: layer_types may hold linear_attention and full_attention only");
+    // As llama.cpp's converter writes it (its loader reads it before full_attention_interval).
+    std::vector<bool> recurrent;
+    for (const auto& t : lt) recurrent.push_back(t == "linear_attention");
+    md[a + ".attention.recurrent_layers"] = recurrent;
   }
   md[a + ".full_attention_interval"] = config_int(cfg, "full_attention_interval", 4);
   md[a + ".ssm.conv_kernel"] = config_int(cfg, "linear_conv_kernel_dim");
@@ -470,6 +474,25 @@ void delta_net_config(const std::string& a, const nlohmann::json& cfg, HfConfig&
   md[a + ".ssm.time_step_rank"] = config_int(cfg, "linear_num_value_heads");
   md[a + ".ssm.inner_size"] = config_int(cfg, "linear_value_head_dim") * config_int(cfg, "linear_num_value_heads");
   if (config_bool(cfg, "attention_bias", false)) throw Error("config.json: attention_bias is not supported for " + a);
+  if (a != "qwen3next") {
+    // Qwen3-VL's MRoPE sections (rotary pairs per temporal, height, width
+    // position): unused for text, where the three positions are equal, but
+    // written as llama.cpp's converter does (padded to 4; [11, 11, 10]
+    // when absent), which llama.cpp's qwen35 loader requires.
+    std::vector<int64_t> sections{11, 11, 10, 0};
+    if (cfg.contains("rope_parameters") && cfg["rope_parameters"].is_object() &&
+        cfg["rope_parameters"].contains("mrope_section")) {
+      const nlohmann::json& ms = cfg["rope_parameters"]["mrope_section"];
+      if (!ms.is_array() || ms.size() > 4) throw Error("config.json: rope_parameters.mrope_section is not up to 4 integers");
+      sections.assign(4, 0);
+      for (size_t i = 0; i < ms.size(); ++i) {
+        if (!ms[i].is_number_integer() || ms[i].get<int64_t>() < 0)
+          throw Error("config.json: rope_parameters.mrope_section is not up to 4 integers");
+        sections[i] = ms[i].get<int64_t>();
+      }
+    }
+    md[a + ".rope.dimension_sections"] = sections;
+  }
   if (a == "qwen35") return;  // a dense MLP in every layer
   md[a + ".expert_count"] = config_int(cfg, "num_experts");
   md[a + ".expert_used_count"] = config_int(cfg, "num_experts_per_tok");
@@ -548,12 +571,15 @@ bool hf_tensor_qwen35(const std::string& hf, TensorRename& r) {
 // j) → tiled (j·Hk + g), as convert_hf_to_gguf.py's _reorder_v_heads.
 void hf_finish_qwen35(const Metadata& md, std::vector<TensorRename>& rules) {
   const std::string a = std::get<std::string>(md.at("general.architecture")) + ".";
-  auto num = [&](const std::string& k) { return std::get<int64_t>(md.at(a + k)); };
+  auto num = [&](const std::string& k) {
+    auto it = md.find(a + k);
+    if (it == md.end() || !std::holds_alternative<int64_t>(it->second)) throw Error("missing " + a + k);
+    return std::get<int64_t>(it->second);
+  };
   const int64_t Hk = num("ssm.group_count"), Hv = num("ssm.time_step_rank"), Dk = num("ssm.state_size");
   if (Hk <= 0 || Hv <= 0 || Hv % Hk != 0)
     throw Error("linear_num_value_heads must be a positive multiple of linear_num_key_heads");
   const int64_t Dv = num("ssm.inner_size") / Hv;
-  if (Hv == Hk) return;
   for (TensorRename& t : rules) {
     const std::string& n = t.name;
     auto ends = [&n](const char* s) { return n.ends_with(s); };
@@ -563,9 +589,13 @@ void hf_finish_qwen35(const Metadata& md, std::vector<TensorRename>& rules) {
     else if (ends(".attn_gate.weight")) axis = 1, size = Dv;
     else if (ends(".ssm_beta.weight") || ends(".ssm_alpha.weight")) axis = 1;
     else if (ends(".ssm_a") || ends(".ssm_dt.bias")) axis = 0;
-    else if (ends(".ssm_conv1d.weight")) axis = 2, size = Dv, offset = 2 * Hk * Dk;  // HF's [C, 1, K]: channels are ne[2]
+    else if (ends(".ssm_conv1d.weight")) {  // HF's [C, 1, K]: channels are ne[2]; presented as GGUF's [C, K]
+      axis = 2, size = Dv, offset = 2 * Hk * Dk;
+      t.view_ne = {num("ssm.conv_kernel"), 2 * Hk * Dk + Hv * Dv, 1, 1};
+      t.view_dims = 2;
+    }
     else if (ends(".ssm_out.weight")) axis = 0, size = Dv;  // the columns
-    if (axis < 0) continue;
+    if (axis < 0 || Hv == Hk) continue;  // one value head per key head: both orders agree
     t.head_axis = axis;
     t.head_groups = Hk;
     t.head_repeat = Hv / Hk;
