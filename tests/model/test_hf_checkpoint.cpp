@@ -1226,6 +1226,55 @@ TEST(HfCheckpoint, Qwen35WithoutTheHeadReorderIsWrong) {
   EXPECT_GT(err, 1e-2);
 }
 
+// Its quantize-once file carries llama.cpp's keys and shapes (llama.cpp
+// loads it: tools/check_quantized_in_llama_cpp.py gives logits bit-equal to
+// llama.cpp's own q8_0 of its conversion).
+TEST(HfCheckpoint, Qwen35QuantizeOnceIsALlamaCppQwen35File) {
+  const fs::path cache = fs::temp_directory_path() / ("kvad-qcache35-" + std::to_string(::getpid()));
+  fs::remove_all(cache);
+  const kvad::QuantizeOnceKey key{cache.string(), "kvad-test/tiny-qwen35", "0123456789abcdef"};
+  auto q = kvad::quantize_once(kvad::open_hf_checkpoint((kDir / "qwen35").string()), "q8_0", key);
+  auto f = kvad::gguf_file(*q);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->find("qwen35.rope.dimension_sections")->as_int_array(), (std::vector<int64_t>{2, 1, 1, 0}));
+  EXPECT_EQ(f->find("qwen35.attention.recurrent_layers")->as_int_array(),
+            (std::vector<int64_t>{1, 1, 0, 1, 1, 0}));
+  const kvad::SourceTensor* conv = q->find("blk.0.ssm_conv1d.weight");
+  ASSERT_NE(conv, nullptr);
+  EXPECT_EQ(conv->n_dims, 2);
+  EXPECT_EQ(q->find("blk.0.attn_qkv.weight")->type, kvad::DType::Q8_0);
+  const Reference ref = read_reference(kDir / "qwen35");
+  std::shared_ptr<kvad::Model> m = kvad::load_model(q, kvad::DeviceOptions{});
+  kvad::Session s(m, 128, 1, 1);
+  kvad::Batch b;
+  for (size_t i = 0; i < ref.tokens.size(); ++i) b.add(ref.tokens[i], static_cast<int32_t>(i), 0, true);
+  const std::vector<float>& all = s.forward(b);
+  for (float x : all) ASSERT_TRUE(std::isfinite(x));
+  fs::remove_all(cache);
+}
+
+// Malformed Qwen3.5 configs are clear errors.
+TEST(HfCheckpoint, Qwen35BadConfigsAreClearErrors) {
+  std::ifstream in(kDir / "qwen35_vl" / "config.json");
+  const nlohmann::json good = nlohmann::json::parse(in);
+  nlohmann::json j = good;
+  j["text_config"]["linear_num_value_heads"] = 5;  // not a multiple of the 2 key heads
+  EXPECT_NE(error_of(j.dump(), "qwen35_vl").find("multiple of linear_num_key_heads"), std::string::npos)
+      << error_of(j.dump(), "qwen35_vl");
+  j = good;
+  j["text_config"] = 3;
+  EXPECT_NE(error_of(j.dump(), "qwen35_vl").find("text_config is not an object"), std::string::npos);
+  j = good;
+  j["text_config"]["rope_parameters"]["mrope_section"] = {1, 2, 3, 4, 5};
+  EXPECT_NE(error_of(j.dump(), "qwen35_vl").find("mrope_section"), std::string::npos);
+  j = good;
+  j["text_config"]["linear_value_head_dim"] = 8;  // the checkpoint's heads are 16 wide
+  EXPECT_NE(error_of(j.dump(), "qwen35_vl"), "");
+  j = good;
+  j["text_config"].erase("linear_num_key_heads");
+  EXPECT_NE(error_of(j.dump(), "qwen35_vl").find("linear_num_key_heads"), std::string::npos);
+}
+
 // llama.cpp's qwen35 / qwen35moe GGUFs of the same checkpoints: against
 // transformers (f32 KV) and against llama.cpp's own logits (llama-cpp-python
 // 0.3.36, f16 KV; llama.cpp is itself 3.3e-4 / 5.7e-4 from transformers),
