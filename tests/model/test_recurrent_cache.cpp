@@ -34,11 +34,11 @@ std::vector<int32_t> fixture_tokens() {
   return nlohmann::json::parse(in)["tokens"].get<std::vector<int32_t>>();
 }
 
-std::shared_ptr<kvad::Model> load(int32_t every, const char* device = "cpu") {
+std::shared_ptr<kvad::Model> load(int32_t every, const char* device = "cpu", const fs::path& dir = kDir) {
   kvad::DeviceOptions o;
   o.device = device;
   o.state_snapshot_every = every;
-  return kvad::load_model(kvad::open_hf_checkpoint(kDir.string()), o);
+  return kvad::load_model(kvad::open_hf_checkpoint(dir.string()), o);
 }
 
 // Logits of tokens [from, to) of sequence `seq`, all of them requested.
@@ -213,6 +213,29 @@ TEST(RecurrentCache, ThreeTurnChatReprefillsFromTheLastSnapshot) {
                 static_cast<long long>(s.cache().n_snapshots()), reprefilled[1], reprefilled[2], latency[1] * 1e3,
                 latency[2] * 1e3);
   }
+}
+
+// Qwen3.5 (qwen35moe: split projections, value heads in llama.cpp's tiled
+// order) goes through the same cache: one rewind case, snapshots every 8.
+TEST(RecurrentCache, Qwen35RewindMatchesAFreshPrefill) {
+  const fs::path dir = kDir.parent_path() / "qwen35moe";
+  std::ifstream in(dir / "logits.json");
+  const std::vector<int32_t> tok = nlohmann::json::parse(in)["tokens"].get<std::vector<int32_t>>();
+  const int32_t n = static_cast<int32_t>(tok.size());
+  std::shared_ptr<kvad::Model> m = load(8, "cpu", dir);
+  const int64_t V = m->hparams().n_vocab;
+  kvad::Session fresh(m, 128, 1, 2);
+  const std::vector<float> want = run(fresh, tok, 0, n);
+  kvad::Session s(m, 128, 1, 2);
+  run(s, tok, 0, n);
+  double worst = 0;
+  for (int32_t k : {77, 50, 19, 3}) {
+    const int32_t land = s.truncate(0, k);
+    ASSERT_EQ(land, k / 8 * 8);
+    worst = std::max(worst, rel(run(s, tok, land, n), want, land, n - land, V));
+  }
+  std::printf("qwen35moe: truncate + forward the rest vs a fresh prefill: %.2e\n", worst);
+  EXPECT_EQ(worst, 0.0);
 }
 
 }  // namespace
