@@ -3,7 +3,7 @@
 
 For each architecture kvad reads from HF checkpoints (llama, gemma3_text,
 qwen2, qwen3, mistral, gpt2, phi3, qwen3_moe, qwen3_next, gpt_oss,
-deepseek_v2/v3) and rope/window option (llama3, YaRN with and without
+deepseek_v2/v3, qwen3_5 and qwen3_5_moe) and rope/window option (llama3, YaRN with and without
 truncate, Qwen2's use_sliding_window),
 makes a randomly initialised model with small dimensions but the
 architecture's real options (GQA with n_head != n_head_kv, a sliding window

@@ -207,7 +207,9 @@ class Qwen3Next final : public Model {
           L.gate_inp_shexp = wl.get(p + "ffn_gate_inp_shexp.weight", {E});
         }
       } else {
-        if (hp_.n_ff <= 0) throw Error(path + ": " + p + "ffn_gate_inp.weight is missing, and a dense layer needs " + a + "feed_forward_length");
+        if (hp_.n_ff <= 0)
+          throw Error(path + ": " + p + "ffn_gate_inp.weight is missing, and a dense layer needs " + a +
+                      "feed_forward_length");
         L.mlp.gate = wl.get(p + "ffn_gate.weight", {E, hp_.n_ff});
         L.mlp.up = wl.get(p + "ffn_up.weight", {E, hp_.n_ff});
         L.mlp.down = wl.get(p + "ffn_down.weight", {hp_.n_ff, E});
@@ -483,7 +485,8 @@ void delta_net_config(const std::string& a, const nlohmann::json& cfg, HfConfig&
     if (cfg.contains("rope_parameters") && cfg["rope_parameters"].is_object() &&
         cfg["rope_parameters"].contains("mrope_section")) {
       const nlohmann::json& ms = cfg["rope_parameters"]["mrope_section"];
-      if (!ms.is_array() || ms.size() > 4) throw Error("config.json: rope_parameters.mrope_section is not up to 4 integers");
+      if (!ms.is_array() || ms.size() > 4)
+        throw Error("config.json: rope_parameters.mrope_section is not up to 4 integers");
       sections.assign(4, 0);
       for (size_t i = 0; i < ms.size(); ++i) {
         if (!ms[i].is_number_integer() || ms[i].get<int64_t>() < 0)
@@ -513,7 +516,9 @@ const nlohmann::json& qwen35_text_config(const nlohmann::json& cfg) {
   if (!cfg["text_config"].is_object()) throw Error("config.json: text_config is not an object");
   return cfg["text_config"];
 }
-void hf_config_qwen35(const nlohmann::json& cfg, HfConfig& out) { delta_net_config("qwen35", qwen35_text_config(cfg), out); }
+void hf_config_qwen35(const nlohmann::json& cfg, HfConfig& out) {
+  delta_net_config("qwen35", qwen35_text_config(cfg), out);
+}
 void hf_config_qwen35moe(const nlohmann::json& cfg, HfConfig& out) {
   delta_net_config("qwen35moe", qwen35_text_config(cfg), out);
 }
