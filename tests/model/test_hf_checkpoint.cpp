@@ -983,7 +983,7 @@ TEST(HfCheckpoint, QuantizeOnceWritesLlamaCppsLayout) {
   const fs::path tmp = fs::temp_directory_path() / ("kvad-qlayout-" + std::to_string(::getpid()));
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  for (const char* name : {"qwen3next", "deepseek_v3", "deepseek_v2"}) {
+  for (const char* name : {"qwen3next", "deepseek_v3", "deepseek_v2", "qwen35", "qwen35moe"}) {
     SCOPED_TRACE(name);
     const kvad::QuantizeOnceKey key{(tmp / "cache").string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};
     auto q = kvad::quantize_once(kvad::open_hf_checkpoint((kDir / name).string()), "q8_0", key);
