@@ -155,7 +155,8 @@ inline constexpr const char* kVersion = "kvad.cache.version";   ///< UINT32: the
 /// metadata as its convert_hf_to_gguf.py writes them (llama's Q/K rows
 /// permuted to GGUF's layout; qwen3next's ssm_in split into attn_qkv and
 /// attn_gate; deepseek2's attn_kv_b into attn_k_b and attn_v_b, its MTP
-/// layers left out; 0/1 flags as GGUF BOOLs) and stamped with the
+/// layers left out; qwen35's value heads in the converter's tiled order, as
+/// the HF view already holds them; 0/1 flags as GGUF BOOLs) and stamped with the
 /// checkpoint's full tensor list (`kvad.source.tensors`), and with the
 /// tokenizer of key.tokenizer_dir as GGUF keys (llama.cpp's tokenizer.ggml.*
 /// and kvad.tokenizer.*, tokenizer_json_gguf_keys; Tokenizer::from_gguf reads
