@@ -130,6 +130,7 @@ void load_moe_shared(WeightLoader& wl, const std::string& p, int64_t E, int64_t 
   w.gate_shexp = wl.get(p + "ffn_gate_shexp.weight", {E, F_sh});
   w.up_shexp = wl.get(p + "ffn_up_shexp.weight", {E, F_sh});
   w.down_shexp = wl.get(p + "ffn_down_shexp.weight", {F_sh, E});
+  w.gate_inp_shexp = wl.get_optional(p + "ffn_gate_inp_shexp.weight", {E});
 }
 
 namespace {
@@ -167,9 +168,14 @@ Tensor moe_experts(const MoeWeights& w, const MoeParams& p, const Tensor& h) {
   const Tensor d = add_expert_bias(ops::matmul_id(a, w.down_exps, r.ids), w.down_exps_b, r.ids);   // [n, k, E]
   const Tensor y = ops::moe_sum(d, r.weights);                                   // [n, E]
   if (!w.down_shexp) return y;
-  std::vector<Tensor> gs = ops::matmul_multi(h, {&w.gate_shexp, &w.up_shexp});      // [n, F_sh] each
+  std::vector<Tensor> gs = w.gate_inp_shexp                                   // [n, F_sh] twice (, [n, 1])
+                               ? ops::matmul_multi(h, {&w.gate_shexp, &w.up_shexp, &w.gate_inp_shexp})
+                               : ops::matmul_multi(h, {&w.gate_shexp, &w.up_shexp});
   const Tensor as = p.act == Activation::SiLU ? ops::swiglu(gs[0], gs[1]) : ops::geglu(gs[0], gs[1]);
-  return ops::add(y, ops::matmul(as, w.down_shexp));
+  const Tensor shared = ops::matmul(as, w.down_shexp);                        // [n, E]
+  if (!w.gate_inp_shexp) return ops::add(y, shared);
+  // σ(gate) per token: a one-slot weighted sum.
+  return ops::add(y, ops::moe_sum(shared.view({E, 1, n, 1}), ops::sigmoid(gs[2]).view({1, n, 1, 1})));
 }
 
 Tensor attention_block(const AttentionWeights& w, const AttentionParams& p, KVLayer& cache, const BatchIds& b,

@@ -130,12 +130,14 @@ Tensor mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x)
 /// ffn_down_exps [n_expert, n_embd, n_ff_exp]. Optional (DeepSeek):
 /// exp_probs_b [n_expert] f32, the choice bias (e_score_correction_bias);
 /// ffn_{gate,up}_shexp [n_embd → n_ff_shexp], ffn_down_shexp [n_ff_shexp →
-/// n_embd], the shared experts every token runs. Optional biases (gpt-oss):
+/// n_embd], the shared experts every token runs; ffn_gate_inp_shexp
+/// [n_embd → 1] (Qwen2-MoE, Qwen3-Next: HF shared_expert_gate), their
+/// per-token sigmoid gate. Optional biases (gpt-oss):
 /// ffn_gate_inp.bias [n_expert], ffn_gate_exps.bias / ffn_up_exps.bias
 /// [n_expert, n_ff_exp], ffn_down_exps.bias [n_expert, n_embd], all f32.
 struct MoeWeights {
   Tensor norm, gate_inp, gate_exps, up_exps, down_exps;
-  Tensor exp_probs_b, gate_shexp, up_shexp, down_shexp;
+  Tensor exp_probs_b, gate_shexp, up_shexp, down_shexp, gate_inp_shexp;
   Tensor gate_inp_b, gate_exps_b, up_exps_b, down_exps_b;
 };
 /// The pre-norm is `norm` under the prefix (gpt-oss names it
@@ -143,8 +145,9 @@ struct MoeWeights {
 /// or bias is not f32.
 MoeWeights load_moe_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff_exp,
                             int64_t n_expert, const std::string& norm = "ffn_norm.weight");
-/// The optional DeepSeek parts into w: exp_probs_b [n_expert] f32, and the
-/// shared experts of width n_ff_shexp (none when 0). Throws as WeightLoader::get.
+/// The optional parts into w: exp_probs_b [n_expert] f32 (DeepSeek), the
+/// shared experts of width n_ff_shexp (none when 0), and their gate
+/// ffn_gate_inp_shexp when the file has it. Throws as WeightLoader::get.
 void load_moe_shared(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff_shexp, int64_t n_expert,
                      MoeWeights& w);
 
@@ -176,12 +179,13 @@ struct MoeParams {
 /// gating, the exp_probs_b choice bias, group-limited choice and the
 /// weights' scale (ops::moe_route); with shared experts the block adds
 ///   Wdown_sh · (act(Wgate_sh · n) ⊙ Wup_sh · n)
-/// for every token. x: [n_tok, n_embd]; returns [n_tok, n_embd].
+/// for every token, times σ(Wgate_inp_sh · n) when the gate is loaded
+/// (transformers' Qwen3NextSparseMoeBlock shared_expert_gate). x: [n_tok, n_embd]; returns [n_tok, n_embd].
 Tensor moe_ffn(const MoeWeights& w, const MoeParams& p, const Tensor& x);
-/// moe_ffn after its norm: the routed experts (and w's ungated shared
-/// experts, when loaded) of h = RMSNorm(x) ⊙ norm (w.norm unused), for blocks
-/// that also feed h to a gated shared expert of their own (Qwen3-Next,
-/// qwen3next.cpp). h: [n_tok, n_embd]; returns [n_tok, n_embd].
+/// moe_ffn after its norm: the routed and shared experts of h = RMSNorm(x)
+/// ⊙ norm (w.norm unused), for blocks whose norm is not a plain RMSNorm
+/// (Qwen3-Next's zero-centred one, qwen3next.cpp). h: [n_tok, n_embd];
+/// returns [n_tok, n_embd].
 Tensor moe_experts(const MoeWeights& w, const MoeParams& p, const Tensor& h);
 
 /// The pre-norm of a block: LayerNorm(x) ⊙ w + b when b is given, else

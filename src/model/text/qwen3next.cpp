@@ -102,8 +102,7 @@ struct Layer {
   DeltaNetWeights ssm;
   GatedAttentionWeights attn;
   bool sparse = false;
-  MoeWeights moe;          // ffn_gate_inp, ffn_{gate,up,down}_exps (moe.norm unused)
-  Tensor gate_shexp, up_shexp, down_shexp, gate_inp_shexp;
+  MoeWeights moe;          // ffn_gate_inp, ffn_{gate,up,down}_exps, the gated shared expert (moe.norm unused)
   MlpWeights mlp;          // a dense layer (mlp_only_layers)
 };
 
@@ -201,10 +200,8 @@ class Qwen3Next final : public Model {
         L.moe.down_exps = wl.get(p + "ffn_down_exps.weight", {F_exp, E, n_expert});
         if (wl.has(p + "ffn_gate_shexp.weight")) {
           if (F_sh <= 0) throw Error(path + ": " + p + "ffn_gate_shexp.weight needs " + a + "expert_shared_feed_forward_length");
-          L.gate_shexp = wl.get(p + "ffn_gate_shexp.weight", {E, F_sh});
-          L.up_shexp = wl.get(p + "ffn_up_shexp.weight", {E, F_sh});
-          L.down_shexp = wl.get(p + "ffn_down_shexp.weight", {F_sh, E});
-          L.gate_inp_shexp = wl.get(p + "ffn_gate_inp_shexp.weight", {E});
+          load_moe_shared(wl, p, E, F_sh, n_expert, L.moe);
+          if (!L.moe.gate_inp_shexp) throw Error(path + ": " + p + "ffn_gate_inp_shexp.weight is missing (the shared expert's gate)");
         }
       } else {
         if (hp_.n_ff <= 0)
@@ -403,13 +400,7 @@ class Qwen3Next final : public Model {
       std::vector<Tensor> gu = ops::matmul_multi(h, {&L.mlp.gate, &L.mlp.up});
       return ops::matmul(ops::swiglu(gu[0], gu[1]), L.mlp.down);
     }
-    Tensor y = moe_experts(L.moe, moe_, h);
-    if (!L.gate_shexp) return y;
-    std::vector<Tensor> gu = ops::matmul_multi(h, {&L.gate_shexp, &L.up_shexp, &L.gate_inp_shexp});
-    const Tensor shared = ops::matmul(ops::swiglu(gu[0], gu[1]), L.down_shexp);  // [n, n_embd]
-    // σ(gate) per token: a one-slot weighted sum.
-    const int64_t n = h.n_rows();
-    return ops::add(y, ops::moe_sum(shared.view({hp_.n_embd, 1, n, 1}), ops::sigmoid(gu[2]).view({1, n, 1, 1})));
+    return moe_experts(L.moe, moe_, h);  // routed experts + the gated shared expert
   }
 
   // The last n_nextn blocks, loaded with the decoder's, as the multi-token
