@@ -3,7 +3,7 @@
 
 For each architecture kvad reads from HF checkpoints (llama, gemma3_text,
 qwen2, qwen3, mistral, gpt2, phi3, qwen3_moe, qwen3_next, gpt_oss,
-deepseek_v2/v3, qwen3_5 and qwen3_5_moe) and rope/window option (llama3, YaRN with and without
+deepseek_v2/v3, qwen3_5, qwen3_5_moe and qwen2_moe) and rope/window option (llama3, YaRN with and without
 truncate, Qwen2's use_sliding_window),
 makes a randomly initialised model with small dimensions but the
 architecture's real options (GQA with n_head != n_head_kv, a sliding window
@@ -449,6 +449,7 @@ def main():
         save_kv_f16_logits("qwen3next", m, tokens)
 
     qwen35(tokens)
+    qwen2moe()
     print("transformers", transformers.__version__, "torch", torch.__version__)
 
 
@@ -706,6 +707,40 @@ def qwen3next_dense():
     tokens = torch.randint(0, 128, (80,), generator=g).tolist()
     save("qwen3next_dense", sharpen(m, 2.0), tokens)
     save_kv_f16_logits("qwen3next_dense", m, tokens)
+
+
+def qwen2moe():
+    """Qwen2-MoE (transformers' qwen2_moe; Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B):
+    Qwen2's attention (q/k/v biases, drawn at random here, GQA 2:1) and a
+    sparse MoE block of 8 experts, top-2, with a shared expert behind a
+    per-token sigmoid gate (shared_expert_gate), untied head.
+    qwen2moe: every layer sparse and norm_topk_prob false (Qwen2MoeConfig's
+    default, and all that llama.cpp's qwen2moe graph does), which llama.cpp's
+    converter and loader take. qwen2moe_dense: layer 1 dense (mlp_only_layers,
+    96 wide), norm_topk_prob true: the HF path only (llama.cpp's loader wants
+    a router in every layer). Experts 32 wide, the shared expert 48, so a
+    matrix read as the wrong one fails. Router and shared-gate weights drawn
+    N(0, 1) so that the top-k choice has margins and the gate varies by token."""
+    for name, seed, dense, norm in (("qwen2moe", 31, [], False), ("qwen2moe_dense", 32, [1], True)):
+        if ONLY and name not in ONLY:
+            continue
+        torch.manual_seed(seed)
+        cfg = transformers.Qwen2MoeConfig(
+            vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+            shared_expert_intermediate_size=48, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=256, num_experts=8, num_experts_per_tok=2, norm_topk_prob=norm,
+            decoder_sparse_step=1, mlp_only_layers=dense, rms_norm_eps=1e-6, rope_theta=1000000.0,
+            tie_word_embeddings=False, torch_dtype="float32")
+        m = transformers.Qwen2MoeForCausalLM(cfg).eval()
+        with torch.no_grad():
+            for n, p in m.named_parameters():
+                if n.endswith("mlp.gate.weight") or n.endswith("shared_expert_gate.weight"):
+                    p.normal_(0.0, 1.0)
+                elif n.endswith("_proj.bias"):
+                    p.normal_(0.0, 0.5)
+        kinds = [type(layer.mlp).__name__ for layer in m.model.layers]
+        assert kinds == ["Qwen2MoeSparseMoeBlock" if i not in dense else "Qwen2MoeMLP" for i in range(3)], kinds
+        save(name, sharpen(m, 4.0))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ std::unique_ptr<Model> load_gpt_oss(std::shared_ptr<const TensorSource> src, con
 std::unique_ptr<Model> load_qwen3next(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 extern const HfNames kQwen3NextHfNames, kQwen35HfNames, kQwen35MoeHfNames;
 extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kGemma3HfNames, kGpt2HfNames, kPhi3HfNames,
-    kQwen3MoeHfNames, kBertHfNames, kDeepseek2HfNames, kGptOssHfNames;
+    kQwen3MoeHfNames, kBertHfNames, kDeepseek2HfNames, kGptOssHfNames, kQwen2MoeHfNames;
 
 const char* model_kind_name(ModelKind k) {
   switch (k) {
@@ -38,6 +38,7 @@ const std::vector<ArchEntry>& architectures() {
       {"gemma3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gemma3, &kGemma3HfNames},
       // MoE's ops (moe_route, matmul_id, moe_sum) have no CUDA row yet.
       {"qwen3moe", ModelKind::Text, {"cpu", "sim"}, &load_llama, &kQwen3MoeHfNames},
+      {"qwen2moe", ModelKind::Text, {"cpu", "sim"}, &load_llama, &kQwen2MoeHfNames},
       // MLA's latent attention and slice, and the MoE ops, have no CUDA row yet.
       {"deepseek2", ModelKind::Text, {"cpu", "sim"}, &load_deepseek2, &kDeepseek2HfNames},
       // Gated DeltaNet layers: ssm_conv, gated_delta_rule, sigmoid, softplus have no CUDA row yet.

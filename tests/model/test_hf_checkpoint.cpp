@@ -1291,3 +1291,132 @@ TEST(LlamaCppGguf, Qwen35MatchesTransformersAndLlamaCpp) {
 }
 
 }  // namespace
+
+namespace {
+
+// ---- Qwen2-MoE (tools/make_tiny_hf.py qwen2moe, qwen2moe_dense) ----------
+// Qwen2's attention (random q/k/v biases, GQA 2:1), 8 experts top-2 and a
+// shared expert (48 wide; experts 32, dense MLP 96) behind a per-token
+// sigmoid gate, untied head. qwen2moe: every layer sparse, norm_topk_prob
+// false (Qwen2MoeConfig's default); qwen2moe_dense: layer 1 dense
+// (mlp_only_layers), norm_topk_prob true.
+
+// `src` with one tensor left out: a file that lacks it.
+class WithoutTensor final : public kvad::TensorSource {
+ public:
+  WithoutTensor(std::shared_ptr<const kvad::TensorSource> src, std::string name)
+      : src_(std::move(src)), name_(std::move(name)) {
+    for (const kvad::SourceTensor& t : src_->tensors())
+      if (t.name != name_) tensors_.push_back(t);
+  }
+  const std::string& path() const override { return src_->path(); }
+  const std::vector<kvad::SourceTensor>& tensors() const override { return tensors_; }
+  const kvad::SourceTensor* find(std::string_view name) const override {
+    return name == name_ ? nullptr : src_->find(name);
+  }
+  std::shared_ptr<const void> keepalive() const override { return src_->keepalive(); }
+  bool has(std::string_view key) const override { return src_->has(key); }
+  int64_t get_int(std::string_view key, int64_t def) const override { return src_->get_int(key, def); }
+  int64_t require_int(std::string_view key) const override { return src_->require_int(key); }
+  double get_float(std::string_view key, double def) const override { return src_->get_float(key, def); }
+  std::string get_string(std::string_view key, const std::string& def) const override {
+    return src_->get_string(key, def);
+  }
+  std::vector<bool> get_bool_array(std::string_view key) const override { return src_->get_bool_array(key); }
+
+ private:
+  std::shared_ptr<const kvad::TensorSource> src_;
+  std::string name_;
+  std::vector<kvad::SourceTensor> tensors_;
+};
+
+// kvad --quant none against transformers: f32 KV to 1e-4, f16 KV to 1e-3,
+// cpu and sim, one prefill and token by token. The HF view holds the shared
+// expert under llama.cpp's names, the gate as [n_embd, 1]; the dense layer
+// keeps ffn_gate/up/down and no router. Reading the router renormalised
+// (norm_topk_prob true on the qwen2moe weights) is measurably off
+// transformers, and a file without the shared expert's gate is refused.
+TEST(HfCheckpoint, Qwen2MoeMatchesTransformers) {
+  for (const char* name : {"qwen2moe", "qwen2moe_dense"})
+    for (const char* device : {"cpu", "sim"}) check(name, device);
+  auto src = kvad::open_hf_checkpoint((kDir / "qwen2moe").string());
+  EXPECT_EQ(src->get_string("general.architecture", ""), "qwen2moe");
+  EXPECT_EQ(src->get_int("kvad.moe.norm_topk_prob", -1), 0);
+  EXPECT_EQ(src->get_int("qwen2moe.expert_shared_feed_forward_length", 0), 48);
+  const kvad::SourceTensor* gate = src->find("blk.0.ffn_gate_inp_shexp.weight");
+  ASSERT_NE(gate, nullptr);
+  EXPECT_EQ(gate->ne, (std::array<int64_t, 4>{64, 1, 1, 1}));
+  const kvad::SourceTensor* up = src->find("blk.2.ffn_up_shexp.weight");
+  ASSERT_NE(up, nullptr);
+  EXPECT_EQ(up->ne, (std::array<int64_t, 4>{64, 48, 1, 1}));
+  EXPECT_NE(src->find("blk.0.attn_q.bias"), nullptr);
+  auto dense = kvad::open_hf_checkpoint((kDir / "qwen2moe_dense").string());
+  EXPECT_EQ(dense->get_int("kvad.moe.norm_topk_prob", -1), 1);
+  EXPECT_NE(dense->find("blk.1.ffn_gate.weight"), nullptr);
+  EXPECT_EQ(dense->find("blk.1.ffn_gate_inp.weight"), nullptr);
+  EXPECT_EQ(dense->find("blk.1.ffn_gate_shexp.weight"), nullptr);
+  EXPECT_NE(dense->find("blk.2.ffn_gate_inp_shexp.weight"), nullptr);
+
+  std::ifstream in(kDir / "qwen2moe" / "config.json");
+  nlohmann::json cfg = nlohmann::json::parse(in);
+  cfg["norm_topk_prob"] = true;
+  const Scratch renorm(cfg.dump(), "qwen2moe");
+  const double off = check_source("qwen2moe", " (read with norm_topk_prob true)",
+                                  kvad::open_hf_checkpoint(renorm.dir.string()), "cpu", 0, INFINITY, "transformers",
+                                  64, {kvad::DType::F32, kvad::DType::F32});
+  EXPECT_GT(off, 1e-3);
+  try {
+    kvad::load_model(std::make_shared<WithoutTensor>(src, "blk.1.ffn_gate_inp_shexp.weight"), kvad::DeviceOptions{});
+    ADD_FAILURE() << "a qwen2moe file without the shared expert's gate was accepted";
+  } catch (const kvad::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing tensor blk.1.ffn_gate_inp_shexp.weight"), std::string::npos)
+        << e.what();
+  }
+}
+
+// llama.cpp's converter's GGUF of qwen2moe (tools/convert_tiny_gguf.py; no
+// kvad.* keys, so the router is read unrenormalised, as llama.cpp's qwen2moe
+// graph does): against transformers (f32 KV) to 1e-4 on cpu and sim, and
+// against llama.cpp's own logits (llama-cpp-python 0.3.36, f16 KV; llama.cpp
+// is itself 3.1e-4 from transformers) to 1e-3 as the other architectures.
+// Its quantize-once file is llama.cpp's layout: every tensor of kvad
+// quantize of the converter's f32 file is in it, with the same bytes.
+TEST(LlamaCppGguf, Qwen2MoeMatchesTransformersAndLlamaCpp) {
+  const kvad::KVTypes f32{kvad::DType::F32, kvad::DType::F32};
+  auto gguf = llama_cpp_gguf("qwen2moe");
+  EXPECT_FALSE(gguf->has("kvad.moe.norm_topk_prob"));
+  EXPECT_EQ(gguf->get_int("qwen2moe.expert_shared_feed_forward_length", 0), 48);
+  for (const char* device : {"cpu", "sim"})
+    check_source("qwen2moe", " (llama.cpp GGUF)", gguf, device, 0, 1e-4, "transformers", 64, f32);
+  check_source("qwen2moe", " (llama.cpp GGUF)", gguf, "cpu", 0, 1e-3, "llama.cpp");
+
+  const fs::path tmp = fs::temp_directory_path() / ("kvad-q2moe-" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  const kvad::QuantizeOnceKey key{(tmp / "cache").string(), "kvad-test/tiny-qwen2moe", "0123456789abcdef"};
+  auto q = kvad::quantize_once(kvad::open_hf_checkpoint((kDir / "qwen2moe").string()), "q8_0", key);
+  const std::string theirs = (tmp / "qwen2moe-q8_0.gguf").string();
+  kvad::quant::quantize_file((kDir / "qwen2moe" / "llama.cpp-f32.gguf").string(), theirs,
+                             kvad::quant::find_quant_type("q8_0"));
+  auto ref = kvad::gguf_source(kvad::gguf::File::open(theirs));
+  EXPECT_EQ(q->tensors().size(), ref->tensors().size());
+  size_t same = 0;
+  for (const kvad::SourceTensor& r : ref->tensors()) {
+    const kvad::SourceTensor* t = q->find(r.name);
+    if (!t) {
+      ADD_FAILURE() << r.name << " is not in the quantize-once file";
+      continue;
+    }
+    EXPECT_EQ(t->type, r.type) << r.name;
+    EXPECT_EQ(t->ne, r.ne) << r.name;
+    const bool equal = t->n_bytes == r.n_bytes && std::memcmp(t->data, r.data, r.n_bytes) == 0;
+    EXPECT_TRUE(equal) << r.name << ": bytes differ";
+    same += equal;
+  }
+  std::printf("qwen2moe: %zu of %zu tensors byte-equal to llama.cpp's converter's, quantized\n", same,
+              ref->tensors().size());
+  EXPECT_EQ(q->get_int("kvad.moe.norm_topk_prob", -1), 0);
+  fs::remove_all(tmp);
+}
+
+}  // namespace

@@ -42,6 +42,18 @@
 // {arch}.expert_count, expert_used_count, expert_feed_forward_length;
 // kvad.moe.norm_topk_prob 0 turns the renormalisation off (llama.cpp always
 // renormalises qwen3moe).
+//
+// Qwen2-MoE (GGUF "qwen2moe"; transformers' modeling_qwen2_moe.py, llama.cpp's
+// src/models/qwen2moe.cpp; Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B) is Qwen2 (q/k/v
+// biases) with that MoE block plus a shared expert behind a per-token
+// sigmoid gate:
+//   x = x + MoE(n) + σ(w_shexp · n) · Wdown_sh · (SiLU(Wgate_sh · n) ⊙ Wup_sh · n)
+// (ffn_{gate,up,down}_shexp of width {arch}.expert_shared_feed_forward_length,
+// the gate ffn_gate_inp_shexp [n_embd]; blocks.h moe_experts). Its router
+// is not renormalised unless kvad.moe.norm_topk_prob is 1 (HF
+// norm_topk_prob, default false; llama.cpp never renormalises qwen2moe).
+// Dense layers (HF mlp_only_layers, decoder_sparse_step) keep Qwen2's MLP
+// of feed_forward_length; llama.cpp's loader takes only all-sparse files.
 #include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -72,6 +84,7 @@ struct LlamaParams {
   std::vector<bool> swa;       ///< per layer: windowed ({arch}.attention.sliding_window_pattern; all when absent)
   int64_t n_expert = 0;        ///< {arch}.expert_count (MoE layers)
   int64_t n_ff_exp = 0;        ///< {arch}.expert_feed_forward_length
+  int64_t n_ff_shexp = 0;      ///< {arch}.expert_shared_feed_forward_length (qwen2moe; 0: feed_forward_length)
   MoeParams moe;               ///< expert_used_count, norm_topk_prob
 };
 
@@ -105,7 +118,12 @@ class Llama final : public Model {
     cfg_.n_expert = src->get_int(a + "expert_count", 0);
     cfg_.n_ff_exp = src->get_int(a + "expert_feed_forward_length", 0);
     cfg_.moe.n_expert_used = src->get_int(a + "expert_used_count", 0);
-    cfg_.moe.norm_topk = src->get_int("kvad.moe.norm_topk_prob", 1) != 0;
+    const bool qwen2moe = hp_.arch == "qwen2moe";
+    cfg_.n_ff_shexp = src->get_int(a + "expert_shared_feed_forward_length", 0);
+    if (cfg_.n_ff_shexp < 0)
+      throw Error(src->path() + ": " + a + "expert_shared_feed_forward_length " + std::to_string(cfg_.n_ff_shexp) +
+                  " is invalid");
+    cfg_.moe.norm_topk = src->get_int("kvad.moe.norm_topk_prob", qwen2moe ? 0 : 1) != 0;
     cfg_.moe.norm_eps = hp_.norm_eps;
     WeightLoader wl(src, o);
     device_ = wl.device();
@@ -133,6 +151,11 @@ class Llama final : public Model {
           throw Error(src->path() + ": " + p + "ffn_gate_inp.weight needs " + a + "expert_count, " + a +
                       "expert_used_count (1.." + a + "expert_count) and " + a + "expert_feed_forward_length");
         L.moe = load_moe_weights(wl, p, E, cfg_.n_ff_exp, cfg_.n_expert);
+        if (qwen2moe) {  // the gated shared expert, as llama.cpp requires it
+          load_moe_shared(wl, p, E, cfg_.n_ff_shexp > 0 ? cfg_.n_ff_shexp : F, cfg_.n_expert, L.moe);
+          if (!L.moe.gate_inp_shexp)
+            throw Error(src->path() + ": missing tensor " + p + "ffn_gate_inp_shexp.weight (the shared expert's gate)");
+        }
       } else {
         L.ffn = wl.has(p + "ffn_gate.weight") ? load_mlp_weights(wl, p, E, F) : load_fused_mlp_weights(wl, p, E, F);
       }
@@ -291,14 +314,61 @@ bool hf_tensor_qwen3moe(const std::string& hf, TensorRename& r) {
   return hf_tensor(hf, r);
 }
 
+// Qwen2-MoE (transformers' Qwen2MoeConfig): Qwen2's decoder keys, the MoE
+// sizes as llama.cpp's converter writes them (Qwen2MoeModel), and
+// kvad.moe.norm_topk_prob (0 unless norm_topk_prob). A layer is sparse
+// unless mlp_only_layers lists it or (i + 1) % decoder_sparse_step != 0,
+// which the checkpoint's tensors already say (mlp.gate present or not).
+// use_sliding_window: the layers layer_types marks "sliding_attention"
+// (transformers 5 writes layer_types; without it the window is refused).
+void hf_config_qwen2moe(const nlohmann::json& cfg, HfConfig& out) {
+  decoder_config("qwen2moe", cfg, out);
+  const int64_t n_exp = config_int(cfg, "num_experts", config_int(cfg, "num_local_experts", 0));
+  if (n_exp <= 0) throw Error("config.json: missing field num_experts");
+  out.md["qwen2moe.expert_count"] = n_exp;
+  out.md["qwen2moe.expert_used_count"] = config_int(cfg, "num_experts_per_tok");
+  out.md["qwen2moe.expert_feed_forward_length"] = config_int(cfg, "moe_intermediate_size");
+  const int64_t f_sh = config_int(cfg, "shared_expert_intermediate_size");
+  if (f_sh <= 0) throw Error("config.json: shared_expert_intermediate_size must be positive");
+  out.md["qwen2moe.expert_shared_feed_forward_length"] = f_sh;
+  out.md["kvad.moe.norm_topk_prob"] = int64_t{config_bool(cfg, "norm_topk_prob", false) ? 1 : 0};
+  if (!config_bool(cfg, "use_sliding_window", false)) return;
+  const int64_t window = config_int(cfg, "sliding_window", 0);
+  if (window < 0) throw Error("config.json: sliding_window must not be negative");
+  if (window == 0) return;
+  if (!cfg.contains("layer_types") || !cfg["layer_types"].is_array())
+    throw Error("config.json: use_sliding_window needs layer_types for qwen2_moe");
+  out.md["qwen2moe.attention.sliding_window"] = window;
+  out.md["qwen2moe.attention.sliding_window_pattern"] = sliding_layers(cfg, config_int(cfg, "num_hidden_layers"), 0);
+}
+
+// Qwen3-MoE's names plus the shared expert and its gate.
+bool hf_tensor_qwen2moe(const std::string& hf, TensorRename& r) {
+  using T = TensorTransform;
+  int64_t il;
+  std::string rest;
+  if (hf_layer_tensor(hf, il, rest)) {
+    static const std::pair<const char*, const char*> kShared[] = {
+        {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+        {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+        {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+        {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+    };
+    for (const auto& [from, to] : kShared)
+      if (rest == from) return r.name = "blk." + std::to_string(il) + "." + to, r.transform = T::None, true;
+  }
+  return hf_tensor_qwen3moe(hf, r);
+}
+
 }  // namespace
 
-extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kPhi3HfNames, kQwen3MoeHfNames;
+extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kPhi3HfNames, kQwen3MoeHfNames, kQwen2MoeHfNames;
 const HfNames kLlamaHfNames = {{"llama", "mistral"}, &hf_config, &hf_tensor};
 const HfNames kQwen2HfNames = {{"qwen2"}, &hf_config_qwen2, &hf_tensor};
 const HfNames kQwen3HfNames = {{"qwen3"}, &hf_config_qwen3, &hf_tensor};
 const HfNames kPhi3HfNames = {{"phi3"}, &hf_config_phi3, &hf_tensor_phi3};
 const HfNames kQwen3MoeHfNames = {{"qwen3_moe"}, &hf_config_qwen3moe, &hf_tensor_qwen3moe};
+const HfNames kQwen2MoeHfNames = {{"qwen2_moe"}, &hf_config_qwen2moe, &hf_tensor_qwen2moe};
 
 std::unique_ptr<Model> load_llama(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
   return std::make_unique<Llama>(std::move(src), o);
