@@ -741,6 +741,36 @@ def qwen2moe():
         kinds = [type(layer.mlp).__name__ for layer in m.model.layers]
         assert kinds == ["Qwen2MoeSparseMoeBlock" if i not in dense else "Qwen2MoeMLP" for i in range(3)], kinds
         save(name, sharpen(m, 4.0))
+        if name == "qwen2moe" and not ONLY or "qwen2moe_swa" in ONLY:
+            save_qwen2moe_swa(m)
+
+
+def save_qwen2moe_swa(m):
+    """qwen2moe's weights with use_sliding_window (window 4 < 14 tokens):
+    transformers' Qwen2MoeConfig windows the layers it lists in layer_types
+    as sliding_attention (here 0 and 2; 1 full). Only config.json and
+    logits.json are written (tests/fixtures/hf_tiny/qwen2moe_swa); the test
+    reads them beside qwen2moe's model.safetensors."""
+    cfg = copy.deepcopy(m.config.to_dict())
+    cfg.update(use_sliding_window=True, sliding_window=4, layer_types=None)
+    cfg.pop("transformers_version", None)
+    cfg = transformers.Qwen2MoeConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type")})
+    assert cfg.layer_types == ["sliding_attention", "full_attention", "sliding_attention"], cfg.layer_types
+    w = transformers.Qwen2MoeForCausalLM(cfg).eval()
+    w.load_state_dict(m.state_dict())
+    d = OUT / "qwen2moe_swa"
+    if d.exists():
+        shutil.rmtree(d)
+    w.save_pretrained(d, safe_serialization=True)
+    for p in d.iterdir():
+        if p.name != "config.json":
+            p.unlink()
+    with torch.no_grad():
+        out = w(torch.tensor([TOKENS])).logits[0].float()
+        full = m(torch.tensor([TOKENS])).logits[0].float()
+    print("qwen2moe_swa: windowed vs full attention", float((out - full).abs().max() / full.abs().max()))
+    logits = [[round(float(v), 6) for v in row] for row in out]
+    (d / "logits.json").write_text(json.dumps({"tokens": TOKENS, "logits": logits}))
 
 
 if __name__ == "__main__":

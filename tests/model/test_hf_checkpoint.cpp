@@ -1374,6 +1374,26 @@ TEST(HfCheckpoint, Qwen2MoeMatchesTransformers) {
   }
 }
 
+// use_sliding_window (tools/make_tiny_hf.py qwen2moe_swa: qwen2moe's weights,
+// window 4 < 14 tokens, layer_types sliding / full / sliding as
+// Qwen2MoeConfig derives them; windowed logits 0.10 from full attention's):
+// the layers layer_types marks attend to the window, on cpu and sim. A
+// config without layer_types is refused, not guessed.
+TEST(HfCheckpoint, Qwen2MoeSlidingWindowMatchesTransformers) {
+  std::ifstream in(kDir / "qwen2moe_swa" / "config.json");
+  nlohmann::json cfg = nlohmann::json::parse(in);
+  const Scratch s(cfg.dump(), "qwen2moe");
+  auto src = kvad::open_hf_checkpoint(s.dir.string());
+  EXPECT_EQ(src->get_int("qwen2moe.attention.sliding_window", 0), 4);
+  EXPECT_EQ(src->get_bool_array("qwen2moe.attention.sliding_window_pattern"), (std::vector<bool>{true, false, true}));
+  for (const char* device : {"cpu", "sim"}) {
+    check_source("qwen2moe_swa", "", src, device, 0, 1e-4, "transformers", 64, {kvad::DType::F32, kvad::DType::F32});
+    check_source("qwen2moe_swa", "", src, device, 0, 1e-3, "transformers", 64, {});
+  }
+  cfg.erase("layer_types");
+  EXPECT_NE(error_of(cfg.dump(), "qwen2moe").find("use_sliding_window needs layer_types"), std::string::npos);
+}
+
 // llama.cpp's converter's GGUF of qwen2moe (tools/convert_tiny_gguf.py; no
 // kvad.* keys, so the router is read unrenormalised, as llama.cpp's qwen2moe
 // graph does): against transformers (f32 KV) to 1e-4 on cpu and sim, and
