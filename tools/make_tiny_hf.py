@@ -709,6 +709,9 @@ def qwen3next_dense():
     save_kv_f16_logits("qwen3next_dense", m, tokens)
 
 
+EXPERT_SCALE = 2.0  # qwen2moe*: the routed experts' weights x 2 (flipping norm_topk_prob then moves the logits by 1.3e-2)
+
+
 def qwen2moe():
     """Qwen2-MoE (transformers' qwen2_moe; Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B):
     Qwen2's attention (q/k/v biases, drawn at random here, GQA 2:1) and a
@@ -718,16 +721,23 @@ def qwen2moe():
     default, and all that llama.cpp's qwen2moe graph does), which llama.cpp's
     converter and loader take. qwen2moe_dense: layer 1 dense (mlp_only_layers,
     96 wide), norm_topk_prob true: the HF path only (llama.cpp's loader wants
-    a router in every layer). Experts 32 wide, the shared expert 48, so a
-    matrix read as the wrong one fails. Router and shared-gate weights drawn
-    N(0, 1) so that the top-k choice has margins and the gate varies by token."""
-    for name, seed, dense, norm in (("qwen2moe", 31, [], False), ("qwen2moe_dense", 32, [1], True)):
-        if ONLY and name not in ONLY:
+    a router in every layer). Experts 32 wide, the shared expert 48 (64 in
+    qwen2moe, whose unused intermediate_size is 64 = 2 x 32: Qwen1.5-MoE's
+    relations, 5632 = 4 x 1408 = shared width, which llama.cpp's loader falls
+    back on for GGUFs without the expert widths), so a matrix read as the
+    wrong one fails. Router and shared-gate weights drawn
+    N(0, 1) so that the top-k choice has margins and the gate varies by token;
+    the routed experts' weights scaled up so that their share of the output
+    (and with it the router's weights, norm_topk_prob) shows in the logits."""
+    for name, seed, dense, norm, f_dense, f_sh in (("qwen2moe", 31, [], False, 64, 64),
+                                                   ("qwen2moe_dense", 32, [1], True, 96, 48)):
+        swa = name == "qwen2moe" and (not ONLY or "qwen2moe_swa" in ONLY)
+        if ONLY and name not in ONLY and not swa:
             continue
         torch.manual_seed(seed)
         cfg = transformers.Qwen2MoeConfig(
-            vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-            shared_expert_intermediate_size=48, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=128, hidden_size=64, intermediate_size=f_dense, moe_intermediate_size=32,
+            shared_expert_intermediate_size=f_sh, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
             max_position_embeddings=256, num_experts=8, num_experts_per_tok=2, norm_topk_prob=norm,
             decoder_sparse_step=1, mlp_only_layers=dense, rms_norm_eps=1e-6, rope_theta=1000000.0,
             tie_word_embeddings=False, torch_dtype="float32")
@@ -738,10 +748,12 @@ def qwen2moe():
                     p.normal_(0.0, 1.0)
                 elif n.endswith("_proj.bias"):
                     p.normal_(0.0, 0.5)
+                elif ".mlp.experts." in n:
+                    p.mul_(EXPERT_SCALE)
         kinds = [type(layer.mlp).__name__ for layer in m.model.layers]
         assert kinds == ["Qwen2MoeSparseMoeBlock" if i not in dense else "Qwen2MoeMLP" for i in range(3)], kinds
         save(name, sharpen(m, 4.0))
-        if name == "qwen2moe" and not ONLY or "qwen2moe_swa" in ONLY:
+        if swa:
             save_qwen2moe_swa(m)
 
 

@@ -54,6 +54,8 @@
 // norm_topk_prob, default false; llama.cpp never renormalises qwen2moe).
 // Dense layers (HF mlp_only_layers, decoder_sparse_step) keep Qwen2's MLP
 // of feed_forward_length; llama.cpp's loader takes only all-sparse files.
+// Without the expert widths (early GGUFs) they are llama.cpp's fallbacks:
+// feed_forward_length / expert_used_count and feed_forward_length.
 #include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -124,6 +126,11 @@ class Llama final : public Model {
       throw Error(src->path() + ": " + a + "expert_shared_feed_forward_length " + std::to_string(cfg_.n_ff_shexp) +
                   " is invalid");
     cfg_.moe.norm_topk = src->get_int("kvad.moe.norm_topk_prob", qwen2moe ? 0 : 1) != 0;
+    // qwen2moe files from before the converter wrote the expert widths
+    // (early Qwen1.5-MoE GGUFs): llama.cpp's fallbacks, n_ff / k for the
+    // experts (5632 / 4 = 1408) and n_ff for the shared expert.
+    if (qwen2moe && cfg_.n_ff_exp == 0 && cfg_.moe.n_expert_used > 0)
+      cfg_.n_ff_exp = hp_.n_ff / cfg_.moe.n_expert_used;
     cfg_.moe.norm_eps = hp_.norm_eps;
     WeightLoader wl(src, o);
     device_ = wl.device();
