@@ -19,7 +19,9 @@
 #include "cli/generation_options.h"
 #include "cli/loaded_model.h"
 #include "cli/model_store.h"
+#include "cli/reply_output.h"
 #include "engine/generate.h"
+#include "engine/grammar.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "io/gguf.h"
@@ -38,6 +40,8 @@ struct ChatOptions : GenerationOptions {
   ChatOptions() { max_tokens = 512; }
   std::string system;
   bool no_prefix_reuse = false;
+  ReasoningOptions reasoning;
+  GrammarOptions grammar;
 };
 
 using json = nlohmann::ordered_json;
@@ -50,6 +54,7 @@ class Chat {
     n_ctx_ = o.context_size(hp);
     session_ = std::make_unique<Session>(m_.model, n_ctx_, 1, o.threads, o.cache_type.types());
     sampler_ = std::make_unique<Sampler>(m_.sampler_params(o));
+    grammar_ = o.grammar.make(*m_.tokenizer);
     set_system(o.system);
   }
 
@@ -70,14 +75,15 @@ class Chat {
     turns_.push_back({{"role", "user"}, {"content", user}});
     // Room for the reply: at least a quarter of the context or max_tokens.
     const int32_t reserve = std::min<int32_t>(n_ctx_ / 4, o_.max_tokens > 0 ? o_.max_tokens : n_ctx_ / 4);
-    std::vector<int32_t> ids = prompt_.tokenize(messages(), true);
+    std::string rendered;
+    std::vector<int32_t> ids = prompt_.tokenize(messages(), true, nullptr, &rendered);
     int dropped = 0;
     while (static_cast<int32_t>(ids.size()) + reserve > n_ctx_ && turns_.size() > 1) {
       // Drop the oldest exchange (a user turn and the reply after it).
       turns_.erase(turns_.begin());
       if (!turns_.empty() && turns_[0]["role"] == "assistant") turns_.erase(turns_.begin());
       ++dropped;
-      ids = prompt_.tokenize(messages(), true);
+      ids = prompt_.tokenize(messages(), true, nullptr, &rendered);
     }
     if (dropped)
       std::fprintf(stderr, "[kvad] the conversation outgrew the context (%d tokens): dropped the %d oldest turn(s), "
@@ -91,17 +97,19 @@ class Chat {
     go.max_tokens = std::min<int32_t>(o_.max_tokens < 0 ? n_ctx_ : o_.max_tokens,
                                       n_ctx_ - static_cast<int32_t>(ids.size()));
     if (!o_.no_prefix_reuse) go.held = &held_;
-    std::string reply;
+    // Each reply starts the grammar afresh.
+    if (grammar_) grammar_ = o_.grammar.make(*m_.tokenizer);
+    go.grammar = grammar_.get();
+    ReplyPrinter out(&prompt_, *m_.tokenizer, rendered, o_.reasoning);
+    go.special_text = out.special_text();
     g_interrupted.store(false);
     last_ = generate(*session_, *m_.tokenizer, *sampler_, ids, go, [&](const std::string& piece) {
       if (g_interrupted.load()) return false;
-      reply += piece;
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
+      out.push(piece);
       return true;
     });
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
+    // The history keeps the answer: templates leave past reasoning out.
+    const std::string reply = out.finish();
     if (last_.stop == "stopped") std::fprintf(stderr, "[kvad] reply interrupted\n");
     turns_.push_back({{"role", "assistant"}, {"content", reply}});
     stats_line();
@@ -134,6 +142,7 @@ class Chat {
   std::string system_;
   json turns_ = json::array();
   std::vector<int32_t> held_;
+  std::unique_ptr<TokenGrammar> grammar_;
   GenerateStats last_;
 };
 
@@ -196,6 +205,8 @@ void add_chat(CLI::App& app) {
   o->add_to(c, "Most tokens per reply (-1: until the model stops)");
   c->add_flag("--no-prefix-reuse", o->no_prefix_reuse,
               "Prefill the whole conversation every turn (for measuring what prefix reuse saves)");
+  o->reasoning.add_to(c);
+  o->grammar.add_to(c);
   c->callback([o] { chat(*o); });
 }
 

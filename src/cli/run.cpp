@@ -3,13 +3,16 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "base/error.h"
 #include "cli/commands.h"
 #include "cli/generation_options.h"
 #include "cli/loaded_model.h"
 #include "cli/model_store.h"
+#include "cli/reply_output.h"
 #include "engine/generate.h"
+#include "engine/grammar.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "io/gguf.h"
@@ -24,24 +27,30 @@ namespace {
 struct RunOptions : GenerationOptions {
   std::string prompt;
   bool raw = false;
+  ReasoningOptions reasoning;
+  GrammarOptions grammar;
 };
 
 void run(const RunOptions& o) {
   if (o.prompt.empty()) throw Error("--prompt is required and must not be empty");
   const KVTypes kv = o.cache_type.types();
   LoadedModel m = load_for_cli(o.model, o.device);
+  const std::unique_ptr<TokenGrammar> grammar = o.grammar.make(*m.tokenizer);
   const HParams& hp = m.model->hparams();
   const int32_t n_ctx = o.context_size(hp);
   Session session(m.model, n_ctx, 1, o.threads, kv);
 
   // Without --raw the prompt is one user turn in the model's own chat format.
   std::vector<int32_t> ids;
+  std::optional<ChatPrompt> chat;
+  std::string rendered;
   if (o.raw) {
     ids = m.tokenizer->encode(o.prompt, /*add_special=*/true, /*parse_special=*/false);
   } else {
     if (!m.tokenizer->chat_template().empty()) {
-      const ChatPrompt chat = chat_prompt(m);
-      ids = chat.tokenize(nlohmann::ordered_json::array({{{"role", "user"}, {"content", o.prompt}}}), true);
+      chat.emplace(chat_prompt(m));
+      ids = chat->tokenize(nlohmann::ordered_json::array({{{"role", "user"}, {"content", o.prompt}}}), true,
+                           nullptr, &rendered);
     } else {
       // A file without a template is a completion model (e.g. a GGUF of a
       // base checkpoint such as gemma-3-270m, which answers a plain question
@@ -56,15 +65,16 @@ void run(const RunOptions& o) {
                 std::to_string(n_ctx) + " tokens; raise --ctx-size)");
 
   Sampler sampler(m.sampler_params(o));
+  ReplyPrinter out(chat ? &*chat : nullptr, *m.tokenizer, rendered, o.reasoning);
   GenerateOptions go;
   go.max_tokens = o.max_tokens;
-  const GenerateStats st = generate(session, *m.tokenizer, sampler, ids, go, [](const std::string& piece) {
-    std::fwrite(piece.data(), 1, piece.size(), stdout);
-    std::fflush(stdout);
+  go.special_text = out.special_text();
+  go.grammar = grammar.get();
+  const GenerateStats st = generate(session, *m.tokenizer, sampler, ids, go, [&](const std::string& piece) {
+    out.push(piece);
     return true;
   });
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  out.finish();
   const double pp = st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0;
   const double tg = st.decode_s > 0 ? st.n_decode_evals / st.decode_s : 0;
   std::fprintf(stderr,
@@ -88,6 +98,8 @@ void add_run(CLI::App& app) {
   c->add_option("-p,--prompt", o->prompt, "The prompt")->required();
   o->add_to(c, "Most tokens to generate (-1: until the model stops)");
   c->add_flag("--raw", o->raw, "Send the prompt as is, without the chat template");
+  o->reasoning.add_to(c);
+  o->grammar.add_to(c);
   c->callback([o] { run(*o); });
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "base/error.h"
+#include "engine/grammar.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "tokenizer/tokenizer.h"
@@ -61,18 +62,22 @@ GenerateStats generate(Session& s, const Tokenizer& tok, Sampler& sampler,
   st.n_prompt = static_cast<int32_t>(rest.size());
   if (opts.held) opts.held->insert(opts.held->end(), rest.begin(), rest.end());
 
-  StreamDecoder dec(tok);
+  StreamDecoder dec(tok, opts.special_text);
   const int nv = s.n_vocab();
   std::vector<float> last(logits->end() - nv, logits->end());
   t0 = now_s();
   st.stop = "length";
   for (int32_t i = 0; opts.max_tokens < 0 || i < opts.max_tokens; ++i) {
+    if (opts.grammar) opts.grammar->apply(last.data(), nv);  // throws GrammarError when nothing may follow
     const int32_t id = sampler.sample(last.data(), nv);
     sampler.accept(id);
     ++st.n_generated;
     if (tok.is_eog(id)) { st.stop = "eog"; break; }
+    if (opts.grammar && !opts.grammar->accept(id))
+      throw Error("grammar: the sampled token " + std::to_string(id) + " is not allowed");
     const std::string piece = dec.push(id);
     if (!piece.empty() && !on_text(piece)) { st.stop = "stopped"; break; }
+    if (opts.grammar && opts.grammar->finished()) { st.stop = "grammar"; break; }
     if (opts.max_tokens >= 0 && i + 1 >= opts.max_tokens) break;
     const int32_t pos = s.cached(opts.seq);
     if (pos >= s.n_ctx()) { st.stop = "context"; break; }

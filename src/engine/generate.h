@@ -7,6 +7,8 @@
 
 namespace kvad {
 
+class TokenGrammar;
+
 class Session;
 class Sampler;
 class Tokenizer;
@@ -31,6 +33,16 @@ struct GenerateOptions {
   /// it returns); on return it holds exactly what the cache holds. When
   /// null, the sequence starts empty.
   std::vector<int32_t>* held = nullptr;
+  /// Decode control tokens as their text (StreamDecoder's `special`), for
+  /// replies a parser reads by their control-token markers (gpt-oss's
+  /// Harmony channels).
+  bool special_text = false;
+  /// When set, every sampled token must continue a sentence of this grammar
+  /// (llama.cpp's --grammar / --json-schema): the logits of the others are
+  /// masked before sampling; end-of-generation is allowed exactly where the
+  /// text is a whole sentence, and generation stops (stop "grammar") when no
+  /// byte can follow. The caller owns it; it is advanced in place.
+  TokenGrammar* grammar = nullptr;
 };
 
 /// Length of the longest common prefix of a and b.

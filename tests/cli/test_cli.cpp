@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -263,4 +264,71 @@ TEST(Cli, NonIntegerFlagValueIsOneLineError) {
   Out r = run_kvad("run --prompt hi --model /nonexistent/model.gguf -c 99999999");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("not in range 0 to 16777216"), std::string::npos) << r.err;
+}
+
+// --- reasoning apart from the answer, and llama-cli's grammar flags --------
+
+namespace {
+const std::string kHarmonyModel = std::string(KVAD_SOURCE_DIR) + "/tests/fixtures/hf_tiny/gpt_oss_mxfp4/llama.cpp-f32.gguf";
+// gpt-oss's Harmony reply, forced by a grammar on the tiny random model (its
+// real chat template; its vocabulary spells the markers with ordinary tokens).
+const std::string kHarmonyGrammar =
+    "'root ::= \"<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Paris.\"'";
+}  // namespace
+
+TEST(Cli, HarmonyAnalysisGoesToStderrAndTheAnswerToStdout) {
+  Out r = run_kvad("run -m " + kHarmonyModel + " -p Capital? -n 200 --grammar " + kHarmonyGrammar);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "Paris.\n");
+  EXPECT_EQ(r.err.rfind("Think.\n", 0), 0u) << r.err;  // first on stderr, on its own line
+  EXPECT_NE(r.err.find("stop: grammar"), std::string::npos) << r.err;
+  // --reasoning-format none: the reply as the model wrote it.
+  Out raw = run_kvad("run -m " + kHarmonyModel + " -p Capital? -n 200 --reasoning-format none --grammar " +
+                     kHarmonyGrammar);
+  ASSERT_EQ(raw.status, 0) << raw.err;
+  EXPECT_EQ(raw.out, "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Paris.\n");
+  // chat: the same split, every turn.
+  Out c = run_kvad("chat -m " + kHarmonyModel + " -n 200 --grammar " + kHarmonyGrammar, "Capital?\nAgain?\n");
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_EQ(c.out, "Paris.\nParis.\n");
+  EXPECT_EQ(c.err.rfind("Think.\n", 0), 0u) << c.err;
+}
+
+TEST_F(CliWithModel, ThinkBlockGoesToStderr) {
+  Out r = run_kvad("run --model " + model_ + " -p hi -n 40 -t 2 --grammar 'root ::= \"<think>Hmm.</think>Blue.\"'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "Blue.\n");
+  EXPECT_NE(r.err.find("Hmm."), std::string::npos) << r.err;
+}
+
+TEST_F(CliWithModel, GrammarAndJsonSchemaConstrainTheReply) {
+  Out r = run_kvad("run --model " + model_ + " -p \"Name a color\" -n 20 -t 2 --grammar 'root ::= \"red\" | \"green\" | \"blue\"'");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(r.out == "red\n" || r.out == "green\n" || r.out == "blue\n") << r.out;
+  EXPECT_NE(r.err.find("stop: grammar"), std::string::npos) << r.err;
+  const std::string schema = R"('{"type":"object","properties":{"color":{"enum":["red","green","blue"]}},)"
+                             R"("required":["color"],"additionalProperties":false}')";
+  Out j = run_kvad("run --model " + model_ + " -p \"A color as JSON\" -n 40 -t 2 --temp 0 -j " + schema);
+  ASSERT_EQ(j.status, 0) << j.err;
+  // {"color": one of the three} with any JSON whitespace, then the end.
+  std::string s;
+  for (char ch : j.out)
+    if (!std::isspace(static_cast<unsigned char>(ch))) s += ch;
+  EXPECT_TRUE(s == R"({"color":"red"})" || s == R"({"color":"green"})" || s == R"({"color":"blue"})") << j.out;
+  EXPECT_NE(j.err.find("stop: grammar"), std::string::npos) << j.err;
+}
+
+TEST(Cli, BadGrammarFlagsAreOneLineErrors) {
+  struct Case {
+    std::string flags, expect;
+  };
+  for (const Case& c : {Case{"--grammar 'root ::= \"a'", "--grammar: "},
+                        Case{"--grammar-file /nonexistent.gbnf", "--grammar-file /nonexistent.gbnf: cannot read"},
+                        Case{"-j '{\"type\":'", "--json-schema: not JSON"},
+                        Case{"--grammar 'root ::= \"a\"' -j '{}'", "give one"}}) {
+    Out r = run_kvad("run -m " + kHarmonyModel + " -p hi " + c.flags);
+    EXPECT_EQ(r.status, 1) << c.flags;
+    EXPECT_TRUE(one_error_line(r.err)) << r.err;
+    EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.flags << ": " << r.err;
+  }
 }
