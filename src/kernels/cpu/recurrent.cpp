@@ -88,17 +88,16 @@ void ssm_conv(const Tensor& x, const Tensor& w, const Tensor& state, const Tenso
   const float* pw = in(w);
   float* pst = out(state);
   float* po = out(o);
-  static const bool avx2 = cpu_features().has_avx2_fma();
+  static void (*const run)(const ConvRun&) = cpu_features().has_avx512_vnni() ? &ssm_conv_run_avx512
+                                              : cpu_features().has_avx2_fma()  ? &ssm_conv_run_avx2
+                                                                               : &ssm_conv_run_ref;
   pool().parallel_for(C, 64, [&](int64_t c0, int64_t c1, int) {
     for (const Run& r : runs) {
       float* st = pst + static_cast<int64_t>(r.seq) * (K - 1) * C;  // rows j = 0 (oldest) .. K-2, C each
       if (r.fresh)
         for (int64_t j = 0; j < K - 1; ++j) std::fill(st + j * C + c0, st + j * C + c1, 0.0f);
       const ConvRun cr{C, K, c0, c1, pw, st, px, po, r.tok.data(), static_cast<int64_t>(r.tok.size())};
-      if (avx2)
-        ssm_conv_run_avx2(cr);
-      else
-        ssm_conv_run_ref(cr);
+      run(cr);
     }
   });
 }
@@ -225,9 +224,12 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
   float* po = out(o);
   const int64_t per_head = s.Dk * s.Dv, r = s.Hv / s.Hk;
   const int64_t n_task = static_cast<int64_t>(runs.size()) * s.Hv;
-  static const bool avx2 = cpu_features().has_avx2_fma();
-  void (*const recurrent)(const DeltaHead&) = avx2 ? &delta_recurrent_avx2 : &delta_recurrent_ref;
-  void (*const chunked)(const DeltaHead&) = avx2 ? &delta_chunk_avx2 : &delta_chunk_ref;
+  // The SIMD builds when the CPU has them (recurrent_kernels.h).
+  static const int isa = cpu_features().has_avx512_vnni() ? 2 : cpu_features().has_avx2_fma() ? 1 : 0;
+  void (*const recurrent)(const DeltaHead&) =
+      isa == 2 ? &delta_recurrent_avx512 : isa == 1 ? &delta_recurrent_avx2 : &delta_recurrent_ref;
+  void (*const chunked)(const DeltaHead&) =
+      isa == 2 ? &delta_chunk_avx512 : isa == 1 ? &delta_chunk_avx2 : &delta_chunk_ref;
   pool().parallel_for(n_task, 1, [&](int64_t i0, int64_t i1, int) {
     std::vector<const float*> qs, ks, vs;
     std::vector<float*> os;

@@ -1,10 +1,12 @@
-// Internal to the CPU row (recurrent.cpp, its AVX2 build and the kernel
+// Internal to the CPU row (recurrent.cpp, its SIMD builds and the kernel
 // tests): the per-head kernels of the gated delta rule and the per-run
 // kernel of the short convolution, as scalar references (recurrent.cpp, the
-// definitions) and AVX2+FMA versions (recurrent_avx2.cpp, called only after
-// a run-time check of cpu_features().has_avx2_fma()). The two agree up to
-// float summation order; tests/kernels/cpu/test_recurrent_kernels.cpp
-// compares them on shapes with tails.
+// definitions), AVX2+FMA versions (recurrent_avx2.cpp, called only when
+// cpu_features().has_avx2_fma()) and AVX512 versions (recurrent_avx512.cpp,
+// only when cpu_features().has_avx512_vnni()); both SIMD builds are
+// recurrent_simd_impl.h. They agree up to float summation order;
+// tests/kernels/cpu/test_recurrent_kernels.cpp compares them on shapes with
+// tails.
 #pragma once
 #include <cstdint>
 
@@ -30,10 +32,12 @@ struct DeltaHead {
 /// Token by token: S ← e^g S; u = β (v − Sᵀk); S ← S + k uᵀ; o = Sᵀq · scale.
 void delta_recurrent_ref(const DeltaHead& h);
 void delta_recurrent_avx2(const DeltaHead& h);
+void delta_recurrent_avx512(const DeltaHead& h);
 /// The L tokens as one chunk of the parallel form (the WY form of Yang et
 /// al. 2024, section 3): the same recurrence up to rounding. L >= 1.
 void delta_chunk_ref(const DeltaHead& h);
 void delta_chunk_avx2(const DeltaHead& h);
+void delta_chunk_avx512(const DeltaHead& h);
 
 /// One sequence's tokens through the short convolution (tensor/ops.h
 /// ssm_conv) for channels [c0, c1): x and out rows of C floats, token tok[i]
@@ -49,8 +53,9 @@ struct ConvRun {
   int64_t n_tok = 0;
 };
 void ssm_conv_run_ref(const ConvRun& r);
-/// AVX2 for K <= kConvMaxTapsAvx2 (the reference otherwise).
+/// SIMD for 2 <= K <= kConvMaxTapsSimd (the reference otherwise).
 void ssm_conv_run_avx2(const ConvRun& r);
-constexpr int64_t kConvMaxTapsAvx2 = 8;
+void ssm_conv_run_avx512(const ConvRun& r);
+constexpr int64_t kConvMaxTapsSimd = 8;
 
 }  // namespace kvad::cpu

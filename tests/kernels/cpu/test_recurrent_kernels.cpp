@@ -1,10 +1,12 @@
-// The recurrent-layer kernels' AVX2 builds (src/kernels/cpu/recurrent_avx2.cpp)
-// against their scalar references (recurrent.cpp), on shapes that exercise
-// every tail: Dv not a multiple of 32 or 8, Dk odd, chunks whose length is
-// not a multiple of the 4-row register block, convolution channel ranges
-// that end mid-vector and more taps than the AVX2 build keeps in registers.
-// Also the AVX2 chunked form against the reference recurrent form (the two
-// forms of one recurrence). The references themselves are checked against
+// The recurrent-layer kernels' SIMD builds (src/kernels/cpu/recurrent_avx2.cpp,
+// recurrent_avx512.cpp: recurrent_simd_impl.h with 8 and 16 lanes) against
+// their scalar references (recurrent.cpp), on shapes that exercise every
+// tail: Dv not a multiple of 4 vectors or of one, Dk odd, chunks whose
+// length is not a multiple of the 4-row register block, convolution channel
+// ranges that end mid-vector and more taps than the SIMD builds keep in
+// registers. Also each SIMD chunked form against the reference recurrent
+// form (the two forms of one recurrence). Each build is skipped where the
+// CPU lacks it (or under KVAD_NO_SIMD). The references themselves are checked against
 // double-precision definitions in tests/tensor/test_recurrent_ops.cpp.
 #include <gtest/gtest.h>
 
@@ -68,16 +70,30 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
   return d / m;
 }
 
-bool have_avx2() { return kvad::cpu_features().has_avx2_fma(); }
+// A SIMD build of the three kernels, and whether this CPU runs it.
+struct Isa {
+  const char* name;
+  bool available;
+  void (*recurrent)(const DeltaHead&);
+  void (*chunk)(const DeltaHead&);
+  void (*conv)(const ConvRun&);
+};
+std::vector<Isa> isas() {
+  const auto& f = kvad::cpu_features();
+  return {{"avx2", f.has_avx2_fma(), &kvad::cpu::delta_recurrent_avx2, &kvad::cpu::delta_chunk_avx2,
+           &kvad::cpu::ssm_conv_run_avx2},
+          {"avx512", f.has_avx512_vnni(), &kvad::cpu::delta_recurrent_avx512, &kvad::cpu::delta_chunk_avx512,
+           &kvad::cpu::ssm_conv_run_avx512}};
+}
 
 struct Shape {
   int64_t Dk, Dv;
 };
-// Real (128 x 128), tails in Dv (44 = 32 + 8 + 4, 6 < 8, 13 = 8 + 5), odd Dk.
-const Shape kShapes[] = {{128, 128}, {20, 44}, {8, 6}, {3, 13}, {16, 8}, {33, 40}};
+// Real (128 x 128), tails in Dv (for 8 lanes 44 = 32 + 8 + 4, 6 < 8,
+// 13 = 8 + 5; for 16 lanes 80 = 64 + 16, 44 = 2 x 16 + 12), odd Dk.
+const Shape kShapes[] = {{128, 128}, {20, 44}, {8, 6}, {3, 13}, {16, 8}, {33, 40}, {5, 80}, {7, 67}};
 
-TEST(RecurrentKernels, DeltaRecurrentAvx2MatchesReference) {
-  if (!have_avx2()) GTEST_SKIP() << "no AVX2+FMA (or KVAD_NO_SIMD)";
+void check_recurrent(const Isa& isa) {
   uint32_t seed = 1;
   for (const Shape& s : kShapes)
     for (int64_t L : {1, 7}) {
@@ -85,14 +101,13 @@ TEST(RecurrentKernels, DeltaRecurrentAvx2MatchesReference) {
       HeadData ref(s.Dk, s.Dv, L, seed), simd(s.Dk, s.Dv, L, seed);
       ++seed;
       kvad::cpu::delta_recurrent_ref(ref.head());
-      kvad::cpu::delta_recurrent_avx2(simd.head());
+      isa.recurrent(simd.head());
       EXPECT_LT(max_rel(simd.o, ref.o), 1e-5);
       EXPECT_LT(max_rel(simd.S, ref.S), 1e-5);
     }
 }
 
-TEST(RecurrentKernels, DeltaChunkAvx2MatchesReferenceAndRecurrentForm) {
-  if (!have_avx2()) GTEST_SKIP() << "no AVX2+FMA (or KVAD_NO_SIMD)";
+void check_chunk(const Isa& isa) {
   uint32_t seed = 100;
   for (const Shape& s : kShapes)
     for (int64_t L : {1, 3, 6, 37, 64}) {
@@ -100,7 +115,7 @@ TEST(RecurrentKernels, DeltaChunkAvx2MatchesReferenceAndRecurrentForm) {
       HeadData ref(s.Dk, s.Dv, L, seed), simd(s.Dk, s.Dv, L, seed), rec(s.Dk, s.Dv, L, seed);
       ++seed;
       kvad::cpu::delta_chunk_ref(ref.head());
-      kvad::cpu::delta_chunk_avx2(simd.head());
+      isa.chunk(simd.head());
       kvad::cpu::delta_recurrent_ref(rec.head());
       EXPECT_LT(max_rel(simd.o, ref.o), 2e-5);
       EXPECT_LT(max_rel(simd.S, ref.S), 2e-5);
@@ -109,15 +124,14 @@ TEST(RecurrentKernels, DeltaChunkAvx2MatchesReferenceAndRecurrentForm) {
     }
 }
 
-TEST(RecurrentKernels, SsmConvAvx2MatchesReference) {
-  if (!have_avx2()) GTEST_SKIP() << "no AVX2+FMA (or KVAD_NO_SIMD)";
+void check_conv(const Isa& isa) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int64_t C = 45, n = 9;
+  const int64_t C = 61, n = 9;
   // Tokens of the run scattered in the batch (another sequence's in between).
   const std::vector<int64_t> tok = {0, 2, 3, 5, 6, 7, 8};
-  for (int64_t K : {2, 4, 5, 8, 9})  // 9 > kConvMaxTapsAvx2: the AVX2 entry falls back to the reference
-    for (auto [c0, c1] : {std::pair<int64_t, int64_t>{0, 45}, {3, 27}, {8, 16}, {40, 45}}) {
+  for (int64_t K : {2, 4, 5, 8, 9})  // 9 > kConvMaxTapsSimd: the SIMD entries fall back to the reference
+    for (auto [c0, c1] : {std::pair<int64_t, int64_t>{0, 61}, {3, 27}, {8, 16}, {40, 45}, {5, 58}}) {
       SCOPED_TRACE("K " + std::to_string(K) + " channels " + std::to_string(c0) + ".." + std::to_string(c1));
       std::vector<float> w(C * K), x(n * C), st(C * (K - 1));
       for (float& f : w) f = nd(rng);
@@ -130,7 +144,7 @@ TEST(RecurrentKernels, SsmConvAvx2MatchesReference) {
       r.st = st_ref.data(), r.out = out_ref.data();
       s.st = st_simd.data(), s.out = out_simd.data();
       kvad::cpu::ssm_conv_run_ref(r);
-      kvad::cpu::ssm_conv_run_avx2(s);
+      isa.conv(s);
       EXPECT_LT(max_rel(out_simd, out_ref), 1e-6);
       EXPECT_EQ(st_simd, st_ref);  // the state is moved, not computed
       // Channels outside [c0, c1) and tokens outside the run are untouched.
@@ -142,6 +156,30 @@ TEST(RecurrentKernels, SsmConvAvx2MatchesReference) {
         }
       }
     }
+}
+
+// Runs check on every SIMD build this CPU has; false when it has none.
+bool each_isa(void (*check)(const Isa&)) {
+  bool ran = false;
+  for (const Isa& isa : isas()) {
+    if (!isa.available) continue;
+    SCOPED_TRACE(isa.name);
+    check(isa);
+    ran = true;
+  }
+  return ran;
+}
+
+TEST(RecurrentKernels, DeltaRecurrentSimdMatchesReference) {
+  if (!each_isa(&check_recurrent)) GTEST_SKIP() << "no AVX2+FMA (or KVAD_NO_SIMD)";
+}
+
+TEST(RecurrentKernels, DeltaChunkSimdMatchesReferenceAndRecurrentForm) {
+  if (!each_isa(&check_chunk)) GTEST_SKIP() << "no AVX2+FMA (or KVAD_NO_SIMD)";
+}
+
+TEST(RecurrentKernels, SsmConvSimdMatchesReference) {
+  if (!each_isa(&check_conv)) GTEST_SKIP() << "no AVX2+FMA (or KVAD_NO_SIMD)";
 }
 
 }  // namespace
