@@ -13,6 +13,7 @@ namespace {
 struct Avx2 {
   using T = __m256;
   static constexpr int64_t W = 8;
+  static constexpr int kRegs = 16;
   static T zero() { return _mm256_setzero_ps(); }
   static T load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, T v) { _mm256_storeu_ps(p, v); }

@@ -14,6 +14,7 @@ namespace {
 struct Avx512 {
   using T = __m512;
   static constexpr int64_t W = 16;
+  static constexpr int kRegs = 32;
   static T zero() { return _mm512_setzero_ps(); }
   static T load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, T v) { _mm512_storeu_ps(p, v); }

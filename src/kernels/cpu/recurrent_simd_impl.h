@@ -8,9 +8,10 @@
 // tails shorter than a vector are scalar. The equations are the references'
 // (recurrent.cpp); only the order of float sums differs.
 //
-// V provides: T (the vector), W (lanes), zero, load, store (unaligned), set1,
-// bcast (from memory), fmadd(a, b, c) = a·b + c, fnmadd(a, b, c) = c − a·b,
-// mul, add, sub, hsum, and exp (lane-wise e^x, relative error ~2e-7).
+// V provides: T (the vector), W (lanes), kRegs (vector registers), zero,
+// load, store (unaligned), set1, bcast (from memory), fmadd(a, b, c) =
+// a·b + c, fnmadd(a, b, c) = c − a·b, mul, add, sub, hsum, and exp
+// (lane-wise e^x, relative error ~2e-7).
 //
 // The chunked delta rule is written as small matrix products (Yang, Kautz &
 // Hatamizadeh 2024, section 3, the WY form), per chunk of L tokens with
@@ -110,7 +111,9 @@ void exp_diff(float x, const float* G, int64_t n, float* out) {
 
 // With w = S0ᵀk, y = S0ᵀq of the state before the token:
 //   u = β (v − decay·w),  S = decay·S0 + k uᵀ,  o = scale (decay·y + (k·q) u),
-// so each block of 4 vectors' columns of S is read once and written once.
+// so each block of NB vectors' columns of S is read once and written once
+// (with 32 registers NB = 8: 128 columns, a whole row of the real shape, so
+// the state streams through in row order).
 template <class V, int NB>
 void recurrent_cols(const DeltaHead& h, int64_t j, const float* q, const float* k, const float* v, float* o,
                     float decay, float beta, float kq) {
@@ -153,6 +156,8 @@ void delta_recurrent(const DeltaHead& h) {
     float* o = h.o[i];
     const float decay = std::exp(h.g[i]), beta = h.beta[i], kq = dot<V>(k, q, Dk);
     int64_t j = 0;
+    if constexpr (V::kRegs >= 32)  // 3 x 8 accumulators fit: whole 128-float rows in one pass
+      for (; j + 8 * W <= Dv; j += 8 * W) recurrent_cols<V, 8>(h, j, q, k, v, o, decay, beta, kq);
     for (; j + 4 * W <= Dv; j += 4 * W) recurrent_cols<V, 4>(h, j, q, k, v, o, decay, beta, kq);
     for (; j + W <= Dv; j += W) recurrent_cols<V, 1>(h, j, q, k, v, o, decay, beta, kq);
     for (; j < Dv; ++j) {
