@@ -7,7 +7,8 @@ Usage:
     python3 tools/make_random_gguf.py --list
 
 The files are GGUFs of real architectures (llama; qwen2 with q/k/v biases;
-qwen3moe with per-head q/k norms and a sparse MoE feed-forward) whose
+qwen3moe with per-head q/k norms and a sparse MoE feed-forward; qwen3next,
+Gated DeltaNet layers beside gated attention) whose
 weights are random: the text they produce is noise, but the speed is real,
 because the time of a forward pass depends on the shapes and formats, not on
 the values. bench/compare uses them to compare kvad with llama.cpp on model
@@ -28,6 +29,7 @@ Shapes (tied embeddings unless said; head_dim = n_embd / n_head = 64 unless said
   qwen2.5-0.5b-rand      qwen2       896    24    14    2  4864  50000   Qwen2.5-0.5B body, 50k vocab
   llama3.2-1b-rand       llama      2048    16    32    8  8192 128256   Llama-3.2-1B
   qwen3moe-30b-a3b-rand  qwen3moe   2048     5    32    4     -  50000   Qwen3-30B-A3B layers
+  qwen3next-80b-a3b-rand qwen3next  2048     8    16    2     -  50000   Qwen3-Next-80B-A3B layers
 
 qwen2.5-0.5b-rand has Qwen2.5-0.5B's body in the qwen2 architecture (q/k/v
 biases, f32, N(0, 0.02^2); NeoX rotary as llama.cpp's qwen2) with a 50,000-token
@@ -45,6 +47,29 @@ for, is 3.3 GiB): with the real vocabulary the head would be a third of the
 bytes a decoded token reads from a 5-layer file. Per token and layer the
 work is the real model's, so prefill and decode speeds per layer are the
 real model's.
+qwen3next-80b-a3b-rand has Qwen3-Next-80B-A3B's layers exactly, in its layer
+pattern (full_attention_interval 4: three Gated DeltaNet layers, then one
+gated-attention layer), but 8 of its 48 layers (6 DeltaNet, 2 attention), 64
+of its 512 experts and a 50,000-token vocabulary, so that Q4_K_M is 1.2 GiB:
+  - gated attention: 16 q heads and 2 kv heads of head_dim 256; attn_q is
+    2 x 16 x 256 = 8192 wide (the q of each head and its output gate, as
+    llama.cpp's converter writes them); attn_q_norm/attn_k_norm; partial
+    rotary (rope.dimension_count 64 = 256 x 0.25), rope base 1e7;
+  - Gated DeltaNet: linear_num_key_heads 16, linear_num_value_heads 32,
+    key/value head dim 128 (ssm.group_count 16, ssm.time_step_rank 32,
+    ssm.state_size 128, ssm.inner_size 4096), conv kernel 4; llama.cpp's
+    split projections attn_qkv (2048 -> 8192: q, k, v) and attn_gate
+    (2048 -> 4096: z), ssm_ba (2048 -> 64), ssm_conv1d [4, 8192] F32, ssm_a
+    (= -exp(A_log), A_log uniform in [0, log 16]), ssm_dt.bias, ssm_norm,
+    ssm_out (4096 -> 2048);
+  - every layer sparse: 64 experts of expert_feed_forward_length 512, top-10,
+    and the shared expert (expert_shared_feed_forward_length 512) with its
+    sigmoid gate ffn_gate_inp_shexp (F32: 1-D in llama.cpp, so
+    llama-quantize keeps it); post_attention_norm; an untied output.weight;
+    rms eps 1e-6.
+  Per token and layer the work is the real model's except for the router's
+  64 columns instead of 512 (a 2048 x 512 f32 product per token, about 1% of
+  the layer's multiply-adds).
 
 Tokenizer: tokens, token types, merges, model ("gpt2") and pre ("smollm") are
 copied from the SmolLM2 GGUF in the model store
@@ -60,11 +85,15 @@ llama-quantize --pure):
   Q4_0    every 2-D weight Q4_0, except the output matrix (the tied
           token_embd, or output.weight): Q6_K.
   Q4_1    as Q4_0 with Q4_1.
-  Q4_K_M  Q4_K, except attn_v and ffn_down (ffn_down_exps) of the layers
-          where use_more_bits(i, n) holds (i < n/8, i >= 7n/8, or
-          (i - n/8) % 3 == 2): Q6_K; the output matrix: Q6_K.
-  The MoE router ffn_gate_inp is never quantized (F32), nor are biases and
-  norms; an untied token_embd has the format's own type.
+  Q4_K_M  Q4_K, except attn_v and ffn_down (ffn_down_exps, and
+          ffn_down_shexp) of the layers where use_more_bits(i, n) holds
+          (i < n/8, i >= 7n/8, or (i - n/8) % 3 == 2): Q6_K; the output
+          matrix: Q6_K. llama.cpp counts attn_qkv (a DeltaNet layer's) with
+          attn_v, and every qwen3next layer has one of the two, so the same
+          rule by layer index covers both.
+  The MoE router ffn_gate_inp is never quantized (F32), nor are biases,
+  norms, ssm_conv1d and ffn_gate_inp_shexp; an untied token_embd has the
+  format's own type.
   Then llama.cpp's fallback for rows that are not a whole number of blocks:
   a 256-block type on a row length (ne[0]) that is not a multiple of 256
   becomes Q4_K -> Q5_0, Q6_K -> Q8_0. So with n_embd 576, 960 or 896 the
@@ -110,6 +139,8 @@ SHAPES = {
     "llama3.2-1b-rand": (2048, 16, 32, 8, 8192, 128256, 500000.0, 1e-5, 131072, "1B", "Llama-3.2-1B"),
     "qwen3moe-30b-a3b-rand": (2048, 5, 32, 4, 6144, 50000, 1000000.0, 1e-6, 40960, "5x128x0.8B",
                               "Qwen3-30B-A3B (5 of 48 layers, 50k vocab)"),
+    "qwen3next-80b-a3b-rand": (2048, 8, 16, 2, 5120, 50000, 10000000.0, 1e-6, 262144, "8x64x0.4B",
+                               "Qwen3-Next-80B-A3B (8 of 48 layers, 64 of 512 experts, 50k vocab)"),
 }
 # Options beyond the llama defaults: GGUF architecture, q/k/v biases (qwen2),
 # per-head q/k RMSNorm (qwen3), head_dim when it is not n_embd / n_head, the
@@ -120,6 +151,12 @@ OPTIONS = {
     "qwen2.5-0.5b-rand": {"arch": "qwen2", "qkv_bias": True},
     "qwen3moe-30b-a3b-rand": {"arch": "qwen3moe", "qk_norm": True, "head_dim": 128, "untied": True,
                               "moe": (128, 8, 768), "formats": ("Q4_K_M",)},
+    # qwen3next: "linear" = Gated DeltaNet layers (linear_num_key_heads, linear_num_value_heads,
+    # linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim), full attention on
+    # every full_attention_interval-th layer; "rope_dim" = head_dim x partial_rotary_factor.
+    "qwen3next-80b-a3b-rand": {"arch": "qwen3next", "qk_norm": True, "head_dim": 256, "untied": True, "moe": (64, 10, 512),
+                               "shared_expert": 512, "linear": (16, 32, 128, 128, 4), "full_attention_interval": 4,
+                               "rope_dim": 64, "formats": ("Q4_K_M",)},
 }
 FORMATS = {"Q8_0": (QT.Q8_0, 7), "Q4_0": (QT.Q4_0, 2), "Q4_1": (QT.Q4_1, 3), "Q4_K_M": (QT.Q4_K, 15)}
 
@@ -162,7 +199,9 @@ def fallback(qtype, ncols):
 def tensor_type(name, ncols, fmt, n_layer, pure, tied=True):
     """The ggml type of a 2-D or 3-D weight, as llama-quantize picks it (see the module doc)."""
     base = FORMATS[fmt][0]
-    if name.endswith("ffn_gate_inp.weight"):  # the router: never quantized (llama-quant.cpp)
+    if name.endswith("ffn_gate_inp.weight") or name.endswith("ffn_gate_inp_shexp.weight"):
+        return QT.F32  # the router (never quantized, llama-quant.cpp) and the shared-expert gate (1-D there)
+    if "ssm_conv1d" in name:  # Mamba-style short convolutions: never quantized (llama-quant.cpp)
         return QT.F32
     if pure:
         return fallback(base, ncols) if base in (QT.Q4_K, QT.Q6_K) else base
@@ -172,7 +211,8 @@ def tensor_type(name, ncols, fmt, n_layer, pure, tied=True):
             t = QT.Q8_0
         elif base != QT.Q8_0:
             t = QT.Q6_K
-    elif fmt == "Q4_K_M" and (name.endswith("attn_v.weight") or ".ffn_down" in name):
+    elif fmt == "Q4_K_M" and (name.endswith("attn_v.weight") or name.endswith("attn_qkv.weight")
+                              or ".ffn_down" in name):
         i = int(name.split(".")[1])
         if use_more_bits(i, n_layer):
             t = QT.Q6_K
@@ -235,6 +275,25 @@ def make_tensor(rng, rows, cols, qtype):
     return out
 
 
+def moe_plan(p, n_embd, moe, n_ff_shexp=None):
+    """The sparse feed-forward's tensors of layer prefix p (and the shared expert's, qwen3next)."""
+    n_exp, _, n_ff_exp = moe
+    plan = [
+        (p + "ffn_gate_inp.weight", (n_exp,), n_embd),
+        (p + "ffn_gate_exps.weight", (n_exp, n_ff_exp), n_embd),
+        (p + "ffn_up_exps.weight", (n_exp, n_ff_exp), n_embd),
+        (p + "ffn_down_exps.weight", (n_exp, n_embd), n_ff_exp),
+    ]
+    if n_ff_shexp:
+        plan += [
+            (p + "ffn_gate_inp_shexp.weight", (1,), n_embd),
+            (p + "ffn_gate_shexp.weight", (n_ff_shexp,), n_embd),
+            (p + "ffn_up_shexp.weight", (n_ff_shexp,), n_embd),
+            (p + "ffn_down_shexp.weight", (n_embd,), n_ff_shexp),
+        ]
+    return plan
+
+
 def load_tokenizer(path):
     r = gguf.GGUFReader(path)
 
@@ -283,11 +342,30 @@ def write_model(path, shape, fmt, tok, seed, pure):
 
     # (name, numpy shape of the rows = ggml ne[1:] reversed, or None for a 1-D f32 vector; cols = ne[0])
     plan = [("token_embd.weight", (n_vocab,), n_embd)]
+    linear = option(shape, "linear")  # qwen3next: (Hk, Hv, Dk, Dv, conv_kernel) or None
+    interval = option(shape, "full_attention_interval", 1)
     for i in range(n_layer):
         p = f"blk.{i}."
+        if linear and (i + 1) % interval != 0:  # a Gated DeltaNet layer (llama.cpp's qwen3next names)
+            hk, hv, dk, dv, kconv = linear
+            conv_dim = 2 * hk * dk + hv * dv
+            plan += [
+                (p + "attn_norm.weight", None, n_embd),
+                (p + "attn_qkv.weight", (conv_dim,), n_embd),
+                (p + "attn_gate.weight", (hv * dv,), n_embd),
+                (p + "ssm_ba.weight", (2 * hv,), n_embd),
+                (p + "ssm_conv1d.weight", (conv_dim,), kconv),  # F32 (llama-quantize keeps it)
+                (p + "ssm_a", None, hv),
+                (p + "ssm_dt.bias", None, hv),
+                (p + "ssm_norm.weight", None, dv),
+                (p + "ssm_out.weight", (n_embd,), hv * dv),
+                (p + "post_attention_norm.weight", None, n_embd),
+            ]
+            plan += moe_plan(p, n_embd, moe, option(shape, "shared_expert"))
+            continue
         plan += [
             (p + "attn_norm.weight", None, n_embd),
-            (p + "attn_q.weight", (n_head * head_dim,), n_embd),
+            (p + "attn_q.weight", ((2 if linear else 1) * n_head * head_dim,), n_embd),  # qwen3next: q and its gate
             (p + "attn_k.weight", (n_kv * head_dim,), n_embd),
             (p + "attn_v.weight", (n_kv * head_dim,), n_embd),
         ]
@@ -298,16 +376,10 @@ def write_model(path, shape, fmt, tok, seed, pure):
             plan += [(p + "attn_q_norm.weight", None, head_dim), (p + "attn_k_norm.weight", None, head_dim)]
         plan += [
             (p + "attn_output.weight", (n_embd,), n_head * head_dim),
-            (p + "ffn_norm.weight", None, n_embd),
+            (p + ("post_attention_norm.weight" if linear else "ffn_norm.weight"), None, n_embd),
         ]
         if moe:
-            n_exp, _, n_ff_exp = moe
-            plan += [
-                (p + "ffn_gate_inp.weight", (n_exp,), n_embd),
-                (p + "ffn_gate_exps.weight", (n_exp, n_ff_exp), n_embd),
-                (p + "ffn_up_exps.weight", (n_exp, n_ff_exp), n_embd),
-                (p + "ffn_down_exps.weight", (n_exp, n_embd), n_ff_exp),
-            ]
+            plan += moe_plan(p, n_embd, moe, option(shape, "shared_expert"))
         else:
             plan += [
                 (p + "ffn_gate.weight", (n_ff,), n_embd),
@@ -338,11 +410,22 @@ def write_model(path, shape, fmt, tok, seed, pure):
         w.add_expert_count(moe[0])
         w.add_expert_used_count(moe[1])
         w.add_expert_feed_forward_length(moe[2])
+    if option(shape, "shared_expert"):
+        w.add_expert_shared_feed_forward_length(option(shape, "shared_expert"))
+    linear = option(shape, "linear")
+    if linear:
+        hk, hv, dk, dv, kconv = linear
+        w.add_ssm_conv_kernel(kconv)
+        w.add_ssm_state_size(dk)
+        w.add_ssm_group_count(hk)
+        w.add_ssm_time_step_rank(hv)
+        w.add_ssm_inner_size(hv * dv)
+        w.add_full_attention_interval(option(shape, "full_attention_interval"))
     w.add_rope_freq_base(rope_base)
     w.add_layer_norm_rms_eps(eps)
     w.add_file_type(FORMATS[fmt][1])
     w.add_vocab_size(n_vocab)
-    w.add_rope_dimension_count(head_dim)
+    w.add_rope_dimension_count(option(shape, "rope_dim", head_dim))
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     w.add_tokenizer_model(tok["model"])
     w.add_tokenizer_pre(tok["pre"])
@@ -375,7 +458,9 @@ def write_model(path, shape, fmt, tok, seed, pure):
     for name, rows, cols in plan:
         rng = rng_for(seed, name)
         if rows is None:
-            if name.endswith(".bias"):
+            if name.endswith("ssm_a"):  # -exp(A_log): negative, so that the decay exp(ssm_a * dt) is < 1
+                w.write_tensor_data(-np.exp(rng.uniform(0.0, np.log(16.0), cols)).astype(np.float32))
+            elif name.endswith(".bias"):
                 w.write_tensor_data(rng.standard_normal(cols, dtype=np.float32) * np.float32(WEIGHT_STD))
             else:
                 w.write_tensor_data(1.0 + rng.standard_normal(cols, dtype=np.float32) * np.float32(WEIGHT_STD))

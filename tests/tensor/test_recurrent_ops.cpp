@@ -3,7 +3,10 @@
 // two sequences interleaved in one batch, a second call continuing from the
 // state the first left, a sequence restarting at position 0; the delta
 // rule's chunked form (several chunk sizes, partial last chunks) against its
-// recurrent form; the sim device against the CPU. Definitions: Yang, Kautz &
+// recurrent form; the sim device against the CPU. The cpu row runs its SIMD
+// kernels where the CPU has them (shapes here reach their vector loops and
+// tails) and the scalar references under KVAD_NO_SIMD=1 (ctest's
+// test_recurrent_ops_nosimd). Definitions: Yang, Kautz &
 // Hatamizadeh 2024 ("Gated Delta Networks", eq. for S_t), transformers'
 // torch_recurrent_gated_delta_rule and causal_conv1d_update.
 #include <gtest/gtest.h>
@@ -59,12 +62,19 @@ Batch interleaved(int n0, int n1, int start0 = 0, int start1 = 0) {
   return b;
 }
 
-constexpr int64_t Dk = 8, Dv = 6, Hk = 2, Hv = 4;
+// Head shapes: a small one (Dv shorter than any vector: the SIMD builds run
+// their scalar tails) and one whose Dv = 40 is one 32-column block and a
+// vector for AVX2's 8 lanes, two vectors and a tail for AVX512's 16.
+struct Dims {
+  int64_t Dk, Dv, Hk, Hv;
+};
+constexpr Dims kSmall{8, 6, 2, 4}, kWide{24, 40, 2, 4};
 
 struct DeltaInputs {
   std::vector<float> q, k, v, g, beta;
 };
-DeltaInputs delta_inputs(std::mt19937& rng, int64_t n) {
+DeltaInputs delta_inputs(std::mt19937& rng, int64_t n, const Dims& dm = kSmall) {
+  const auto [Dk, Dv, Hk, Hv] = dm;
   DeltaInputs in;
   in.q = randv(rng, n * Hk * Dk, 0.4f);
   in.k = randv(rng, n * Hk * Dk, 0.4f);
@@ -78,7 +88,8 @@ DeltaInputs delta_inputs(std::mt19937& rng, int64_t n) {
 // The definition, token by token, on double states S[seq][h][a][j].
 // tiled: value head h reads key head h % Hk (llama.cpp's qwen35 order), else h / r.
 void delta_reference(const DeltaInputs& in, const Batch& b, float scale, std::vector<std::vector<double>>& S,
-                     std::vector<double>& out, bool tiled = false) {
+                     std::vector<double>& out, bool tiled = false, const Dims& dm = kSmall) {
+  const auto [Dk, Dv, Hk, Hv] = dm;
   const int64_t n = static_cast<int64_t>(b.seq.size()), r = Hv / Hk;
   out.assign(n * Hv * Dv, 0.0);
   for (int64_t t = 0; t < n; ++t) {
@@ -108,17 +119,18 @@ void delta_reference(const DeltaInputs& in, const Batch& b, float scale, std::ve
 // The key-head mapping (grouped h / r, tiled h % Hk) is a parameter; with Hk
 // = 2 and Hv = 4 the two differ for heads 1 and 2, so the kernel run with the
 // other mapping than the reference's fails (checked below).
-void check_delta_rule(bool tiled) {
+void check_delta_rule(bool tiled, const Dims& dm) {
+  const auto [Dk, Dv, Hk, Hv] = dm;
   std::mt19937 rng(7);
   const float scale = 1.0f / std::sqrt(float(Dk));
   // Call 1: sequence 0 from 0 (40 tokens), sequence 1 from 0 (13); call 2
   // continues sequence 0 (17 more) and restarts sequence 1 at 0 (9).
   const Batch b1 = interleaved(40, 13), b2 = interleaved(17, 9, 40, 0);
-  const DeltaInputs in1 = delta_inputs(rng, b1.seq.size()), in2 = delta_inputs(rng, b2.seq.size());
+  const DeltaInputs in1 = delta_inputs(rng, b1.seq.size(), dm), in2 = delta_inputs(rng, b2.seq.size(), dm);
   std::vector<std::vector<double>> S(2, std::vector<double>(Hv * Dk * Dv, 0.0));
   std::vector<double> want1, want2;
-  delta_reference(in1, b1, scale, S, want1, tiled);
-  delta_reference(in2, b2, scale, S, want2, tiled);
+  delta_reference(in1, b1, scale, S, want1, tiled, dm);
+  delta_reference(in2, b2, scale, S, want2, tiled, dm);
   for (Device d : {Device::cpu(), Device::sim()})
     for (int64_t chunk : {0, 1, 3, 5, 16, 64}) {
       SCOPED_TRACE(d.str() + " chunk " + std::to_string(chunk));
@@ -144,11 +156,22 @@ void check_delta_rule(bool tiled) {
     }
 }
 
-TEST(RecurrentOps, GatedDeltaRuleMatchesDefinitionInBothForms) { check_delta_rule(false); }
-TEST(RecurrentOps, GatedDeltaRuleTiledHeadsMatchDefinitionInBothForms) { check_delta_rule(true); }
+TEST(RecurrentOps, GatedDeltaRuleMatchesDefinitionInBothForms) {
+  for (const Dims& dm : {kSmall, kWide}) {
+    SCOPED_TRACE("Dk " + std::to_string(dm.Dk) + " Dv " + std::to_string(dm.Dv));
+    check_delta_rule(false, dm);
+  }
+}
+TEST(RecurrentOps, GatedDeltaRuleTiledHeadsMatchDefinitionInBothForms) {
+  for (const Dims& dm : {kSmall, kWide}) {
+    SCOPED_TRACE("Dk " + std::to_string(dm.Dk) + " Dv " + std::to_string(dm.Dv));
+    check_delta_rule(true, dm);
+  }
+}
 
 // The wrong mapping is far off: the test above can fail.
 TEST(RecurrentOps, GatedDeltaRuleHeadMappingsDiffer) {
+  const auto [Dk, Dv, Hk, Hv] = kSmall;
   std::mt19937 rng(7);
   const Batch b = interleaved(20, 5);
   const DeltaInputs in = delta_inputs(rng, b.seq.size());
@@ -168,7 +191,7 @@ TEST(RecurrentOps, GatedDeltaRuleHeadMappingsDiffer) {
 
 TEST(RecurrentOps, SsmConvMatchesDefinition) {
   std::mt19937 rng(3);
-  const int64_t C = 10, K = 4;
+  const int64_t C = 37, K = 4;  // 37: whole vectors and a tail for 8 and 16 lanes
   const std::vector<float> w = randv(rng, C * K);
   const Batch b1 = interleaved(11, 5), b2 = interleaved(6, 4, 11, 0);
   const std::vector<float> x1 = randv(rng, b1.seq.size() * C), x2 = randv(rng, b2.seq.size() * C);
@@ -220,6 +243,7 @@ TEST(RecurrentOps, BadInputsAreErrors) {
   expect_error([&] { ops::ssm_conv(x, w, state, ids_on({0, 1, 0}, d), ids_on({0, 0, 1}, d)); }, "outside the state");
   expect_error([&] { ops::ssm_conv(x, w, ops::empty(DType::F32, {5, 1, 1, 1}, d), ids_on({0, 0, 0}, d),
                                    ids_on({0, 1, 2}, d)); }, "(K - 1) · C");
+  const auto [Dk, Dv, Hk, Hv] = kSmall;
   const Tensor q = ops::empty(DType::F32, {Dk, 3, 2, 1}, d), v = ops::empty(DType::F32, {Dv, Hv, 2, 1}, d);
   const Tensor g = ops::empty(DType::F32, {Hv, 2, 1, 1}, d);
   Tensor st = ops::empty(DType::F32, {Hv * Dk * Dv, 1, 1, 1}, d);

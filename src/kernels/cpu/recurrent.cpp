@@ -12,8 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "base/cpu_features.h"
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "kernels/cpu/recurrent_kernels.h"
 #include "kernels/cpu/row_util.h"
 
 namespace kvad::cpu {
@@ -60,6 +62,24 @@ std::vector<Run> sequence_runs(const char* op, const Tensor& seq, const Tensor& 
 
 }  // namespace
 
+void ssm_conv_run_ref(const ConvRun& r) {
+  const int64_t C = r.C, K = r.K;
+  float* st = r.st;
+  for (int64_t i = 0; i < r.n_tok; ++i) {
+    const float* xt = r.x + r.tok[i] * C;
+    float* ot = r.out + r.tok[i] * C;
+    for (int64_t c = r.c0; c < r.c1; ++c) {
+      const float* wc = r.w + c * K;
+      float acc = 0;
+      for (int64_t j = 0; j < K - 1; ++j) acc += wc[j] * st[j * C + c];
+      acc += wc[K - 1] * xt[c];
+      ot[c] = acc;
+      for (int64_t j = 0; j + 1 < K - 1; ++j) st[j * C + c] = st[(j + 1) * C + c];
+      st[(K - 2) * C + c] = xt[c];
+    }
+  }
+}
+
 void ssm_conv(const Tensor& x, const Tensor& w, const Tensor& state, const Tensor& seq, const Tensor& pos,
               const Tensor& o) {
   const int64_t C = x.ne[0], K = w.ne[0];
@@ -68,23 +88,16 @@ void ssm_conv(const Tensor& x, const Tensor& w, const Tensor& state, const Tenso
   const float* pw = in(w);
   float* pst = out(state);
   float* po = out(o);
+  static void (*const run)(const ConvRun&) = cpu_features().has_avx512_vnni() ? &ssm_conv_run_avx512
+                                              : cpu_features().has_avx2_fma()  ? &ssm_conv_run_avx2
+                                                                               : &ssm_conv_run_ref;
   pool().parallel_for(C, 64, [&](int64_t c0, int64_t c1, int) {
     for (const Run& r : runs) {
       float* st = pst + static_cast<int64_t>(r.seq) * (K - 1) * C;  // rows j = 0 (oldest) .. K-2, C each
       if (r.fresh)
         for (int64_t j = 0; j < K - 1; ++j) std::fill(st + j * C + c0, st + j * C + c1, 0.0f);
-      for (int64_t t : r.tok) {
-        const float* xt = px + t * C;
-        for (int64_t c = c0; c < c1; ++c) {
-          const float* wc = pw + c * K;
-          float acc = 0;
-          for (int64_t j = 0; j < K - 1; ++j) acc += wc[j] * st[j * C + c];
-          acc += wc[K - 1] * xt[c];
-          po[t * C + c] = acc;
-          for (int64_t j = 0; j + 1 < K - 1; ++j) st[j * C + c] = st[(j + 1) * C + c];
-          st[(K - 2) * C + c] = xt[c];
-        }
-      }
+      const ConvRun cr{C, K, c0, c1, pw, st, px, po, r.tok.data(), static_cast<int64_t>(r.tok.size())};
+      run(cr);
     }
   });
 }
@@ -95,11 +108,17 @@ struct DeltaShape {
   int64_t Dk, Dv, Hk, Hv;
 };
 
+}  // namespace
+
 // Token by token: S ← e^g S; u = β (v − Sᵀk); S ← S + k uᵀ; o = Sᵀq · scale.
-void delta_recurrent(const DeltaShape& s, float* S, const float* const* q, const float* const* k,
-                     const float* const* v, const float* g, const float* beta, float* const* o, int64_t L,
-                     float scale) {
-  const int64_t Dk = s.Dk, Dv = s.Dv;
+void delta_recurrent_ref(const DeltaHead& h) {
+  const int64_t Dk = h.Dk, Dv = h.Dv, L = h.L;
+  float* S = h.S;
+  const float* const* q = h.q;
+  const float* const* k = h.k;
+  const float* const* v = h.v;
+  const float *g = h.g, *beta = h.beta, scale = h.scale;
+  float* const* o = h.o;
   std::vector<float> u(static_cast<size_t>(Dv));
   for (int64_t i = 0; i < L; ++i) {
     const float decay = std::exp(g[i]);
@@ -132,9 +151,14 @@ void delta_recurrent(const DeltaShape& s, float* S, const float* const* q, const
 //   o_i = scale · (Γ_i S0ᵀq_i + Σ_{j≤i} (Γ_i/Γ_j)(q_i·k_j) u_j)
 //   S   = Γ_{L-1} S0 + Σ_j (Γ_{L-1}/Γ_j) k_j u_jᵀ
 // Γ_i/Γ_j = e^{G_i − G_j} <= 1 for j <= i, so no ratio overflows.
-void delta_chunk(const DeltaShape& s, float* S, const float* const* q, const float* const* k, const float* const* v,
-                 const float* g, const float* beta, float* const* o, int64_t L, float scale) {
-  const int64_t Dk = s.Dk, Dv = s.Dv;
+void delta_chunk_ref(const DeltaHead& h) {
+  const int64_t Dk = h.Dk, Dv = h.Dv, L = h.L;
+  float* S = h.S;
+  const float* const* q = h.q;
+  const float* const* k = h.k;
+  const float* const* v = h.v;
+  const float *g = h.g, *beta = h.beta, scale = h.scale;
+  float* const* o = h.o;
   thread_local std::vector<float> G, U, W, Y;
   G.resize(static_cast<size_t>(L));
   U.assign(static_cast<size_t>(L * Dv), 0.0f);  // u_i
@@ -190,8 +214,6 @@ void delta_chunk(const DeltaShape& s, float* S, const float* const* q, const flo
   }
 }
 
-}  // namespace
-
 void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                       const Tensor& state, const Tensor& seq, const Tensor& pos, const DeltaRuleParams& p,
                       const Tensor& o) {
@@ -202,6 +224,12 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
   float* po = out(o);
   const int64_t per_head = s.Dk * s.Dv, r = s.Hv / s.Hk;
   const int64_t n_task = static_cast<int64_t>(runs.size()) * s.Hv;
+  // The SIMD builds when the CPU has them (recurrent_kernels.h).
+  static const int isa = cpu_features().has_avx512_vnni() ? 2 : cpu_features().has_avx2_fma() ? 1 : 0;
+  void (*const recurrent)(const DeltaHead&) =
+      isa == 2 ? &delta_recurrent_avx512 : isa == 1 ? &delta_recurrent_avx2 : &delta_recurrent_ref;
+  void (*const chunked)(const DeltaHead&) =
+      isa == 2 ? &delta_chunk_avx512 : isa == 1 ? &delta_chunk_avx2 : &delta_chunk_ref;
   pool().parallel_for(n_task, 1, [&](int64_t i0, int64_t i1, int) {
     std::vector<const float*> qs, ks, vs;
     std::vector<float*> os;
@@ -223,13 +251,13 @@ void gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const T
         bs[i] = pb[t * s.Hv + h];
       }
       if (p.chunk <= 1) {
-        delta_recurrent(s, S, qs.data(), ks.data(), vs.data(), gs.data(), bs.data(), os.data(), L, p.scale);
+        recurrent({s.Dk, s.Dv, S, qs.data(), ks.data(), vs.data(), gs.data(), bs.data(), os.data(), L, p.scale});
         continue;
       }
       for (int64_t c0 = 0; c0 < L; c0 += p.chunk) {
         const int64_t n = std::min(p.chunk, L - c0);
-        delta_chunk(s, S, qs.data() + c0, ks.data() + c0, vs.data() + c0, gs.data() + c0, bs.data() + c0,
-                    os.data() + c0, n, p.scale);
+        chunked({s.Dk, s.Dv, S, qs.data() + c0, ks.data() + c0, vs.data() + c0, gs.data() + c0, bs.data() + c0,
+                 os.data() + c0, n, p.scale});
       }
     }
   });
