@@ -1555,6 +1555,9 @@ TEST(HfCheckpoint, MixtralSlidingWindowMatchesTransformers) {
 // (llama-cpp-python 0.3.36, f16 KV; llama.cpp is itself 2.7e-4 from
 // transformers) to 1e-3 as the other architectures. A llama file whose
 // experts are not feed_forward_length wide (the key says 32) is refused.
+// The quantize-once file of the HF checkpoint is llama.cpp's layout: every
+// tensor of kvad quantize of the converter's f32 file is in it with the
+// same bytes (Q and K rows permuted as the converter does, experts stacked).
 TEST(LlamaCppGguf, MixtralMatchesTransformersAndLlamaCpp) {
   const kvad::KVTypes f32{kvad::DType::F32, kvad::DType::F32};
   auto gguf = llama_cpp_gguf("mixtral");
@@ -1570,6 +1573,34 @@ TEST(LlamaCppGguf, MixtralMatchesTransformersAndLlamaCpp) {
   } catch (const kvad::Error& e) {
     EXPECT_NE(std::string(e.what()).find("blk.0.ffn_"), std::string::npos) << e.what();
   }
+
+  const fs::path tmp = fs::temp_directory_path() / ("kvad-mixtral-" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  const kvad::QuantizeOnceKey key{(tmp / "cache").string(), "kvad-test/tiny-mixtral", "0123456789abcdef"};
+  auto q = kvad::quantize_once(kvad::open_hf_checkpoint((kDir / "mixtral").string()), "q8_0", key);
+  const std::string theirs = (tmp / "mixtral-q8_0.gguf").string();
+  kvad::quant::quantize_file((kDir / "mixtral" / "llama.cpp-f32.gguf").string(), theirs,
+                             kvad::quant::find_quant_type("q8_0"));
+  auto ref = kvad::gguf_source(kvad::gguf::File::open(theirs));
+  EXPECT_EQ(q->tensors().size(), ref->tensors().size());
+  size_t same = 0;
+  for (const kvad::SourceTensor& r : ref->tensors()) {
+    const kvad::SourceTensor* t = q->find(r.name);
+    if (!t) {
+      ADD_FAILURE() << r.name << " is not in the quantize-once file";
+      continue;
+    }
+    EXPECT_EQ(t->type, r.type) << r.name;
+    EXPECT_EQ(t->ne, r.ne) << r.name;
+    const bool equal = t->n_bytes == r.n_bytes && std::memcmp(t->data, r.data, r.n_bytes) == 0;
+    EXPECT_TRUE(equal) << r.name << ": bytes differ";
+    same += equal;
+  }
+  std::printf("mixtral: %zu of %zu tensors byte-equal to llama.cpp's converter's, quantized\n", same,
+              ref->tensors().size());
+  EXPECT_EQ(q->get_int("llama.expert_count", 0), 8);
+  fs::remove_all(tmp);
 }
 
 }  // namespace
