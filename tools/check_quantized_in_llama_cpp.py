@@ -114,7 +114,7 @@ def main():
     ap.add_argument("names", nargs="*")
     a = ap.parse_args()
     names = a.names or sorted(p.name for p in HF_TINY.iterdir() if (p / "config.json").exists()
-                              and (p / "model.safetensors").exists())  # qwen2moe_swa: a config of qwen2moe's weights
+                              and (p / "model.safetensors").exists())  # qwen2moe_swa, mixtral_swa: configs beside others' weights
     home = Path(tempfile.mkdtemp(prefix="kvad-qchk-"))
     env = dict(os.environ, KVAD_HOME=str(home))
     refused = 0

@@ -3,7 +3,7 @@
 
 For each architecture kvad reads from HF checkpoints (llama, gemma3_text,
 qwen2, qwen3, mistral, gpt2, phi3, qwen3_moe, qwen3_next, gpt_oss,
-deepseek_v2/v3, qwen3_5, qwen3_5_moe and qwen2_moe) and rope/window option (llama3, YaRN with and without
+deepseek_v2/v3, qwen3_5, qwen3_5_moe, qwen2_moe and mixtral) and rope/window option (llama3, YaRN with and without
 truncate, Qwen2's use_sliding_window),
 makes a randomly initialised model with small dimensions but the
 architecture's real options (GQA with n_head != n_head_kv, a sliding window
@@ -450,6 +450,7 @@ def main():
 
     qwen35(tokens)
     qwen2moe()
+    mixtral()
     print("transformers", transformers.__version__, "torch", torch.__version__)
 
 
@@ -781,6 +782,64 @@ def save_qwen2moe_swa(m):
         out = w(torch.tensor([TOKENS])).logits[0].float()
         full = m(torch.tensor([TOKENS])).logits[0].float()
     print("qwen2moe_swa: windowed vs full attention", float((out - full).abs().max() / full.abs().max()))
+    logits = [[round(float(v), 6) for v in row] for row in out]
+    (d / "logits.json").write_text(json.dumps({"tokens": TOKENS, "logits": logits}))
+
+
+def mixtral():
+    """Mixtral (transformers' mixtral; Mixtral-8x7B / 8x22B): Mistral's
+    attention (GQA 2:1, sliding_window null as in Mixtral's configs) and in
+    every layer a sparse MoE block of 8 SwiGLU experts (intermediate_size 48
+    wide), top-2, the two softmax weights renormalised to sum 1
+    (MixtralTopKRouter), untied head. save_pretrained writes the experts as
+    Mixtral's checkpoints do (block_sparse_moe.experts.E.w1/w2/w3, the router
+    block_sparse_moe.gate). The router's weights are drawn N(0, 0.2), so that
+    the top two experts carry about half the probability (the renormalisation
+    then doubles them) yet the top-2 choice keeps margins; the experts'
+    weights x 2 so that their output shows in the logits. mixtral_swa: the
+    same weights with sliding_window 4 < 14 tokens (config.json and
+    logits.json only; the test reads them beside mixtral's safetensors)."""
+    if ONLY and not ONLY & {"mixtral", "mixtral_swa"}:
+        return
+    torch.manual_seed(41)
+    cfg = transformers.MixtralConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, num_local_experts=8, num_experts_per_tok=2,
+        sliding_window=None, rms_norm_eps=1e-5, rope_theta=1000000.0, tie_word_embeddings=False,
+        torch_dtype="float32", attn_implementation="eager")
+    m = transformers.MixtralForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if n.endswith("mlp.gate.weight"):
+                p.normal_(0.0, 0.2)
+            elif ".mlp.experts." in n:
+                p.mul_(2.0)
+    assert all(type(layer.mlp).__name__ == "MixtralSparseMoeBlock" for layer in m.model.layers)
+    m = sharpen(m, 4.0)
+    with torch.no_grad():  # the router's top-2 share of the probability, per token and layer
+        h = m.model.embed_tokens(torch.tensor([TOKENS]))
+        share = []
+        for layer in m.model.layers:
+            n = layer.post_attention_layernorm(h)  # a rough probe (before attention): only printed
+            probs = torch.softmax(layer.mlp.gate.weight @ n[0].T, dim=0)
+            share.append(float(probs.topk(2, dim=0).values.sum(0).mean()))
+    print("mixtral: mean top-2 router probability (probe)", share)
+    save("mixtral", m)
+    if ONLY and "mixtral_swa" not in ONLY:
+        return
+    w = copy.deepcopy(m)
+    w.config.sliding_window = 4  # the layers and the mask read the model's one config
+    d = OUT / "mixtral_swa"
+    if d.exists():
+        shutil.rmtree(d)
+    w.save_pretrained(d, safe_serialization=True)
+    for p in d.iterdir():
+        if p.name != "config.json":
+            p.unlink()
+    with torch.no_grad():
+        out = w(torch.tensor([TOKENS])).logits[0].float()
+        full = m(torch.tensor([TOKENS])).logits[0].float()
+    print("mixtral_swa: windowed vs full attention", float((out - full).abs().max() / full.abs().max()))
     logits = [[round(float(v), 6) for v in row] for row in out]
     (d / "logits.json").write_text(json.dumps({"tokens": TOKENS, "logits": logits}))
 

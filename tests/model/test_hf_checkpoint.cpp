@@ -1461,3 +1461,146 @@ TEST(LlamaCppGguf, Qwen2MoeMatchesTransformersAndLlamaCpp) {
 }
 
 }  // namespace
+
+namespace {
+
+// ---- Mixtral (tools/make_tiny_hf.py mixtral, mixtral_swa) ----------------
+// Mistral's attention (GQA 2:1) and in both layers 8 SwiGLU experts (48
+// wide), top-2, softmax weights renormalised; untied head. HF model_type
+// mixtral reads as GGUF "llama" with llama.expert_count / expert_used_count,
+// as llama.cpp's converter writes it.
+
+// `src` with one integer key replaced: a file that says otherwise.
+class WithInt final : public kvad::TensorSource {
+ public:
+  WithInt(std::shared_ptr<const kvad::TensorSource> src, std::string key, int64_t value)
+      : src_(std::move(src)), key_(std::move(key)), value_(value) {}
+  const std::string& path() const override { return src_->path(); }
+  const std::vector<kvad::SourceTensor>& tensors() const override { return src_->tensors(); }
+  const kvad::SourceTensor* find(std::string_view name) const override { return src_->find(name); }
+  std::shared_ptr<const void> keepalive() const override { return src_->keepalive(); }
+  bool has(std::string_view key) const override { return key == key_ || src_->has(key); }
+  int64_t get_int(std::string_view key, int64_t def) const override {
+    return key == key_ ? value_ : src_->get_int(key, def);
+  }
+  int64_t require_int(std::string_view key) const override { return key == key_ ? value_ : src_->require_int(key); }
+  double get_float(std::string_view key, double def) const override { return src_->get_float(key, def); }
+  std::string get_string(std::string_view key, const std::string& def) const override {
+    return src_->get_string(key, def);
+  }
+  std::vector<bool> get_bool_array(std::string_view key) const override { return src_->get_bool_array(key); }
+
+ private:
+  std::shared_ptr<const kvad::TensorSource> src_;
+  std::string key_;
+  int64_t value_;
+};
+
+// kvad --quant none against transformers: f32 KV to 1e-4, f16 KV to 1e-3,
+// cpu and sim, one prefill and token by token. The HF view stacks
+// block_sparse_moe.experts.E.w1/w3/w2 into ffn_{gate,up,down}_exps and
+// writes no expert_feed_forward_length (the experts are
+// feed_forward_length wide). Reading the router unrenormalised
+// (kvad.moe.norm_topk_prob 0) is measurably off transformers; a config
+// with more experts per token than experts is refused.
+TEST(HfCheckpoint, MixtralMatchesTransformers) {
+  for (const char* device : {"cpu", "sim"}) check("mixtral", device);
+  auto src = kvad::open_hf_checkpoint((kDir / "mixtral").string());
+  EXPECT_EQ(src->get_string("general.architecture", ""), "llama");
+  EXPECT_EQ(src->get_int("llama.expert_count", 0), 8);
+  EXPECT_EQ(src->get_int("llama.expert_used_count", 0), 2);
+  EXPECT_FALSE(src->has("llama.expert_feed_forward_length"));
+  EXPECT_FALSE(src->has("llama.attention.sliding_window"));  // sliding_window null
+  const kvad::SourceTensor* down = src->find("blk.1.ffn_down_exps.weight");
+  ASSERT_NE(down, nullptr);
+  EXPECT_EQ(down->ne, (std::array<int64_t, 4>{48, 64, 8, 1}));
+  const kvad::SourceTensor* router = src->find("blk.0.ffn_gate_inp.weight");
+  ASSERT_NE(router, nullptr);
+  EXPECT_EQ(router->ne, (std::array<int64_t, 4>{64, 8, 1, 1}));
+
+  const double off = check_source("mixtral", " (router not renormalised)",
+                                  std::make_shared<WithInt>(src, "kvad.moe.norm_topk_prob", 0), "cpu", 0, INFINITY,
+                                  "transformers", 64, {kvad::DType::F32, kvad::DType::F32});
+  EXPECT_GT(off, 1e-2);
+
+  std::ifstream in(kDir / "mixtral" / "config.json");
+  nlohmann::json cfg = nlohmann::json::parse(in);
+  cfg["num_experts_per_tok"] = 9;
+  EXPECT_NE(error_of(cfg.dump(), "mixtral").find("num_experts_per_tok must be in 1..num_local_experts"),
+            std::string::npos);
+  cfg["num_experts_per_tok"] = 2;
+  cfg.erase("num_local_experts");
+  EXPECT_NE(error_of(cfg.dump(), "mixtral").find("num_local_experts"), std::string::npos);
+}
+
+// sliding_window 4 < 14 tokens (mixtral_swa: mixtral's weights; windowed
+// logits 0.80 from full attention's): every layer attends to the window,
+// as transformers' MixtralModel masks it, on cpu and sim.
+TEST(HfCheckpoint, MixtralSlidingWindowMatchesTransformers) {
+  std::ifstream in(kDir / "mixtral_swa" / "config.json");
+  const Scratch s(nlohmann::json::parse(in).dump(), "mixtral");
+  auto src = kvad::open_hf_checkpoint(s.dir.string());
+  EXPECT_EQ(src->get_int("llama.attention.sliding_window", 0), 4);
+  for (const char* device : {"cpu", "sim"}) {
+    check_source("mixtral_swa", "", src, device, 0, 1e-4, "transformers", 64, {kvad::DType::F32, kvad::DType::F32});
+    check_source("mixtral_swa", "", src, device, 0, 1e-3, "transformers", 64, {});
+  }
+}
+
+// llama.cpp's converter's GGUF of mixtral (tools/convert_tiny_gguf.py):
+// architecture llama, Q/K rows permuted for adjacent-pair RoPE, no
+// expert_feed_forward_length (as every Mixtral GGUF: llama.cpp's llama
+// graph sizes the experts by feed_forward_length). Against transformers
+// (f32 KV) to 1e-4 on cpu and sim, and against llama.cpp's own logits
+// (llama-cpp-python 0.3.36, f16 KV; llama.cpp is itself 2.7e-4 from
+// transformers) to 1e-3 as the other architectures. A llama file whose
+// experts are not feed_forward_length wide (the key says 32) is refused.
+// The quantize-once file of the HF checkpoint is llama.cpp's layout: every
+// tensor of kvad quantize of the converter's f32 file is in it with the
+// same bytes (Q and K rows permuted as the converter does, experts stacked).
+TEST(LlamaCppGguf, MixtralMatchesTransformersAndLlamaCpp) {
+  const kvad::KVTypes f32{kvad::DType::F32, kvad::DType::F32};
+  auto gguf = llama_cpp_gguf("mixtral");
+  EXPECT_EQ(gguf->get_string("general.architecture", ""), "llama");
+  EXPECT_FALSE(gguf->has("llama.expert_feed_forward_length"));
+  EXPECT_EQ(gguf->get_int("llama.expert_count", 0), 8);
+  for (const char* device : {"cpu", "sim"})
+    check_source("mixtral", " (llama.cpp GGUF)", gguf, device, 0, 1e-4, "transformers", 64, f32);
+  check_source("mixtral", " (llama.cpp GGUF)", gguf, "cpu", 0, 1e-3, "llama.cpp");
+  try {
+    kvad::load_model(std::make_shared<WithInt>(gguf, "llama.expert_feed_forward_length", 32), kvad::DeviceOptions{});
+    ADD_FAILURE() << "experts read at the wrong width were accepted";
+  } catch (const kvad::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.0.ffn_"), std::string::npos) << e.what();
+  }
+
+  const fs::path tmp = fs::temp_directory_path() / ("kvad-mixtral-" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  const kvad::QuantizeOnceKey key{(tmp / "cache").string(), "kvad-test/tiny-mixtral", "0123456789abcdef"};
+  auto q = kvad::quantize_once(kvad::open_hf_checkpoint((kDir / "mixtral").string()), "q8_0", key);
+  const std::string theirs = (tmp / "mixtral-q8_0.gguf").string();
+  kvad::quant::quantize_file((kDir / "mixtral" / "llama.cpp-f32.gguf").string(), theirs,
+                             kvad::quant::find_quant_type("q8_0"));
+  auto ref = kvad::gguf_source(kvad::gguf::File::open(theirs));
+  EXPECT_EQ(q->tensors().size(), ref->tensors().size());
+  size_t same = 0;
+  for (const kvad::SourceTensor& r : ref->tensors()) {
+    const kvad::SourceTensor* t = q->find(r.name);
+    if (!t) {
+      ADD_FAILURE() << r.name << " is not in the quantize-once file";
+      continue;
+    }
+    EXPECT_EQ(t->type, r.type) << r.name;
+    EXPECT_EQ(t->ne, r.ne) << r.name;
+    const bool equal = t->n_bytes == r.n_bytes && std::memcmp(t->data, r.data, r.n_bytes) == 0;
+    EXPECT_TRUE(equal) << r.name << ": bytes differ";
+    same += equal;
+  }
+  std::printf("mixtral: %zu of %zu tensors byte-equal to llama.cpp's converter's, quantized\n", same,
+              ref->tensors().size());
+  EXPECT_EQ(q->get_int("llama.expert_count", 0), 8);
+  fs::remove_all(tmp);
+}
+
+}  // namespace

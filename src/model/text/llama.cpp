@@ -56,6 +56,16 @@
 // of feed_forward_length; llama.cpp's loader takes only all-sparse files.
 // Without the expert widths (early GGUFs) they are llama.cpp's fallbacks:
 // feed_forward_length / expert_used_count and feed_forward_length.
+//
+// Mixtral (Jiang et al. 2024, "Mixtral of Experts"; transformers'
+// modeling_mixtral.py; Mixtral-8x7B / 8x22B and their fine-tunes) is Llama
+// (Mistral's attention) whose every feed-forward is that MoE block: softmax
+// router ffn_gate_inp, top expert_used_count (2) of expert_count (8) experts,
+// their weights renormalised to sum 1 (MixtralTopKRouter), SwiGLU experts.
+// llama.cpp's converter writes it as GGUF "llama" with llama.expert_count,
+// llama.expert_used_count and the merged ffn_{gate,up,down}_exps, and no
+// expert_feed_forward_length: the experts are feed_forward_length wide, as
+// llama.cpp's llama graph reads them (a file that has the key is taken at it).
 #include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -131,6 +141,8 @@ class Llama final : public Model {
     // experts (5632 / 4 = 1408) and n_ff for the shared expert.
     if (qwen2moe && cfg_.n_ff_exp == 0 && cfg_.moe.n_expert_used > 0)
       cfg_.n_ff_exp = hp_.n_ff / cfg_.moe.n_expert_used;
+    // Mixtral's llama files: the experts are feed_forward_length wide.
+    if (hp_.arch == "llama" && cfg_.n_ff_exp == 0 && cfg_.n_expert > 0) cfg_.n_ff_exp = hp_.n_ff;
     cfg_.moe.norm_eps = hp_.norm_eps;
     WeightLoader wl(src, o);
     device_ = wl.device();
@@ -153,6 +165,9 @@ class Llama final : public Model {
                                              : load_attention_weights(wl, p, E, q_dim, kv_dim, D);
       L.sparse = wl.has(p + "ffn_gate_inp.weight");
       if (L.sparse) {
+        if (device_.type == DeviceType::CUDA)  // moe_route, matmul_id, moe_sum: no CUDA row yet
+          throw Error(src->path() + ": " + hp_.arch + " with experts (" + p +
+                      "ffn_gate_inp.weight) is not supported on cuda yet; use --device cpu");
         if (cfg_.n_expert <= 0 || cfg_.n_ff_exp <= 0 || cfg_.moe.n_expert_used <= 0 ||
             cfg_.moe.n_expert_used > cfg_.n_expert)
           throw Error(src->path() + ": " + p + "ffn_gate_inp.weight needs " + a + "expert_count, " + a +
@@ -367,10 +382,61 @@ bool hf_tensor_qwen2moe(const std::string& hf, TensorRename& r) {
   return hf_tensor_qwen3moe(hf, r);
 }
 
+// Mixtral (transformers' MixtralConfig): Llama's keys (Mistral's
+// sliding_window, null in Mixtral's configs: none) plus the experts as
+// llama.cpp's converter writes them: llama.expert_count (num_local_experts),
+// llama.expert_used_count (num_experts_per_tok); the experts' width is
+// feed_forward_length (intermediate_size). Router always renormalised.
+// Llama's and Mistral's configs (model_type llama, mistral) go to hf_config
+// alone: one table reads the three, as they are one GGUF architecture.
+void hf_config_mixtral(const nlohmann::json& cfg, HfConfig& out) {
+  hf_config(cfg, out);
+  if (!cfg.contains("model_type") || cfg["model_type"] != "mixtral") return;
+  const int64_t n_exp = config_int(cfg, "num_local_experts");
+  if (n_exp <= 0) throw Error("config.json: num_local_experts must be positive");
+  const int64_t k = config_int(cfg, "num_experts_per_tok");
+  if (k <= 0 || k > n_exp) throw Error("config.json: num_experts_per_tok must be in 1..num_local_experts");
+  out.md["llama.expert_count"] = n_exp;
+  out.md["llama.expert_used_count"] = k;
+}
+
+// Mixtral's checkpoints: model.layers.N.block_sparse_moe.gate.weight (the
+// router, [n_expert, n_embd]) and block_sparse_moe.experts.E.{w1,w2,w3}.weight
+// (gate, down, up of expert E), stacked into blk.N.ffn_{gate,down,up}_exps
+// as llama.cpp's converter does; transformers 5 saves them so (its in-memory
+// mlp.experts.gate_up_proj is converted back). Names under mlp. (as
+// Qwen3-MoE's) are taken too.
+bool hf_tensor_mixtral(const std::string& hf, TensorRename& r) {
+  int64_t il;
+  std::string rest;
+  if (hf_layer_tensor(hf, il, rest)) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    static const std::string moe = "block_sparse_moe.";
+    if (rest == moe + "gate.weight") return r.name = p + "ffn_gate_inp.weight", r.transform = TensorTransform::None, true;
+    static const std::string ex = moe + "experts.";
+    if (rest.compare(0, ex.size(), ex) == 0) {
+      size_t k = ex.size();
+      while (k < rest.size() && rest[k] >= '0' && rest[k] <= '9') ++k;
+      const std::string w = k < rest.size() ? rest.substr(k) : "";
+      const char* g = w == ".w1.weight" ? "ffn_gate_exps.weight"
+                      : w == ".w2.weight" ? "ffn_down_exps.weight"
+                      : w == ".w3.weight" ? "ffn_up_exps.weight" : nullptr;
+      if (g && k > ex.size() && k - ex.size() <= 6) {
+        r.name = p + g;
+        r.transform = TensorTransform::None;
+        r.part = std::stoll(rest.substr(ex.size(), k - ex.size()));
+        return true;
+      }
+      return false;
+    }
+  }
+  return hf_tensor_qwen3moe(hf, r);
+}
+
 }  // namespace
 
 extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kPhi3HfNames, kQwen3MoeHfNames, kQwen2MoeHfNames;
-const HfNames kLlamaHfNames = {{"llama", "mistral"}, &hf_config, &hf_tensor};
+const HfNames kLlamaHfNames = {{"llama", "mistral", "mixtral"}, &hf_config_mixtral, &hf_tensor_mixtral};
 const HfNames kQwen2HfNames = {{"qwen2"}, &hf_config_qwen2, &hf_tensor};
 const HfNames kQwen3HfNames = {{"qwen3"}, &hf_config_qwen3, &hf_tensor};
 const HfNames kPhi3HfNames = {{"phi3"}, &hf_config_phi3, &hf_tensor_phi3};
