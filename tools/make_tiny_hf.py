@@ -451,6 +451,7 @@ def main():
     qwen35(tokens)
     qwen2moe()
     mixtral()
+    gemma2()
     print("transformers", transformers.__version__, "torch", torch.__version__)
 
 
@@ -842,6 +843,48 @@ def mixtral():
     print("mixtral_swa: windowed vs full attention", float((out - full).abs().max() / full.abs().max()))
     logits = [[round(float(v), 6) for v in row] for row in out]
     (d / "logits.json").write_text(json.dumps({"tokens": TOKENS, "logits": logits}))
+
+
+def gemma2():
+    """Gemma 2 (transformers' gemma2; gemma-2-2b/9b/27b): Gemma 3's blocks
+    (pre and post norms around attention and MLP, GeGLU-tanh, embeddings
+    scaled by sqrt(n_embd), (1 + w) norms, random here) without QK-norm, with
+    attention logit soft-capping and final logit soft-capping, and sliding
+    and full layers in turn (layer_types: 0 and 2 slide, window 4 < 14
+    tokens). head_dim 32 != n_embd / n_head, GQA 2:1, tied head. The caps
+    are made to matter: q/k scaled x8 with attn_logit_softcapping 2, and
+    final_logit_softcapping 0.5 (the tiny model's raw logits reach 0.6);
+    the script prints how far transformers' logits move without each cap
+    (0.64 and 0.44 of max |logit|)."""
+    if ONLY and "gemma2" not in ONLY:
+        return
+    torch.manual_seed(41)
+    cfg = transformers.Gemma2Config(
+        vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=256,
+        sliding_window=4, rms_norm_eps=1e-6, rope_theta=10000.0, query_pre_attn_scalar=32,
+        attn_logit_softcapping=2.0, final_logit_softcapping=0.5, tie_word_embeddings=True,
+        torch_dtype="float32", attn_implementation="eager")
+    assert cfg.layer_types == ["sliding_attention", "full_attention"] * 2, cfg.layer_types
+    m = transformers.Gemma2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if "norm" in n:
+                p.normal_(0.0, 0.3)
+    sharpen(m, 8.0)
+    with torch.no_grad():
+        ref = m(torch.tensor([TOKENS])).logits[0].float()
+        for field in ("attn_logit_softcapping", "final_logit_softcapping"):
+            keep = getattr(m.config, field)
+            setattr(m.config, field, None)
+            for layer in m.model.layers:
+                layer.self_attn.attn_logit_softcapping = m.config.attn_logit_softcapping
+            out = m(torch.tensor([TOKENS])).logits[0].float()
+            setattr(m.config, field, keep)
+            for layer in m.model.layers:
+                layer.self_attn.attn_logit_softcapping = m.config.attn_logit_softcapping
+            print("gemma2: without", field, float((out - ref).abs().max() / ref.abs().max()))
+    save("gemma2", m)
 
 
 if __name__ == "__main__":

@@ -201,6 +201,7 @@ Tensor attention_block(const AttentionWeights& w, const AttentionParams& p, KVLa
   ap.window = p.sliding_window;
   ap.slots = cache.slots;
   ap.sinks = w.sinks;
+  ap.softcap = p.softcap;
   const Tensor a = ops::attention(q, cache.k, cache.v, b.seq, b.pos, ap);
   return ops::matmul(a.view({H * D, n, 1, 1}), w.wo, w.bo ? &w.bo : nullptr);
 }

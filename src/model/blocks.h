@@ -71,6 +71,9 @@ struct AttentionParams {
   /// p attends to positions in (p - W, p] (llama.cpp's LLAMA_SWA_TYPE_STANDARD,
   /// HF's sliding_window; Mistral, Gemma 2/3 local layers).
   int32_t sliding_window = 0;
+  /// 0: none. c > 0: scores capped to c · tanh(s / c) before the softmax
+  /// (Gemma 2's attn_logit_softcapping; AttentionOpParams::softcap).
+  float softcap = 0;
 };
 
 /// The attention block of a pre-norm decoder layer, for a batch of tokens:
@@ -78,7 +81,8 @@ struct AttentionParams {
 ///   q = Wq·n (+bq), k = Wk·n (+bk), v = Wv·n (+bv)   per head: q, k ← RMSNorm(·) ⊙ q_norm/k_norm (when given)
 ///   q, k ← RoPE(q, k, pos)              k, v → the layer's cache at (seq, pos), f16 or f32
 ///   a_h = softmax(scale · q_h·Kᵀ) · V   over the positions token t may see (causal, optionally windowed;
-///                                       with w.sinks, sinks[h] is one more logit of the softmax, gpt-oss),
+///                                       with w.sinks, sinks[h] is one more logit of the softmax, gpt-oss;
+///                                       with p.softcap = c, each logit is c·tanh(logit / c) first, Gemma 2),
 ///                                       query head h reading kv head h / (n_head / n_head_kv)
 ///   out = Wo · a (+bo)
 /// (Vaswani et al. 2017; grouped-query attention, Ainslie et al. 2023.)

@@ -20,6 +20,7 @@ std::unique_ptr<Model> load_qwen3next(std::shared_ptr<const TensorSource> src, c
 extern const HfNames kQwen3NextHfNames, kQwen35HfNames, kQwen35MoeHfNames;
 extern const HfNames kLlamaHfNames, kQwen2HfNames, kQwen3HfNames, kGemma3HfNames, kGpt2HfNames, kPhi3HfNames,
     kQwen3MoeHfNames, kBertHfNames, kDeepseek2HfNames, kGptOssHfNames, kQwen2MoeHfNames;
+extern const HfNames kGemma2HfNames;
 
 const char* model_kind_name(ModelKind k) {
   switch (k) {
@@ -51,6 +52,8 @@ const std::vector<ArchEntry>& architectures() {
       {"gpt-oss", ModelKind::Text, {"cpu", "sim"}, &load_gpt_oss, &kGptOssHfNames},
       // The CUDA row has no bidirectional attention or exact GELU yet.
       {"bert", ModelKind::Embedding, {"cpu", "sim"}, &load_bert, &kBertHfNames},
+      // Gemma 2's attention logit soft-capping has no CUDA row yet (gemma3.cpp).
+      {"gemma2", ModelKind::Text, {"cpu", "sim"}, &load_gemma3, &kGemma2HfNames},
   };
   return archs;
 }

@@ -57,6 +57,10 @@ struct AttentionOpParams {
   /// softmax gets one more logit sinks[h] in its denominator, whose value row
   /// is zero, so the weights over the keys sum to less than 1.
   Tensor sinks{};
+  /// 0: none. c > 0: attention logit soft-capping (Gemma 2; transformers'
+  /// attn_logit_softcapping, llama.cpp's attn_soft_cap): each score
+  /// s = scale · q·k becomes c · tanh(s / c) before the mask and softmax.
+  float softcap = 0;
 };
 
 /// How a MoE router turns logits into expert weights (ops.h: moe_route).

@@ -2,6 +2,7 @@
 #include "tensor/ops.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 
 #include "base/error.h"
@@ -431,6 +432,8 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
        "q " + shape_str(q) + " does not fit caches " + shape_str(k) + " (GQA needs n_head % n_head_kv == 0)");
   KVAD_NEED("attention", p.slots > 0 && k.n_rows() % p.slots == 0, "cache rows are not a whole number of rings");
   KVAD_NEED("attention", p.causal || p.window == 0, "a sliding window needs causal attention");
+  KVAD_NEED("attention", std::isfinite(p.softcap) && p.softcap >= 0,
+            "softcap " + std::to_string(p.softcap) + " is not a finite value >= 0");
   if (p.sinks) {
     KVAD_NEED("attention", p.sinks.device() == d, "sinks live on another device than q");
     need_type("attention", p.sinks, DType::F32, "sinks");
@@ -470,6 +473,7 @@ Tensor attention_latent(const Tensor& q, const Tensor& cache, const Tensor& seq,
   KVAD_NEED("attention_latent", n_v > 0 && n_v <= D, "n_v " + std::to_string(n_v) + " is not in (0, " + std::to_string(D) + "]");
   KVAD_NEED("attention_latent", p.slots > 0 && cache.n_rows() % p.slots == 0, "cache rows are not a whole number of rings");
   KVAD_NEED("attention_latent", p.causal, "latent attention is causal");
+  KVAD_NEED("attention_latent", p.softcap == 0, "latent attention has no logit soft-capping");
   Tensor out = f32_like(q, {n_v, H, n_tok, 1});
   entry(row(d, "attention_latent").attention_latent, d, "attention_latent")(q, cache, seq, pos, p, out);
   return out;

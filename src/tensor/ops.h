@@ -168,7 +168,10 @@ void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Ten
 /// of them bidirectionally); window must then be 0. The CUDA row does not
 /// do causal = false yet and throws. p.sinks (optional, [n_head] f32): one
 /// extra logit per head in the softmax's denominator (gpt-oss); the CUDA row
-/// has none yet and throws. out: [n_tok, n_head, head_dim].
+/// has none yet and throws. p.softcap c > 0: each score s = scale · q·k
+/// becomes c · tanh(s / c) before the softmax (Gemma 2's attention logit
+/// soft-capping; must be finite and >= 0); the CUDA row has none yet and
+/// throws. out: [n_tok, n_head, head_dim].
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
                  const AttentionOpParams& p);
 

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -576,6 +577,82 @@ TEST(Ops, AttentionSinksMatchDefinition) {
   bad.slots = slots;
   bad.sinks = ops::from_host(sink.data(), DType::F32, {H - 1, 1, 1, 1}, Device::cpu());
   EXPECT_THROW(ops::attention(q, kc, kc, ids_tensor(seq), ids_tensor(pos), bad), Error);
+}
+
+// Gemma 2's attention logit soft-capping (transformers' Gemma2Attention
+// eager path: s = scale · q·k, s ← c·tanh(s/c), then the causal / sliding
+// mask and softmax) against that definition on the CPU, an f32 cache, with
+// and without a window; bit for bit on sim; the CUDA row refuses it. The cap
+// (2) lies inside the scores' range (|s| up to ~6), so dropping it moves the
+// output by far more than the tolerance (checked: `uncapped`).
+TEST(Ops, AttentionSoftcapMatchesDefinition) {
+  std::mt19937 rng(23);
+  const int64_t D = 32, H = 4, Hkv = 2, n = 13, slots = 16;
+  const float cap = 2.0f, scale = 0.5f;
+  const Tensor q = rand_f32(rng, {D, H, n, 1}, 1.5f), k = rand_f32(rng, {D * Hkv, n, 1, 1});
+  const Tensor v = rand_f32(rng, {D * Hkv, n, 1, 1});
+  std::vector<int32_t> seq(n, 0), pos(n);
+  for (int32_t i = 0; i < n; ++i) pos[i] = i;
+  for (int32_t window : {0, 5}) {
+    auto run = [&](Device d, float c) {
+      const Tensor kc = ops::empty(DType::F32, {D * Hkv, slots, 1, 1}, d);
+      const Tensor vc = ops::empty(DType::F32, {D * Hkv, slots, 1, 1}, d);
+      const Tensor st = ops::to(ids_tensor(seq), d), pt = ops::to(ids_tensor(pos), d);
+      ops::kv_store(kc, ops::to(k, d), st, pt, slots);
+      ops::kv_store(vc, ops::to(v, d), st, pt, slots);
+      AttentionOpParams ap;
+      ap.scale = scale;
+      ap.window = window;
+      ap.slots = slots;
+      ap.softcap = c;
+      return host_f32(ops::attention(ops::to(q, d), kc, vc, st, pt, ap));
+    };
+    const auto out = run(Device::cpu(), cap), uncapped = run(Device::cpu(), 0.0f);
+    const auto qv = host_f32(q), kv = host_f32(k), vv = host_f32(v);
+    double worst = 0, moved = 0, top = 0;
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t kvh = h / (H / Hkv), first = window ? std::max<int64_t>(0, t - window + 1) : 0;
+        std::vector<double> s;
+        double mx = -1e300, sum = 0;
+        for (int64_t j = first; j <= t; ++j) {
+          double d = 0;
+          for (int64_t i = 0; i < D; ++i) d += double(qv[(t * H + h) * D + i]) * kv[j * D * Hkv + kvh * D + i];
+          top = std::max(top, std::abs(scale * d));
+          s.push_back(cap * std::tanh(scale * d / cap));
+          mx = std::max(mx, s.back());
+        }
+        for (double& x : s) sum += (x = std::exp(x - mx));
+        for (int64_t i = 0; i < D; ++i) {
+          double want = 0;
+          for (int64_t j = first; j <= t; ++j) want += s[j - first] / sum * vv[j * D * Hkv + kvh * D + i];
+          const size_t o = (t * H + h) * D + i;
+          worst = std::max(worst, std::abs(want - out[o]));
+          moved = std::max(moved, std::abs(want - uncapped[o]));
+        }
+      }
+    std::printf("attention with soft-cap %g, window %d: max |err| %.3g (without the cap %.3g; max |score| %.3g)\n",
+                cap, window, worst, moved, top);
+    EXPECT_LT(worst, 1e-5);
+    EXPECT_GT(moved, 1e-2);
+    for (const Device& d : devices()) {
+      if (d.type == DeviceType::CPU) continue;
+      if (d.type == DeviceType::Sim) {
+        EXPECT_EQ(run(d, cap), out);
+      } else {
+        EXPECT_THROW(run(d, cap), Error) << d.str();
+      }
+    }
+  }
+  // A cap must be finite and >= 0.
+  const Tensor kc = ops::empty(DType::F32, {D * Hkv, slots, 1, 1}, Device::cpu());
+  for (float c : {-1.0f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    AttentionOpParams bad;
+    bad.scale = scale;
+    bad.slots = slots;
+    bad.softcap = c;
+    EXPECT_THROW(ops::attention(q, kc, kc, ids_tensor(seq), ids_tensor(pos), bad), Error) << c;
+  }
 }
 
 TEST(Ops, SwigluOaiMatchesDefinition) {

@@ -23,6 +23,7 @@ namespace {
 
 using avx2::exp_ps;
 using avx2::hsum;
+using avx2::tanh_ps;
 
 constexpr int kBlock = 32;     // keys per block
 constexpr int kMaxDim = 256;   // head_dim limit of this kernel
@@ -92,6 +93,8 @@ void attention_rows_impl(const AttentionRows& rows, const TK* k, const TV* v, in
     std::fill(rows.out[r], rows.out[r] + D, 0.0f);
   }
   const __m256 vscale = _mm256_set1_ps(scale);
+  const bool capped = rows.softcap > 0;
+  const __m256 vcap = _mm256_set1_ps(rows.softcap), vinv_cap = _mm256_set1_ps(capped ? 1.0f / rows.softcap : 0.0f);
   for (int64_t b0 = lo; b0 <= hi; b0 += kBlock) {
     const int nb = static_cast<int>(std::min<int64_t>(kBlock, hi + 1 - b0));
     const int nb8 = (nb + 7) & ~7;
@@ -118,8 +121,11 @@ void attention_rows_impl(const AttentionRows& rows, const TK* k, const TV* v, in
       const int j0 = static_cast<int>(std::max<int64_t>(rows.first[r] - b0, 0));
       const int j1 = static_cast<int>(std::min<int64_t>(rows.last[r] + 1 - b0, nb));
       if (j0 >= j1) continue;
-      for (int j = 0; j < nb8; j += 8)
-        _mm256_store_ps(s + j, _mm256_mul_ps(dot8(rows.q[r], kf + j * D, D), vscale));
+      for (int j = 0; j < nb8; j += 8) {
+        __m256 sj = _mm256_mul_ps(dot8(rows.q[r], kf + j * D, D), vscale);
+        if (capped) sj = _mm256_mul_ps(vcap, tanh_ps(_mm256_mul_ps(sj, vinv_cap)));
+        _mm256_store_ps(s + j, sj);
+      }
       float bm = -INFINITY;
       for (int j = j0; j < j1; ++j) bm = std::max(bm, s[j]);
       const float m_new = std::max(m[r], bm);

@@ -403,6 +403,7 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
       AttentionRows rows;
       rows.ring = ring;
       rows.sinks = static_cast<bool>(p.sinks);
+      rows.softcap = p.softcap;
       for (int64_t t = tile.t0; t < tile.t1; ++t)
         for (int64_t h = tile.h0; h < tile.h1; ++h) {
           rows.q[rows.n] = pq + (t * H + h) * D;

@@ -97,6 +97,11 @@ void f32_to_f16_row(const float* x, uint16_t* y, int64_t n) { vec_ops().f32_to_f
 namespace {
 // softmax over x[0, n) with one more logit `sink` in the denominator (an
 // attention sink; -inf: none): the sink joins the max and the sum, then is dropped.
+// Logit soft-capping: x ← c · tanh(x / c) (Gemma 2).
+void soft_cap(float* x, int64_t n, float c) {
+  for (int64_t i = 0; i < n; ++i) x[i] = c * std::tanh(x[i] / c);
+}
+
 void softmax_sink(float* x, int64_t n, float sink) {
   if (sink == -INFINITY) return softmax(x, n);
   float mx = sink;
@@ -110,7 +115,7 @@ void softmax_sink(float* x, int64_t n, float sink) {
 
 void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_pos,
                    int64_t kv_stride, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                   float scale, float* out, float* scratch, float sink) {
+                   float scale, float* out, float* scratch, float sink, float softcap) {
   const VecOps& vo = vec_ops();
   const int64_t group = n_head / n_head_kv;
   for (int64_t h = 0; h < n_head; ++h) {
@@ -118,6 +123,7 @@ void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t
     const float* qh = q + h * head_dim;
     for (int64_t p = 0; p < n_pos; ++p)
       scratch[p] = vo.dot_f16_f32(head_dim, k + p * kv_stride + kvh * head_dim, qh) * scale;
+    if (softcap > 0) soft_cap(scratch, n_pos, softcap);
     softmax_sink(scratch, n_pos, sink);
     float* oh = out + h * head_dim;
     std::fill(oh, oh + head_dim, 0.0f);
@@ -161,7 +167,7 @@ void attention_rows_f16_ref(const AttentionRows& rows, const uint16_t* k, const 
       vp = vr.data();
     }
     attention_f16(rows.q[r], kp, vp, n_pos, kv_stride, 1, 1, head_dim, scale, rows.out[r], scores.data(),
-                  rows.sinks ? rows.sink[r] : -INFINITY);
+                  rows.sinks ? rows.sink[r] : -INFINITY, rows.softcap);
   }
 }
 
@@ -187,6 +193,7 @@ void attention_rows_ref(const AttentionRows& rows, KVRows k, KVRows v, int64_t k
       for (int64_t c = 0; c < head_dim; ++c) dot += q[c] * kf[c];
       scores[j] = dot * scale;
     }
+    if (rows.softcap > 0) soft_cap(scores.data(), n_pos, rows.softcap);
     softmax_sink(scores.data(), n_pos, rows.sinks ? rows.sink[r] : -INFINITY);
     float* o = rows.out[r];
     std::fill(o, o + head_dim, 0.0f);

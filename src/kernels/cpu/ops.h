@@ -86,10 +86,11 @@ void add(float* x, const float* y, int64_t n);
 /// 2023). out: [n_head, head_dim]. scratch: n_pos floats.
 /// out = softmax(q·kᵀ · scale) · v over positions [0, n_pos). sink: an extra
 /// logit in every head's softmax denominator (gpt-oss's attention sinks),
-/// -inf for none.
+/// -inf for none. softcap c > 0: each score s becomes c · tanh(s / c) before
+/// the softmax (Gemma 2); 0 for none.
 void attention_f16(const float* q, const uint16_t* k, const uint16_t* v, int64_t n_pos,
                    int64_t kv_stride, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
-                   float scale, float* out, float* scratch, float sink = -INFINITY);
+                   float scale, float* out, float* scratch, float sink = -INFINITY, float softcap = 0);
 
 /// Query rows of one attention tile: every row reads the same KV head.
 /// Row r is one (token, query head) pair; it sees key positions
@@ -109,6 +110,9 @@ struct AttentionRows {
   /// denominator (an attention sink, gpt-oss), with a zero value row.
   bool sinks = false;
   float sink[kMax];
+  /// 0: none. c > 0: every score s = scale · q·k becomes c · tanh(s / c)
+  /// before the softmax (Gemma 2's attention logit soft-capping).
+  float softcap = 0;
 };
 
 /// Rows of one KV cache tensor as the attention kernels read them: f16 or
@@ -124,7 +128,8 @@ struct KVRows {
 
 /// Attention of a tile of query rows over one KV head:
 /// out_r = softmax(q_r · k_pᵀ · scale, p in [first_r, last_r]) · v_p
-/// (with sink_r as one more logit of the softmax when rows.sinks).
+/// (with sink_r as one more logit of the softmax when rows.sinks, and each
+/// score s capped to c · tanh(s / c) when rows.softcap = c > 0).
 /// k, v: [*, kv_stride], each f16 or f32, with the head's head_dim values at
 /// offset 0 of each row (the caller offsets them to its KV head).
 /// head_dim % 8 == 0 and head_dim <= 256 for the AVX2 path (else the

@@ -34,4 +34,14 @@ inline __m256 exp_ps(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
+/// tanh x lane by lane as 1 - 2 / (e^(2x) + 1) with exp_ps (its clamp makes
+/// the result exactly ±1 for |x| > ~44); absolute error about 2e-7, so
+/// relative error grows as |x| → 0 (Gemma 2's soft-capping multiplies it by
+/// the cap and adds it to a softmax logit, where absolute error is what counts).
+inline __m256 tanh_ps(__m256 x) {
+  const __m256 e = exp_ps(_mm256_add_ps(x, x));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  return _mm256_sub_ps(one, _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, one)));
+}
+
 }  // namespace kvad::cpu::avx2

@@ -265,6 +265,8 @@ void attention_op(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
                   const AttentionOpParams& p, const Tensor& o) {
   if (!p.causal) throw Error("attention: the CUDA row has no bidirectional (causal = false) attention yet (run on cpu)");
   if (p.sinks) throw Error("attention: the CUDA row has no attention sinks (gpt-oss) yet (run on cpu)");
+  if (p.softcap != 0)
+    throw Error("attention: the CUDA row has no attention logit soft-capping (Gemma 2) yet (run on cpu)");
   const int64_t D = q.ne[0], H = q.ne[1], n_tok = q.ne[2];
   attention(in(q), k.raw(), k.type == DType::F32, v.raw(), v.type == DType::F32, ids(seq), ids(pos), n_tok, H,
             k.ne[0] / D, D, p.slots, k.n_rows() / p.slots, p.scale, p.window, out(o));

@@ -1,6 +1,8 @@
 // Gemma 3, text decoder (Gemma Team 2025, "Gemma 3 Technical Report"; HF
-// transformers modeling_gemma3.py; GGUF architecture "gemma3"). Decoder
-// blocks with a norm before and after each sub-block:
+// transformers modeling_gemma3.py; GGUF architecture "gemma3"), and Gemma 2
+// (Gemma Team 2024, "Gemma 2: Improving Open Language Models at a Practical
+// Size"; modeling_gemma2.py; GGUF "gemma2"), whose differences are listed
+// under "Gemma 2" below. Decoder blocks with a norm before and after each sub-block:
 //   x = x · sqrt(n_embd)                                  (embedding scale)
 //   x = x + RMSNorm(Wo · Attn(q, k, v)) ⊙ post_attention_norm
 //         q = RoPE(RMSNorm_h(Wq · n) ⊙ attn_q_norm), k = RoPE(RMSNorm_h(Wk · n) ⊙ attn_k_norm),
@@ -28,8 +30,25 @@
 //  - Attention scale: query_pre_attn_scalar^-1/2, which is head_dim
 //    (`gemma3.attention.key_length`) for every size but 27B, where HF's config
 //    has n_embd / n_head (llama.cpp's rule; GGUF has no key for it).
+//
+// Gemma 2 (llama.cpp's llama_model_gemma2, transformers' Gemma2Model):
+//  - no QK-norm; instead attention logit soft-capping: each score
+//    s = scale · q·k becomes c · tanh(s / c) before the mask and softmax
+//    (`gemma2.attn_logit_softcapping`, 50 when absent, as llama.cpp);
+//  - final logit soft-capping: logits ← c · tanh(logits / c)
+//    (`gemma2.final_logit_softcapping`, 30 when absent);
+//  - sliding-window and global layers alternate, the window on the even
+//    layers (llama.cpp's set_swa_pattern(2); HF's layer_types: layer i slides
+//    when (i + 1) % 2 != 0); `gemma2.attention.sliding_window` is 4096 when
+//    absent (llama.cpp's default);
+//  - one RoPE (base `gemma2.rope.freq_base`, and scaling) for both kinds of
+//    layer (llama.cpp: rope_freq_base_train_swa = rope_freq_base_train unless
+//    `gemma2.rope.freq_base_swa` says otherwise);
+//  - the 27B exception of the attention scale is told by 46 layers.
+//  A soft-cap of 0 (HF null) means none.
 #include <cmath>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "base/error.h"
@@ -47,17 +66,32 @@
 namespace kvad {
 namespace {
 
-constexpr int64_t kSlidingWindowPattern = 6;  // 5 local layers, then 1 global
-constexpr float kLocalRopeBase = 10000.0f;
+constexpr int64_t kSlidingWindowPattern = 6;  // Gemma 3: 5 local layers, then 1 global
+constexpr int64_t kGemma2Pattern = 2;         // Gemma 2: local, global, local, ...
+constexpr float kLocalRopeBase = 10000.0f;    // Gemma 3's local layers
+constexpr int64_t kGemma2Window = 4096;       // llama.cpp's default n_swa for gemma2
+constexpr float kGemma2AttnSoftcap = 50.0f;   // llama.cpp's defaults, and HF Gemma2Config's
+constexpr float kGemma2FinalSoftcap = 30.0f;
 
-/// Gemma 3's hyper-parameters: the decoder keys plus the sliding window.
+/// Gemma 2's and 3's hyper-parameters: the decoder keys plus the sliding
+/// window pattern and (Gemma 2) the soft-caps.
 struct Gemma3Params {
   HParams hp;
-  int32_t sliding_window = 0;  ///< gemma3.attention.sliding_window; 0: every layer global
-  bool is_global(int64_t il) const {
-    return sliding_window == 0 || il % kSlidingWindowPattern == kSlidingWindowPattern - 1;
-  }
+  bool gemma2 = false;         ///< GGUF architecture "gemma2"
+  int64_t pattern = kSlidingWindowPattern;  ///< layer il is global when il % pattern == pattern - 1
+  int32_t sliding_window = 0;  ///< {arch}.attention.sliding_window; 0: every layer global
+  float attn_softcap = 0;      ///< gemma2.attn_logit_softcapping; 0: none
+  float final_softcap = 0;     ///< gemma2.final_logit_softcapping; 0: none
+  bool is_global(int64_t il) const { return sliding_window == 0 || il % pattern == pattern - 1; }
 };
+
+// A soft-cap key: absent gives def; it must be finite and >= 0 (0: none).
+float read_softcap(const TensorSource& src, const std::string& key, float def) {
+  const double c = src.get_float(key, def);
+  if (!std::isfinite(c) || c < 0 || c > 1e30)
+    throw Error(src.path() + ": " + key + " " + std::to_string(c) + " is not a finite value >= 0");
+  return static_cast<float>(c);
+}
 
 struct Layer {
   AttentionWeights attn;     // attn_norm, attn_q/k/v, attn_q_norm, attn_k_norm, attn_output
@@ -73,11 +107,17 @@ class Gemma3 final : public Model {
     cfg_.hp = read_hparams(*src);
     hp_ = cfg_.hp;
     const std::string a = hp_.arch + ".";
+    cfg_.gemma2 = hp_.arch == "gemma2";
+    if (cfg_.gemma2) {
+      cfg_.pattern = kGemma2Pattern;
+      cfg_.attn_softcap = read_softcap(*src, a + "attn_logit_softcapping", kGemma2AttnSoftcap);
+      cfg_.final_softcap = read_softcap(*src, a + "final_logit_softcapping", kGemma2FinalSoftcap);
+    }
     const int64_t E = hp_.n_embd, D = hp_.head_dim, F = hp_.n_ff;
     const int64_t q_dim = hp_.n_head * D, kv_dim = hp_.n_head_kv * D;
     if (src->get_int(a + "attention.value_length", D) != D)
       throw Error(src->path() + ": " + a + "attention.value_length differs from key_length; not supported");
-    const int64_t window = src->get_int(a + "attention.sliding_window", 0);
+    const int64_t window = src->get_int(a + "attention.sliding_window", cfg_.gemma2 ? kGemma2Window : 0);
     if (window < 0 || window > INT32_MAX)
       throw Error(src->path() + ": " + a + "attention.sliding_window " + std::to_string(window) + " is invalid");
     cfg_.sliding_window = static_cast<int32_t>(window);
@@ -94,7 +134,10 @@ class Gemma3 final : public Model {
       const std::string p = "blk." + std::to_string(il) + ".";
       Layer& L = layers_[il];
       L.attn = load_attention_weights(wl, p, E, q_dim, kv_dim, D);
-      if (!L.attn.q_norm || !L.attn.k_norm)
+      if (cfg_.gemma2 && (L.attn.q_norm || L.attn.k_norm))
+        throw Error(src->path() + ": tensor " + p + (L.attn.q_norm ? "attn_q_norm" : "attn_k_norm") +
+                    ".weight: gemma2 has no QK-norm");
+      if (!cfg_.gemma2 && (!L.attn.q_norm || !L.attn.k_norm))
         throw Error(src->path() + ": missing tensor " + p + (L.attn.q_norm ? "attn_k_norm.weight" : "attn_q_norm.weight"));
       L.post_attention_norm = wl.get(p + "post_attention_norm.weight", {E});
       L.ffn = load_mlp_weights(wl, p, E, F);
@@ -104,7 +147,7 @@ class Gemma3 final : public Model {
     require_f32(src->path(), {&output_norm_});
     // The global layers' rope scaling (model/rope.h; Gemma 3 4B+ use linear 8).
     const RopeScaling rope = load_rope_scaling(*src, wl, hp_, /*neox=*/true);
-    if (rope.has_long) throw Error(src->path() + ": LongRoPE factors are not supported for gemma3");
+    if (rope.has_long) throw Error(src->path() + ": LongRoPE factors are not supported for " + hp_.arch);
     wl.finish();  // a file with output.weight (an untied head) is refused here, naming it
     weight_bytes_ = wl.bytes();
     hp_.n_params = wl.n_params();
@@ -114,14 +157,19 @@ class Gemma3 final : public Model {
     g.n_head_kv = hp_.n_head_kv;
     g.head_dim = D;
     g.rope = rope.params;
-    const bool is_27b = hp_.n_layer == 62;
+    const bool is_27b = hp_.n_layer == (cfg_.gemma2 ? 46 : 62);
     g.scale = 1.0f / std::sqrt(static_cast<float>(is_27b ? E / hp_.n_head : D));
     g.norm_eps = hp_.norm_eps;
+    g.softcap = cfg_.attn_softcap;
     local_ = g;
-    local_.rope.freq_base = kLocalRopeBase;
-    local_.rope.freq_scale = 1.0f;
-    local_.rope.freq_factors = Tensor{};
-    local_.rope.attn_factor = 1.0f;
+    if (cfg_.gemma2) {
+      local_.rope.freq_base = static_cast<float>(src->get_float(a + "rope.freq_base_swa", g.rope.freq_base));
+    } else {
+      local_.rope.freq_base = kLocalRopeBase;
+      local_.rope.freq_scale = 1.0f;
+      local_.rope.freq_factors = Tensor{};
+      local_.rope.attn_factor = 1.0f;
+    }
     local_.sliding_window = cfg_.sliding_window;
   }
 
@@ -148,6 +196,9 @@ class Gemma3 final : public Model {
     }
     cache.advance(b);
     decoder_logits(x, ids, output_norm_, eps, tok_embd_, logits);
+    // Gemma 2's final soft-cap, on the host's [n_out, n_vocab] logits.
+    if (const float c = cfg_.final_softcap; c > 0)
+      for (int64_t i = 0, n = ids.n_out * hp_.n_vocab; i < n; ++i) logits[i] = c * std::tanh(logits[i] / c);
   }
 
  private:
@@ -157,28 +208,50 @@ class Gemma3 final : public Model {
   AttentionParams global_, local_;
 };
 
-// HF names (transformers' Gemma3ForCausalLM, model_type gemma3_text) →
+// HF names (transformers' Gemma3ForCausalLM, model_type gemma3_text, and
+// Gemma2ForCausalLM, gemma2, the same names without q_norm / k_norm) →
 // GGUF names. Every RMSNorm weight w becomes 1 + w, as the GGUF converter
 // stores it (Gemma's norm multiplies by 1 + w).
-void hf_config(const nlohmann::json& cfg, HfConfig& out) {
-  decoder_config("gemma3", cfg, out);
-  const int64_t window = config_int(cfg, "sliding_window", 0);
-  out.md["gemma3.attention.sliding_window"] = window;
-  // kvad runs Gemma 3's fixed pattern (Gemma3Params::is_global); a config
-  // with another one is refused rather than run wrong.
-  const std::vector<bool> local = sliding_layers(cfg, config_int(cfg, "num_hidden_layers"), kSlidingWindowPattern);
+// Gemma 2's and 3's config.json (gemma2: Gemma2Config's defaults for
+// absent fields, a null soft-cap written as 0, none).
+void hf_config_gemma(const std::string& arch, const nlohmann::json& cfg, HfConfig& out) {
+  const bool gemma2 = arch == "gemma2";
+  decoder_config(arch, cfg, out);
+  const int64_t window = config_int(cfg, "sliding_window", gemma2 ? kGemma2Window : 0);
+  out.md[arch + ".attention.sliding_window"] = window;
+  // kvad runs the fixed pattern (Gemma3Params::is_global); a config with
+  // another one is refused rather than run wrong.
   Gemma3Params p;
+  p.pattern = gemma2 ? kGemma2Pattern : kSlidingWindowPattern;
   p.sliding_window = static_cast<int32_t>(window);
+  const int64_t n_layer = config_int(cfg, "num_hidden_layers");
+  const std::vector<bool> local = sliding_layers(cfg, n_layer, p.pattern);
   for (size_t il = 0; il < local.size(); ++il)
     if (window > 0 && local[il] == p.is_global(static_cast<int64_t>(il)))
       throw Error("config.json: layer " + std::to_string(il) + " is " + (local[il] ? "sliding" : "full") +
-                  " attention; kvad runs Gemma 3's pattern of 5 sliding layers then 1 full");
-  if (local_rope_base(cfg, kLocalRopeBase) != kLocalRopeBase)
+                  " attention; kvad runs " +
+                  (gemma2 ? "Gemma 2's pattern of sliding and full layers in turn, sliding first"
+                          : "Gemma 3's pattern of 5 sliding layers then 1 full"));
+  if (gemma2) {
+    if (config_bool(cfg, "use_bidirectional_attention", false))
+      throw Error("config.json: use_bidirectional_attention (an encoder) is not supported for gemma2");
+    for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+      const double def = key[0] == 'a' ? kGemma2AttnSoftcap : kGemma2FinalSoftcap;
+      const double c = cfg.contains(key) && cfg[key].is_null() ? 0.0 : config_float(cfg, key, def);
+      if (!std::isfinite(c) || c < 0) throw Error(std::string("config.json: ") + key + " must be a number >= 0 or null");
+      out.md[arch + "." + key] = c;
+    }
+  } else if (local_rope_base(cfg, kLocalRopeBase) != kLocalRopeBase) {
     throw Error("config.json: a sliding-layer rope base other than 10000 is not supported");
+  }
   const int64_t head_dim = config_int(cfg, "head_dim");
-  if (config_int(cfg, "query_pre_attn_scalar", head_dim) != head_dim && config_int(cfg, "num_hidden_layers") != 62)
+  if (config_int(cfg, "query_pre_attn_scalar", gemma2 ? 256 : head_dim) != head_dim &&
+      n_layer != (gemma2 ? 46 : 62))
     throw Error("config.json: query_pre_attn_scalar other than head_dim is not supported");
 }
+
+void hf_config(const nlohmann::json& cfg, HfConfig& out) { hf_config_gemma("gemma3", cfg, out); }
+void hf_config_gemma2(const nlohmann::json& cfg, HfConfig& out) { hf_config_gemma("gemma2", cfg, out); }
 
 bool hf_tensor(const std::string& hf, TensorRename& r) {
   using T = TensorTransform;
@@ -194,6 +267,8 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
 
 extern const HfNames kGemma3HfNames;
 const HfNames kGemma3HfNames = {{"gemma3_text"}, &hf_config, &hf_tensor};
+extern const HfNames kGemma2HfNames;
+const HfNames kGemma2HfNames = {{"gemma2"}, &hf_config_gemma2, &hf_tensor};
 
 std::unique_ptr<Model> load_gemma3(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
   return std::make_unique<Gemma3>(std::move(src), o);

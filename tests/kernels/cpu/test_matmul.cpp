@@ -352,7 +352,9 @@ TEST(Matmul, MultiEqualsSeparateMatmuls) {
 // the reference; rows have different causal ranges and sliding windows that
 // start inside a key block, and ranges that cross several 32-key blocks;
 // with and without attention sinks (gpt-oss: one more logit per row in the
-// softmax's denominator, some larger than every score).
+// softmax's denominator, some larger than every score), and with and without
+// logit soft-capping (Gemma 2: s ← c·tanh(s/c), c = 1.5 below the largest
+// scores, so a kernel that skipped it would be off by far more than 2e-5).
 // Tolerance 2e-5 absolute: outputs are convex combinations of |v| <= 1; the
 // exponential is a 6-term polynomial (relative error ~2e-7) and sums run over
 // at most 300 terms in f32.
@@ -380,7 +382,8 @@ TEST(Attention, RowsMatchTheDefinition) {
         return v_f32 ? v32[i] : f16_to_f32(v16[i]);
       };
       for (int n_rows : {1, 7, 16})
-      for (bool sinks : {false, true}) {
+      for (bool sinks : {false, true})
+      for (float cap : {0.0f, 1.5f}) {
         std::vector<float> q(n_rows * D), out(n_rows * D), out_ref(n_rows * D);
         for (auto& x : q) x = 3.0f * u(rng);
         cpu::AttentionRows rows, rows_ref;
@@ -396,6 +399,7 @@ TEST(Attention, RowsMatchTheDefinition) {
           rows.sink[r] = rows_ref.sink[r] = 4.0f * u(rng) + (r % 4 == 3 ? 6.0f : 0.0f);
         }
         rows.sinks = rows_ref.sinks = sinks;
+        rows.softcap = rows_ref.softcap = cap;
         const float scale = 1.0f / std::sqrt(static_cast<float>(D));
         cpu::attention_rows(rows, kr.offset(D), vr.offset(D), stride, D, scale);
         cpu::attention_rows_ref(rows_ref, kr.offset(D), vr.offset(D), stride, D, scale);
@@ -406,8 +410,9 @@ TEST(Attention, RowsMatchTheDefinition) {
           for (int64_t p = rows.first[r]; p <= rows.last[r]; ++p) {
             double d = 0;
             for (int64_t c = 0; c < D; ++c) d += static_cast<double>(q[r * D + c]) * kval(p, c);
-            s.push_back(d * scale);
-            mx = std::max(mx, d * scale);
+            const double sc = cap > 0 ? cap * std::tanh(d * scale / cap) : d * scale;
+            s.push_back(sc);
+            mx = std::max(mx, sc);
           }
           if (sinks) sum = std::exp(rows.sink[r] - mx);
           for (double& x : s) sum += (x = std::exp(x - mx));
@@ -419,9 +424,9 @@ TEST(Attention, RowsMatchTheDefinition) {
           }
         }
         EXPECT_LT(max_err, 2e-5) << "D=" << D << " rows=" << n_rows << " k_f32=" << k_f32 << " v_f32=" << v_f32
-                                 << " sinks=" << sinks;
+                                 << " sinks=" << sinks << " cap=" << cap;
         EXPECT_LT(max_err_ref, 2e-5) << "D=" << D << " rows=" << n_rows << " k_f32=" << k_f32 << " v_f32=" << v_f32
-                                     << " sinks=" << sinks;
+                                     << " sinks=" << sinks << " cap=" << cap;
       }
     }
   }
