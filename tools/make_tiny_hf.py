@@ -772,7 +772,15 @@ def save_qwen2moe_swa(m):
     assert cfg.layer_types == ["sliding_attention", "full_attention", "sliding_attention"], cfg.layer_types
     w = transformers.Qwen2MoeForCausalLM(cfg).eval()
     w.load_state_dict(m.state_dict())
-    d = OUT / "qwen2moe_swa"
+    save_windowed("qwen2moe_swa", w, m)
+
+
+def save_windowed(name, w, m):
+    """A windowed variant `w` of model `m` (the same weights): only its
+    config.json and its logits.json go to tests/fixtures/hf_tiny/<name>; the
+    tests read them beside m's model.safetensors. Prints how far the window
+    moves the logits."""
+    d = OUT / name
     if d.exists():
         shutil.rmtree(d)
     w.save_pretrained(d, safe_serialization=True)
@@ -782,7 +790,7 @@ def save_qwen2moe_swa(m):
     with torch.no_grad():
         out = w(torch.tensor([TOKENS])).logits[0].float()
         full = m(torch.tensor([TOKENS])).logits[0].float()
-    print("qwen2moe_swa: windowed vs full attention", float((out - full).abs().max() / full.abs().max()))
+    print(name + ": windowed vs full attention", float((out - full).abs().max() / full.abs().max()))
     logits = [[round(float(v), 6) for v in row] for row in out]
     (d / "logits.json").write_text(json.dumps({"tokens": TOKENS, "logits": logits}))
 
@@ -830,19 +838,7 @@ def mixtral():
         return
     w = copy.deepcopy(m)
     w.config.sliding_window = 4  # the layers and the mask read the model's one config
-    d = OUT / "mixtral_swa"
-    if d.exists():
-        shutil.rmtree(d)
-    w.save_pretrained(d, safe_serialization=True)
-    for p in d.iterdir():
-        if p.name != "config.json":
-            p.unlink()
-    with torch.no_grad():
-        out = w(torch.tensor([TOKENS])).logits[0].float()
-        full = m(torch.tensor([TOKENS])).logits[0].float()
-    print("mixtral_swa: windowed vs full attention", float((out - full).abs().max() / full.abs().max()))
-    logits = [[round(float(v), 6) for v in row] for row in out]
-    (d / "logits.json").write_text(json.dumps({"tokens": TOKENS, "logits": logits}))
+    save_windowed("mixtral_swa", w, m)
 
 
 def gemma2():

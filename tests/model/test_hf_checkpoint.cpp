@@ -982,35 +982,44 @@ namespace {
 // attn_k_b (each head transposed) and attn_v_b. A file in HF's fused form, or
 // with a row order off, fails here (and in llama.cpp:
 // tools/check_quantized_in_llama_cpp.py).
+// The quantize-once q8_0 file of tiny checkpoint `name` (written under
+// tmp/cache) holds llama.cpp's layout: every tensor of `kvad quantize` q8_0
+// of llama.cpp's f32 conversion of the same checkpoint is in it, with the
+// same type, shape and bytes, and nothing else is. Returns the file.
+std::shared_ptr<const kvad::TensorSource> expect_llama_cpp_layout(const std::string& name, const fs::path& tmp) {
+  const kvad::QuantizeOnceKey key{(tmp / "cache").string(), "kvad-test/tiny-" + name, "0123456789abcdef"};
+  auto q = kvad::quantize_once(kvad::open_hf_checkpoint((kDir / name).string()), "q8_0", key);
+  const std::string theirs = (tmp / (name + "-q8_0.gguf")).string();
+  kvad::quant::quantize_file((kDir / name / "llama.cpp-f32.gguf").string(), theirs,
+                             kvad::quant::find_quant_type("q8_0"));
+  auto ref = kvad::gguf_source(kvad::gguf::File::open(theirs));
+  EXPECT_EQ(q->tensors().size(), ref->tensors().size());
+  size_t same = 0;
+  for (const kvad::SourceTensor& r : ref->tensors()) {
+    const kvad::SourceTensor* t = q->find(r.name);
+    if (!t) {
+      ADD_FAILURE() << r.name << " is not in the quantize-once file";
+      continue;
+    }
+    EXPECT_EQ(t->type, r.type) << r.name;
+    EXPECT_EQ(t->n_dims, r.n_dims) << r.name;
+    EXPECT_EQ(t->ne, r.ne) << r.name;
+    const bool equal = t->n_bytes == r.n_bytes && std::memcmp(t->data, r.data, r.n_bytes) == 0;
+    EXPECT_TRUE(equal) << r.name << ": bytes differ";
+    same += equal;
+  }
+  std::printf("%s: %zu of %zu tensors byte-equal to llama.cpp's converter's, quantized\n", name.c_str(), same,
+              ref->tensors().size());
+  return q;
+}
+
 TEST(HfCheckpoint, QuantizeOnceWritesLlamaCppsLayout) {
   const fs::path tmp = fs::temp_directory_path() / ("kvad-qlayout-" + std::to_string(::getpid()));
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  for (const char* name : {"qwen3next", "deepseek_v3", "deepseek_v2", "qwen35", "qwen35moe"}) {
+  for (const char* name : {"qwen3next", "deepseek_v3", "deepseek_v2", "qwen35", "qwen35moe", "qwen2moe", "mixtral"}) {
     SCOPED_TRACE(name);
-    const kvad::QuantizeOnceKey key{(tmp / "cache").string(), std::string("kvad-test/tiny-") + name, "0123456789abcdef"};
-    auto q = kvad::quantize_once(kvad::open_hf_checkpoint((kDir / name).string()), "q8_0", key);
-    const std::string theirs = (tmp / (std::string(name) + "-q8_0.gguf")).string();
-    kvad::quant::quantize_file((kDir / name / "llama.cpp-f32.gguf").string(), theirs,
-                               kvad::quant::find_quant_type("q8_0"));
-    auto ref = kvad::gguf_source(kvad::gguf::File::open(theirs));
-    EXPECT_EQ(q->tensors().size(), ref->tensors().size());
-    size_t same = 0;
-    for (const kvad::SourceTensor& r : ref->tensors()) {
-      const kvad::SourceTensor* t = q->find(r.name);
-      if (!t) {
-        ADD_FAILURE() << r.name << " is not in the quantize-once file";
-        continue;
-      }
-      EXPECT_EQ(t->type, r.type) << r.name;
-      EXPECT_EQ(t->n_dims, r.n_dims) << r.name;
-      EXPECT_EQ(t->ne, r.ne) << r.name;
-      const bool equal = t->n_bytes == r.n_bytes && std::memcmp(t->data, r.data, r.n_bytes) == 0;
-      EXPECT_TRUE(equal) << r.name << ": bytes differ";
-      same += equal;
-    }
-    std::printf("%s: %zu of %zu tensors byte-equal to llama.cpp's converter's, quantized\n", name, same,
-                ref->tensors().size());
+    auto q = expect_llama_cpp_layout(name, tmp);
     if (std::string(name) == "qwen3next") {
       EXPECT_EQ(q->get_bool_array("qwen3next.attention.recurrent_layers"),
                 (std::vector<bool>{true, true, false, true, true, false}));
@@ -1022,6 +1031,12 @@ TEST(HfCheckpoint, QuantizeOnceWritesLlamaCppsLayout) {
       ASSERT_NE(norm, nullptr);
       EXPECT_EQ(norm->type(), kvad::gguf::ValueType::BOOL);  // llama.cpp refuses it as an integer
       EXPECT_FALSE(q->has("deepseek2.nextn_predict_layers"));  // no MTP tensors: llama.cpp would count a layer less
+    }
+    if (std::string(name) == "qwen2moe") {
+      EXPECT_EQ(q->get_int("kvad.moe.norm_topk_prob", -1), 0);
+    }
+    if (std::string(name) == "mixtral") {
+      EXPECT_EQ(q->get_int("llama.expert_count", 0), 8);
     }
   }
   fs::remove_all(tmp);
@@ -1431,33 +1446,7 @@ TEST(LlamaCppGguf, Qwen2MoeMatchesTransformersAndLlamaCpp) {
                                                                        "qwen2moe.expert_shared_feed_forward_length"}),
                "cpu", 0, 1e-3, "llama.cpp");
 
-  const fs::path tmp = fs::temp_directory_path() / ("kvad-q2moe-" + std::to_string(::getpid()));
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  const kvad::QuantizeOnceKey key{(tmp / "cache").string(), "kvad-test/tiny-qwen2moe", "0123456789abcdef"};
-  auto q = kvad::quantize_once(kvad::open_hf_checkpoint((kDir / "qwen2moe").string()), "q8_0", key);
-  const std::string theirs = (tmp / "qwen2moe-q8_0.gguf").string();
-  kvad::quant::quantize_file((kDir / "qwen2moe" / "llama.cpp-f32.gguf").string(), theirs,
-                             kvad::quant::find_quant_type("q8_0"));
-  auto ref = kvad::gguf_source(kvad::gguf::File::open(theirs));
-  EXPECT_EQ(q->tensors().size(), ref->tensors().size());
-  size_t same = 0;
-  for (const kvad::SourceTensor& r : ref->tensors()) {
-    const kvad::SourceTensor* t = q->find(r.name);
-    if (!t) {
-      ADD_FAILURE() << r.name << " is not in the quantize-once file";
-      continue;
-    }
-    EXPECT_EQ(t->type, r.type) << r.name;
-    EXPECT_EQ(t->ne, r.ne) << r.name;
-    const bool equal = t->n_bytes == r.n_bytes && std::memcmp(t->data, r.data, r.n_bytes) == 0;
-    EXPECT_TRUE(equal) << r.name << ": bytes differ";
-    same += equal;
-  }
-  std::printf("qwen2moe: %zu of %zu tensors byte-equal to llama.cpp's converter's, quantized\n", same,
-              ref->tensors().size());
-  EXPECT_EQ(q->get_int("kvad.moe.norm_topk_prob", -1), 0);
-  fs::remove_all(tmp);
+  // Its quantize-once file: QuantizeOnceWritesLlamaCppsLayout.
 }
 
 }  // namespace
@@ -1574,33 +1563,7 @@ TEST(LlamaCppGguf, MixtralMatchesTransformersAndLlamaCpp) {
     EXPECT_NE(std::string(e.what()).find("blk.0.ffn_"), std::string::npos) << e.what();
   }
 
-  const fs::path tmp = fs::temp_directory_path() / ("kvad-mixtral-" + std::to_string(::getpid()));
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  const kvad::QuantizeOnceKey key{(tmp / "cache").string(), "kvad-test/tiny-mixtral", "0123456789abcdef"};
-  auto q = kvad::quantize_once(kvad::open_hf_checkpoint((kDir / "mixtral").string()), "q8_0", key);
-  const std::string theirs = (tmp / "mixtral-q8_0.gguf").string();
-  kvad::quant::quantize_file((kDir / "mixtral" / "llama.cpp-f32.gguf").string(), theirs,
-                             kvad::quant::find_quant_type("q8_0"));
-  auto ref = kvad::gguf_source(kvad::gguf::File::open(theirs));
-  EXPECT_EQ(q->tensors().size(), ref->tensors().size());
-  size_t same = 0;
-  for (const kvad::SourceTensor& r : ref->tensors()) {
-    const kvad::SourceTensor* t = q->find(r.name);
-    if (!t) {
-      ADD_FAILURE() << r.name << " is not in the quantize-once file";
-      continue;
-    }
-    EXPECT_EQ(t->type, r.type) << r.name;
-    EXPECT_EQ(t->ne, r.ne) << r.name;
-    const bool equal = t->n_bytes == r.n_bytes && std::memcmp(t->data, r.data, r.n_bytes) == 0;
-    EXPECT_TRUE(equal) << r.name << ": bytes differ";
-    same += equal;
-  }
-  std::printf("mixtral: %zu of %zu tensors byte-equal to llama.cpp's converter's, quantized\n", same,
-              ref->tensors().size());
-  EXPECT_EQ(q->get_int("llama.expert_count", 0), 8);
-  fs::remove_all(tmp);
+  // Its quantize-once file: QuantizeOnceWritesLlamaCppsLayout.
 }
 
 }  // namespace
