@@ -95,13 +95,13 @@ void add(float* x, const float* y, int64_t n) {
 void f32_to_f16_row(const float* x, uint16_t* y, int64_t n) { vec_ops().f32_to_f16(x, y, n); }
 
 namespace {
-// softmax over x[0, n) with one more logit `sink` in the denominator (an
-// attention sink; -inf: none): the sink joins the max and the sum, then is dropped.
 // Logit soft-capping: x ← c · tanh(x / c) (Gemma 2).
 void soft_cap(float* x, int64_t n, float c) {
   for (int64_t i = 0; i < n; ++i) x[i] = c * std::tanh(x[i] / c);
 }
 
+// softmax over x[0, n) with one more logit `sink` in the denominator (an
+// attention sink; -inf: none): the sink joins the max and the sum, then is dropped.
 void softmax_sink(float* x, int64_t n, float sink) {
   if (sink == -INFINITY) return softmax(x, n);
   float mx = sink;
