@@ -1,6 +1,8 @@
 #include "model/hparams.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "base/error.h"
 #include "io/tensor_source.h"
@@ -31,6 +33,27 @@ HParams read_hparams(const TensorSource& f) {
   const double factor = f.get_float(a + "rope.scaling.factor", 1.0);
   const std::string scaling = f.get_string(a + "rope.scaling.type", "none");
   if (scaling == "linear" && factor > 0) hp.rope_freq_scale = static_cast<float>(1.0 / factor);
+  // Every layer has tensors of its own: more layers than tensors is a bad
+  // file, refused before anything is sized by it.
+  if (hp.n_layer > static_cast<int64_t>(f.tensors().size()))
+    throw Error(f.path() + ": " + a + "block_count " + std::to_string(hp.n_layer) + " is more than the file's " +
+                std::to_string(f.tensors().size()) + " tensors");
+  // A width or a head count is at most some tensor's dim: one larger than
+  // every tensor dim of the file is a bad file (and would size tables by it,
+  // or overflow the products of the weights' shapes).
+  int64_t most = 0;
+  for (const SourceTensor& t : f.tensors()) most = std::max({most, t.ne[0], t.ne[1], t.ne[2], t.ne[3]});
+  for (const auto& [key, v] : {std::pair<const char*, int64_t>{"embedding_length", hp.n_embd},
+                               {"attention.key_length (head_dim)", hp.head_dim},
+                               {"feed_forward_length", hp.n_ff},
+                               {"attention.head_count", hp.n_head},
+                               {"attention.head_count_kv", hp.n_head_kv}})
+    if (v > most)
+      throw Error(f.path() + ": " + a + key + " " + std::to_string(v) + " is more than any tensor dim of the file (" +
+                  std::to_string(most) + ")");
+  if (hp.head_dim <= 0)
+    throw Error(f.path() + ": head_dim is 0: " + a + "attention.head_count " + std::to_string(hp.n_head) +
+                " is more than embedding_length " + std::to_string(hp.n_embd));
   if (hp.n_head % hp.n_head_kv != 0)
     throw Error(f.path() + ": head_count " + std::to_string(hp.n_head) +
                 " is not a multiple of head_count_kv " + std::to_string(hp.n_head_kv));
