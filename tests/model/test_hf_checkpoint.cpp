@@ -1671,3 +1671,34 @@ TEST(HfCheckpoint, BadGemma2ConfigsAreClearErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+// What fuzz_model_hparams found: hyper-parameters no tensor of the file can
+// hold are refused at load, naming the key, before anything is sized by
+// them (a 2^40-layer vector, a 2^40-float YaRN table, a head count whose
+// weight-shape products overflow).
+TEST(HfCheckpoint, HyperParametersBeyondTheTensorsAreRefused) {
+  struct Case {
+    const char *model, *key;
+    int64_t value;
+    const char* expect;
+  };
+  for (const Case& c : {Case{"llama3", "llama.block_count", int64_t{1} << 40, "block_count"},
+                        Case{"gpt_oss", "gpt-oss.attention.key_length", int64_t{1} << 40, "key_length"},
+                        Case{"gpt_oss", "gpt-oss.rope.dimension_count", int64_t{1} << 40, "rope.dimension_count"},
+                        Case{"deepseek_v3", "deepseek2.attention.head_count", int64_t{1} << 40, "head_count"},
+                        Case{"qwen3next", "qwen3next.embedding_length", int64_t{1} << 40, "embedding_length"},
+                        Case{"gemma2", "gemma2.attention.head_count", 4096, "head_count"}}) {
+    SCOPED_TRACE(std::string(c.model) + " " + c.key);
+    auto gguf = kvad::gguf_source(kvad::gguf::File::open((kDir / c.model / "llama.cpp-f32.gguf").string()));
+    try {
+      (void)kvad::load_model(std::make_shared<WithInt>(gguf, c.key, c.value), kvad::DeviceOptions{});
+      ADD_FAILURE() << "loaded";
+    } catch (const kvad::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
