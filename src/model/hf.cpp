@@ -47,12 +47,24 @@ bool config_bool(const json& cfg, const char* key, bool def) {
   return cfg[key].get<bool>();
 }
 
+void check_layer_count(int64_t n_layer) {
+  // More than any checkpoint has (the largest have a few hundred); a larger
+  // count is a bad config, refused before per-layer tables are sized by it.
+  if (n_layer <= 0 || n_layer > kMaxLayers)
+    throw Error("config.json: num_hidden_layers " + std::to_string(n_layer) + " is not in [1, " +
+                std::to_string(kMaxLayers) + "]");
+}
+
 void decoder_config(const std::string& a, const json& cfg, HfConfig& out) {
   Metadata& md = out.md;
   md["general.architecture"] = a;
   if (cfg.contains("_name_or_path") && cfg["_name_or_path"].is_string())
     md["general.name"] = cfg["_name_or_path"].get<std::string>();
   const int64_t n_head = config_int(cfg, "num_attention_heads");
+  // Counts the rest is sized by: refused here, before a table is made from them.
+  if (n_head <= 0) throw Error("config.json: num_attention_heads must be positive");
+  if (config_int(cfg, "hidden_size") <= 0) throw Error("config.json: hidden_size must be positive");
+  check_layer_count(config_int(cfg, "num_hidden_layers"));
   md[a + ".context_length"] = config_int(cfg, "max_position_embeddings", 2048);
   md[a + ".embedding_length"] = config_int(cfg, "hidden_size");
   md[a + ".block_count"] = config_int(cfg, "num_hidden_layers");
@@ -62,6 +74,10 @@ void decoder_config(const std::string& a, const json& cfg, HfConfig& out) {
   md[a + ".attention.head_count"] = n_head;
   md[a + ".attention.head_count_kv"] = config_int(cfg, "num_key_value_heads", n_head);
   const int64_t head_dim = config_int(cfg, "head_dim", config_int(cfg, "hidden_size") / n_head);
+  // The rope tables made from the config are head_dim / 2 long.
+  if (head_dim <= 0 || head_dim > kMaxHeadDim)
+    throw Error("config.json: head_dim " + std::to_string(head_dim) + " is not in [1, " + std::to_string(kMaxHeadDim) +
+                "]");
   if (cfg.contains("head_dim") && !cfg["head_dim"].is_null()) {
     md[a + ".attention.key_length"] = config_int(cfg, "head_dim");
     md[a + ".attention.value_length"] = config_int(cfg, "head_dim");
@@ -93,6 +109,7 @@ double local_rope_base(const json& cfg, double def) {
 }
 
 std::vector<bool> sliding_layers(const json& cfg, int64_t n_layer, int64_t pattern) {
+  check_layer_count(n_layer);
   std::vector<bool> local(n_layer);
   if (cfg.contains("layer_types") && cfg["layer_types"].is_array()) {
     const json& lt = cfg["layer_types"];
@@ -207,6 +224,9 @@ std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir, b
     entry->hf->config(cfg, hc);
   } catch (const Error& e) {
     throw Error(cfg_path.string() + ": " + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // A field of another JSON type than the architecture reads it as.
+    throw Error(cfg_path.string() + ": a field has the wrong type (" + e.what() + ")");
   }
   std::shared_ptr<const TensorSource> raw = safetensors_source(dir);
   // Block-scaled FP8 checkpoints (DeepSeek-V3/R1's quantization_config

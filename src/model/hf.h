@@ -89,6 +89,13 @@ bool config_bool(const nlohmann::json& cfg, const char* key, bool def);
 /// with llama.cpp's keys), and general.name (_name_or_path). Throws for
 /// another rope type.
 void decoder_config(const std::string& arch, const nlohmann::json& cfg, HfConfig& out);
+/// Most layers a config may declare (num_hidden_layers), and the largest
+/// head_dim: far above any model's (a few hundred layers; head dims up to
+/// 576), so that only a bad config meets them, before tables are sized by it.
+inline constexpr int64_t kMaxLayers = 1 << 16, kMaxHeadDim = 1 << 16;
+/// Throws kvad::Error "config.json: num_hidden_layers N is not in [1,
+/// kMaxLayers]" for a count outside it.
+void check_layer_count(int64_t n_layer);
 
 /// The RoPE base of sliding-window layers: rope_parameters.sliding_attention
 /// (transformers 5) or rope_local_base_freq (4.x), else `def`.

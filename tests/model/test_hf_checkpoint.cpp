@@ -1702,3 +1702,41 @@ TEST(HfCheckpoint, HyperParametersBeyondTheTensorsAreRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+// What fuzz_hf_config found: config.json values that sized a table or
+// divided before any tensor was checked, and a field of the wrong JSON type
+// escaping as nlohmann's exception, are one kvad::Error naming the field.
+TEST(HfCheckpoint, ConfigSizesAndTypesTheFuzzerFoundAreClearErrors) {
+  struct Case {
+    const char* model;
+    const char* field;
+    nlohmann::json value;
+    const char* expect;
+  };
+  for (const Case& c : {Case{"llama", "num_attention_heads", 0, "num_attention_heads must be positive"},
+                        Case{"llama", "num_hidden_layers", int64_t{1} << 40, "num_hidden_layers 1099511627776 is not in"},
+                        Case{"llama", "head_dim", int64_t{1} << 40, "head_dim 1099511627776 is not in"},
+                        Case{"gpt2", "model_type", "gpt2", ""},  // control: the unedited config loads
+                        Case{"qwen3next", "linear_value_head_dim", int64_t{1} << 40, "linear_value_head_dim"},
+                        Case{"qwen35", "linear_num_value_heads", int64_t{1} << 40, "linear_num_value_heads"}}) {
+    SCOPED_TRACE(std::string(c.model) + " " + c.field);
+    std::ifstream in(kDir / c.model / "config.json");
+    nlohmann::json j = nlohmann::json::parse(in);
+    j[c.field] = c.value;
+    const std::string e = error_of(j.dump(), c.model);
+    if (std::string(c.expect).empty()) {
+      EXPECT_EQ(e, "");
+    } else {
+      EXPECT_NE(e.find(c.expect), std::string::npos) << e;
+    }
+  }
+  // gpt2's activation_function read as a string (the fuzzer set it to a number).
+  std::ifstream in(kDir / "gpt2" / "config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  j["activation_function"] = 7;
+  EXPECT_NE(error_of(j.dump(), "gpt2").find("a field has the wrong type"), std::string::npos) << error_of(j.dump(), "gpt2");
+}
+
+}  // namespace

@@ -461,11 +461,19 @@ void delta_net_config(const std::string& a, const nlohmann::json& cfg, HfConfig&
     md[a + ".attention.recurrent_layers"] = recurrent;
   }
   md[a + ".full_attention_interval"] = config_int(cfg, "full_attention_interval", 4);
-  md[a + ".ssm.conv_kernel"] = config_int(cfg, "linear_conv_kernel_dim");
-  md[a + ".ssm.state_size"] = config_int(cfg, "linear_key_head_dim");
-  md[a + ".ssm.group_count"] = config_int(cfg, "linear_num_key_heads");
-  md[a + ".ssm.time_step_rank"] = config_int(cfg, "linear_num_value_heads");
-  md[a + ".ssm.inner_size"] = config_int(cfg, "linear_value_head_dim") * config_int(cfg, "linear_num_value_heads");
+  // Sizes, each in [1, kMaxHeadDim] (a bad config's product would overflow).
+  auto size = [&](const char* key) {
+    const int64_t v = config_int(cfg, key);
+    if (v <= 0 || v > kMaxHeadDim)
+      throw Error(std::string("config.json: ") + key + " " + std::to_string(v) + " is not in [1, " +
+                  std::to_string(kMaxHeadDim) + "]");
+    return v;
+  };
+  md[a + ".ssm.conv_kernel"] = size("linear_conv_kernel_dim");
+  md[a + ".ssm.state_size"] = size("linear_key_head_dim");
+  md[a + ".ssm.group_count"] = size("linear_num_key_heads");
+  md[a + ".ssm.time_step_rank"] = size("linear_num_value_heads");
+  md[a + ".ssm.inner_size"] = size("linear_value_head_dim") * size("linear_num_value_heads");
   if (config_bool(cfg, "attention_bias", false)) throw Error("config.json: attention_bias is not supported for " + a);
   if (a != "qwen3next") {
     // Qwen3-VL's MRoPE sections (rotary pairs per temporal, height, width
