@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "base/error.h"
 #include "cli/commands.h"
@@ -48,13 +49,13 @@ using json = nlohmann::ordered_json;
 
 class Chat {
  public:
-  Chat(const ChatOptions& o, LoadedModel m)
-      : o_(o), m_(std::move(m)), prompt_(chat_prompt(m_)) {
+  Chat(const ChatOptions& o, LoadedModel m, std::shared_ptr<const Grammar> grammar)
+      : o_(o), m_(std::move(m)), prompt_(chat_prompt(m_)), gbnf_(std::move(grammar)) {
     const HParams& hp = m_.model->hparams();
     n_ctx_ = o.context_size(hp);
     session_ = std::make_unique<Session>(m_.model, n_ctx_, 1, o.threads, o.cache_type.types());
     sampler_ = std::make_unique<Sampler>(m_.sampler_params(o));
-    grammar_ = o.grammar.make(*m_.tokenizer);
+    trie_ = gbnf_ ? std::make_shared<TokenTrie>(*m_.tokenizer) : nullptr;
     set_system(o.system);
   }
 
@@ -98,8 +99,9 @@ class Chat {
                                       n_ctx_ - static_cast<int32_t>(ids.size()));
     if (!o_.no_prefix_reuse) go.held = &held_;
     // Each reply starts the grammar afresh.
-    if (grammar_) grammar_ = o_.grammar.make(*m_.tokenizer);
-    go.grammar = grammar_.get();
+    std::optional<TokenGrammar> grammar;
+    if (gbnf_) grammar.emplace(gbnf_, trie_);
+    go.grammar = grammar ? &*grammar : nullptr;
     ReplyPrinter out(&prompt_, *m_.tokenizer, rendered, o_.reasoning);
     go.special_text = out.special_text();
     g_interrupted.store(false);
@@ -142,7 +144,8 @@ class Chat {
   std::string system_;
   json turns_ = json::array();
   std::vector<int32_t> held_;
-  std::unique_ptr<TokenGrammar> grammar_;
+  std::shared_ptr<const Grammar> gbnf_;
+  std::shared_ptr<const TokenTrie> trie_;
   GenerateStats last_;
 };
 
@@ -162,7 +165,8 @@ bool read_line(bool tty, std::string& line) {
 
 void chat(const ChatOptions& o) {
   o.cache_type.types();  // a bad --cache-type-k/-v fails before the model loads
-  Chat c(o, load_for_cli(o.model, o.device));
+  std::shared_ptr<const Grammar> grammar = o.grammar.parse();  // a bad grammar fails before the model loads
+  Chat c(o, load_for_cli(o.model, o.device), std::move(grammar));
   const bool tty = isatty(STDIN_FILENO);
   struct sigaction sa {};
   sa.sa_handler = on_sigint;

@@ -29,30 +29,38 @@ void ReasoningOptions::add_to(CLI::App* c) {
 }
 
 void GrammarOptions::add_to(CLI::App* c) {
-  c->add_option("--grammar", gbnf, "Decode the reply under this GBNF grammar (llama.cpp's format; rule root)");
-  c->add_option("--grammar-file", file, "Decode the reply under the GBNF grammar in this file");
-  c->add_option("-j,--json-schema", json_schema, "Decode the reply as JSON valid under this JSON Schema");
+  gbnf_ = c->add_option("--grammar", gbnf, "Decode the reply under this GBNF grammar (llama.cpp's format; rule root)");
+  file_ = c->add_option("--grammar-file", file, "Decode the reply under the GBNF grammar in this file");
+  json_schema_ = c->add_option("-j,--json-schema", json_schema, "Decode the reply as JSON valid under this JSON Schema");
+  json_schema_file_ = c->add_option("--json-schema-file", json_schema_file,
+                                    "Decode the reply as JSON valid under the JSON Schema in this file");
 }
 
-std::unique_ptr<TokenGrammar> GrammarOptions::make(const Tokenizer& tok) const {
-  const int given = !gbnf.empty() + !file.empty() + !json_schema.empty();
-  if (given == 0) return nullptr;
-  if (given > 1) throw Error("--grammar, --grammar-file and --json-schema: give one");
+namespace {
+std::string read_file(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(flag + " " + path + ": cannot read the file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+std::shared_ptr<const Grammar> GrammarOptions::parse() const {
+  auto given = [](const CLI::Option* o) { return o && o->count() > 0; };
+  const int n = given(gbnf_) + given(file_) + given(json_schema_) + given(json_schema_file_);
+  if (n == 0) return nullptr;
+  if (n > 1) throw Error("--grammar, --grammar-file, --json-schema and --json-schema-file: give one");
   std::string text, flag;
-  if (!gbnf.empty()) {
-    text = gbnf, flag = "--grammar";
-  } else if (!file.empty()) {
-    flag = "--grammar-file " + file;
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw Error(flag + ": cannot read the file");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
+  if (given(gbnf_) || given(file_)) {
+    flag = given(gbnf_) ? "--grammar" : "--grammar-file " + file;
+    text = given(gbnf_) ? gbnf : read_file("--grammar-file", file);
   } else {
-    flag = "--json-schema";
+    flag = given(json_schema_) ? "--json-schema" : "--json-schema-file " + json_schema_file;
+    const std::string src = given(json_schema_) ? json_schema : read_file("--json-schema-file", json_schema_file);
     nlohmann::ordered_json schema;
     try {
-      schema = nlohmann::ordered_json::parse(json_schema);
+      schema = nlohmann::ordered_json::parse(src);
     } catch (const nlohmann::json::exception& e) {
       throw Error(flag + ": not JSON: " + e.what());
     }
@@ -62,11 +70,17 @@ std::unique_ptr<TokenGrammar> GrammarOptions::make(const Tokenizer& tok) const {
       throw Error(flag + ": " + e.what());
     }
   }
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw Error(flag + ": the grammar is empty");
   try {
-    return std::make_unique<TokenGrammar>(Grammar::parse(text), std::make_shared<TokenTrie>(tok));
+    return Grammar::parse(text);
   } catch (const Error& e) {
     throw Error(flag + ": " + e.what());
   }
+}
+
+std::unique_ptr<TokenGrammar> GrammarOptions::bind(const std::shared_ptr<const Grammar>& g, const Tokenizer& tok) {
+  if (!g) return nullptr;
+  return std::make_unique<TokenGrammar>(g, std::make_shared<TokenTrie>(tok));
 }
 
 ReplyPrinter::ReplyPrinter(const ChatPrompt* chat, const Tokenizer& tok, const std::string& rendered,

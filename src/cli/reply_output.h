@@ -7,11 +7,12 @@
 #include <memory>
 #include <string>
 
-namespace CLI { class App; }
+namespace CLI { class App; class Option; }
 
 namespace kvad {
 class ChatPrompt;
 class Tokenizer;
+class Grammar;
 class TokenGrammar;
 }  // namespace kvad
 
@@ -26,16 +27,23 @@ struct ReasoningOptions {
   void add_to(CLI::App* c);
 };
 
-/// --grammar GBNF, --grammar-file FILE, -j/--json-schema SCHEMA
-/// (llama-cli's flags): the reply is decoded under that grammar.
+/// --grammar GBNF, --grammar-file FILE, -j/--json-schema SCHEMA,
+/// -jf/--json-schema-file FILE (llama-cli's flags): the reply is decoded
+/// under that grammar.
 struct GrammarOptions {
-  std::string gbnf, file, json_schema;
+  std::string gbnf, file, json_schema, json_schema_file;
   void add_to(CLI::App* c);
-  /// The grammar over `tok`'s vocabulary, or null when no flag was given.
-  /// Throws kvad::Error naming the flag: more than one given, an unreadable
-  /// file, a GBNF syntax error (line and column), a schema that is not
-  /// JSON or that kvad's converter refuses.
-  std::unique_ptr<TokenGrammar> make(const Tokenizer& tok) const;
+  /// Parses the flag's grammar (before the model loads, so that a bad one
+  /// costs nothing); null when no flag was given. Throws kvad::Error naming
+  /// the flag: more than one given, an empty value, an unreadable file, a
+  /// GBNF syntax error (line and column), a schema that is not JSON or
+  /// that kvad's converter refuses.
+  std::shared_ptr<const Grammar> parse() const;
+  /// `g` over `tok`'s vocabulary (null for a null g).
+  static std::unique_ptr<TokenGrammar> bind(const std::shared_ptr<const Grammar>& g, const Tokenizer& tok);
+
+ private:
+  CLI::Option *gbnf_ = nullptr, *file_ = nullptr, *json_schema_ = nullptr, *json_schema_file_ = nullptr;
 };
 
 /// Prints one reply as it streams. With splitting on, the reasoning goes to

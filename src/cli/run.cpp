@@ -34,8 +34,9 @@ struct RunOptions : GenerationOptions {
 void run(const RunOptions& o) {
   if (o.prompt.empty()) throw Error("--prompt is required and must not be empty");
   const KVTypes kv = o.cache_type.types();
+  const std::shared_ptr<const Grammar> gbnf = o.grammar.parse();  // a bad grammar fails before the model loads
   LoadedModel m = load_for_cli(o.model, o.device);
-  const std::unique_ptr<TokenGrammar> grammar = o.grammar.make(*m.tokenizer);
+  const std::unique_ptr<TokenGrammar> grammar = GrammarOptions::bind(gbnf, *m.tokenizer);
   const HParams& hp = m.model->hparams();
   const int32_t n_ctx = o.context_size(hp);
   Session session(m.model, n_ctx, 1, o.threads, kv);

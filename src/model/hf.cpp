@@ -223,7 +223,10 @@ std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir, b
   try {
     entry->hf->config(cfg, hc);
   } catch (const Error& e) {
-    throw Error(cfg_path.string() + ": " + e.what());
+    // The config helpers name the file themselves ("config.json: ..."): once.
+    std::string what = e.what();
+    if (what.rfind("config.json: ", 0) == 0) what.erase(0, 13);
+    throw Error(cfg_path.string() + ": " + what);
   } catch (const nlohmann::json::exception& e) {
     // A field of another JSON type than the architecture reads it as.
     throw Error(cfg_path.string() + ": a field has the wrong type (" + e.what() + ")");

@@ -316,6 +316,13 @@ TEST_F(CliWithModel, GrammarAndJsonSchemaConstrainTheReply) {
     if (!std::isspace(static_cast<unsigned char>(ch))) s += ch;
   EXPECT_TRUE(s == R"({"color":"red"})" || s == R"({"color":"green"})" || s == R"({"color":"blue"})") << j.out;
   EXPECT_NE(j.err.find("stop: grammar"), std::string::npos) << j.err;
+  // The same schema from a file (llama-cli's --json-schema-file).
+  const std::string file = ::testing::TempDir() + "/color.schema.json";
+  std::ofstream(file) << R"({"type":"object","properties":{"color":{"enum":["red","green","blue"]}},)"
+                      << R"("required":["color"],"additionalProperties":false})";
+  Out f = run_kvad("run --model " + model_ + " -p \"A color as JSON\" -n 40 -t 2 --temp 0 --json-schema-file " + file);
+  ASSERT_EQ(f.status, 0) << f.err;
+  EXPECT_EQ(f.out, j.out);
 }
 
 TEST(Cli, BadGrammarFlagsAreOneLineErrors) {
@@ -325,8 +332,11 @@ TEST(Cli, BadGrammarFlagsAreOneLineErrors) {
   for (const Case& c : {Case{"--grammar 'root ::= \"a'", "--grammar: "},
                         Case{"--grammar-file /nonexistent.gbnf", "--grammar-file /nonexistent.gbnf: cannot read"},
                         Case{"-j '{\"type\":'", "--json-schema: not JSON"},
-                        Case{"--grammar 'root ::= \"a\"' -j '{}'", "give one"}}) {
-    Out r = run_kvad("run -m " + kHarmonyModel + " -p hi " + c.flags);
+                        Case{"--grammar 'root ::= \"a\"' -j '{}'", "give one"},
+                        Case{"--grammar ''", "--grammar: the grammar is empty"},
+                        Case{"--json-schema-file /nonexistent.json", "--json-schema-file /nonexistent.json: cannot read"}}) {
+    // Refused before the model is read: the model path does not exist.
+    Out r = run_kvad("run -m /nonexistent/model.gguf -p hi " + c.flags);
     EXPECT_EQ(r.status, 1) << c.flags;
     EXPECT_TRUE(one_error_line(r.err)) << r.err;
     EXPECT_NE(r.err.find(c.expect), std::string::npos) << c.flags << ": " << r.err;
