@@ -185,7 +185,7 @@ void add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* c = app.add_subcommand("bench", "Measure prefill and decode speed (llama-bench style)");
   c->add_option("-m,--model", o->model, "GGUF file or model-store name (default: " + std::string(kDefaultModel) + ")");
-  c->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
+  add_threads_option(c, o->threads);
   c->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens for the prefill test (0: skip)")->capture_default_str();
   c->add_option("-n,--n-gen", o->n_gen, "Tokens for the decode test (0: skip)")->capture_default_str();
   c->add_option("-r,--repetitions", o->reps, "Repetitions per test")->capture_default_str();

@@ -75,7 +75,7 @@ void add_embed(CLI::App& app) {
   c->add_flag("--lines", o->lines, "Also embed each line of standard input");
   c->add_option("--pooling", o->pooling, "Pooling instead of the model's: mean, cls or last")
       ->check(CLI::IsMember({"mean", "cls", "last"}));
-  c->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
+  add_threads_option(c, o->threads);
   add_device_options(c, o->device);
   c->callback([o] { embed(*o); });
 }

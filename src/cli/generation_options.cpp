@@ -30,17 +30,29 @@ void GenerationOptions::add_to(CLI::App* c, const std::string& max_tokens_help) 
   c->add_option("-n,--max-tokens", max_tokens, max_tokens_help)->capture_default_str();
   const std::string hf = " (an HF checkpoint's generation_config.json may set another default)";
   temp_ = c->add_option("--temp", sp.temp, "Temperature (0: greedy)" + hf)->check(CLI::Range(0.0, 1000.0))->capture_default_str();
-  top_k_ = c->add_option("--top-k", sp.top_k, "Top-k (0: off)" + hf)->capture_default_str();
-  top_p_ = c->add_option("--top-p", sp.top_p, "Top-p (1: off)" + hf)->capture_default_str();
-  min_p_ = c->add_option("--min-p", sp.min_p, "Min-p (0: off)" + hf)->capture_default_str();
-  repeat_penalty_ = c->add_option("--repeat-penalty", sp.repeat_penalty, "Repetition penalty (1: off)" + hf)->capture_default_str();
+  top_k_ = c->add_option("--top-k", sp.top_k, "Top-k (0: off)" + hf)
+               ->check(kInteger)
+               ->check(CLI::Range(0, 1 << 30))
+               ->capture_default_str();
+  top_p_ = c->add_option("--top-p", sp.top_p, "Top-p (1: off)" + hf)->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  min_p_ = c->add_option("--min-p", sp.min_p, "Min-p (0: off)" + hf)->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  repeat_penalty_ = c->add_option("--repeat-penalty", sp.repeat_penalty, "Repetition penalty (1: off)" + hf)
+                        ->check(CLI::Range(0.0, 100.0))
+                        ->capture_default_str();
   c->add_option("--seed", seed, "Sampling seed (-1: random)")->capture_default_str();
-  c->add_option("-t,--threads", threads, "CPU threads (0: all cores)")->check(kInteger)->check(CLI::Range(0, 4096))->capture_default_str();
+  add_threads_option(c, threads);
   c->add_option("-c,--ctx-size", ctx_size, "Context size in tokens (0: min(4096, model's))")
       ->check(kInteger)->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   add_device_options(c, device);
   cache_type.add_to(c);
+}
+
+void add_threads_option(CLI::App* c, int& threads) {
+  c->add_option("-t,--threads", threads, "CPU threads (0: all cores)")
+      ->check(kInteger)
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
 }
 
 void CacheTypeOptions::add_to(CLI::App* c) {

@@ -17,6 +17,9 @@ struct HParams;
 
 namespace kvad::cli {
 
+/// Adds -t/--threads (0: all cores; an integer in [0, 4096]) to `c`.
+void add_threads_option(CLI::App* c, int& threads);
+
 /// Adds --device cpu|cuda, --dtype bf16|f16|f32 and --quant
 /// none|q8_0|q4_0|q4_k|q6_k (registry.h DeviceOptions) to `c`.
 void add_device_options(CLI::App* c, DeviceOptions& d);

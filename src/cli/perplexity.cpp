@@ -279,7 +279,7 @@ void add_perplexity(CLI::App& app) {
                          ->capture_default_str();
   c->add_option("-b,--batch-size", o->n_batch, "Tokens per forward call (capped at -c; must divide -c)")
       ->capture_default_str();
-  c->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
+  add_threads_option(c, o->threads);
   c->add_option("--chunks", o->chunks, "Evaluate at most N chunks (-1: all)")->capture_default_str();
   c->add_option("--kl-divergence-base", o->kl_base,
                 "Save this run's log-probabilities to FILE (kvad's format, see perplexity.cpp)");

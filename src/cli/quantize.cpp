@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "cli/generation_options.h"
 #include "cli/model_store.h"
 #include "io/gguf.h"
 #include "io/quantize.h"
@@ -84,7 +85,7 @@ void add_quantize(CLI::App& app) {
                     ". q3_k_m, q4_k_s, q4_k_m and q5_k_m give some tensors more bits (llama.cpp's mixtures); the "
                     "others use one type for every quantized tensor")
       ->required();
-  c->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
+  add_threads_option(c, o->threads);
   c->callback([o] { quantize(*o); });
 }
 

@@ -165,7 +165,7 @@ void add_serve(CLI::App& app) {
   c->add_option("--request-timeout", o->request_timeout,
                 "Seconds a connection may take to send a request's headers and body, or sit idle")
       ->capture_default_str();
-  c->add_option("-t,--threads", o->threads, "CPU threads (0: all cores)")->capture_default_str();
+  add_threads_option(c, o->threads);
   c->add_option("--queue", o->queue, "Requests that may wait for a slot before new ones get 429")->capture_default_str();
   c->add_option("-b,--batch", o->batch, "Prompt tokens evaluated per step, all slots together")->capture_default_str();
   add_device_options(c, o->device);

@@ -264,6 +264,14 @@ TEST(Cli, NonIntegerFlagValueIsOneLineError) {
   Out r = run_kvad("run --prompt hi --model /nonexistent/model.gguf -c 99999999");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("not in range 0 to 16777216"), std::string::npos) << r.err;
+  // Sampling values outside their range, and -t on every subcommand that has it.
+  for (const char* args : {"run -p hi --top-p 2", "run -p hi --min-p -0.5", "run -p hi --top-k -1",
+                           "chat --repeat-penalty -1", "bench -t -3", "serve -t 5000", "perplexity -f x -t -1",
+                           "embed -p x -t -2", "quantize a.gguf b.gguf --type q8_0 -t -4"}) {
+    Out o = run_kvad(std::string(args) + " --model /nonexistent/model.gguf");
+    EXPECT_EQ(o.status, 2) << args << ": " << o.err;
+    EXPECT_NE(o.err.find("not in range"), std::string::npos) << args << ": " << o.err;
+  }
 }
 
 // --- reasoning apart from the answer, and llama-cli's grammar flags --------
