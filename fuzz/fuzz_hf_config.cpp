@@ -34,7 +34,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/session.h"
+#include "load_and_run.h"
 #include "model/hf.h"
 #include "model/model.h"
 #include "model/registry.h"
@@ -122,15 +122,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fs::create_symlink(ck.weights, d / "model.safetensors");
   std::ofstream(d / "config.json") << cfg.dump();
   try {
-    std::shared_ptr<kvad::Model> model = kvad::load_model(kvad::open_hf_checkpoint(d.string()), kvad::DeviceOptions{});
-    kvad::Session s(model, 16, 1, 1);
-    kvad::Batch b;
-    const int32_t nv = static_cast<int32_t>(model->hparams().n_vocab);
-    for (int32_t t = 0; t < 3; ++t) {
-      const uint8_t byte = size > 3 ? data[size - 3 + t] : 0;
-      b.add(nv > 0 ? byte % nv : 0, t, 0, t == 2);
-    }
-    (void)s.forward(b);
+    kvad::fuzz::load_and_run(kvad::open_hf_checkpoint(d.string()), data, size);
   } catch (const kvad::Error&) {
   }
   return 0;

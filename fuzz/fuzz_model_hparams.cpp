@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/session.h"
+#include "load_and_run.h"
 #include "io/gguf.h"
 #include "io/tensor_source.h"
 #include "model/model.h"
@@ -148,16 +148,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   try {
-    auto src = std::make_shared<Edited>(fx.src, std::move(ints), std::move(floats));
-    std::shared_ptr<kvad::Model> model = kvad::load_model(src, kvad::DeviceOptions{});
-    kvad::Session s(model, 16, 1, 1);
-    kvad::Batch b;
-    const int32_t nv = static_cast<int32_t>(model->hparams().n_vocab);
-    for (int32_t t = 0; t < 3; ++t) {
-      const uint8_t byte = size > 3 ? data[size - 3 + t] : 0;
-      b.add(nv > 0 ? byte % nv : 0, t, 0, t == 2);
-    }
-    (void)s.forward(b);
+    kvad::fuzz::load_and_run(std::make_shared<Edited>(fx.src, std::move(ints), std::move(floats)), data, size);
   } catch (const kvad::Error&) {
   }
   return 0;

@@ -419,29 +419,7 @@ def main():
     # renormalised and a shared expert behind a sigmoid gate. 80 tokens:
     # transformers' chunked delta rule (chunks of 64) crosses a chunk boundary.
     # A_log drawn so that some heads forget slowly (A 0.05-2) and others fast.
-    torch.manual_seed(11)
-    cfg = transformers.Qwen3NextConfig(
-        vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-        shared_expert_intermediate_size=64, num_hidden_layers=6, full_attention_interval=3,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, partial_rotary_factor=0.25,
-        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
-        linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
-        decoder_sparse_step=1, mlp_only_layers=[], max_position_embeddings=256, rms_norm_eps=1e-6,
-        rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.1, torch_dtype="float32",
-        attn_implementation="eager")
-    m = transformers.Qwen3NextForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for n, p in m.named_parameters():
-            if n.endswith("mlp.gate.weight"):
-                p.normal_(0.0, 1.0)
-            elif n.endswith("A_log"):
-                p.copy_(torch.empty_like(p).uniform_(0.05, 2.0).log())
-            elif n.endswith("dt_bias"):
-                p.normal_(0.0, 0.5)
-            elif n.endswith("linear_attn.norm.weight"):
-                p.normal_(1.0, 0.3)
-            elif "norm" in n:
-                p.normal_(0.0, 0.3)
+    m = tiny_qwen3next(11, num_hidden_layers=6, full_attention_interval=3, mlp_only_layers=[])
     g = torch.Generator().manual_seed(12)
     tokens = torch.randint(0, 128, (80,), generator=g).tolist()
     save("qwen3next", sharpen(m, 2.0), tokens)
@@ -670,26 +648,22 @@ def deepseek_fp8():
     print(name, sorted(p.name for p in d.iterdir()), sum(p.stat().st_size for p in d.iterdir()), "bytes")
 
 
-def qwen3next_dense():
-    """Qwen3-Next with dense MLP layers (config mlp_only_layers: those layers
-    have transformers' Qwen3NextMLP of intermediate_size instead of the MoE):
-    4 layers, DeltaNet at 0 and 2 and gated attention at 1 and 3
-    (full_attention_interval 2), dense MLPs at 0 and 1 (one of each mixer
-    kind), MoE with a shared expert at 2 and 3. The dense MLP is 96 wide, the
-    experts 32, the shared expert 64, so that a layer read as the wrong kind
-    fails. Otherwise as the qwen3next fixture; 80 tokens (past one chunk of 64)."""
-    if ONLY and "qwen3next_dense" not in ONLY:
-        return
-    torch.manual_seed(21)
+def tiny_qwen3next(seed, **layers):
+    """The tiny Qwen3-Next of the qwen3next fixtures: 2 key heads shared by 4
+    value heads, a short convolution of 4, partial rotary 0.25 (4 of 16
+    dims), QK-norm, zero-centred norms (random w, applied as 1 + w), 4
+    experts top-2 renormalised and a shared expert behind a sigmoid gate;
+    A_log drawn so that some heads forget slowly (A 0.05-2) and others fast.
+    `layers`: num_hidden_layers, full_attention_interval, mlp_only_layers."""
+    torch.manual_seed(seed)
     cfg = transformers.Qwen3NextConfig(
         vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-        shared_expert_intermediate_size=64, num_hidden_layers=4, full_attention_interval=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, partial_rotary_factor=0.25,
-        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
-        linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
-        decoder_sparse_step=1, mlp_only_layers=[0, 1], max_position_embeddings=256, rms_norm_eps=1e-6,
+        shared_expert_intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        partial_rotary_factor=0.25, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+        linear_value_head_dim=16, linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2,
+        norm_topk_prob=True, decoder_sparse_step=1, max_position_embeddings=256, rms_norm_eps=1e-6,
         rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.1, torch_dtype="float32",
-        attn_implementation="eager")
+        attn_implementation="eager", **layers)
     m = transformers.Qwen3NextForCausalLM(cfg).eval()
     with torch.no_grad():
         for n, p in m.named_parameters():
@@ -703,6 +677,20 @@ def qwen3next_dense():
                 p.normal_(1.0, 0.3)
             elif "norm" in n:
                 p.normal_(0.0, 0.3)
+    return m
+
+
+def qwen3next_dense():
+    """Qwen3-Next with dense MLP layers (config mlp_only_layers: those layers
+    have transformers' Qwen3NextMLP of intermediate_size instead of the MoE):
+    4 layers, DeltaNet at 0 and 2 and gated attention at 1 and 3
+    (full_attention_interval 2), dense MLPs at 0 and 1 (one of each mixer
+    kind), MoE with a shared expert at 2 and 3. The dense MLP is 96 wide, the
+    experts 32, the shared expert 64, so that a layer read as the wrong kind
+    fails. Otherwise as the qwen3next fixture; 80 tokens (past one chunk of 64)."""
+    if ONLY and "qwen3next_dense" not in ONLY:
+        return
+    m = tiny_qwen3next(21, num_hidden_layers=4, full_attention_interval=2, mlp_only_layers=[0, 1])
     assert [type(layer.mlp).__name__ for layer in m.model.layers] == \
         ["Qwen3NextMLP", "Qwen3NextMLP", "Qwen3NextSparseMoeBlock", "Qwen3NextSparseMoeBlock"]
     g = torch.Generator().manual_seed(22)
