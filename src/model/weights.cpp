@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "io/tensor_source.h"
+#include "model/hparams.h"
 #include "tensor/ops.h"
 
 namespace kvad {
@@ -17,6 +18,8 @@ WeightLoader::WeightLoader(std::shared_ptr<const TensorSource> src, const Device
 const std::string& WeightLoader::path() const { return src_->path(); }
 
 bool WeightLoader::has(const std::string& name) const { return src_->find(name) != nullptr; }
+
+const SourceTensor* WeightLoader::find(const std::string& name) const { return src_->find(name); }
 
 static std::string dims_str(const int64_t* ne, size_t n) {
   std::string s = "[";
@@ -105,6 +108,20 @@ void WeightLoader::finish() const {
   if (n)
     throw Error(src_->path() + ": " + std::to_string(n) + " tensor(s) not used by architecture " +
                 src_->get_string("general.architecture", "?") + ": " + unused + (n > 8 ? ", ..." : ""));
+}
+
+Model::Model(std::shared_ptr<const TensorSource> src) : hp_(read_hparams(*src)), source_(std::move(src)) {}
+
+WeightLoader Model::open_weights(const DeviceOptions& o) {
+  WeightLoader wl(source_, o);
+  device_ = wl.device();
+  return wl;
+}
+
+void Model::finish_loading(const WeightLoader& wl) {
+  wl.finish();
+  weight_bytes_ = wl.bytes();
+  hp_.n_params = wl.n_params();
 }
 
 }  // namespace kvad
