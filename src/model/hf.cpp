@@ -68,6 +68,10 @@ void decoder_config(const std::string& a, const json& cfg, HfConfig& out) {
   out.set(a + ".context_length", "max_position_embeddings", config_int(cfg, "max_position_embeddings", 2048));
   out.set(a + ".embedding_length", "hidden_size", config_int(cfg, "hidden_size"));
   out.set(a + ".block_count", "num_hidden_layers", config_int(cfg, "num_hidden_layers"));
+  // Checked against token_embd's rows (read_vocab), as transformers refuses
+  // a checkpoint whose embedding has another size.
+  if (cfg.contains("vocab_size") && !cfg["vocab_size"].is_null())
+    out.set(a + ".vocab_size", "vocab_size", config_int(cfg, "vocab_size"));
   // Absent from a MoE config without dense layers (Qwen3.5-MoE).
   if (cfg.contains("intermediate_size") || !cfg.contains("num_experts"))
     out.set(a + ".feed_forward_length", "intermediate_size", config_int(cfg, "intermediate_size"));

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "io/gguf.h"
 #include "io/tensor_source.h"
+#include "model/weights.h"
 
 namespace kvad {
 
@@ -78,8 +79,12 @@ HParams read_hparams(const TensorSource& f) {
 int64_t read_vocab(const TensorSource& f, const HParams& hp) {
   const SourceTensor* te = f.find("token_embd.weight");
   if (!te || te->n_dims < 2) throw Error(f.path() + ": missing tensor " + f.tensor_name("token_embd.weight"));
-  (void)hp;
-  return te->ne[1];
+  const int64_t rows = te->ne[1];
+  const std::string key = hp.arch + ".vocab_size";
+  if (f.has(key) && f.get_int(key, 0) != rows)
+    throw Error(f.path() + ": " + f.key_name(key) + " " + std::to_string(f.get_int(key, 0)) + " differs from the " +
+                std::to_string(rows) + " rows of tensor " + f.tensor_name("token_embd.weight"));
+  return rows;
 }
 
 AttentionParams read_attention(const TensorSource& f, const HParams& hp, const RopeParams& rope) {
@@ -150,6 +155,13 @@ MoeHParams read_moe(const TensorSource& f, const HParams& hp, bool norm_topk_def
   r.topk_group = f.get_int(a + "expert_group_used_count", r.n_group);
   r.norm_eps = hp.norm_eps;
   return m;
+}
+
+void name_dims(WeightLoader& wl, const HParams& hp, const MoeHParams& m) {
+  const std::string a = hp.arch + ".";
+  if (m.n_expert > 0) wl.name_key_dim(m.n_expert, a + "expert_count");
+  if (m.n_ff_exp > 0) wl.name_key_dim(m.n_ff_exp, a + "expert_feed_forward_length");
+  if (m.n_ff_shexp > 0) wl.name_key_dim(m.n_ff_shexp, a + "expert_shared_feed_forward_length");
 }
 
 void require_experts(const TensorSource& f, const HParams& hp, const MoeHParams& m, const std::string& what) {

@@ -23,8 +23,11 @@ class TensorSource;
 /// key when a required one is missing or invalid.
 HParams read_hparams(const TensorSource& f);
 
-/// The vocabulary: the rows of token_embd.weight. Throws kvad::Error when
-/// token_embd.weight is missing or not a matrix.
+/// The vocabulary: the rows of token_embd.weight, checked against
+/// `{arch}.vocab_size` when the source states it (an HF config's
+/// vocab_size; llama.cpp's converter writes it for some architectures).
+/// Throws kvad::Error naming the key and the tensor when they differ, and
+/// when token_embd.weight is missing or not a matrix.
 int64_t read_vocab(const TensorSource& f, const HParams& hp);
 
 /// A decoder's attention from its hyper-parameters (heads, head_dim,
@@ -86,5 +89,11 @@ MoeHParams read_moe(const TensorSource& f, const HParams& hp, bool norm_topk_def
 /// groups (expert_group_count not dividing expert_count, expert_group_used_count
 /// outside 1..groups, or fewer experts in the used groups than k).
 void require_experts(const TensorSource& f, const HParams& hp, const MoeHParams& m, const std::string& what);
+
+class WeightLoader;
+/// WeightLoader::name_dim for m's sizes (expert_count,
+/// expert_feed_forward_length, expert_shared_feed_forward_length), by the
+/// source's key names, so that an expert tensor of another shape names them.
+void name_dims(WeightLoader& wl, const HParams& hp, const MoeHParams& m);
 
 }  // namespace kvad

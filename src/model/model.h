@@ -132,8 +132,9 @@ class Model {
   /// Default: throws, naming the architecture.
   virtual void hidden_impl(Cache& cache, const BatchView& b, float* hidden);
   /// A constructor's first and last steps around its weights (model/weights.h).
-  /// open_weights: the loader of source_ for `o`, device_ set to its device.
-  /// Throws as WeightLoader's constructor.
+  /// open_weights: the loader of source_ for `o`, device_ set to its device,
+  /// hp_'s widths named for shape errors (WeightLoader::name_dims). Throws
+  /// as WeightLoader's constructor.
   WeightLoader open_weights(const DeviceOptions& o);
   /// finish_loading: throws for a checkpoint tensor nobody took
   /// (WeightLoader::finish), then records weight_bytes_ and hp_.n_params.

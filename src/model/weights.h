@@ -39,6 +39,18 @@ class WeightLoader {
   /// absent; taking it is still get()'s job.
   const SourceTensor* find(const std::string& name) const;
 
+  /// Names the hyper-parameter behind a dim value, for shape errors:
+  /// get() on a tensor whose dim differs from the expected `value` says
+  /// "value is <what>" ("64 is llama.embedding_length (config.json
+  /// hidden_size)"); several names for one value are listed together.
+  void name_dim(int64_t value, const std::string& what);
+  /// name_dim(value, the source's name of metadata `key`), when the source has the key.
+  void name_key_dim(int64_t value, const std::string& key);
+  /// name_dim for hp's widths and counts (embedding_length, feed_forward_length,
+  /// head_count × key_length, head_count_kv × key_length, key_length),
+  /// by the source's key names.
+  void name_dims(const HParams& hp);
+
   /// The whole checkpoint as a scope (no prefix); layer(il) is "blk.il.".
   WeightScope root();
   WeightScope layer(int64_t il);
@@ -58,6 +70,7 @@ class WeightLoader {
   DeviceOptions opts_;
   Device dev_;
   std::map<std::string, Tensor> taken_;
+  std::map<int64_t, std::string> dim_names_;
   size_t bytes_ = 0;
   int64_t n_params_ = 0;
 };

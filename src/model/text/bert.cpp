@@ -177,6 +177,8 @@ void hf_config(const nlohmann::json& cfg, HfConfig& out) {
   out.set(a + ".block_count", "num_hidden_layers", config_int(cfg, "num_hidden_layers"));
   out.set(a + ".feed_forward_length", "intermediate_size", config_int(cfg, "intermediate_size"));
   out.set(a + ".attention.head_count", "num_attention_heads", config_int(cfg, "num_attention_heads"));
+  if (cfg.contains("vocab_size") && !cfg["vocab_size"].is_null())
+    out.set(a + ".vocab_size", "vocab_size", config_int(cfg, "vocab_size"));
   md[a + ".attention.layer_norm_epsilon"] = config_float(cfg, "layer_norm_eps", 1e-12);
   md[a + ".attention.causal"] = int64_t{0};
 }

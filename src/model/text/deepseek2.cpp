@@ -208,6 +208,7 @@ class Deepseek2 final : public Model {
     mode_ = prefill_mode();
     hp_.n_vocab = read_vocab(*src, hp_);
     WeightLoader wl = open_weights(o);
+    name_dims(wl, hp_, cfg_.moe);
     const int64_t P = cfg_.qk_rope, N = cfg_.qk_nope;
     const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::OwnOrTied);
     tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;

@@ -118,6 +118,8 @@ void hf_config(const nlohmann::json& cfg, HfConfig& out) {
   out.set("gpt2.block_count", "n_layer", config_int(cfg, "n_layer"));
   out.set("gpt2.feed_forward_length", "n_inner", config_int(cfg, "n_inner", 4 * E));
   out.set("gpt2.attention.head_count", "n_head", config_int(cfg, "n_head"));
+  if (cfg.contains("vocab_size") && !cfg["vocab_size"].is_null())
+    out.set("gpt2.vocab_size", "vocab_size", config_int(cfg, "vocab_size"));
   md["gpt2.attention.layer_norm_epsilon"] = config_float(cfg, "layer_norm_epsilon", 1e-5);
   const std::string act = cfg.value("activation_function", std::string("gelu_new"));
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")

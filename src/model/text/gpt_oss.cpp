@@ -60,6 +60,7 @@ class GptOss final : public Model {
 
     hp_.n_vocab = read_vocab(*src, hp_);
     WeightLoader wl = open_weights(o);
+    name_dims(wl, hp_, moe_);
     const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::Own);
     tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;
     const RopeScaling rope = load_rope_scaling(*src, wl, hp_, /*neox=*/true, /*long_factors=*/false);

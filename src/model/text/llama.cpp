@@ -121,6 +121,7 @@ class Llama final : public Model {
     if (hp_.arch == "llama" && m.n_ff_exp == 0 && m.n_expert > 0) m.n_ff_exp = hp_.n_ff;
     hp_.n_vocab = read_vocab(*src, hp_);
     WeightLoader wl = open_weights(o);
+    name_dims(wl, hp_, m);
     const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::OwnOrTied);
     tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;
     rope_ = load_rope_scaling(*src, wl, hp_, cfg_.rope_neox);

@@ -127,6 +127,7 @@ class Qwen3Next final : public Model {
 
     hp_.n_vocab = read_vocab(*src, hp_);
     WeightLoader wl = open_weights(o);
+    name_dims(wl, hp_, moe_);
     const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::OwnOrTied);
     tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;
     // llama.cpp's converter writes the multi-token prediction layers (HF
