@@ -1,9 +1,9 @@
 // The CPU's and the sim device's rows of the op table (tensor/backend.h).
 //
-// Both run the CPU kernels (ops.h, matmul.cpp, the format kernels) on host
+// Both run the CPU kernels (host_kernels.h, matmul.cpp, the format kernels) on host
 // memory. They differ only in memory: a CPU tensor's bytes are host memory
 // anyone may read (Tensor::data is set), a sim tensor's are reached only
-// through these entries (Tensor::data is null, and ops.cpp counts every host
+// through these entries (Tensor::data is null, and tensor/ops.cpp counts every host
 // transfer), which lets tests prove on any machine that a model resident on
 // a device does no host round trip between layers (DESIGN.md seam 3).
 //
@@ -24,7 +24,7 @@
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/mla.h"
 #include "kernels/cpu/moe.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/host_kernels.h"
 #include "kernels/cpu/recurrent.h"
 #include "tensor/backend.h"
 #include "tensor/ops.h"

@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/kquants_ref.h"
 #include "kernels/cpu/quants.h"
 
@@ -24,7 +24,7 @@ namespace kvad::cpu::quants::ref {
 
 namespace {
 
-// Trit k of a TQ1_0 byte (blocks.h).
+// Trit k of a TQ1_0 byte (quant_blocks.h).
 inline int trit(uint8_t byte, int k) {
   static constexpr uint8_t pow3[5] = {1, 3, 9, 27, 81};
   const uint8_t q = static_cast<uint8_t>(byte * pow3[k]);

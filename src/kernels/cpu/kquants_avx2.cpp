@@ -25,7 +25,7 @@
 
 #include <cstring>
 
-#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quants.h"
 
 namespace kvad::cpu::quants::avx2 {
@@ -74,7 +74,7 @@ inline __m256i scaled_bsums(__m128i sc_i8, const int16_t* bsums) {
 }
 
 
-// The 16 Q3_K scales (blocks.h), minus 32, as int8.
+// The 16 Q3_K scales (quant_blocks.h), minus 32, as int8.
 inline __m128i scales_q3_K(const uint8_t* q) {
   uint32_t a[3];
   std::memcpy(a, q, 12);

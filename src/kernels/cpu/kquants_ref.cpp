@@ -21,7 +21,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/kquants_ref.h"
 #include "kernels/cpu/quants.h"
 
@@ -225,7 +225,7 @@ float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, ui
   return scale;
 }
 
-// 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (blocks.h).
+// 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (quant_blocks.h).
 inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   if (j < 4) {
     *sc = q[j] & 63;
