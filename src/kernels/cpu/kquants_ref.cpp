@@ -1,6 +1,7 @@
 // Scalar reference kernels of the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and
 // their activation format Q8_K): the definition of these formats' arithmetic
-// in kvad. IQ4_NL and the ternary TQ1_0/TQ2_0 are in iq_tq_ref.cpp.
+// in kvad. IQ4_NL and the ternary TQ1_0/TQ2_0 are in iq_tq_ref.cpp, MXFP4 in
+// mxfp4_ref.cpp.
 //
 // - Quantization reproduces ggml's quantize_row_*_ref (ggml/src/ggml-quants.c)
 //   step for step in float32: the same trial scales, the same sums in the same

@@ -1,6 +1,6 @@
 // Helpers the scalar references of the K-quant family share: kquants_ref.cpp
-// (Q2_K..Q6_K, Q8_K) and iq_tq_ref.cpp (IQ4_NL, TQ1_0, TQ2_0). Both files are
-// compiled with -ffp-contract=off (CMakeLists.txt).
+// (Q2_K..Q6_K, Q8_K), iq_tq_ref.cpp (IQ4_NL, TQ1_0, TQ2_0) and mxfp4_ref.cpp
+// (MXFP4). All three are compiled with -ffp-contract=off (CMakeLists.txt).
 #pragma once
 #include <cstdint>
 

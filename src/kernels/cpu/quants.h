@@ -7,10 +7,12 @@
 // Signatures are those of kernels.h: to_float(src, dst, n), from_float(src,
 // dst, n), vec_dot(n, x, y); n is a multiple of the format's block size.
 //
-// The K-quants (Q2_K..Q6_K, Q8_K), IQ4_NL and the ternary TQ1_0/TQ2_0 live in
-// kquants_ref.cpp / kquants_avx2.cpp. Their AVX2 side has the dots, Q8_K's
-// from_float (the activation quantizer, on the hot path) and the to_float of
-// the formats read row by row as embedding tables (Q4_K, Q5_K, Q6_K; and Q8_K).
+// The K-quants (Q2_K..Q6_K, Q8_K) live in kquants_ref.cpp, IQ4_NL and the
+// ternary TQ1_0/TQ2_0 in iq_tq_ref.cpp, MXFP4 in mxfp4_ref.cpp; their AVX2
+// versions in kquants_avx2.cpp and mxfp4_avx2.cpp. Their AVX2 side has the
+// dots, Q8_K's from_float (the activation quantizer, on the hot path) and the
+// to_float of the formats read row by row as embedding tables (Q4_K, Q5_K,
+// Q6_K; and Q8_K).
 #pragma once
 #include <cstdint>
 
