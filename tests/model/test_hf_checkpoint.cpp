@@ -33,6 +33,7 @@
 #include "io/tensor_source.h"
 #include "model/cache.h"
 #include "model/hf.h"
+#include "model/quantize_once.h"
 #include "model/registry.h"
 #include "tensor/ops.h"
 #include "tokenizer/tokenizer.h"
