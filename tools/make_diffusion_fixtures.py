@@ -4,7 +4,8 @@ kvad's picture pipeline parts that need no weights, which
 tests/engine/diffusion/ compare kvad against.
 
     python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch diffusers transformers
-    /tmp/venv/bin/python tools/make_diffusion_fixtures.py [noise] [schedulers]
+    pip download --no-deps open-clip-torch==3.3.0 -d /tmp/oc    # CLIP's BPE vocabulary, see clip_tokenizer
+    /tmp/venv/bin/python tools/make_diffusion_fixtures.py [noise] [schedulers] [clip_tokenizer --open-clip WHEEL]
 
 noise.json       torch.randn(n, generator=torch.Generator("cpu").manual_seed(seed)) for several
                  seeds and sizes (both of torch's paths: below 16 values and 16 or more, sizes not a
@@ -20,6 +21,18 @@ schedulers.json  for scheduler configs as pipelines ship them (SD 1.5's PNDM con
                  model (model_output = 0.3 * scale_model_input(x) + randn(seed 100 + step)), with
                  the ancestral noise drawn from a generator seeded 7: the latent after the first,
                  the second and the last step.
+
+clip_tokenizer/, clip_tokenizer_2/ (SDXL's second, padding with "!")
+                 CLIP's tokenizer as SD pipelines ship it (vocab.json, merges.txt, tokenizer_config.json,
+                 special_tokens_map.json), built from the real CLIP BPE vocabulary that open-clip-torch
+                 ships (open_clip/bpe_simple_vocab_16e6.txt.gz: the 49408-token vocabulary of
+                 openai/clip-vit-large-patch14, rebuilt as CLIP's SimpleTokenizer builds it), cut down to
+                 the entries the test strings use (same ids, merges in their rank order; checked to
+                 tokenize every string as the whole vocabulary does), and clip_cases.json.gz: the
+                 77-token ids diffusers gets from transformers' CLIPTokenizer
+                 (tokenizer(text, padding="max_length", max_length=77, truncation=True)) for the
+                 peer-data suites' strings and generated ones, padded with SD 1.5's pad (EOS) and with
+                 SDXL's second tokenizer's ("!", id 0), and the ids without padding or truncation.
 
 torch's float randn differs by CPU capability: this must run on an x86-64 machine whose
 torch reports AVX2 or AVX512 (torch.backends.cpu.get_cpu_capability()); the script checks.
@@ -158,8 +171,133 @@ def make_schedulers():
     return out
 
 
+def clip_vocab(wheel):
+    """CLIP's vocab (token -> id) and merges from open_clip's bpe_simple_vocab_16e6.txt.gz, as
+    CLIP's simple_tokenizer.py builds them (the files of openai/clip-vit-large-patch14)."""
+    import gzip
+    import zipfile
+
+    def bytes_to_unicode():  # GPT-2's / CLIP's byte -> printable character map
+        bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+        cs = bs[:]
+        n = 0
+        for b in range(256):
+            if b not in bs:
+                bs.append(b)
+                cs.append(256 + n)
+                n += 1
+        return dict(zip(bs, [chr(c) for c in cs]))
+    with zipfile.ZipFile(wheel) as z:
+        lines = gzip.decompress(z.read("open_clip/bpe_simple_vocab_16e6.txt.gz")).decode("utf-8").split("\n")
+    merges = [tuple(m.split()) for m in lines[1:49152 - 256 - 2 + 1]]
+    vocab = list(bytes_to_unicode().values())
+    vocab = vocab + [v + "</w>" for v in vocab]
+    vocab += ["".join(m) for m in merges]
+    vocab += ["<|startoftext|>", "<|endoftext|>"]
+    assert len(vocab) == 49408 and len(set(vocab)) == 49408
+    return {t: i for i, t in enumerate(vocab)}, merges
+
+
+def write_clip_folder(folder, vocab, merges, pad):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False) + "\n")
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+    tok = lambda c: {"__type": "AddedToken", "content": c, "lstrip": False, "normalized": True,  # noqa: E731
+                     "rstrip": False, "single_word": False}
+    config = {"add_prefix_space": False, "bos_token": tok("<|startoftext|>"), "do_lower_case": True,
+              "eos_token": tok("<|endoftext|>"), "errors": "replace", "model_max_length": 77,
+              "pad_token": pad, "tokenizer_class": "CLIPTokenizer", "unk_token": tok("<|endoftext|>")}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    special = {"bos_token": tok("<|startoftext|>"), "eos_token": tok("<|endoftext|>"), "pad_token": pad,
+               "unk_token": tok("<|endoftext|>")}
+    (folder / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
+
+
+def clip_strings():
+    import random
+    import make_hf_tokenizer_fixtures as hf
+    peer = Path("/work/shared/peer-data/tokenizer")
+    strings = hf.peer_strings(str(peer)) if peer.exists() else []
+    rng = random.Random("kvad-clip")
+    strings += hf.generate(rng, ["<|startoftext|>", "<|endoftext|>"], 600)
+    strings += ["a photo of a cat", "", "   ", "A Red FOX in fresh snow, 8k, (masterpiece:1.2)",
+                "it's you're we've I'm they'll he'd", "ÀÉÎõü ﬁ Ⅻ ① ｆｕｌｌ",
+                " ".join(["word"] * 100), "x" * 300, "<|endoftext|> inside <|startoftext|> text",
+                "tab\tnew\nline\r\n  spaces\u00a0nbsp\u3000ideographic", "中文 日本語 한국어 ไทย",
+                "emoji 🦊🏔️ 👩‍👩‍👧 flags 🇯🇵", "numbers 1234567890 3.14 1,000"]
+    return strings
+
+
+def make_clip_tokenizer(wheel):
+    from transformers import CLIPTokenizer
+    vocab, merges = clip_vocab(wheel)
+    full = Path("/tmp/kvad-clip-full")
+    write_clip_folder(full, vocab, merges, "<|endoftext|>")
+    tok = CLIPTokenizer.from_pretrained(full)
+    assert tok("a photo of a cat").input_ids == [49406, 320, 1125, 539, 320, 2368, 49407]
+    strings = clip_strings()
+    # The entries the strings use: each word's BPE run (merge all of the best pair, as CLIP's
+    # own bpe() does) records its starting symbols and the merges it applies.
+    ranks = {m: i for i, m in enumerate(merges)}
+    backend = tok.backend_tokenizer
+    used_tokens, used_merges = {"<|startoftext|>", "<|endoftext|>", "!"}, set()
+    for s in strings:
+        for word, _ in backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(s)):
+            if word in ("<|startoftext|>", "<|endoftext|>"):
+                continue
+            sym = list(word[:-1]) + [word[-1] + "</w>"]
+            used_tokens.update(sym)
+            while len(sym) > 1:
+                pairs = {(sym[i], sym[i + 1]) for i in range(len(sym) - 1)}
+                best = min(pairs, key=lambda p: ranks.get(p, 1 << 30))
+                if best not in ranks:
+                    break
+                used_merges.add(best)
+                out, i = [], 0
+                while i < len(sym):
+                    if i + 1 < len(sym) and (sym[i], sym[i + 1]) == best:
+                        out.append(sym[i] + sym[i + 1])
+                        i += 2
+                    else:
+                        out.append(sym[i])
+                        i += 1
+                sym = out
+                used_tokens.update(sym)
+    sub_vocab = {t: i for t, i in vocab.items() if t in used_tokens}
+    sub_merges = [m for m in merges if m in used_merges]
+    folder = OUT / "clip_tokenizer"
+    write_clip_folder(folder, sub_vocab, sub_merges, "<|endoftext|>")
+    write_clip_folder(OUT / "clip_tokenizer_2", sub_vocab, sub_merges, "!")
+    write_clip_folder(Path("/tmp/kvad-clip-full-2"), vocab, merges, "!")
+    small = CLIPTokenizer.from_pretrained(folder)
+    small2 = CLIPTokenizer.from_pretrained(OUT / "clip_tokenizer_2")
+    full2 = CLIPTokenizer.from_pretrained("/tmp/kvad-clip-full-2")
+    cases = []
+    for s in strings:
+        ids = tok(s).input_ids
+        assert small(s).input_ids == ids, s
+        padded = tok(s, padding="max_length", max_length=77, truncation=True).input_ids
+        padded2 = full2(s, padding="max_length", max_length=77, truncation=True).input_ids
+        assert small2(s, padding="max_length", max_length=77, truncation=True).input_ids == padded2, s
+        assert len(padded) == 77 and len(padded2) == 77
+        cases.append({"text": s, "ids": ids, "sd15": padded, "sdxl_2": padded2})
+    import gzip
+    with gzip.GzipFile(OUT / "clip_cases.json.gz", "wb", mtime=0) as f:
+        f.write(json.dumps({"transformers": __import__("transformers").__version__,
+                            "source": "open-clip-torch 3.3.0 open_clip/bpe_simple_vocab_16e6.txt.gz",
+                            "cases": cases}, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    print(f"clip_tokenizer: {len(sub_vocab)} of {len(vocab)} tokens, {len(sub_merges)} of {len(merges)} merges, "
+          f"{len(cases)} strings")
+
+
 def main():
-    what = set(sys.argv[1:]) or {"noise", "schedulers"}
+    args = sys.argv[1:]
+    wheel = None
+    if "--open-clip" in args:
+        k = args.index("--open-clip")
+        wheel = args[k + 1]
+        del args[k:k + 2]
+    what = set(args) or {"noise", "schedulers"}
     cap = torch.backends.cpu.get_cpu_capability()
     if cap not in ("AVX2", "AVX512"):
         sys.exit(f"make_diffusion_fixtures: torch's CPU capability is {cap}; AVX2 or AVX512 needed")
@@ -168,6 +306,10 @@ def main():
         (OUT / "noise.json").write_text(dumps(make_noise()) + "\n")
     if "schedulers" in what:
         (OUT / "schedulers.json").write_text(dumps(make_schedulers()) + "\n")
+    if "clip_tokenizer" in what:
+        if not wheel:
+            sys.exit("make_diffusion_fixtures: clip_tokenizer needs --open-clip open_clip_torch-3.3.0-*.whl")
+        make_clip_tokenizer(wheel)
     for p in sorted(OUT.iterdir()):
         print(f"{p.relative_to(ROOT)}: {p.stat().st_size} bytes")
 
