@@ -89,10 +89,15 @@ class TensorSource {
     return {};
   }
   /// True when `key` holds an array (GGUF ARRAY, a view's list), false when
-  /// it is absent or a scalar. Default: no arrays.
+  /// it is absent or a scalar. Default: a non-empty get_bool_array (so that a
+  /// source wrapping another by forwarding the getters answers as it does).
   virtual bool is_array(std::string_view key) const {
-    (void)key;
-    return false;
+    if (!has(key)) return false;
+    try {
+      return !get_bool_array(key).empty();
+    } catch (const Error&) {
+      return false;  // a scalar
+    }
   }
   /// How an error names metadata `key`: the key, and where the checkpoint
   /// states it when that is elsewhere (an HF view: "llama.embedding_length

@@ -58,8 +58,9 @@ struct SlidingWindowDefaults {
 
 /// Reads `{arch}.attention.sliding_window` and
 /// `{arch}.attention.sliding_window_pattern`, which is either an array of one
-/// bool per layer (gpt-oss and Qwen2's per-layer form, gguf-py
-/// add_sliding_window_pattern) or llama.cpp's integer n_pattern. Throws
+/// bool per layer (llama.cpp's per-layer form, gguf-py
+/// add_sliding_window_pattern; kvad's HF view writes it for Qwen2's
+/// use_sliding_window) or llama.cpp's integer n_pattern (gpt-oss). Throws
 /// kvad::Error naming the key for a window < 0 or beyond int32 (or 0 when
 /// required), a negative pattern, or an array of another length than
 /// block_count.

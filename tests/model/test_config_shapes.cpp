@@ -69,7 +69,6 @@ class WithInt final : public kvad::TensorSource {
     return src_->get_string(key, def);
   }
   std::vector<bool> get_bool_array(std::string_view key) const override { return src_->get_bool_array(key); }
-  bool is_array(std::string_view key) const override { return key != key_ && src_->is_array(key); }
 
  private:
   std::shared_ptr<const kvad::TensorSource> src_;
@@ -180,6 +179,19 @@ TEST(ConfigShapes, GgufKeysOtherThanTheTensorsAreRefused) {
   expect_names(gguf_error("mixtral", "llama.expert_count", 6), {"blk.0.ffn_gate_inp.weight", "6 is llama.expert_count"});
   expect_names(gguf_error("qwen3next", "qwen3next.expert_feed_forward_length", 24),
                {"ffn_gate_exps.weight has shape", "24 is qwen3next.expert_feed_forward_length"});
+}
+
+// A source that wraps another by forwarding its getters (as these tests'
+// and the fuzzers' editors do) sees the per-layer window pattern as an
+// array, as the wrapped source does, and loads with it.
+TEST(ConfigShapes, AWrappingSourceKeepsTheWindowPattern) {
+  auto hf = kvad::open_hf_checkpoint((kDir / "qwen2_swa").string());
+  ASSERT_TRUE(hf->is_array("qwen2.attention.sliding_window_pattern"));
+  auto w = std::make_shared<WithInt>(hf, "kvad.unused", 0);
+  EXPECT_TRUE(w->is_array("qwen2.attention.sliding_window_pattern"));
+  EXPECT_FALSE(w->is_array("qwen2.attention.sliding_window"));
+  EXPECT_FALSE(w->is_array("qwen2.attention.no_such_key"));
+  EXPECT_NO_THROW((void)kvad::load_model(w, kvad::DeviceOptions{}));
 }
 
 // The unedited checkpoints load: their configs' vocab_size is their rows.
