@@ -35,10 +35,10 @@
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/kernels.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/host_kernels.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/offload.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/device_kernels.h"
 
 namespace {
 

@@ -29,7 +29,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/moe.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/host_kernels.h"
 #include "tensor/dtype.h"
 #include "tensor/ops.h"
 #include "tensor/tensor.h"

@@ -118,7 +118,7 @@ Tensor cont(const Tensor& t);
 /// the device reads (has_format); bias: nullptr or [n_out] f32; y: [n_tok, n_out].
 /// Contiguous inputs only (matmul_batched takes strided activations).
 /// On the CPU, activations are converted once to W's vec_dot_type as ggml does
-/// (kernels/cpu/ops.h cpu::matmul); the offload hook (backend.h) is offered
+/// (kernels/cpu/host_kernels.h cpu::matmul); the offload hook (backend.h) is offered
 /// the product first.
 Tensor matmul(const Tensor& x, const Tensor& w, const Tensor* bias = nullptr);
 /// Several products of the same x (q/k/v, gate/up) in one call: on the CPU

@@ -11,7 +11,7 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
-#include "kernels/cpu/ops.h"  // cpu::rope in the reference
+#include "kernels/cpu/host_kernels.h"  // cpu::rope in the reference
 #include "model/blocks.h"
 #include "model/cache.h"
 #include "tensor/ops.h"

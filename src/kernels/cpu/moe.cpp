@@ -15,7 +15,7 @@
 #include "base/scratch.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/kernels.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/host_kernels.h"
 #include "kernels/cpu/row_util.h"
 #include "tensor/ops.h"
 

@@ -3,7 +3,7 @@
 // Every entry submits to the compute stream of the process-wide context
 // (context.h) and returns without waiting: ops run in submission order on the
 // device, so an op reads what the previous one wrote with no host round trip.
-// The device kernels are kernels.cu's (ops.h); this file only maps Tensors to
+// The device kernels are kernels.cu's (device_kernels.h); this file only maps Tensors to
 // their pointers and shapes. Plain C++ against the CUDA runtime.
 //
 //  - Memory: stream-ordered allocations from the device's default memory pool
@@ -39,7 +39,7 @@
 
 #include "base/error.h"
 #include "kernels/cuda/context.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/device_kernels.h"
 #include "tensor/backend.h"
 
 namespace kvad::cuda {

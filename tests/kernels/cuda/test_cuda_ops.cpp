@@ -1,4 +1,4 @@
-// CUDA ops (kernels/cuda/ops.h) and the offload provider (offload.h) against
+// CUDA ops (kernels/cuda/device_kernels.h) and the offload provider (offload.h) against
 // the CPU references of the same ops (kernels/cpu). Every test skips with
 // "no CUDA device: ..." when the machine has no GPU. Tolerances are stated
 // per test; they are bounds chosen from the arithmetic (f32 summation order,
@@ -13,12 +13,12 @@
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/kernels.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/host_kernels.h"
 #include "base/error.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/cpu_offload.h"
 #include "kernels/cuda/offload.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/device_kernels.h"
 #include "tensor/half.h"
 
 namespace {
