@@ -231,21 +231,23 @@ Tensor view(const Tensor& t, std::array<int64_t, 4> ne, std::array<size_t, 4> nb
   Tensor v = t;
   v.ne = ne;
   v.nb = nb;
-  const std::string what = "view [" + std::to_string(ne[0]) + ", " + std::to_string(ne[1]) + ", " +
-                           std::to_string(ne[2]) + ", " + std::to_string(ne[3]) + "] nb [" + std::to_string(nb[0]) +
-                           ", " + std::to_string(nb[1]) + ", " + std::to_string(nb[2]) + ", " +
-                           std::to_string(nb[3]) + "] at +" + std::to_string(offset) + " of " + t.name + " " +
-                           shape_str(t);
-  for (int64_t n : ne) KVAD_NEED("view", n > 0, what + ": a dimension is not positive");
-  KVAD_NEED("view", ne[0] % ti.block_elems == 0 && (ti.block_elems == 1 || ne[0] == ti.block_elems || nb[0] == ti.block_bytes),
-            what + ": a " + dtype_name(t.type) + " row must be whole, contiguous blocks");
+  const auto what = [&] {  // the message, built only on failure
+    return "view [" + std::to_string(ne[0]) + ", " + std::to_string(ne[1]) + ", " + std::to_string(ne[2]) + ", " +
+           std::to_string(ne[3]) + "] nb [" + std::to_string(nb[0]) + ", " + std::to_string(nb[1]) + ", " +
+           std::to_string(nb[2]) + ", " + std::to_string(nb[3]) + "] at +" + std::to_string(offset) + " of " +
+           t.name + " " + shape_str(t);
+  };
+  for (int64_t n : ne) KVAD_NEED("view", n > 0, what() + ": a dimension is not positive");
+  const bool blocks_whole = ti.block_elems == 1 || ne[0] == ti.block_elems || nb[0] == ti.block_bytes;
+  KVAD_NEED("view", ne[0] % ti.block_elems == 0 && blocks_whole,
+            what() + ": a " + dtype_name(t.type) + " row must be whole, contiguous blocks");
   if (ti.block_elems == 1) {  // element formats: every element aligned to its size
     bool aligned = offset % ti.block_bytes == 0;
     for (size_t b : nb) aligned = aligned && b % ti.block_bytes == 0;
-    KVAD_NEED("view", aligned, what + ": strides and offset must be multiples of the element's " +
+    KVAD_NEED("view", aligned, what() + ": strides and offset must be multiples of the element's " +
                                    std::to_string(ti.block_bytes) + " bytes");
   }
-  KVAD_NEED("view", offset + span(v) <= span(t), what + ": reaches past the tensor's bytes");
+  KVAD_NEED("view", offset + span(v) <= span(t), what() + ": reaches past the tensor's bytes");
   v.offset = t.offset + offset;
   if (t.data) v.data = static_cast<const uint8_t*>(t.data) + offset;
   return v;
@@ -383,7 +385,10 @@ Tensor binary(Binary op, const char* name, const Tensor& a, const Tensor& b) {
     ne[i] = std::max(a.ne[i], b.ne[i]);
   }
   Tensor out = f32_like(a, ne);
-  entry(row(d, name).binary, d, name)(op, expand(a, ne), expand(b, ne), out);
+  Tensor wa, wb;  // widened views, only where a size-1 dimension repeats
+  const Tensor& ea = a.ne == ne ? a : (wa = expand(a, ne));
+  const Tensor& eb = b.ne == ne ? b : (wb = expand(b, ne));
+  entry(row(d, name).binary, d, name)(op, ea, eb, out);
   return out;
 }
 }  // namespace

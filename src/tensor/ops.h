@@ -171,8 +171,8 @@ Tensor get_rows(const Tensor& table, const Tensor& ids);
 
 /// Softmax of each row (max-subtracted).
 Tensor softmax(const Tensor& x);
-/// Element-wise activations below (silu .. softplus, and the GLUs after
-/// them): strided inputs accepted, output contiguous of the same shape (the
+/// The element-wise activations below (silu .. softplus, and the GLUs after
+/// them). Strided: every input (output contiguous, of the same shape; the
 /// CUDA row: contiguous only, else it throws).
 /// x·σ(x) (SiLU) and tanh-GELU, element-wise.
 Tensor silu(const Tensor& x);
