@@ -72,10 +72,7 @@ struct DeepseekParams {
   int64_t qk_rope = 0;         ///< rope.dimension_count
   int64_t v_head_dim = 0;      ///< attention.value_length_mla
   int64_t n_dense = 0;         ///< leading_dense_block_count
-  int64_t n_expert = 0;        ///< expert_count
-  int64_t n_ff_exp = 0;        ///< expert_feed_forward_length
-  int64_t n_shared = 0;        ///< expert_shared_count
-  MoeParams moe;
+  MoeHParams moe;              ///< expert_count, expert_feed_forward_length, expert_shared_count, routing
 };
 
 struct Layer {
@@ -132,81 +129,71 @@ PrefillMode prefill_mode() {
   return PrefillMode::Auto;
 }
 
-// A GGUF bool (llama.cpp's converter writes expert_weights_norm so), or an
-// integer (kvad's HF view and the quantize-once files it writes).
-bool get_flag(const TensorSource& src, const std::string& key) {
-  if (const std::shared_ptr<const gguf::File> f = gguf_file(src))
-    if (const gguf::Value* v = f->find(key); v && v->type() == gguf::ValueType::BOOL) return v->as_bool();
-  return src.get_int(key, 0) != 0;
+// DeepSeek's keys beside the decoder's (hp): the MLA widths, the dense
+// layers and the experts. Throws kvad::Error naming the key.
+DeepseekParams read_deepseek_params(const TensorSource& f, const HParams& hp) {
+  DeepseekParams c;
+  const std::string a = hp.arch + ".", path = f.path();
+  auto need = [&](const std::string& key) {
+    const int64_t v = f.require_int(a + key);
+    if (v <= 0) throw Error(path + ": " + f.key_name(a + key) + " must be positive, is " + std::to_string(v));
+    return v;
+  };
+  c.q_lora_rank = f.get_int(a + "attention.q_lora_rank", 0);
+  c.kv_lora_rank = need("attention.kv_lora_rank");
+  c.qk_rope = hp.n_rot;
+  // The MLA widths: key_length_mla / value_length_mla when the file is in
+  // llama.cpp's MQA form (key_length = kv_lora_rank + rope), else
+  // key_length / value_length (older files).
+  const int64_t qk_head = f.has(a + "attention.key_length_mla") ? need("attention.key_length_mla") : hp.head_dim;
+  c.v_head_dim = f.has(a + "attention.value_length_mla") ? need("attention.value_length_mla")
+                                                          : need("attention.value_length");
+  c.qk_nope = qk_head - c.qk_rope;
+  if (c.qk_nope <= 0 || c.q_lora_rank < 0)
+    throw Error(path + ": " + a + "attention.key_length_mla " + std::to_string(qk_head) +
+                " leaves no room beside rope.dimension_count " + std::to_string(c.qk_rope));
+  c.n_dense = f.get_int(a + "leading_dense_block_count", 0);
+  MoeHParams& m = c.moe;
+  m = read_moe(f, hp, /*norm_topk_default=*/false);
+  // V3's noaux_tc scores a group by the sum of its top two (with the
+  // bias), V2's group_limited_greedy by its best (transformers, DeepSeek's
+  // own modeling code). A GGUF records no topk_method, so the gating tells
+  // them apart; llama.cpp's build_moe_ffn sums the top two for both, which
+  // differs from the reference for grouped V2 files (DeepSeek-V2 236B).
+  m.group_top2_sum = m.gating == MoeGating::Sigmoid;
+  if (c.n_dense < 0 || c.n_dense > hp.n_layer)
+    throw Error(path + ": " + a + "leading_dense_block_count " + std::to_string(c.n_dense) + " is not in [0, " + a +
+                "block_count]");
+  if (c.n_dense < hp.n_layer) require_experts(f, hp, m, "sparse layers");
+  return c;
+}
+
+// The softmax scale 1/√qk_head with DeepSeek's YaRN correction
+// (mscale_all_dim: rope.scaling.yarn_log_multiplier).
+float mla_scale(const TensorSource& f, const std::string& arch, int64_t qk_head) {
+  const std::string a = arch + ".";
+  float scale = 1.0f / std::sqrt(static_cast<float>(qk_head));
+  const double log_mul = f.get_float(a + "rope.scaling.yarn_log_multiplier", 0.0);
+  const double factor = f.get_float(a + "rope.scaling.factor", 1.0);
+  if (log_mul != 0 && factor > 1 && f.get_string(a + "rope.scaling.type", "none") == "yarn") {
+    const double ms = 1.0 + log_mul * std::log(factor);
+    scale = static_cast<float>(scale * ms * ms);
+  }
+  return scale;
 }
 
 class Deepseek2 final : public Model {
  public:
-  Deepseek2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
-    source_ = src;
-    hp_ = read_hparams(*src);
-    const std::string a = hp_.arch + ".", path = src->path();
-    auto need = [&](const std::string& key) {
-      const int64_t v = src->require_int(a + key);
-      if (v <= 0) throw Error(path + ": " + a + key + " must be positive, is " + std::to_string(v));
-      return v;
-    };
-    cfg_.q_lora_rank = src->get_int(a + "attention.q_lora_rank", 0);
-    cfg_.kv_lora_rank = need("attention.kv_lora_rank");
-    cfg_.qk_rope = hp_.n_rot;
-    // The MLA widths: key_length_mla / value_length_mla when the file is in
-    // llama.cpp's MQA form (key_length = kv_lora_rank + rope), else
-    // key_length / value_length (older files).
-    const int64_t qk_head = src->has(a + "attention.key_length_mla") ? need("attention.key_length_mla") : hp_.head_dim;
-    cfg_.v_head_dim = src->has(a + "attention.value_length_mla") ? need("attention.value_length_mla")
-                                                                  : need("attention.value_length");
-    cfg_.qk_nope = qk_head - cfg_.qk_rope;
-    if (cfg_.qk_nope <= 0 || cfg_.q_lora_rank < 0)
-      throw Error(path + ": " + a + "attention.key_length_mla " + std::to_string(qk_head) +
-                  " leaves no room beside rope.dimension_count " + std::to_string(cfg_.qk_rope));
-    cfg_.n_dense = src->get_int(a + "leading_dense_block_count", 0);
-    cfg_.n_expert = src->get_int(a + "expert_count", 0);
-    cfg_.n_ff_exp = src->get_int(a + "expert_feed_forward_length", 0);
-    cfg_.n_shared = src->get_int(a + "expert_shared_count", 0);
-    MoeParams& m = cfg_.moe;
-    m.n_expert_used = src->get_int(a + "expert_used_count", 0);
-    m.norm_topk = get_flag(*src, a + "expert_weights_norm");
-    m.scale = static_cast<float>(src->get_float(a + "expert_weights_scale", 1.0));
-    const int64_t gating = src->get_int(a + "expert_gating_func", 1);
-    if (gating != 1 && gating != 2)
-      throw Error(path + ": " + a + "expert_gating_func " + std::to_string(gating) + " is not 1 (softmax) or 2 (sigmoid)");
-    m.gating = gating == 2 ? MoeGating::Sigmoid : MoeGating::Softmax;
-    m.n_group = src->get_int(a + "expert_group_count", 1);
-    m.topk_group = src->get_int(a + "expert_group_used_count", m.n_group);
-    // V3's noaux_tc scores a group by the sum of its top two (with the
-    // bias), V2's group_limited_greedy by its best (transformers, DeepSeek's
-    // own modeling code). A GGUF records no topk_method, so the gating tells
-    // them apart; llama.cpp's build_moe_ffn sums the top two for both, which
-    // differs from the reference for grouped V2 files (DeepSeek-V2 236B).
-    m.group_top2_sum = m.gating == MoeGating::Sigmoid;
-    m.norm_eps = hp_.norm_eps;
-    if (cfg_.n_dense < 0 || cfg_.n_dense > hp_.n_layer)
-      throw Error(path + ": " + a + "leading_dense_block_count " + std::to_string(cfg_.n_dense) + " is not in [0, " +
-                  a + "block_count]");
-    if (cfg_.n_dense < hp_.n_layer &&
-        (cfg_.n_expert <= 0 || cfg_.n_ff_exp <= 0 || m.n_expert_used <= 0 || m.n_expert_used > cfg_.n_expert ||
-         cfg_.n_shared < 0 || m.n_group <= 0 || cfg_.n_expert % m.n_group != 0 || m.topk_group <= 0 ||
-         m.topk_group > m.n_group || m.n_expert_used > m.topk_group * (cfg_.n_expert / m.n_group)))
-      throw Error(path + ": sparse layers need " + a + "expert_count, expert_used_count (1..expert_count), " +
-                  "expert_feed_forward_length, and expert_group_count dividing expert_count with " +
-                  "expert_group_used_count groups holding at least expert_used_count experts");
-
+  Deepseek2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) : Model(src) {
+    const std::string a = hp_.arch + ".";
+    cfg_ = read_deepseek_params(*src, hp_);
     mode_ = prefill_mode();
-    WeightLoader wl(src, o);
-    device_ = wl.device();
-    const int64_t E = hp_.n_embd, P = cfg_.qk_rope, N = cfg_.qk_nope;
-    const SourceTensor* te = src->find("token_embd.weight");
-    if (!te || te->n_dims < 2) throw Error(path + ": missing tensor token_embd.weight");
-    hp_.n_vocab = te->ne[1];
-    tok_embd_ = wl.get("token_embd.weight", {E, hp_.n_vocab});
-    output_norm_ = wl.get("output_norm.weight", {E});
-    output_ = wl.get_optional("output.weight", {E, hp_.n_vocab});
-    if (!output_) output_ = tok_embd_;
+    hp_.n_vocab = read_vocab(*src, hp_);
+    WeightLoader wl = open_weights(o);
+    name_dims(wl, hp_, cfg_.moe);
+    const int64_t P = cfg_.qk_rope, N = cfg_.qk_nope;
+    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::OwnOrTied);
+    tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;
     rope_neox_ = src->get_int("kvad.rope.neox", 0) != 0;
     rope_ = load_rope_scaling(*src, wl, hp_, rope_neox_);
     // llama.cpp's deepseek2 rule for a file with yarn_log_multiplier and no
@@ -217,40 +204,11 @@ class Deepseek2 final : public Model {
         !src->has(a + "rope.scaling.yarn_attn_factor"))
       rope_.params.attn_factor = 1.0f;
     layers_.resize(hp_.n_layer);
-    for (int64_t il = 0; il < hp_.n_layer; ++il) load_layer(wl, il, layers_[il]);
-    // The multi-token prediction layers (DeepSeek-V3 section 2.2; GGUF
-    // {arch}.nextn_predict_layers, llama.cpp's blk.N.nextn.* past the
-    // decoder's blocks) when the checkpoint carries them: loaded, so the
-    // unread-tensor guard sees them taken, as the multi-token prediction
-    // head, used only for speculative decoding; forward does not run them.
-    const int64_t n_nextn = src->get_int(a + "nextn_predict_layers", 0);
-    if (n_nextn < 0 || n_nextn > 16)
-      throw Error(path + ": " + a + "nextn_predict_layers " + std::to_string(n_nextn) + " is not in [0, 16]");
-    for (int64_t il = hp_.n_layer; il < hp_.n_layer + n_nextn; ++il) {
-      const std::string p = "blk." + std::to_string(il) + ".";
-      if (!wl.has(p + "nextn.eh_proj.weight")) continue;  // transformers saves V3 without them
-      Mtp& m = mtp_.emplace_back();
-      load_layer(wl, il, m.layer);
-      m.eh_proj = wl.get(p + "nextn.eh_proj.weight", {2 * E, E});
-      m.enorm = wl.get(p + "nextn.enorm.weight", {E});
-      m.hnorm = wl.get(p + "nextn.hnorm.weight", {E});
-      m.head_norm = wl.get_optional(p + "nextn.shared_head_norm.weight", {E});
-      m.head = wl.get_optional(p + "nextn.shared_head_head.weight", {E, hp_.n_vocab});
-      m.embd = wl.get_optional(p + "nextn.embed_tokens.weight", {E, hp_.n_vocab});
-    }
-    require_f32(path, {&output_norm_});
-    wl.finish();
-    weight_bytes_ = wl.bytes();
-    hp_.n_params = wl.n_params();
+    for (int64_t il = 0; il < hp_.n_layer; ++il) load_layer(wl.layer(il), il, layers_[il]);
+    load_mtp(wl);
+    finish_loading(wl);
 
-    // Softmax scale with DeepSeek's YaRN correction (mscale_all_dim).
-    scale_ = 1.0f / std::sqrt(static_cast<float>(N + P));
-    const double log_mul = src->get_float(a + "rope.scaling.yarn_log_multiplier", 0.0);
-    const double factor = src->get_float(a + "rope.scaling.factor", 1.0);
-    if (log_mul != 0 && factor > 1 && src->get_string(a + "rope.scaling.type", "none") == "yarn") {
-      const double ms = 1.0 + log_mul * std::log(factor);
-      scale_ = static_cast<float>(scale_ * ms * ms);
-    }
+    scale_ = mla_scale(*src, hp_.arch, N + P);
     // What the rest of kvad reads: the MLA widths, not the latent's.
     hp_.head_dim = N + P;
     hp_.n_head_kv = 1;
@@ -259,38 +217,60 @@ class Deepseek2 final : public Model {
   /// The multi-token prediction layers the checkpoint carries (none for most files).
   size_t n_mtp_layers() const { return mtp_.size(); }
 
-  void load_layer(WeightLoader& wl, int64_t il, Layer& L) {
+  // The multi-token prediction layers (DeepSeek-V3 section 2.2; GGUF
+  // {arch}.nextn_predict_layers, llama.cpp's blk.N.nextn.* past the
+  // decoder's blocks) when the checkpoint carries them: loaded, so the
+  // unread-tensor guard sees them taken, as the multi-token prediction
+  // head, used only for speculative decoding; forward does not run them.
+  void load_mtp(WeightLoader& wl) {
+    const std::string a = hp_.arch + ".";
+    const int64_t E = hp_.n_embd, n_nextn = source_->get_int(a + "nextn_predict_layers", 0);
+    if (n_nextn < 0 || n_nextn > 16)
+      throw Error(source_->path() + ": " + a + "nextn_predict_layers " + std::to_string(n_nextn) + " is not in [0, 16]");
+    for (int64_t il = hp_.n_layer; il < hp_.n_layer + n_nextn; ++il) {
+      const WeightScope blk = wl.layer(il), nextn = blk.sub("nextn");
+      if (!nextn.has("eh_proj.weight")) continue;  // transformers saves V3 without them
+      Mtp& t = mtp_.emplace_back();
+      load_layer(blk, il, t.layer);
+      t.eh_proj = nextn.get("eh_proj.weight", {2 * E, E});
+      t.enorm = nextn.get("enorm.weight", {E});
+      t.hnorm = nextn.get("hnorm.weight", {E});
+      t.head_norm = nextn.get_optional("shared_head_norm.weight", {E});
+      t.head = nextn.get_optional("shared_head_head.weight", {E, hp_.n_vocab});
+      t.embd = nextn.get_optional("embed_tokens.weight", {E, hp_.n_vocab});
+    }
+  }
+
+  void load_layer(const WeightScope& blk, int64_t il, Layer& L) {
     const int64_t E = hp_.n_embd, H = hp_.n_head, R = cfg_.kv_lora_rank, P = cfg_.qk_rope, N = cfg_.qk_nope,
-                  V = cfg_.v_head_dim;
-    const std::string p = "blk." + std::to_string(il) + ".", path = wl.path();
-    {
-      L.attn_norm = wl.get(p + "attn_norm.weight", {E});
-      if (cfg_.q_lora_rank > 0) {
-        L.wq_a = wl.get(p + "attn_q_a.weight", {E, cfg_.q_lora_rank});
-        L.q_a_norm = wl.get(p + "attn_q_a_norm.weight", {cfg_.q_lora_rank});
-        L.wq_b = wl.get(p + "attn_q_b.weight", {cfg_.q_lora_rank, H * (N + P)});
-      } else {
-        L.wq = wl.get(p + "attn_q.weight", {E, H * (N + P)});
-      }
-      L.wkv_a = wl.get(p + "attn_kv_a_mqa.weight", {E, R + P});
-      L.kv_a_norm = wl.get(p + "attn_kv_a_norm.weight", {R});
-      if (wl.has(p + "attn_kv_b.weight")) {
-        split_kv_b(wl.get(p + "attn_kv_b.weight", {R, H * (N + V)}), H, N, V, R, L.wk_b, L.wv_b,
-                   mode_ != PrefillMode::Absorbed ? &L.wk_up : nullptr);
-      } else {
-        L.wk_b = wl.get(p + "attn_k_b.weight", {N, R, H});
-        L.wv_b = wl.get(p + "attn_v_b.weight", {R, V, H});
-        if (mode_ != PrefillMode::Absorbed) L.wk_up = k_up_from_k_b(L.wk_b);
-      }
-      L.wo = wl.get(p + "attn_output.weight", {H * V, E});
-      require_f32(path, {&L.attn_norm, &L.q_a_norm, &L.kv_a_norm});
-      L.sparse = il >= cfg_.n_dense;
-      if (L.sparse) {
-        L.moe = load_moe_weights(wl, p, E, cfg_.n_ff_exp, cfg_.n_expert);
-        load_moe_shared(wl, p, E, cfg_.n_shared * cfg_.n_ff_exp, cfg_.n_expert, L.moe);
-      } else {
-        L.ffn = load_mlp_weights(wl, p, E, hp_.n_ff);
-      }
+                  V = cfg_.v_head_dim, Q = cfg_.q_lora_rank;
+    L.attn_norm = blk.get("attn_norm.weight", {E});
+    if (Q > 0) {
+      L.wq_a = blk.get("attn_q_a.weight", {E, Q});
+      L.q_a_norm = blk.get("attn_q_a_norm.weight", {Q});
+      L.wq_b = blk.get("attn_q_b.weight", {Q, H * (N + P)});
+    } else {
+      L.wq = blk.get("attn_q.weight", {E, H * (N + P)});
+    }
+    L.wkv_a = blk.get("attn_kv_a_mqa.weight", {E, R + P});
+    L.kv_a_norm = blk.get("attn_kv_a_norm.weight", {R});
+    if (blk.has("attn_kv_b.weight")) {
+      split_kv_b(blk.get("attn_kv_b.weight", {R, H * (N + V)}), H, N, V, R, L.wk_b, L.wv_b,
+                 mode_ != PrefillMode::Absorbed ? &L.wk_up : nullptr);
+    } else {
+      L.wk_b = blk.get("attn_k_b.weight", {N, R, H});
+      L.wv_b = blk.get("attn_v_b.weight", {R, V, H});
+      if (mode_ != PrefillMode::Absorbed) L.wk_up = k_up_from_k_b(L.wk_b);
+    }
+    L.wo = blk.get("attn_output.weight", {H * V, E});
+    require_f32(blk.path(), {&L.attn_norm, &L.q_a_norm, &L.kv_a_norm});
+    L.sparse = il >= cfg_.n_dense;
+    const MoeHParams& m = cfg_.moe;
+    if (L.sparse) {
+      L.moe = load_moe_weights(blk, E, m.n_ff_exp, m.n_expert);
+      load_moe_shared(blk, E, m.n_shared * m.n_ff_exp, m.n_expert, L.moe);
+    } else {
+      L.ffn = load_mlp_weights(blk, E, hp_.n_ff);
     }
   }
 
@@ -430,12 +410,13 @@ void hf_config(const nlohmann::json& cfg, HfConfig& out, bool v3) {
   const int64_t n_layer = config_int(cfg, "num_hidden_layers");
   const bool moe = cfg.contains("n_routed_experts") && !cfg["n_routed_experts"].is_null();
   md[a + ".leading_dense_block_count"] = config_int(cfg, "first_k_dense_replace", moe ? 0 : n_layer);
-  md[a + ".expert_feed_forward_length"] = config_int(cfg, "moe_intermediate_size", config_int(cfg, "intermediate_size"));
+  out.set(a + ".expert_feed_forward_length", "moe_intermediate_size",
+          config_int(cfg, "moe_intermediate_size", config_int(cfg, "intermediate_size")));
   if (moe) {
-    md[a + ".expert_count"] = config_int(cfg, "n_routed_experts");
-    md[a + ".expert_used_count"] = config_int(cfg, "num_experts_per_tok");
+    out.set(a + ".expert_count", "n_routed_experts", config_int(cfg, "n_routed_experts"));
+    out.set(a + ".expert_used_count", "num_experts_per_tok", config_int(cfg, "num_experts_per_tok"));
   }
-  md[a + ".expert_shared_count"] = config_int(cfg, "n_shared_experts", 0);
+  out.set(a + ".expert_shared_count", "n_shared_experts", config_int(cfg, "n_shared_experts", 0));
   if (const int64_t nextn = config_int(cfg, "num_nextn_predict_layers", 0); nextn > 0)
     md[a + ".nextn_predict_layers"] = nextn;
   md[a + ".expert_weights_scale"] = config_float(cfg, "routed_scaling_factor", 1.0);
@@ -452,8 +433,8 @@ void hf_config(const nlohmann::json& cfg, HfConfig& out, bool v3) {
     md[a + ".expert_gating_func"] = int64_t{1};  // softmax
   }
   if (v3 || method == "group_limited_greedy") {
-    md[a + ".expert_group_count"] = n_group;
-    md[a + ".expert_group_used_count"] = topk_group;
+    out.set(a + ".expert_group_count", "n_group", n_group);
+    out.set(a + ".expert_group_used_count", "topk_group", topk_group);
   }
   if (v3 && !config_bool(cfg, "rope_interleave", true)) md["kvad.rope.neox"] = int64_t{1};
   // DeepSeek's softmax correction: transformers' yarn_apply_mscale.
@@ -497,11 +478,6 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
       {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight", T::None},
       {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight", T::ToF32},
       {"self_attn.kv_b_proj.weight", "attn_kv_b.weight", T::None},
-      {"mlp.gate.weight", "ffn_gate_inp.weight", T::None},
-      {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias", T::ToF32},
-      {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight", T::None},
-      {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight", T::None},
-      {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight", T::None},
   };
   if (hf == "lm_head.weight") return r.name = "output.weight", r.transform = T::None, true;
   int64_t il;
@@ -519,7 +495,7 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
   if (hf_layer_tensor(hf, il, rest))
     for (const HfLayerName& n : kNextn)
       if (rest == n.hf) return r.name = "blk." + std::to_string(il) + "." + n.gguf, r.transform = n.transform, true;
-  if (hf_layer_tensor(hf, il, rest) && hf_expert_tensor(rest, "blk." + std::to_string(il) + ".", r)) return true;
+  if (hf_layer_tensor(hf, il, rest) && hf_moe_tensor(rest, "blk." + std::to_string(il) + ".", r)) return true;
   return hf_decoder_tensor(hf, T::ToF32, kLayer, std::size(kLayer), r);
 }
 

@@ -104,9 +104,7 @@ struct Layer {
 
 class Qwen3Next final : public Model {
  public:
-  Qwen3Next(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
-    source_ = src;
-    hp_ = read_hparams(*src);
+  Qwen3Next(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) : Model(src) {
     const std::string a = hp_.arch + ".";
     const std::string& path = src->path();
     conv_k_ = src->get_int(a + "ssm.conv_kernel", 0);
@@ -119,24 +117,15 @@ class Qwen3Next final : public Model {
                   "(a multiple of group_count) and ssm.inner_size (a multiple of time_step_rank) are required");
     Dv_ = inner / Hv_;
     conv_dim_ = 2 * Hk_ * Dk_ + Hv_ * Dv_;
-    const int64_t n_expert = src->get_int(a + "expert_count", 0), F_exp = src->get_int(a + "expert_feed_forward_length", 0);
-    const int64_t F_sh = src->get_int(a + "expert_shared_feed_forward_length", 0);
-    moe_.n_expert_used = src->get_int(a + "expert_used_count", 0);
-    moe_.norm_topk = src->get_int("kvad.moe.norm_topk_prob", 1) != 0;
-    moe_.norm_eps = hp_.norm_eps;
+    moe_ = read_moe(*src, hp_);
     snapshot_every_ = o.state_snapshot_every < 0 ? kDefaultSnapshotEvery : o.state_snapshot_every;
     tiled_heads_ = hp_.arch == "qwen35" || hp_.arch == "qwen35moe";
 
-    WeightLoader wl(src, o);
-    device_ = wl.device();
-    const int64_t E = hp_.n_embd, D = hp_.head_dim, H = hp_.n_head, Hkv = hp_.n_head_kv;
-    const SourceTensor* te = src->find("token_embd.weight");
-    if (!te || te->n_dims < 2) throw Error(path + ": missing tensor token_embd.weight");
-    hp_.n_vocab = te->ne[1];
-    tok_embd_ = wl.get("token_embd.weight", {E, hp_.n_vocab});
-    output_norm_ = wl.get("output_norm.weight", {E});
-    output_ = wl.get_optional("output.weight", {E, hp_.n_vocab});
-    if (!output_) output_ = tok_embd_;
+    hp_.n_vocab = read_vocab(*src, hp_);
+    WeightLoader wl = open_weights(o);
+    name_dims(wl, hp_, moe_);
+    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::OwnOrTied);
+    tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;
     // llama.cpp's converter writes the multi-token prediction layers (HF
     // mtp.*) as the last nextn_predict_layers blocks, inside block_count.
     const int64_t n_nextn = src->get_int(a + "nextn_predict_layers", 0);
@@ -144,77 +133,73 @@ class Qwen3Next final : public Model {
       throw Error(path + ": " + a + "nextn_predict_layers " + std::to_string(n_nextn) + " is not in [0, " +
                   a + "block_count)");
     layers_.resize(hp_.n_layer);
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
-      const std::string p = "blk." + std::to_string(il) + ".";
-      Layer& L = layers_[il];
-      L.attn_norm = wl.get(p + "attn_norm.weight", {E});
-      L.post_norm = wl.get(p + "post_attention_norm.weight", {E});
-      L.recurrent = wl.has(p + "ssm_a");
-      if (L.recurrent) {
-        DeltaNetWeights& w = L.ssm;
-        if (wl.has(p + "attn_qkv.weight")) {
-          w.qkv = wl.get(p + "attn_qkv.weight", {E, conv_dim_});
-          w.gate = wl.get(p + "attn_gate.weight", {E, Hv_ * Dv_});
-        } else {
-          w.in = wl.get(p + "ssm_in.weight", {E, 2 * Hk_ * Dk_ + 2 * Hv_ * Dv_});
-        }
-        if (wl.has(p + "ssm_beta.weight")) {
-          w.beta = wl.get(p + "ssm_beta.weight", {E, Hv_});
-          w.alpha = wl.get(p + "ssm_alpha.weight", {E, Hv_});
-        } else {
-          w.ba = wl.get(p + "ssm_ba.weight", {E, 2 * Hv_});
-        }
-        // GGUF stores [C, K]; HF's Conv1d weight is [C, 1, K].
-        const SourceTensor* c = src->find(p + "ssm_conv1d.weight");
-        if (c && c->n_dims == 3)
-          w.conv = wl.get(p + "ssm_conv1d.weight", {conv_k_, 1, conv_dim_}).view({conv_k_, conv_dim_, 1, 1});
-        else
-          w.conv = wl.get(p + "ssm_conv1d.weight", {conv_k_, conv_dim_});
-        w.a = wl.get(p + "ssm_a", {Hv_});
-        w.dt = wl.get(p + "ssm_dt.bias", {Hv_});
-        w.norm = wl.get(p + "ssm_norm.weight", {Dv_});
-        w.out = wl.get(p + "ssm_out.weight", {Hv_ * Dv_, E});
-        require_f32(path, {&w.conv, &w.a, &w.dt, &w.norm});
-      } else {
-        GatedAttentionWeights& w = L.attn;
-        w.wq = wl.get(p + "attn_q.weight", {E, H * 2 * D});
-        w.wk = wl.get(p + "attn_k.weight", {E, Hkv * D});
-        w.wv = wl.get(p + "attn_v.weight", {E, Hkv * D});
-        w.wo = wl.get(p + "attn_output.weight", {H * D, E});
-        w.q_norm = wl.get(p + "attn_q_norm.weight", {D});
-        w.k_norm = wl.get(p + "attn_k_norm.weight", {D});
-        require_f32(path, {&w.q_norm, &w.k_norm});
-      }
-      L.sparse = wl.has(p + "ffn_gate_inp.weight");
-      if (L.sparse) {
-        if (n_expert <= 0 || F_exp <= 0 || moe_.n_expert_used <= 0 || moe_.n_expert_used > n_expert)
-          throw Error(path + ": " + p + "ffn_gate_inp.weight needs " + a + "expert_count, " + a +
-                      "expert_used_count (1.." + a + "expert_count) and " + a + "expert_feed_forward_length");
-        L.moe.gate_inp = wl.get(p + "ffn_gate_inp.weight", {E, n_expert});
-        L.moe.gate_exps = wl.get(p + "ffn_gate_exps.weight", {E, F_exp, n_expert});
-        L.moe.up_exps = wl.get(p + "ffn_up_exps.weight", {E, F_exp, n_expert});
-        L.moe.down_exps = wl.get(p + "ffn_down_exps.weight", {F_exp, E, n_expert});
-        if (wl.has(p + "ffn_gate_shexp.weight")) {
-          if (F_sh <= 0) throw Error(path + ": " + p + "ffn_gate_shexp.weight needs " + a + "expert_shared_feed_forward_length");
-          load_moe_shared(wl, p, E, F_sh, n_expert, L.moe);
-          if (!L.moe.gate_inp_shexp) throw Error(path + ": " + p + "ffn_gate_inp_shexp.weight is missing (the shared expert's gate)");
-        }
-      } else {
-        if (hp_.n_ff <= 0)
-          throw Error(path + ": " + p + "ffn_gate_inp.weight is missing, and a dense layer needs " + a +
-                      "feed_forward_length");
-        L.mlp.gate = wl.get(p + "ffn_gate.weight", {E, hp_.n_ff});
-        L.mlp.up = wl.get(p + "ffn_up.weight", {E, hp_.n_ff});
-        L.mlp.down = wl.get(p + "ffn_down.weight", {hp_.n_ff, E});
-      }
-      require_f32(path, {&L.attn_norm, &L.post_norm});
-    }
+    for (int64_t il = 0; il < hp_.n_layer; ++il) load_layer(wl.layer(il), layers_[il]);
     load_mtp(wl, n_nextn);
-    require_f32(path, {&output_norm_});
     rope_ = load_rope_scaling(*src, wl, hp_, /*neox=*/true);
-    wl.finish();
-    weight_bytes_ = wl.bytes();
-    hp_.n_params = wl.n_params();
+    finish_loading(wl);
+  }
+
+  void load_layer(const WeightScope& blk, Layer& L) {
+    const int64_t E = hp_.n_embd, D = hp_.head_dim, H = hp_.n_head, Hkv = hp_.n_head_kv;
+    L.attn_norm = blk.get("attn_norm.weight", {E});
+    L.post_norm = blk.get("post_attention_norm.weight", {E});
+    require_f32(blk.path(), {&L.attn_norm, &L.post_norm});
+    L.recurrent = blk.has("ssm_a");
+    if (L.recurrent) {
+      DeltaNetWeights& w = L.ssm;
+      if (blk.has("attn_qkv.weight")) {
+        w.qkv = blk.get("attn_qkv.weight", {E, conv_dim_});
+        w.gate = blk.get("attn_gate.weight", {E, Hv_ * Dv_});
+      } else {
+        w.in = blk.get("ssm_in.weight", {E, 2 * Hk_ * Dk_ + 2 * Hv_ * Dv_});
+      }
+      if (blk.has("ssm_beta.weight")) {
+        w.beta = blk.get("ssm_beta.weight", {E, Hv_});
+        w.alpha = blk.get("ssm_alpha.weight", {E, Hv_});
+      } else {
+        w.ba = blk.get("ssm_ba.weight", {E, 2 * Hv_});
+      }
+      // GGUF stores [C, K]; HF's Conv1d weight is [C, 1, K].
+      const SourceTensor* c = blk.find("ssm_conv1d.weight");
+      if (c && c->n_dims == 3)
+        w.conv = blk.get("ssm_conv1d.weight", {conv_k_, 1, conv_dim_}).view({conv_k_, conv_dim_, 1, 1});
+      else
+        w.conv = blk.get("ssm_conv1d.weight", {conv_k_, conv_dim_});
+      w.a = blk.get("ssm_a", {Hv_});
+      w.dt = blk.get("ssm_dt.bias", {Hv_});
+      w.norm = blk.get("ssm_norm.weight", {Dv_});
+      w.out = blk.get("ssm_out.weight", {Hv_ * Dv_, E});
+      require_f32(blk.path(), {&w.conv, &w.a, &w.dt, &w.norm});
+    } else {
+      GatedAttentionWeights& w = L.attn;
+      w.wq = blk.get("attn_q.weight", {E, H * 2 * D});
+      w.wk = blk.get("attn_k.weight", {E, Hkv * D});
+      w.wv = blk.get("attn_v.weight", {E, Hkv * D});
+      w.wo = blk.get("attn_output.weight", {H * D, E});
+      w.q_norm = blk.get("attn_q_norm.weight", {D});
+      w.k_norm = blk.get("attn_k_norm.weight", {D});
+      require_f32(blk.path(), {&w.q_norm, &w.k_norm});
+    }
+    L.sparse = blk.has("ffn_gate_inp.weight");
+    if (!L.sparse) {
+      if (hp_.n_ff <= 0)
+        throw Error(blk.path() + ": " + blk.name("ffn_gate_inp.weight") + " is missing, and a dense layer needs " +
+                    hp_.arch + ".feed_forward_length");
+      L.mlp.gate = blk.get("ffn_gate.weight", {E, hp_.n_ff});  // normed by post_attention_norm
+      L.mlp.up = blk.get("ffn_up.weight", {E, hp_.n_ff});
+      L.mlp.down = blk.get("ffn_down.weight", {hp_.n_ff, E});
+      return;
+    }
+    require_experts(*source_, hp_, moe_, blk.name("ffn_gate_inp.weight"));
+    L.moe = load_moe_weights(blk, E, moe_.n_ff_exp, moe_.n_expert, /*norm=*/"");
+    if (blk.has("ffn_gate_shexp.weight")) {
+      if (moe_.n_ff_shexp <= 0)
+        throw Error(blk.path() + ": " + blk.name("ffn_gate_shexp.weight") + " needs " + hp_.arch +
+                    ".expert_shared_feed_forward_length");
+      load_moe_shared(blk, E, moe_.n_ff_shexp, moe_.n_expert, L.moe);
+      if (!L.moe.gate_inp_shexp)
+        throw Error(blk.path() + ": " + blk.name("ffn_gate_inp_shexp.weight") + " is missing (the shared expert's gate)");
+    }
   }
 
   /// The multi-token prediction layers the file carries (none for HF
@@ -358,13 +343,13 @@ class Qwen3Next final : public Model {
   void load_mtp(WeightLoader& wl, int64_t n_nextn) {
     const int64_t E = hp_.n_embd, first = hp_.n_layer - n_nextn;
     for (int64_t il = first; il < hp_.n_layer; ++il) {
-      const std::string p = "blk." + std::to_string(il) + ".nextn.";
+      const WeightScope nextn = wl.layer(il).sub("nextn");
       Mtp& m = mtp_.emplace_back();
       m.layer = std::move(layers_[il]);
-      m.eh_proj = wl.get(p + "eh_proj.weight", {2 * E, E});
-      m.enorm = wl.get(p + "enorm.weight", {E});
-      m.hnorm = wl.get(p + "hnorm.weight", {E});
-      m.head_norm = wl.get_optional(p + "shared_head_norm.weight", {E});
+      m.eh_proj = nextn.get("eh_proj.weight", {2 * E, E});
+      m.enorm = nextn.get("enorm.weight", {E});
+      m.hnorm = nextn.get("hnorm.weight", {E});
+      m.head_norm = nextn.get_optional("shared_head_norm.weight", {E});
     }
     layers_.resize(first);
     hp_.n_layer = first;
@@ -376,7 +361,7 @@ class Qwen3Next final : public Model {
   int64_t conv_k_ = 0, Dk_ = 0, Dv_ = 0, Hk_ = 0, Hv_ = 0, conv_dim_ = 0;
   int32_t snapshot_every_ = kDefaultSnapshotEvery;
   bool tiled_heads_ = false;  // qwen35: value head h reads key head h % Hk (llama.cpp's order)
-  MoeParams moe_;
+  MoeHParams moe_;
   RopeScaling rope_;
   RopeParams rope_params_;
 };
@@ -436,10 +421,9 @@ void delta_net_config(const std::string& a, const nlohmann::json& cfg, HfConfig&
     md[a + ".rope.dimension_sections"] = sections;
   }
   if (a == "qwen35") return;  // a dense MLP in every layer
-  md[a + ".expert_count"] = config_int(cfg, "num_experts");
-  md[a + ".expert_used_count"] = config_int(cfg, "num_experts_per_tok");
-  md[a + ".expert_feed_forward_length"] = config_int(cfg, "moe_intermediate_size");
-  md[a + ".expert_shared_feed_forward_length"] = config_int(cfg, "shared_expert_intermediate_size", 0);
+  hf_moe(a, cfg, out);
+  out.set(a + ".expert_shared_feed_forward_length", "shared_expert_intermediate_size",
+          config_int(cfg, "shared_expert_intermediate_size", 0));
   // Qwen3.5's router always renormalises its top-k (transformers' Qwen3_5MoeTopKRouter).
   if (a == "qwen3next" && !config_bool(cfg, "norm_topk_prob", true)) md["kvad.moe.norm_topk_prob"] = int64_t{0};
   if (config_int(cfg, "decoder_sparse_step", 1) != 1 && config_int(cfg, "num_experts") > 0)
@@ -475,16 +459,11 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
       {"linear_attn.dt_bias", "ssm_dt.bias", T::ToF32},
       {"linear_attn.norm.weight", "ssm_norm.weight", T::ToF32},  // applied as w (not 1 + w)
       {"linear_attn.out_proj.weight", "ssm_out.weight", T::None},
-      {"mlp.gate.weight", "ffn_gate_inp.weight", T::None},
-      {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight", T::None},
-      {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight", T::None},
-      {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight", T::None},
-      {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight", T::None},
   };
   if (hf == "lm_head.weight") return r.name = "output.weight", r.transform = T::None, true;
   int64_t il;
   std::string rest;
-  if (hf_layer_tensor(hf, il, rest) && hf_expert_tensor(rest, "blk." + std::to_string(il) + ".", r)) return true;
+  if (hf_layer_tensor(hf, il, rest) && hf_moe_tensor(rest, "blk." + std::to_string(il) + ".", r)) return true;
   return hf_decoder_tensor(hf, T::ToF32PlusOne, kLayer, std::size(kLayer), r);
 }
 
