@@ -102,6 +102,7 @@ Tensor WeightLoader::get_optional(const std::string& name, std::initializer_list
   t.name = name;
   t.type = st->type;
   t.ne = st->ne;
+  t.set_contiguous_strides();
   t.data = st->data;
   t.storage = std::make_shared<Storage>(Device::cpu(), const_cast<void*>(st->data), st->n_bytes, src_->keepalive());
   n_params_ += t.n_elements();

@@ -83,54 +83,36 @@ struct Layer {
   bool sparse = false;
 };
 
-// A matrix kvad derives at load (host f32 values) on device d: f32 when
-// its source was f32 (--quant none keeps f32 arithmetic), else f16, which
-// halves what the copies cost beside quantized weights.
-Tensor derived(const float* v, std::array<int64_t, 4> ne, DType source, Device d) {
-  const Tensor t = ops::from_host(v, DType::F32, ne, d);
-  return source == DType::F32 ? t : ops::convert(t, DType::F16);
+// A matrix kvad derives at load, from f32 values on the model's device: f32
+// when its source was f32 (--quant none keeps f32 arithmetic), else f16,
+// which halves what the copies cost beside quantized weights.
+Tensor derived(const Tensor& f32, DType source, const std::string& name) {
+  Tensor t = source == DType::F32 ? f32 : ops::convert(f32, DType::F16);
+  t.name = name;
+  return t;
 }
 
 // Splits the fused kv_b [kv_lora_rank → H · (nope + v)] (per head nope rows,
 // then v rows) into k_b [H, kv_lora_rank, nope] (W_UK,h transposed) and v_b
 // [H, v, kv_lora_rank] (and W_UK as it is, [H, nope, kv_lora_rank], for the
-// expanded prefill) on device d, f32 or f16 (derived()).
-void split_kv_b(const Tensor& kv_b, int64_t H, int64_t nope, int64_t v, int64_t r, Device d, Tensor& k_b,
-                Tensor& v_b, Tensor* k_up) {
-  std::vector<float> w(static_cast<size_t>(H * (nope + v) * r));
-  ops::to_host(ops::convert(kv_b, DType::F32), w.data());
-  std::vector<float> k(static_cast<size_t>(H * r * nope)), vv(static_cast<size_t>(H * v * r));
-  for (int64_t h = 0; h < H; ++h) {
-    const float* wh = &w[static_cast<size_t>(h * (nope + v) * r)];
-    for (int64_t i = 0; i < nope; ++i)
-      for (int64_t c = 0; c < r; ++c) k[(h * r + c) * nope + i] = wh[i * r + c];
-    for (int64_t j = 0; j < v; ++j)
-      for (int64_t c = 0; c < r; ++c) vv[(h * v + j) * r + c] = wh[(nope + j) * r + c];
-  }
-  if (k_up) {  // the nope rows of each head as they are: W_UK,h [nope, r]
-    std::vector<float> u(static_cast<size_t>(H * nope * r));
-    for (int64_t h = 0; h < H; ++h)
-      std::copy_n(&w[static_cast<size_t>(h * (nope + v) * r)], nope * r, &u[static_cast<size_t>(h * nope * r)]);
-    *k_up = derived(u.data(), {r, nope, H, 1}, kv_b.type, d);
-    k_up->name = kv_b.name + " (k_up)";
-  }
-  k_b = derived(k.data(), {nope, r, H, 1}, kv_b.type, d);
-  v_b = derived(vv.data(), {r, v, H, 1}, kv_b.type, d);
-  k_b.name = kv_b.name + " (k_b)";
-  v_b.name = kv_b.name + " (v_b)";
+// expanded prefill): strided views of its f32 values on its device, copied
+// contiguous (ops::cont), f32 or f16 (derived()).
+void split_kv_b(const Tensor& kv_b, int64_t H, int64_t nope, int64_t v, int64_t r, Tensor& k_b, Tensor& v_b,
+                Tensor* k_up) {
+  const Tensor w = ops::convert(kv_b, DType::F32);  // [H, nope + v, r]
+  const size_t F = sizeof(float), head = static_cast<size_t>((nope + v) * r) * F;
+  const Tensor uk = ops::view(w, {r, nope, H, 1}, {F, r * F, head, head * H});  // W_UK,h [nope, r]
+  if (k_up) *k_up = derived(ops::cont(uk), kv_b.type, kv_b.name + " (k_up)");
+  k_b = derived(ops::cont(ops::transpose(uk)), kv_b.type, kv_b.name + " (k_b)");
+  v_b = derived(ops::cont(ops::view(w, {r, v, H, 1}, {F, r * F, head, head * H}, nope * r * F)), kv_b.type,
+                kv_b.name + " (v_b)");
 }
 
 // W_UK as the expansion multiplies it, [H, nope, r], from llama.cpp's
-// attn_k_b [H, r, nope] (its transpose per head), f32 or f16 (derived()).
-Tensor k_up_from_k_b(const Tensor& k_b, int64_t H, int64_t nope, int64_t r, Device d) {
-  std::vector<float> w(static_cast<size_t>(H * r * nope)), u(w.size());
-  ops::to_host(ops::convert(k_b, DType::F32), w.data());
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t c = 0; c < r; ++c)
-      for (int64_t i = 0; i < nope; ++i) u[(h * nope + i) * r + c] = w[(h * r + c) * nope + i];
-  Tensor t = derived(u.data(), {r, nope, H, 1}, k_b.type, d);
-  t.name = k_b.name + " (k_up)";
-  return t;
+// attn_k_b [H, r, nope]: its transpose per head (a view, copied contiguous
+// on its device), f32 or f16 (derived()).
+Tensor k_up_from_k_b(const Tensor& k_b) {
+  return derived(ops::cont(ops::transpose(ops::convert(k_b, DType::F32))), k_b.type, k_b.name + " (k_up)");
 }
 
 /// How MLA's prefill runs (KVAD_MLA_PREFILL): absorbed like decode, expanded
@@ -273,12 +255,12 @@ class Deepseek2 final : public Model {
     L.wkv_a = blk.get("attn_kv_a_mqa.weight", {E, R + P});
     L.kv_a_norm = blk.get("attn_kv_a_norm.weight", {R});
     if (blk.has("attn_kv_b.weight")) {
-      split_kv_b(blk.get("attn_kv_b.weight", {R, H * (N + V)}), H, N, V, R, device_, L.wk_b, L.wv_b,
+      split_kv_b(blk.get("attn_kv_b.weight", {R, H * (N + V)}), H, N, V, R, L.wk_b, L.wv_b,
                  mode_ != PrefillMode::Absorbed ? &L.wk_up : nullptr);
     } else {
       L.wk_b = blk.get("attn_k_b.weight", {N, R, H});
       L.wv_b = blk.get("attn_v_b.weight", {R, V, H});
-      if (mode_ != PrefillMode::Absorbed) L.wk_up = k_up_from_k_b(L.wk_b, H, N, R, device_);
+      if (mode_ != PrefillMode::Absorbed) L.wk_up = k_up_from_k_b(L.wk_b);
     }
     L.wo = blk.get("attn_output.weight", {H * V, E});
     require_f32(blk.path(), {&L.attn_norm, &L.q_a_norm, &L.kv_a_norm});
@@ -304,32 +286,6 @@ class Deepseek2 final : public Model {
   }
 
  protected:
-  // [n, H] i32 rows 0..H-1: matmul_id's "expert" of slot h is head h (the
-  // per-head W_UK / W_UV products). Uploaded when a batch is larger than any
-  // before, then viewed.
-  Tensor head_ids(int64_t n) {
-    if (n > head_ids_rows_) {
-      const int64_t H = hp_.n_head;
-      std::vector<int32_t> v(static_cast<size_t>(n * H));
-      for (int64_t i = 0; i < n * H; ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(i % H);
-      head_ids_ = ops::from_host(v.data(), DType::I32, {H, n, 1, 1}, device_);
-      head_ids_rows_ = n;
-    }
-    return head_ids_.rows(0, n);
-  }
-
-  // [n·H] i32, row i = i / H: each position's k_pe once per head.
-  Tensor repeat_ids(int64_t n) {
-    const int64_t H = hp_.n_head;
-    if (n > repeat_ids_rows_) {
-      std::vector<int32_t> v(static_cast<size_t>(n * H));
-      for (int64_t i = 0; i < n * H; ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(i / H);
-      repeat_ids_ = ops::from_host(v.data(), DType::I32, {n * H, 1, 1, 1}, device_);
-      repeat_ids_rows_ = n;
-    }
-    return repeat_ids_.view({1, repeat_ids_.ne[0], 1, 1}).rows(0, n * H).view({n * H, 1, 1, 1});
-  }
-
   // Whether this batch's attention is expanded: one sequence, and (auto)
   // fewer multiply-adds than the absorbed form for n queries over n_kv
   // positions. Sets expand_kv_ (0: absorbed) and expand_seq_.
@@ -352,43 +308,48 @@ class Deepseek2 final : public Model {
     }
   }
 
+  // The per-head products (W_UK, W_UV) are batched matmuls over the heads
+  // of strided views: x [H, n, ·] is the tokens' rows of head h, read in
+  // place; results come back [H, n, ·] and are viewed (permute) as [n, H, ·].
   Tensor mla(const Layer& L, LatentLayer& cache, const BatchIds& b, const Tensor& x) {
     const int64_t n = b.n, H = hp_.n_head, R = cfg_.kv_lora_rank, P = cfg_.qk_rope, N = cfg_.qk_nope,
                   V = cfg_.v_head_dim;
+    const size_t F = sizeof(float);
     const float eps = hp_.norm_eps;
     const Tensor h = ops::rms_norm(x, L.attn_norm, eps);                                       // [n, E]
     const Tensor q = L.wq ? ops::matmul(h, L.wq)
                           : ops::matmul(ops::rms_norm(ops::matmul(h, L.wq_a), L.q_a_norm, eps), L.wq_b);  // [n, H·(N+P)]
-    const Tensor qh = q.view({N + P, H * n, 1, 1});
-    const Tensor q_nope = ops::slice(qh, 0, N).view({N, H, n, 1});                             // [n, H, N]
-    const Tensor q_pe = ops::rope(ops::slice(qh, N, P).view({P, H, n, 1}), b.pos, rope_p_);    // [n, H, P]
+    const size_t q_row = q.nb[1], q_head = (N + P) * F;
+    const Tensor q_nope = ops::view(q, {N, H, n, 1}, {F, q_head, q_row, q_row * n});          // [n, H, N], strided
+    const Tensor q_pe = ops::rope(ops::slice(q.view({N + P, H * n, 1, 1}), N, P).view({P, H, n, 1}), b.pos,
+                                  rope_p_);                                                   // [n, H, P]
     const Tensor kva = ops::matmul(h, L.wkv_a);                                                // [n, R+P]
     const Tensor c = ops::rms_norm(ops::slice(kva, 0, R), L.kv_a_norm, eps);                   // [n, R]
     const Tensor k_pe = ops::rope(ops::slice(kva, R, P).view({P, 1, n, 1}), b.pos, rope_p_);   // [n, 1, P]
     ops::kv_store(cache.c, ops::concat(c, k_pe.view({P, n, 1, 1})), b.seq, b.pos, cache.slots);
+    const std::array<int, 4> swap12 = {0, 2, 1, 3};  // [n, H, ·] ↔ [H, n, ·]
     if (expand_kv_ > 0) {
       // Expanded: every position's K and V decompressed from its latent row.
       const int64_t n_kv = expand_kv_, row0 = expand_seq_ * cache.slots;
       const Tensor lat = cache.c.rows(row0, row0 + n_kv);                                     // [n_kv, R+P]
-      const Tensor c_all = ops::slice(lat, 0, R).view({R, 1, n_kv, 1});
-      const Tensor ids_kv = head_ids(n_kv);
-      const Tensor k_nope = ops::matmul_id(c_all, L.wk_up, ids_kv);                             // [n_kv, H, N]
-      const Tensor v = ops::matmul_id(c_all, L.wv_b, ids_kv);                                   // [n_kv, H, V]
-      const Tensor k_rep = ops::get_rows(ops::slice(lat, R, P), repeat_ids(n_kv));              // [n_kv·H, P]
-      const Tensor k = ops::concat(k_nope.view({N, H * n_kv, 1, 1}), k_rep).view({N + P, H, n_kv, 1});
-      const Tensor qf = ops::concat(q_nope.view({N, H * n, 1, 1}), q_pe.view({P, H * n, 1, 1})).view({N + P, H, n, 1});
+      const size_t l_row = lat.nb[1];
+      const Tensor c_all = ops::view(lat, {R, n_kv, H, 1}, {F, l_row, 0, 0});                // c for every head
+      const Tensor k_nope = ops::matmul_batched(c_all, L.wk_up);                              // [H, n_kv, N]
+      const Tensor v = ops::cont(ops::permute(ops::matmul_batched(c_all, L.wv_b), swap12));   // [n_kv, H, V]
+      const Tensor k_pe_all = ops::view(lat, {P, H, n_kv, 1}, {F, 0, l_row, l_row * n_kv}, R * F);  // k_pe per head
+      const Tensor k = ops::concat(ops::permute(k_nope, swap12), k_pe_all).view({N + P, H, n_kv, 1});
+      const Tensor qf = ops::concat(q_nope, q_pe).view({N + P, H, n, 1});
       const Tensor a = ops::attention_seq(qf, k, v, b.pos, scale_);                            // [n, H, V]
       return ops::matmul(a.view({H * V, n, 1, 1}), L.wo);
     }
-    const Tensor ids = head_ids(n);
-    const Tensor q_abs = ops::matmul_id(q_nope, L.wk_b, ids);                                  // [n, H, R]
-    const Tensor qf = ops::concat(q_abs.view({R, H * n, 1, 1}), q_pe.view({P, H * n, 1, 1})).view({R + P, H, n, 1});
+    const Tensor q_abs = ops::matmul_batched(ops::permute(q_nope, swap12), L.wk_b);            // [H, n, R]
+    const Tensor qf = ops::concat(ops::permute(q_abs, swap12), q_pe).view({R + P, H, n, 1});   // [n, H, R+P]
     AttentionOpParams ap;
     ap.scale = scale_;
     ap.slots = cache.slots;
     const Tensor a = ops::attention_latent(qf, cache.c, b.seq, b.pos, ap, R);                 // [n, H, R]
-    const Tensor o = ops::matmul_id(a, L.wv_b, ids);                                           // [n, H, V]
-    return ops::matmul(o.view({H * V, n, 1, 1}), L.wo);                                        // [n, E]
+    const Tensor o = ops::matmul_batched(ops::permute(a, swap12), L.wv_b);                     // [H, n, V]
+    return ops::matmul(ops::cont(ops::permute(o, swap12)).view({H * V, n, 1, 1}), L.wo);       // [n, E]
   }
 
   void forward_impl(Cache& cache_base, const BatchView& bv, float* logits) override {
@@ -420,8 +381,6 @@ class Deepseek2 final : public Model {
   RopeParams rope_p_;
   bool rope_neox_ = false;
   float scale_ = 1.0f;
-  Tensor head_ids_, repeat_ids_;
-  int64_t head_ids_rows_ = 0, repeat_ids_rows_ = 0;
   PrefillMode mode_ = PrefillMode::Auto;
   int64_t expand_kv_ = 0;  // this batch: positions expanded (0: absorbed)
   int32_t expand_seq_ = 0;

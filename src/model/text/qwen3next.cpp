@@ -51,10 +51,8 @@
 // attention layers, convolution and delta-rule states for the DeltaNet
 // layers, with snapshots every N positions (DeviceOptions::state_snapshot_every).
 #include <cmath>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <vector>
 
 #include "base/error.h"
@@ -77,8 +75,6 @@ constexpr int32_t kDefaultSnapshotEvery = 256;
 /// Tokens per chunk of the delta rule's parallel form in a prefill
 /// (transformers' and flash-linear-attention's chunk size).
 constexpr int64_t kDeltaChunk = 64;
-/// Index sets (layout, batch size) kept on the device for the column gathers.
-constexpr size_t kMaxIdSets = 64;
 
 struct DeltaNetWeights {
   Tensor in;              // ssm_in [n_embd → 2·Hk·Dk + 2·Hv·Dv], HF's interleaved order; or
@@ -248,127 +244,73 @@ class Qwen3Next final : public Model {
   }
 
  private:
-  // Index tensors for ops::get_rows that pick columns of every token's row:
-  // the row (n_units values of u floats each) is seen as n_units rows of u,
-  // and part p lists, per token, the units it takes. The gathered rows hold
-  // part 0 for every token, then part 1 for every token, ... Uploaded once
-  // per (layout, n) and kept on the device.
-  struct Layout {
-    int64_t n_units = 0;
-    std::vector<std::vector<int32_t>> parts;
-  };
-  const Tensor& gather_ids(int which, const Layout& lay, int64_t n) {
-    if (auto it = ids_cache_.find({which, n}); it != ids_cache_.end()) return it->second;
-    // Bounded: batch sizes are few (the micro-batch, its remainder, 1), but
-    // a server sees many; past kMaxIdSets they are dropped and uploaded again.
-    if (ids_cache_.size() >= kMaxIdSets) ids_cache_.clear();
-    Tensor& t = ids_cache_[{which, n}];
-    std::vector<int32_t> ids;
-    for (const auto& part : lay.parts)
-      for (int64_t tok = 0; tok < n; ++tok)
-        for (int32_t u : part) ids.push_back(static_cast<int32_t>(tok * lay.n_units + u));
-    t = ops::from_host(ids.data(), DType::I32, {static_cast<int64_t>(ids.size()), 1, 1, 1}, device_);
-    return t;
-  }
-  // x [n, n_units · u] → its parts' values, gathered as described above.
-  Tensor gather(int which, const Layout& lay, int64_t u, const Tensor& x) {
-    const int64_t n = x.n_rows();
-    return ops::get_rows(x.view({u, n * lay.n_units, 1, 1}), gather_ids(which, lay, n));
-  }
-  // Rows [r0, r0 + rows) of a gathered [_, u] tensor as shape ne.
-  static Tensor part(const Tensor& g, int64_t r0, int64_t rows, std::array<int64_t, 4> ne) {
-    return g.rows(r0, r0 + rows).view(ne);
-  }
-
+  // The columns of each token's row are picked by strided views
+  // (ops::view) and copied together by ops::cont where an op needs them
+  // contiguous: the same values as the layouts below, no index tensors.
   Tensor delta_net(const DeltaNetWeights& w, RecurrentLayer& st, const BatchIds& b, const Tensor& h) {
-    const int64_t n = b.n, r = Hv_ / Hk_, C = conv_dim_, Z = Hv_ * Dv_;
+    const int64_t n = b.n, r = Hv_ / Hk_, C = conv_dim_;
+    constexpr size_t F = sizeof(float);  // strides and offsets are in bytes
     Tensor qkv, z;
     if (w.in) {
-      // Per key head: [q (Dk) | k (Dk) | v (r·Dv) | z (r·Dv)], in units of u.
-      const int64_t u = std::gcd(Dk_, r * Dv_), kq = Dk_ / u, kv = r * Dv_ / u, blk = 2 * kq + 2 * kv;
-      if (!lay_in_.n_units) {
-        lay_in_.n_units = Hk_ * blk;
-        lay_in_.parts.resize(2);
-        for (int64_t off : {int64_t{0}, kq, 2 * kq})  // all q, then all k, then all v: the conv's order
-          for (int64_t hk = 0; hk < Hk_; ++hk)
-            for (int64_t i = 0; i < (off == 2 * kq ? kv : kq); ++i)
-              lay_in_.parts[0].push_back(static_cast<int32_t>(hk * blk + off + i));
-        for (int64_t hk = 0; hk < Hk_; ++hk)
-          for (int64_t i = 0; i < kv; ++i) lay_in_.parts[1].push_back(static_cast<int32_t>(hk * blk + 2 * kq + kv + i));
-      }
-      const Tensor g = gather(0, lay_in_, u, ops::matmul(h, w.in));
-      qkv = part(g, 0, n * C / u, {C, n, 1, 1});
-      z = part(g, n * C / u, n * Z / u, {Dv_, Hv_ * n, 1, 1});
+      // Per key head: [q (Dk) | k (Dk) | v (r·Dv) | z (r·Dv)], Wh floats.
+      const int64_t Wh = 2 * Dk_ + 2 * r * Dv_;
+      const Tensor y = ops::matmul(h, w.in);  // [n, Hk·Wh]
+      const size_t row = y.nb[1], head = Wh * F;
+      // The convolution's order, per token: every head's q, every head's k, every head's v.
+      const Tensor qk = ops::cont(ops::view(y, {Dk_, Hk_, 2, n}, {F, head, Dk_ * F, row}));  // [n, 2, Hk, Dk]
+      const Tensor v = ops::cont(ops::view(y, {r * Dv_, Hk_, n, 1}, {F, head, row, row * n}, 2 * Dk_ * F));
+      qkv = ops::concat(qk.view({2 * Hk_ * Dk_, n, 1, 1}), v.view({Hv_ * Dv_, n, 1, 1}));  // [n, C]
+      z = ops::view(y, {r * Dv_, Hk_, n, 1}, {F, head, row, row * n}, (2 * Dk_ + r * Dv_) * F);  // [n, Hk, r·Dv]
     } else {
       std::vector<Tensor> y = ops::matmul_multi(h, {&w.qkv, &w.gate});
       qkv = y[0];
-      z = y[1].view({Dv_, Hv_ * n, 1, 1});
+      z = y[1];
     }
-    Tensor b_raw, a_raw;  // [n, Hv]
+    Tensor b_raw, a_raw, dt = w.dt, A = w.a;  // [n, Hv], or views [n, Hk, r]
     if (w.beta) {  // qwen35: apart, in value-head order
       std::vector<Tensor> y = ops::matmul_multi(h, {&w.beta, &w.alpha});
       b_raw = y[0];
       a_raw = y[1];
-    } else {  // qwen3next: per key head [b (r) | a (r)], units of r
-      if (!lay_ba_.n_units) {
-        lay_ba_.n_units = 2 * Hk_;
-        lay_ba_.parts.resize(2);
-        for (int64_t hk = 0; hk < Hk_; ++hk) {
-          lay_ba_.parts[0].push_back(static_cast<int32_t>(2 * hk));
-          lay_ba_.parts[1].push_back(static_cast<int32_t>(2 * hk + 1));
-        }
-      }
-      const Tensor ba = gather(1, lay_ba_, r, ops::matmul(h, w.ba));
-      b_raw = part(ba, 0, n * Hk_, {Hv_, n, 1, 1});
-      a_raw = part(ba, n * Hk_, n * Hk_, {Hv_, n, 1, 1});
+    } else {  // qwen3next: per key head [b (r) | a (r)]
+      const Tensor ba = ops::matmul(h, w.ba);  // [n, 2·Hv]
+      b_raw = ops::view(ba, {r, Hk_, n, 1}, {F, 2 * r * F, ba.nb[1], ba.nb[1] * n});
+      a_raw = ops::view(ba, {r, Hk_, n, 1}, {F, 2 * r * F, ba.nb[1], ba.nb[1] * n}, r * F);
+      dt = w.dt.view({r, Hk_, 1, 1});
+      A = w.a.view({r, Hk_, 1, 1});
     }
-    const Tensor beta = ops::sigmoid(b_raw);                                          // [n, Hv]
-    const Tensor g = ops::mul(ops::softplus(ops::add(a_raw, w.dt)), w.a);
+    const Tensor beta = ops::sigmoid(b_raw).view({Hv_, n, 1, 1});                      // [n, Hv]
+    const Tensor g = ops::mul(ops::softplus(ops::add(a_raw, dt)), A).view({Hv_, n, 1, 1});
     // The short convolution over [q | k | v], then q, k, v apart.
-    const Tensor xc = ops::silu(ops::ssm_conv(qkv, w.conv, st.conv, b.seq, b.pos));                // [n, C]
-    const int64_t u = std::gcd(Dk_, Dv_), qk_units = Hk_ * Dk_ / u, v_units = Hv_ * Dv_ / u;
-    if (!lay_qkv_.n_units) {  // q of every token, then k of every token (one L2 norm for both), then v
-      lay_qkv_.n_units = 2 * qk_units + v_units;
-      lay_qkv_.parts.resize(3);
-      for (int64_t i = 0; i < qk_units; ++i) {
-        lay_qkv_.parts[0].push_back(static_cast<int32_t>(i));
-        lay_qkv_.parts[1].push_back(static_cast<int32_t>(qk_units + i));
-      }
-      for (int64_t i = 0; i < v_units; ++i) lay_qkv_.parts[2].push_back(static_cast<int32_t>(2 * qk_units + i));
-    }
-    const Tensor parts = gather(2, lay_qkv_, u, xc);
+    const Tensor xc = ops::silu(ops::ssm_conv(qkv, w.conv, st.conv, b.seq, b.pos));  // [n, C]
+    // q of every token, then k of every token (one L2 norm for both), then v.
+    const Tensor qk_in = ops::cont(ops::view(xc, {Dk_, Hk_, n, 2}, {F, Dk_ * F, C * F, Hk_ * Dk_ * F}));
     // L2 norm (eps 1e-6 on the sum of squares, as transformers' l2norm) of
     // every q and k head: RMSNorm with eps/Dk, divided by √Dk.
-    const Tensor qk = ops::scale(
-        ops::rms_norm(part(parts, 0, 2 * n * qk_units, {Dk_, 2 * n * Hk_, 1, 1}), Tensor{}, 1e-6f / Dk_),
-        1.0f / std::sqrt(static_cast<float>(Dk_)));  // [2, n, Hk, Dk]
+    const Tensor qk = ops::scale(ops::rms_norm(qk_in.view({Dk_, 2 * n * Hk_, 1, 1}), Tensor{}, 1e-6f / Dk_),
+                                 1.0f / std::sqrt(static_cast<float>(Dk_)));  // [2, n, Hk, Dk]
     const Tensor q = qk.rows(0, n * Hk_).view({Dk_, Hk_, n, 1});
     const Tensor k = qk.rows(n * Hk_, 2 * n * Hk_).view({Dk_, Hk_, n, 1});
-    const Tensor v = part(parts, 2 * n * qk_units, n * v_units, {Dv_, Hv_, n, 1});
+    const Tensor v = ops::cont(ops::view(xc, {Dv_, Hv_, n, 1}, {F, Dv_ * F, C * F, C * F * n}, 2 * Hk_ * Dk_ * F));
     DeltaRuleParams dp;
     dp.scale = 1.0f / std::sqrt(static_cast<float>(Dk_));
     dp.chunk = n > 1 ? kDeltaChunk : 0;
     dp.tiled_heads = tiled_heads_;
     const Tensor o = ops::gated_delta_rule(q, k, v, g, beta, st.ssm, b.seq, b.pos, dp);  // [n, Hv, Dv]
     // Gated RMSNorm per value head, then the output projection.
-    const Tensor y = ops::mul(ops::rms_norm(o.view({Dv_, Hv_ * n, 1, 1}), w.norm, hp_.norm_eps), ops::silu(z));
+    const Tensor y = ops::mul(ops::rms_norm(o.view({Dv_, Hv_ * n, 1, 1}), w.norm, hp_.norm_eps),
+                              ops::silu(z).view({Dv_, Hv_ * n, 1, 1}));
     return ops::matmul(y.view({Hv_ * Dv_, n, 1, 1}), w.out);
   }
 
   Tensor gated_attention(const GatedAttentionWeights& w, KVLayer& cache, const BatchIds& b, const Tensor& h) {
     const int64_t n = b.n, D = hp_.head_dim, H = hp_.n_head, Hkv = hp_.n_head_kv;
+    constexpr size_t F = sizeof(float);
     std::vector<Tensor> y = ops::matmul_multi(h, {&w.wq, &w.wk, &w.wv});
-    if (!lay_q_.n_units) {
-      lay_q_.n_units = 2 * H;
-      lay_q_.parts.resize(2);
-      for (int64_t i = 0; i < H; ++i) {
-        lay_q_.parts[0].push_back(static_cast<int32_t>(2 * i));
-        lay_q_.parts[1].push_back(static_cast<int32_t>(2 * i + 1));
-      }
-    }
-    const Tensor qg = gather(3, lay_q_, D, y[0]);
-    Tensor q = ops::rms_norm(part(qg, 0, n * H, {D, H, n, 1}), w.q_norm, hp_.norm_eps);
-    const Tensor gate = part(qg, n * H, n * H, {H * D, n, 1, 1});
+    // Per head [q (D) | gate (D)].
+    const size_t row = y[0].nb[1];
+    const Tensor q_raw = ops::view(y[0], {D, H, n, 1}, {F, 2 * D * F, row, row * n});
+    const Tensor gate = ops::view(y[0], {D, H, n, 1}, {F, 2 * D * F, row, row * n}, D * F);
+    Tensor q = ops::rms_norm(ops::cont(q_raw), w.q_norm, hp_.norm_eps);
     Tensor k = ops::rms_norm(y[1].view({D, Hkv, n, 1}), w.k_norm, hp_.norm_eps);
     q = ops::rope(q, b.pos, rope_params_);
     k = ops::rope(k, b.pos, rope_params_);
@@ -376,7 +318,7 @@ class Qwen3Next final : public Model {
     ops::kv_store(cache.v, y[2], b.seq, b.pos, cache.slots);
     const Tensor a = ops::attention(q, cache.k, cache.v, b.seq, b.pos,
                                     {1.0f / std::sqrt(static_cast<float>(D)), 0, cache.slots});
-    return ops::matmul(ops::mul(a.view({H * D, n, 1, 1}), ops::sigmoid(gate)), w.wo);
+    return ops::matmul(ops::mul(a.view({H * D, n, 1, 1}), ops::sigmoid(gate).view({H * D, n, 1, 1})), w.wo);
   }
 
   // h: the post-attention norm's output [n, n_embd].
@@ -422,8 +364,6 @@ class Qwen3Next final : public Model {
   MoeHParams moe_;
   RopeScaling rope_;
   RopeParams rope_params_;
-  Layout lay_in_, lay_ba_, lay_qkv_, lay_q_;
-  std::map<std::pair<int, int64_t>, Tensor> ids_cache_;
 };
 
 // ---- HF checkpoints (transformers' Qwen3NextForCausalLM, Qwen3_5ForCausalLM,
