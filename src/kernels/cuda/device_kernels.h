@@ -5,7 +5,7 @@
 // Launch errors throw kvad::Error naming the op; faults found later name the
 // last op submitted (context.h).
 //
-// The math of each op is the CPU reference's (kernels/cpu/ops.h, the format
+// The math of each op is the CPU reference's (kernels/cpu/host_kernels.h, the format
 // kernels in kernels/cpu/quants_ref.cpp and kquants_ref.cpp, which port
 // ggml's); tests/kernels_cuda/test_cuda_ops.cpp compares them.
 // Status: compiles for sm_90; UNVERIFIED ON A GPU in this build.

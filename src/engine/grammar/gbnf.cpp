@@ -1,4 +1,4 @@
-// GBNF text -> Grammar (engine/grammar.h). Syntax from llama.cpp's
+// GBNF text -> Grammar (engine/grammar/grammar.h). Syntax from llama.cpp's
 // grammars/README.md; the parser, the UTF-8 lowering and the checks are
 // written here.
 #include <algorithm>
@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "engine/grammar.h"
+#include "engine/grammar/grammar.h"
 
 namespace kvad {
 

@@ -3,7 +3,7 @@
 // RFC 3339 section 5.6 (date-time, full-date, full-time), RFC 4122 (uuid),
 // RFC 5321 section 4.1.2 dot-atom local parts with RFC 1123 host names
 // (email), RFC 2673 section 3.2 dotted quads (ipv4).
-#include "engine/json_schema_text.h"
+#include "engine/grammar/json_schema_text.h"
 
 #include <algorithm>
 #include <cstdio>

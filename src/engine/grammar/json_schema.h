@@ -1,4 +1,4 @@
-// JSON Schema (draft 2020-12) -> GBNF grammar (engine/grammar.h), for
+// JSON Schema (draft 2020-12) -> GBNF grammar (engine/grammar/grammar.h), for
 // OpenAI's response_format json_schema and for tool-call arguments.
 //
 // The grammar accepts JSON text of values valid under the schema: compact,
@@ -30,7 +30,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/grammar.h"
+#include "engine/grammar/grammar.h"
 
 namespace kvad {
 

@@ -1,5 +1,5 @@
 // allOf merging, $ref resolution and oneOf checks of the JSON Schema
-// compiler (engine/json_schema.cpp). Internal to engine/.
+// compiler (engine/grammar/json_schema.cpp). Internal to engine/.
 #pragma once
 #include <set>
 #include <string>

@@ -14,7 +14,7 @@
 #include <set>
 #include <sstream>
 
-#include "engine/json_schema.h"
+#include "engine/grammar/json_schema.h"
 
 namespace kvad {
 namespace {

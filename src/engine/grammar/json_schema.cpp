@@ -1,8 +1,8 @@
-// JSON Schema -> GBNF (engine/json_schema.h). The compiler writes GBNF text
+// JSON Schema -> GBNF (engine/grammar/json_schema.h). The compiler writes GBNF text
 // (easy to read in an error report, and the same parser checks it), one
 // rule per subschema, $ref targets memoized by JSON pointer so recursion is
 // a recursive rule.
-#include "engine/json_schema.h"
+#include "engine/grammar/json_schema.h"
 
 #include <algorithm>
 #include <cctype>
@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/json_schema_merge.h"
-#include "engine/json_schema_text.h"
+#include "engine/grammar/json_schema_merge.h"
+#include "engine/grammar/json_schema_text.h"
 
 namespace kvad {
 

@@ -11,8 +11,8 @@
 #include <random>
 #include <sstream>
 
-#include "engine/grammar.h"
-#include "engine/json_schema.h"
+#include "engine/grammar/grammar.h"
+#include "engine/grammar/json_schema.h"
 #include "io/gguf.h"
 #include "model_path.h"
 #include "tokenizer/tokenizer.h"

@@ -1,12 +1,12 @@
 // allOf merging, $ref resolution and oneOf checks (json_schema_merge.h).
 // Semantics: JSON Schema 2020-12 Core (applicators, $ref) and Validation.
-#include "engine/json_schema_merge.h"
+#include "engine/grammar/json_schema_merge.h"
 
 #include <algorithm>
 #include <cctype>
 #include <optional>
 
-#include "engine/json_schema.h"
+#include "engine/grammar/json_schema.h"
 
 namespace kvad::schema_merge {
 

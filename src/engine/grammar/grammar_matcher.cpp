@@ -1,4 +1,4 @@
-// The recognizer and the token masks of engine/grammar.h.
+// The recognizer and the token masks of engine/grammar/grammar.h.
 //
 // A parse stack is a linked list of nodes {pos, parent}: `pos` indexes
 // Grammar::elems, the top node's pos is a byte set still to match, the nodes
@@ -12,7 +12,7 @@
 #include <map>
 #include <unordered_map>
 
-#include "engine/grammar.h"
+#include "engine/grammar/grammar.h"
 
 namespace kvad {
 

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "engine/json_schema.h"
+#include "engine/grammar/json_schema.h"
 #include "engine/scheduler.h"
 #include "io/gguf.h"
 #include "model/model.h"

@@ -1,4 +1,4 @@
-// Pieces of the JSON Schema compiler (engine/json_schema.cpp) that turn
+// Pieces of the JSON Schema compiler (engine/grammar/json_schema.cpp) that turn
 // string and number constraints into GBNF expressions. Internal to engine/.
 #pragma once
 #include <cstdint>

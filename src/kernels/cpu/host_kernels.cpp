@@ -1,4 +1,4 @@
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/host_kernels.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// The token side of engine/grammar.h: the vocabulary's byte strings in a
+// The token side of engine/grammar/grammar.h: the vocabulary's byte strings in a
 // preorder trie, and masks computed by walking it once per step with the
 // matcher's memoized state transitions (a subtree is skipped at the first
 // byte the grammar refuses).
@@ -6,7 +6,7 @@
 #include <chrono>
 #include <limits>
 
-#include "engine/grammar.h"
+#include "engine/grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvad {
