@@ -6,6 +6,8 @@ tests/engine/diffusion/ compare kvad against.
     python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch diffusers transformers
     pip download --no-deps open-clip-torch==3.3.0 -d /tmp/oc    # CLIP's BPE vocabulary, see clip_tokenizer
     /tmp/venv/bin/python tools/make_diffusion_fixtures.py [noise] [schedulers] [clip_tokenizer --open-clip WHEEL]
+    python3 -m venv /tmp/t4 && /tmp/t4/bin/pip install "transformers<5" numpy
+    /tmp/t4/bin/python tools/make_diffusion_fixtures.py clip_basic    # after clip_tokenizer
 
 noise.json       torch.randn(n, generator=torch.Generator("cpu").manual_seed(seed)) for several
                  seeds and sizes (both of torch's paths: below 16 values and 16 or more, sizes not a
@@ -33,6 +35,8 @@ clip_tokenizer/, clip_tokenizer_2/ (SDXL's second, padding with "!")
                  (tokenizer(text, padding="max_length", max_length=77, truncation=True)) for the
                  peer-data suites' strings and generated ones, padded with SD 1.5's pad (EOS) and with
                  SDXL's second tokenizer's ("!", id 0), and the ids without padding or truncation.
+clip_cases_basic.json.gz  the same from transformers 4's slow CLIPTokenizer without ftfy (its
+                 BasicTokenizer clean-up), which diffusers pipelines load under transformers 4.
 
 torch's float randn differs by CPU capability: this must run on an x86-64 machine whose
 torch reports AVX2 or AVX512 (torch.backends.cpu.get_cpu_capability()); the script checks.
@@ -43,8 +47,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
-import diffusers
+
+if sys.argv[1:] != ["clip_basic"]:  # clip_basic runs in a transformers 4 venv without torch
+    import torch
+    import diffusers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fixture_util import ROOT, dumps  # noqa: E402
@@ -119,18 +125,18 @@ CONFIGS = {
         "timestep_spacing": "leading", "steps_offset": 1},
 }
 KINDS = {
-    "euler": (diffusers.EulerDiscreteScheduler, {}),
-    "euler_a": (diffusers.EulerAncestralDiscreteScheduler, {}),
-    "ddim": (diffusers.DDIMScheduler, {}),
-    "dpm++2m": (diffusers.DPMSolverMultistepScheduler, {}),
-    "dpm++2m_karras": (diffusers.DPMSolverMultistepScheduler, {"use_karras_sigmas": True}),
+    "euler": ("EulerDiscreteScheduler", {}),
+    "euler_a": ("EulerAncestralDiscreteScheduler", {}),
+    "ddim": ("DDIMScheduler", {}),
+    "dpm++2m": ("DPMSolverMultistepScheduler", {}),
+    "dpm++2m_karras": ("DPMSolverMultistepScheduler", {"use_karras_sigmas": True}),
 }
 
 
 def build(config, kind):
     orig = getattr(diffusers, config["_class_name"]).from_config(config)
     cls, extra = KINDS[kind]
-    return cls.from_config(orig.config, **extra)
+    return getattr(diffusers, cls).from_config(orig.config, **extra)
 
 
 def run(config, kind, steps, n=64):
@@ -241,8 +247,15 @@ def make_clip_tokenizer(wheel):
     ranks = {m: i for i, m in enumerate(merges)}
     backend = tok.backend_tokenizer
     used_tokens, used_merges = {"<|startoftext|>", "<|endoftext|>", "!"}, set()
-    for s in strings:
-        for word, _ in backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(s)):
+    # The words of both clean-ups: transformers 5's, and (for clip_basic) BasicTokenizer's as
+    # tokenizers' BertNormalizer spells it.
+    from tokenizers import Regex, normalizers
+    basic = normalizers.Sequence([
+        normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=False),
+        normalizers.NFC(), normalizers.Lowercase(), normalizers.Replace(Regex(r"\s+"), " ")])
+    texts = [n.normalize_str(s) for s in strings for n in (backend.normalizer, basic)]
+    for s in texts:
+        for word, _ in backend.pre_tokenizer.pre_tokenize_str(s):
             if word in ("<|startoftext|>", "<|endoftext|>"):
                 continue
             sym = list(word[:-1]) + [word[-1] + "</w>"]
@@ -290,6 +303,38 @@ def make_clip_tokenizer(wheel):
           f"{len(cases)} strings")
 
 
+def make_clip_basic():
+    """Run with transformers 4 (pip install "transformers<5", no ftfy): its slow CLIPTokenizer
+    cleans text with BasicTokenizer; clip_cases_basic.json.gz holds its ids for the same strings."""
+    import gzip
+    import transformers
+    from transformers import CLIPTokenizer
+    assert transformers.__version__.startswith("4."), "clip_basic needs transformers 4"
+    cases = json.load(gzip.open(OUT / "clip_cases.json.gz"))["cases"]
+    tok = CLIPTokenizer.from_pretrained(OUT / "clip_tokenizer")
+    tok2 = CLIPTokenizer.from_pretrained(OUT / "clip_tokenizer_2")
+    assert tok.fix_text is None, "uninstall ftfy: the cases are those of the BasicTokenizer clean-up"
+    full = CLIPTokenizer.from_pretrained("/tmp/kvad-clip-full")  # written by clip_tokenizer
+    import unicodedata
+    import regex
+
+    def newer_unicode(text):
+        """A code point Python's unicodedata (the Unicode of this Python) calls unassigned that the
+        regex module's newer tables assign: BasicTokenizer removes it here, not under a newer Python."""
+        return any(unicodedata.category(ch) == "Cn" and not regex.match(r"\p{Cn}", ch) for ch in text)
+    out = []
+    for c in cases:
+        s = c["text"]
+        assert full(s).input_ids == tok(s).input_ids, s
+        out.append({"text": s, "newer_unicode": newer_unicode(s), "ids": tok(s).input_ids,
+                    "sd15": tok(s, padding="max_length", max_length=77, truncation=True).input_ids,
+                    "sdxl_2": tok2(s, padding="max_length", max_length=77, truncation=True).input_ids})
+    with gzip.GzipFile(OUT / "clip_cases_basic.json.gz", "wb", mtime=0) as f:
+        f.write(json.dumps({"transformers": transformers.__version__, "unicode": unicodedata.unidata_version,
+                            "regex_unicode": regex.__version__, "cases": out}, ensure_ascii=False,
+                           separators=(",", ":")).encode("utf-8"))
+
+
 def main():
     args = sys.argv[1:]
     wheel = None
@@ -298,6 +343,9 @@ def main():
         wheel = args[k + 1]
         del args[k:k + 2]
     what = set(args) or {"noise", "schedulers"}
+    if what == {"clip_basic"}:
+        make_clip_basic()
+        return
     cap = torch.backends.cpu.get_cpu_capability()
     if cap not in ("AVX2", "AVX512"):
         sys.exit(f"make_diffusion_fixtures: torch's CPU capability is {cap}; AVX2 or AVX512 needed")

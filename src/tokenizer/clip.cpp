@@ -1,5 +1,6 @@
 #include "tokenizer/clip.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -9,6 +10,10 @@
 #include "base/error.h"
 
 namespace kvad {
+
+namespace clip_detail {
+std::string basic_clean(std::string_view text);  // clip_basic_clean.cpp
+}
 
 namespace {
 
@@ -73,16 +78,16 @@ Special special_from(const json& v, const std::string& where) {
 
 }  // namespace
 
-ClipTokenizer ClipTokenizer::from_folder(const std::string& dir) {
+ClipTokenizer ClipTokenizer::from_folder(const std::string& dir, ClipCleaning cleaning) {
   const std::filesystem::path d(dir);
   return from_texts(read_file(d / "vocab.json", true), read_file(d / "merges.txt", true),
                     read_file(d / "tokenizer_config.json", false), read_file(d / "special_tokens_map.json", false),
-                    dir);
+                    dir, cleaning);
 }
 
 ClipTokenizer ClipTokenizer::from_texts(std::string_view vocab_text, std::string_view merges_text,
                                         std::string_view config_text, std::string_view map_text,
-                                        const std::string& name) {
+                                        const std::string& name, ClipCleaning cleaning) {
   const std::string vocab_name = name + "/vocab.json", merges_name = name + "/merges.txt";
   const std::string config_name = name + "/tokenizer_config.json", map_name = name + "/special_tokens_map.json";
   json vocab = parse(vocab_text, vocab_name);
@@ -146,7 +151,9 @@ ClipTokenizer ClipTokenizer::from_texts(std::string_view vocab_text, std::string
   for (const auto& [content, s] : specials)
     by_id[vocab[content].get<int64_t>()] = {{"id", vocab[content]},       {"content", content},
                                             {"single_word", s.single_word}, {"lstrip", s.lstrip},
-                                            {"rstrip", s.rstrip},           {"normalized", s.normalized},
+                                            {"rstrip", s.rstrip},
+                                            // The slow tokenizer matches special tokens in the raw text.
+                                            {"normalized", cleaning == ClipCleaning::Basic ? false : s.normalized},
                                             {"special", true}};
   for (auto& [id, a] : by_id) added.push_back(std::move(a));
   const std::string& bos = attr_content["bos_token"];
@@ -156,12 +163,14 @@ ClipTokenizer ClipTokenizer::from_texts(std::string_view vocab_text, std::string
       {"truncation", nullptr},
       {"padding", nullptr},
       {"added_tokens", std::move(added)},
-      {"normalizer",
-       {{"type", "Sequence"},
-        {"normalizers",
-         json::array({{{"type", "NFC"}},
-                      {{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", " "}},
-                      {{"type", "Lowercase"}}})}}},
+      // Basic: encode() cleans each piece between special tokens itself (clip_basic_clean.cpp).
+      {"normalizer", cleaning == ClipCleaning::Basic
+                         ? json(nullptr)
+                         : json{{"type", "Sequence"},
+                                {"normalizers",
+                                 json::array({{{"type", "NFC"}},
+                                              {{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", " "}},
+                                              {{"type", "Lowercase"}}})}}},
       {"pre_tokenizer",
        {{"type", "Sequence"},
         {"pretokenizers",
@@ -196,15 +205,56 @@ ClipTokenizer ClipTokenizer::from_texts(std::string_view vocab_text, std::string
   t.bos_ = v[bos].get<int32_t>();
   t.eos_ = v[eos].get<int32_t>();
   t.pad_ = v[attr_content["pad_token"]].get<int32_t>();
+  t.cleaning_ = cleaning;
+  for (const auto& [content, sp] : specials) t.specials_.emplace_back(content, v[content].get<int32_t>());
+  std::sort(t.specials_.begin(), t.specials_.end(),
+            [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   return t;
 }
 
+std::vector<int32_t> ClipTokenizer::body(std::string_view text) const {
+  if (cleaning_ == ClipCleaning::Tokenizers) return tok_->encode(text, /*add_special=*/false, /*parse_special=*/true);
+  // The slow tokenizer: split on special tokens in the raw text (leftmost,
+  // longest), clean and tokenize each piece between them.
+  std::vector<int32_t> ids;
+  auto piece = [&](std::string_view p) {
+    if (p.empty()) return;
+    const std::string clean = clip_detail::basic_clean(p);
+    if (clean.empty()) return;
+    const std::vector<int32_t> e = tok_->encode(clean, false, false);
+    ids.insert(ids.end(), e.begin(), e.end());
+  };
+  size_t seg = 0;
+  for (size_t i = 0; i < text.size();) {
+    const std::pair<std::string, int32_t>* hit = nullptr;
+    for (const auto& sp : specials_)
+      if (text.substr(i).starts_with(sp.first)) {
+        hit = &sp;
+        break;
+      }
+    if (!hit) {
+      ++i;
+      continue;
+    }
+    piece(text.substr(seg, i - seg));
+    ids.push_back(hit->second);
+    i += hit->first.size();
+    seg = i;
+  }
+  piece(text.substr(seg));
+  return ids;
+}
+
 std::vector<int32_t> ClipTokenizer::encode(std::string_view text) const {
-  return tok_->encode(text, /*add_special=*/true, /*parse_special=*/true);
+  if (cleaning_ == ClipCleaning::Tokenizers) return tok_->encode(text, /*add_special=*/true, /*parse_special=*/true);
+  std::vector<int32_t> ids = body(text);
+  ids.insert(ids.begin(), bos_);
+  ids.push_back(eos_);
+  return ids;
 }
 
 std::vector<int32_t> ClipTokenizer::encode_padded(std::string_view text) const {
-  std::vector<int32_t> body = tok_->encode(text, /*add_special=*/false, /*parse_special=*/true);
+  std::vector<int32_t> body = this->body(text);
   const auto keep = static_cast<size_t>(max_length_ - 2);
   if (body.size() > keep) body.resize(keep);
   std::vector<int32_t> ids;

@@ -18,11 +18,25 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
 
 namespace kvad {
+
+/// How the text is cleaned before CLIP's word regex.
+enum class ClipCleaning {
+  /// transformers 5's CLIPTokenizer (= transformers 4's CLIPTokenizerFast):
+  /// NFC, whitespace runs to one space, lower-casing.
+  Tokenizers,
+  /// transformers 4's slow CLIPTokenizer when ftfy is not installed (what a
+  /// diffusers pipeline loaded with transformers 4 uses): BasicTokenizer's
+  /// clean-up -- control and format characters (Cc, Cf, Co, Cn, Cs), NUL
+  /// and U+FFFD removed, whitespace to spaces, spaces around CJK ideographs
+  /// -- then NFC and lower-casing; special tokens matched in the raw text.
+  Basic,
+};
 
 class ClipTokenizer {
  public:
@@ -31,12 +45,13 @@ class ClipTokenizer {
   /// kvad::Error naming the file for a missing or malformed file, a merges
   /// line that is not two tokens, special tokens absent from the vocabulary,
   /// or a model_max_length outside 2..4096.
-  static ClipTokenizer from_folder(const std::string& dir);
+  static ClipTokenizer from_folder(const std::string& dir, ClipCleaning cleaning = ClipCleaning::Tokenizers);
   /// The same from file contents; empty `config` / `special_tokens_map`
   /// mean absent. `name` prefixes error messages.
   static ClipTokenizer from_texts(std::string_view vocab_json, std::string_view merges_txt,
                                   std::string_view config = {}, std::string_view special_tokens_map = {},
-                                  const std::string& name = "tokenizer");
+                                  const std::string& name = "tokenizer",
+                                  ClipCleaning cleaning = ClipCleaning::Tokenizers);
 
   /// transformers' tokenizer(text).input_ids: BOS, the text's ids, EOS; no
   /// truncation. Text equal to a special token's is that token.
@@ -54,7 +69,10 @@ class ClipTokenizer {
   const Tokenizer& tokenizer() const { return *tok_; }
 
  private:
+  std::vector<int32_t> body(std::string_view text) const;
   std::shared_ptr<const Tokenizer> tok_;
+  ClipCleaning cleaning_ = ClipCleaning::Tokenizers;
+  std::vector<std::pair<std::string, int32_t>> specials_;  // longest first
   int32_t bos_ = -1, eos_ = -1, pad_ = -1;
   int max_length_ = 77;
 };

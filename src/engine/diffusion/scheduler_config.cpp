@@ -199,7 +199,7 @@ SchedulerParams SchedulerConfig::resolve(const SchedulerChoice& choice) const {
   const bool ddim = k == SchedulerKind::DDIM, dpm = k == SchedulerKind::DPMSolverMultistep;
   SchedulerParams p;
   p.choice = choice;
-  p.num_train_timesteps = r.integer("num_train_timesteps", 1000, 2, 100000);
+  p.num_train_timesteps = r.integer("num_train_timesteps", 1000, 2, 10000);
   p.beta_start = r.number("beta_start", 0.0001, 0, 1);
   p.beta_end = r.number("beta_end", 0.02, 0, 1);
   p.beta_schedule = r.choose<BetaSchedule>("beta_schedule", "linear",

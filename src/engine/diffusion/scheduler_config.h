@@ -92,7 +92,8 @@ class SchedulerConfig {
   SchedulerConfig() = default;
 
   /// The settings `choice` runs with. Throws kvad::Error naming the file and
-  /// the key for a value of the wrong type or out of range, an unknown
+  /// the key for a value of the wrong type or out of range (num_train_timesteps
+  /// 2..10000, betas in [0, 1], steps_offset up to num_train_timesteps), an unknown
   /// beta_schedule / prediction_type / timestep_spacing / interpolation_type /
   /// solver_type / final_sigmas_type, and for options kvad does not implement
   /// (thresholding, continuous timesteps, exponential, beta, lu or flow

@@ -142,6 +142,9 @@ TEST(DiffusionSchedulers, BadInputIsAClearError) {
   EXPECT_THROW(resolve(R"({"beta_start": "0.1"})", "euler"), kvad::Error);
   EXPECT_THROW(resolve(R"({"num_train_timesteps": 1e12})", "euler"), kvad::Error);
   EXPECT_THROW(resolve(R"({"num_train_timesteps": 1})", "euler"), kvad::Error);
+  EXPECT_THROW(resolve(R"({"num_train_timesteps": 20000})", "euler"), kvad::Error);
+  // The largest schedule is bounded work: 10000 Karras steps over 10000 train timesteps.
+  EXPECT_EQ(make_scheduler(resolve(R"({"num_train_timesteps": 10000})", "dpm++2m_karras"), 10000)->steps(), 10000u);
   EXPECT_THROW(resolve(R"({"timestep_spacing": "cosine"})", "ddim"), kvad::Error);
   EXPECT_THROW(resolve(R"({"prediction_type": "flow_prediction"})", "dpm++2m"), kvad::Error);
   EXPECT_THROW(resolve(R"({"prediction_type": "sample"})", "euler_a"), kvad::Error);
