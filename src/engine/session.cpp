@@ -9,7 +9,7 @@
 
 namespace kvad {
 
-Session::Session(std::shared_ptr<Model> model, int32_t n_ctx, int n_seq, int n_threads, KVTypes kv)
+Session::Session(std::shared_ptr<const Model> model, int32_t n_ctx, int n_seq, int n_threads, KVTypes kv)
     : model_(std::move(model)) {
   if (n_ctx <= 0) throw Error("context size must be positive, got " + std::to_string(n_ctx));
   if (n_seq <= 0) throw Error("number of sequences must be positive, got " + std::to_string(n_seq));

@@ -101,17 +101,18 @@ class Model {
   /// for one other than f16 or f32).
   virtual std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types = {}) const = 0;
   /// Evaluates a batch of at most n_batch tokens, splitting CPU work over
-  /// `pool`. The caller (Session) has checked that every sequence's
+  /// `pool`. Never changes the model: any number of threads may call it at
+  /// once, each with its own cache and pool (DESIGN.md seam 4). The caller (Session) has checked that every sequence's
   /// positions continue from what the cache holds and fit in it.
   /// logits: [b.n_out, n_vocab] f32, host memory.
-  void forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits);
+  void forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits) const;
   /// As forward, but returns the last hidden state of the rows b.out asks
   /// for instead of logits, as transformers' base model returns it
   /// (`last_hidden_state`: after a decoder's final norm, an encoder's last
   /// post-norm), for pooling into sentence embeddings (engine/embed.h).
   /// hidden: [b.n_out, n_embd] f32, host memory. Throws kvad::Error for an
   /// architecture that has no such output.
-  void hidden(ThreadPool& pool, Cache& cache, const BatchView& b, float* hidden);
+  void hidden(ThreadPool& pool, Cache& cache, const BatchView& b, float* hidden) const;
   /// Bytes of weights as stored on the model's device (in place in the
   /// mapped file on the CPU).
   size_t weight_bytes() const { return weight_bytes_; }
@@ -121,9 +122,9 @@ class Model {
   const TensorSource& source() const { return *source_; }
 
  protected:
-  virtual void forward_impl(Cache& cache, const BatchView& b, float* logits) = 0;
+  virtual void forward_impl(Cache& cache, const BatchView& b, float* logits) const = 0;
   /// Default: throws, naming the architecture.
-  virtual void hidden_impl(Cache& cache, const BatchView& b, float* hidden);
+  virtual void hidden_impl(Cache& cache, const BatchView& b, float* hidden) const;
   HParams hp_;
   size_t weight_bytes_ = 0;
   Device device_;

@@ -112,17 +112,17 @@ std::unique_ptr<Model> load_model(std::shared_ptr<const gguf::File> f, const std
   return load_model(std::move(f), o);
 }
 
-void Model::forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits) {
+void Model::forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits) const {
   ops::PoolScope scope(pool);
   forward_impl(cache, b, logits);
 }
 
-void Model::hidden(ThreadPool& pool, Cache& cache, const BatchView& b, float* hidden) {
+void Model::hidden(ThreadPool& pool, Cache& cache, const BatchView& b, float* hidden) const {
   ops::PoolScope scope(pool);
   hidden_impl(cache, b, hidden);
 }
 
-void Model::hidden_impl(Cache&, const BatchView&, float*) {
+void Model::hidden_impl(Cache&, const BatchView&, float*) const {
   throw Error("architecture " + hp_.arch + " gives no hidden states for embeddings (kvad pools llama, qwen2, "
               "qwen3 and bert)");
 }

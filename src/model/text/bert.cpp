@@ -120,11 +120,11 @@ class Bert final : public Model {
   }
 
  protected:
-  void forward_impl(Cache&, const BatchView&, float*) override {
+  void forward_impl(Cache&, const BatchView&, float*) const override {
     throw Error("architecture bert is an embedding model (kind embedding): it has no next-token logits");
   }
 
-  void hidden_impl(Cache& cache_base, const BatchView& b, float* hidden) override {
+  void hidden_impl(Cache& cache_base, const BatchView& b, float* hidden) const override {
     auto& cache = static_cast<LayerCaches&>(cache_base);
     for (int64_t i = 0; i < b.n; ++i)
       if (b.pos[i] < 0 || b.pos[i] >= n_pos_)

@@ -324,37 +324,49 @@ class Deepseek2 final : public Model {
   }
 
  protected:
+  // What one forward call computes once for every layer: the rope for the
+  // cache's context, whether its attention is expanded, and the index
+  // tensors of its matmul_id and get_rows (the cache's scratch slots).
+  static constexpr int kHeadIds = 0, kRepeatIds = 1;
+  struct Call {
+    RopeParams rope;
+    int64_t expand_kv = 0;   // positions expanded (0: absorbed)
+    int32_t expand_seq = 0;
+    Tensor head_ids;         // absorbed: [n, H]; expanded: [n_kv, H]
+    Tensor repeat_ids;       // expanded: [n_kv · H]
+  };
+
   // [n, H] i32 rows 0..H-1: matmul_id's "expert" of slot h is head h (the
-  // per-head W_UK / W_UV products). Uploaded when a batch is larger than any
-  // before, then viewed.
-  Tensor head_ids(int64_t n) {
-    if (n > head_ids_rows_) {
+  // per-head W_UK / W_UV products). Uploaded to the session's cache when a
+  // batch is larger than any before, then viewed.
+  Tensor head_ids(LayerCaches& cache, int64_t n) const {
+    Tensor& t = cache.scratch(kHeadIds, 0);
+    if (!t || t.ne[1] < n) {
       const int64_t H = hp_.n_head;
       std::vector<int32_t> v(static_cast<size_t>(n * H));
       for (int64_t i = 0; i < n * H; ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(i % H);
-      head_ids_ = ops::from_host(v.data(), DType::I32, {H, n, 1, 1}, device_);
-      head_ids_rows_ = n;
+      t = ops::from_host(v.data(), DType::I32, {H, n, 1, 1}, device_);
     }
-    return head_ids_.rows(0, n);
+    return t.rows(0, n);
   }
 
   // [n·H] i32, row i = i / H: each position's k_pe once per head.
-  Tensor repeat_ids(int64_t n) {
+  Tensor repeat_ids(LayerCaches& cache, int64_t n) const {
     const int64_t H = hp_.n_head;
-    if (n > repeat_ids_rows_) {
+    Tensor& t = cache.scratch(kRepeatIds, 0);
+    if (!t || t.ne[0] < n * H) {
       std::vector<int32_t> v(static_cast<size_t>(n * H));
       for (int64_t i = 0; i < n * H; ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(i / H);
-      repeat_ids_ = ops::from_host(v.data(), DType::I32, {n * H, 1, 1, 1}, device_);
-      repeat_ids_rows_ = n;
+      t = ops::from_host(v.data(), DType::I32, {n * H, 1, 1, 1}, device_);
     }
-    return repeat_ids_.view({1, repeat_ids_.ne[0], 1, 1}).rows(0, n * H).view({n * H, 1, 1, 1});
+    return t.view({1, t.ne[0], 1, 1}).rows(0, n * H).view({n * H, 1, 1, 1});
   }
 
   // Whether this batch's attention is expanded: one sequence, and (auto)
   // fewer multiply-adds than the absorbed form for n queries over n_kv
-  // positions. Sets expand_kv_ (0: absorbed) and expand_seq_.
-  void choose_prefill(const BatchView& bv) {
-    expand_kv_ = 0;
+  // positions. Sets c.expand_kv (0: absorbed) and c.expand_seq.
+  void choose_prefill(const BatchView& bv, Call& c) const {
+    c.expand_kv = 0;
     if (mode_ == PrefillMode::Absorbed || bv.n < 2) return;
     int32_t last = 0;
     for (int64_t t = 0; t < bv.n; ++t) {
@@ -367,12 +379,12 @@ class Deepseek2 final : public Model {
     const double absorbed = n * N * R + n * L * (2 * R + P) + n * R * V;  // per head
     const double expanded = L * R * (N + V) + n * L * (N + P + V);
     if (mode_ == PrefillMode::Expanded || expanded < absorbed) {
-      expand_kv_ = last + 1;
-      expand_seq_ = bv.seq[0];
+      c.expand_kv = last + 1;
+      c.expand_seq = bv.seq[0];
     }
   }
 
-  Tensor mla(const Layer& L, LatentLayer& cache, const BatchIds& b, const Tensor& x) {
+  Tensor mla(const Layer& L, const Call& call, LatentLayer& cache, const BatchIds& b, const Tensor& x) const {
     const int64_t n = b.n, H = hp_.n_head, R = cfg_.kv_lora_rank, P = cfg_.qk_rope, N = cfg_.qk_nope,
                   V = cfg_.v_head_dim;
     const float eps = hp_.norm_eps;
@@ -381,26 +393,26 @@ class Deepseek2 final : public Model {
                           : ops::matmul(ops::rms_norm(ops::matmul(h, L.wq_a), L.q_a_norm, eps), L.wq_b);  // [n, H·(N+P)]
     const Tensor qh = q.view({N + P, H * n, 1, 1});
     const Tensor q_nope = ops::slice(qh, 0, N).view({N, H, n, 1});                             // [n, H, N]
-    const Tensor q_pe = ops::rope(ops::slice(qh, N, P).view({P, H, n, 1}), b.pos, rope_p_);    // [n, H, P]
+    const Tensor q_pe = ops::rope(ops::slice(qh, N, P).view({P, H, n, 1}), b.pos, call.rope);    // [n, H, P]
     const Tensor kva = ops::matmul(h, L.wkv_a);                                                // [n, R+P]
     const Tensor c = ops::rms_norm(ops::slice(kva, 0, R), L.kv_a_norm, eps);                   // [n, R]
-    const Tensor k_pe = ops::rope(ops::slice(kva, R, P).view({P, 1, n, 1}), b.pos, rope_p_);   // [n, 1, P]
+    const Tensor k_pe = ops::rope(ops::slice(kva, R, P).view({P, 1, n, 1}), b.pos, call.rope);   // [n, 1, P]
     ops::kv_store(cache.c, ops::concat(c, k_pe.view({P, n, 1, 1})), b.seq, b.pos, cache.slots);
-    if (expand_kv_ > 0) {
+    if (call.expand_kv > 0) {
       // Expanded: every position's K and V decompressed from its latent row.
-      const int64_t n_kv = expand_kv_, row0 = expand_seq_ * cache.slots;
+      const int64_t n_kv = call.expand_kv, row0 = call.expand_seq * cache.slots;
       const Tensor lat = cache.c.rows(row0, row0 + n_kv);                                     // [n_kv, R+P]
       const Tensor c_all = ops::slice(lat, 0, R).view({R, 1, n_kv, 1});
-      const Tensor ids_kv = head_ids(n_kv);
+      const Tensor& ids_kv = call.head_ids;
       const Tensor k_nope = ops::matmul_id(c_all, L.wk_up, ids_kv);                             // [n_kv, H, N]
       const Tensor v = ops::matmul_id(c_all, L.wv_b, ids_kv);                                   // [n_kv, H, V]
-      const Tensor k_rep = ops::get_rows(ops::slice(lat, R, P), repeat_ids(n_kv));              // [n_kv·H, P]
+      const Tensor k_rep = ops::get_rows(ops::slice(lat, R, P), call.repeat_ids);              // [n_kv·H, P]
       const Tensor k = ops::concat(k_nope.view({N, H * n_kv, 1, 1}), k_rep).view({N + P, H, n_kv, 1});
       const Tensor qf = ops::concat(q_nope.view({N, H * n, 1, 1}), q_pe.view({P, H * n, 1, 1})).view({N + P, H, n, 1});
       const Tensor a = ops::attention_seq(qf, k, v, b.pos, scale_);                            // [n, H, V]
       return ops::matmul(a.view({H * V, n, 1, 1}), L.wo);
     }
-    const Tensor ids = head_ids(n);
+    const Tensor& ids = call.head_ids;
     const Tensor q_abs = ops::matmul_id(q_nope, L.wk_b, ids);                                  // [n, H, R]
     const Tensor qf = ops::concat(q_abs.view({R, H * n, 1, 1}), q_pe.view({P, H * n, 1, 1})).view({R + P, H, n, 1});
     AttentionOpParams ap;
@@ -411,15 +423,18 @@ class Deepseek2 final : public Model {
     return ops::matmul(o.view({H * V, n, 1, 1}), L.wo);                                        // [n, E]
   }
 
-  void forward_impl(Cache& cache_base, const BatchView& bv, float* logits) override {
+  void forward_impl(Cache& cache_base, const BatchView& bv, float* logits) const override {
     auto& cache = static_cast<LayerCaches&>(cache_base);
     const BatchIds ids = upload_batch(bv, device_);
-    rope_p_ = rope_.at(cache.n_ctx());
-    choose_prefill(bv);
+    Call call;
+    call.rope = rope_.at(cache.n_ctx());
+    choose_prefill(bv, call);
+    call.head_ids = head_ids(cache, call.expand_kv > 0 ? call.expand_kv : bv.n);
+    if (call.expand_kv > 0) call.repeat_ids = repeat_ids(cache, call.expand_kv);
     Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, E]
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const Layer& L = layers_[il];
-      x = ops::add(x, mla(L, cache.latent(il), ids, x));
+      x = ops::add(x, mla(L, call, cache.latent(il), ids, x));
       x = ops::add(x, L.sparse ? moe_ffn(L.moe, cfg_.moe, x) : gated_mlp(L.ffn, Activation::SiLU, hp_.norm_eps, x));
     }
     cache.advance(bv);
@@ -437,14 +452,9 @@ class Deepseek2 final : public Model {
   };
   std::vector<Mtp> mtp_;
   RopeScaling rope_;
-  RopeParams rope_p_;
   bool rope_neox_ = false;
   float scale_ = 1.0f;
-  Tensor head_ids_, repeat_ids_;
-  int64_t head_ids_rows_ = 0, repeat_ids_rows_ = 0;
   PrefillMode mode_ = PrefillMode::Auto;
-  int64_t expand_kv_ = 0;  // this batch: positions expanded (0: absorbed)
-  int32_t expand_seq_ = 0;
 };
 
 // ---- HF checkpoints (transformers' DeepseekV2ForCausalLM / DeepseekV3ForCausalLM)

@@ -183,7 +183,7 @@ class Gemma3 final : public Model {
   }
 
  protected:
-  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) override {
+  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) const override {
     auto& cache = static_cast<LayerCaches&>(cache_base);
     const float eps = hp_.norm_eps;
     const BatchIds ids = upload_batch(b, device_);

@@ -99,7 +99,7 @@ class Gpt2 final : public Model {
   }
 
  protected:
-  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) override {
+  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) const override {
     auto& cache = static_cast<LayerCaches&>(cache_base);
     const BatchIds ids = upload_batch(b, device_);
     Tensor x = ops::add(ops::get_rows(tok_embd_, ids.token), ops::get_rows(pos_embd_, ids.pos));  // [n, n_embd]

@@ -117,7 +117,7 @@ class GptOss final : public Model {
   }
 
  protected:
-  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) override {
+  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) const override {
     auto& cache = static_cast<LayerCaches&>(cache_base);
     const BatchIds ids = upload_batch(b, device_);
     Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]

@@ -190,7 +190,6 @@ class Llama final : public Model {
     attn_.n_head = hp_.n_head;
     attn_.n_head_kv = hp_.n_head_kv;
     attn_.head_dim = D;
-    attn_.sliding_window = cfg_.sliding_window;
     attn_.scale = 1.0f / std::sqrt(static_cast<float>(D));
     attn_.norm_eps = hp_.norm_eps;
   }
@@ -207,19 +206,24 @@ class Llama final : public Model {
 
  protected:
   // The decoder blocks over a batch: [n, n_embd], before the final norm.
-  Tensor blocks(LayerCaches& cache, const BatchIds& ids) {
-    attn_.rope = rope_.at(cache.n_ctx());
+  Tensor blocks(LayerCaches& cache, const BatchIds& ids) const {
+    // This call's attention parameters: the rope for the cache's context,
+    // with and without the window.
+    AttentionParams full = attn_;
+    full.rope = rope_.at(cache.n_ctx());
+    full.sliding_window = 0;
+    AttentionParams windowed = full;
+    windowed.sliding_window = cfg_.sliding_window;
     Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const Layer& L = layers_[il];
-      attn_.sliding_window = cfg_.swa[il] ? cfg_.sliding_window : 0;
-      x = ops::add(x, attention_block(L.attn, attn_, cache.kv(il), ids, x));
+      x = ops::add(x, attention_block(L.attn, cfg_.swa[il] ? windowed : full, cache.kv(il), ids, x));
       x = ops::add(x, L.sparse ? moe_ffn(L.moe, cfg_.moe, x) : gated_mlp(L.ffn, Activation::SiLU, hp_.norm_eps, x));
     }
     return x;
   }
 
-  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) override {
+  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) const override {
     auto& cache = static_cast<LayerCaches&>(cache_base);
     const BatchIds ids = upload_batch(b, device_);
     const Tensor x = blocks(cache, ids);
@@ -228,7 +232,7 @@ class Llama final : public Model {
   }
 
   // LlamaModel's last_hidden_state (after the final norm), for pooling.
-  void hidden_impl(Cache& cache_base, const BatchView& b, float* hidden) override {
+  void hidden_impl(Cache& cache_base, const BatchView& b, float* hidden) const override {
     auto& cache = static_cast<LayerCaches&>(cache_base);
     const BatchIds ids = upload_batch(b, device_);
     const Tensor x = blocks(cache, ids);
@@ -242,7 +246,7 @@ class Llama final : public Model {
   LlamaParams cfg_;
   Tensor tok_embd_, output_norm_, output_;
   std::vector<Layer> layers_;
-  AttentionParams attn_;
+  AttentionParams attn_;  // every layer's; rope and window chosen per call
   RopeScaling rope_;
 };
 

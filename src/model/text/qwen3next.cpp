@@ -51,7 +51,6 @@
 // attention layers, convolution and delta-rule states for the DeltaNet
 // layers, with snapshots every N positions (DeviceOptions::state_snapshot_every).
 #include <cmath>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -77,8 +76,6 @@ constexpr int32_t kDefaultSnapshotEvery = 256;
 /// Tokens per chunk of the delta rule's parallel form in a prefill
 /// (transformers' and flash-linear-attention's chunk size).
 constexpr int64_t kDeltaChunk = 64;
-/// Index sets (layout, batch size) kept on the device for the column gathers.
-constexpr size_t kMaxIdSets = 64;
 
 struct DeltaNetWeights {
   Tensor in;              // ssm_in [n_embd → 2·Hk·Dk + 2·Hv·Dv], HF's interleaved order; or
@@ -216,6 +213,7 @@ class Qwen3Next final : public Model {
     load_mtp(wl, n_nextn);
     require_f32(path, {&output_norm_});
     rope_ = load_rope_scaling(*src, wl, hp_, /*neox=*/true);
+    make_layouts();
     wl.finish();
     weight_bytes_ = wl.bytes();
     hp_.n_params = wl.n_params();
@@ -242,9 +240,9 @@ class Qwen3Next final : public Model {
   }
 
  protected:
-  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) override {
+  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) const override {
     auto& cache = static_cast<LayerCaches&>(cache_base);
-    rope_params_ = rope_.at(cache.n_ctx());
+    const RopeParams& rope = rope_.at(cache.n_ctx());
     // Pieces end where a sequence reaches a snapshot position, so that the
     // cache copies the states there.
     for (const BatchPiece& piece : cache.pieces(b)) {
@@ -253,8 +251,8 @@ class Qwen3Next final : public Model {
       for (size_t il = 0; il < layers_.size(); ++il) {
         const Layer& L = layers_[il];
         const Tensor h = ops::rms_norm(x, L.attn_norm, hp_.norm_eps);
-        x = ops::add(x, L.recurrent ? delta_net(L.ssm, cache.recurrent(static_cast<int64_t>(il)), ids, h)
-                                    : gated_attention(L.attn, cache.kv(static_cast<int64_t>(il)), ids, h));
+        x = ops::add(x, L.recurrent ? delta_net(L.ssm, cache, static_cast<int64_t>(il), ids, h)
+                                    : gated_attention(L.attn, cache, static_cast<int64_t>(il), rope, ids, h));
         x = ops::add(x, ffn(L, ops::rms_norm(x, L.post_norm, hp_.norm_eps)));
       }
       cache.advance(piece.view);
@@ -267,17 +265,15 @@ class Qwen3Next final : public Model {
   // the row (n_units values of u floats each) is seen as n_units rows of u,
   // and part p lists, per token, the units it takes. The gathered rows hold
   // part 0 for every token, then part 1 for every token, ... Uploaded once
-  // per (layout, n) and kept on the device.
+  // per (layout, n) into the session's cache (LayerCaches::scratch, which
+  // bounds how many it keeps) and kept on the device.
   struct Layout {
     int64_t n_units = 0;
     std::vector<std::vector<int32_t>> parts;
   };
-  const Tensor& gather_ids(int which, const Layout& lay, int64_t n) {
-    if (auto it = ids_cache_.find({which, n}); it != ids_cache_.end()) return it->second;
-    // Bounded: batch sizes are few (the micro-batch, its remainder, 1), but
-    // a server sees many; past kMaxIdSets they are dropped and uploaded again.
-    if (ids_cache_.size() >= kMaxIdSets) ids_cache_.clear();
-    Tensor& t = ids_cache_[{which, n}];
+  Tensor gather_ids(LayerCaches& cache, int which, const Layout& lay, int64_t n) const {
+    Tensor& t = cache.scratch(which, n);
+    if (t) return t;
     std::vector<int32_t> ids;
     for (const auto& part : lay.parts)
       for (int64_t tok = 0; tok < n; ++tok)
@@ -286,32 +282,64 @@ class Qwen3Next final : public Model {
     return t;
   }
   // x [n, n_units · u] → its parts' values, gathered as described above.
-  Tensor gather(int which, const Layout& lay, int64_t u, const Tensor& x) {
+  Tensor gather(LayerCaches& cache, int which, const Layout& lay, int64_t u, const Tensor& x) const {
     const int64_t n = x.n_rows();
-    return ops::get_rows(x.view({u, n * lay.n_units, 1, 1}), gather_ids(which, lay, n));
+    return ops::get_rows(x.view({u, n * lay.n_units, 1, 1}), gather_ids(cache, which, lay, n));
+  }
+  // The layouts of the four gathers (they depend on the head sizes only):
+  // 0: ssm_in's rows per key head [q (Dk) | k (Dk) | v (r·Dv) | z (r·Dv)] in
+  // units of gcd(Dk, r·Dv), gathered as all q, all k, all v (the
+  // convolution's order), then z; 1: ssm_ba's per key head [b (r) | a (r)];
+  // 2: the convolution's output [q | k | v] in units of gcd(Dk, Dv), q of
+  // every token, then k (one L2 norm for both), then v; 3: attn_q's per head
+  // [q | gate].
+  void make_layouts() {
+    const int64_t r = Hv_ / Hk_;
+    {
+      const int64_t u = std::gcd(Dk_, r * Dv_), kq = Dk_ / u, kv = r * Dv_ / u, blk = 2 * kq + 2 * kv;
+      lay_in_.n_units = Hk_ * blk;
+      lay_in_.parts.resize(2);
+      for (int64_t off : {int64_t{0}, kq, 2 * kq})
+        for (int64_t hk = 0; hk < Hk_; ++hk)
+          for (int64_t i = 0; i < (off == 2 * kq ? kv : kq); ++i)
+            lay_in_.parts[0].push_back(static_cast<int32_t>(hk * blk + off + i));
+      for (int64_t hk = 0; hk < Hk_; ++hk)
+        for (int64_t i = 0; i < kv; ++i) lay_in_.parts[1].push_back(static_cast<int32_t>(hk * blk + 2 * kq + kv + i));
+    }
+    lay_ba_.n_units = 2 * Hk_;
+    lay_ba_.parts.resize(2);
+    for (int64_t hk = 0; hk < Hk_; ++hk) {
+      lay_ba_.parts[0].push_back(static_cast<int32_t>(2 * hk));
+      lay_ba_.parts[1].push_back(static_cast<int32_t>(2 * hk + 1));
+    }
+    const int64_t u = std::gcd(Dk_, Dv_), qk_units = Hk_ * Dk_ / u, v_units = Hv_ * Dv_ / u;
+    lay_qkv_.n_units = 2 * qk_units + v_units;
+    lay_qkv_.parts.resize(3);
+    for (int64_t i = 0; i < qk_units; ++i) {
+      lay_qkv_.parts[0].push_back(static_cast<int32_t>(i));
+      lay_qkv_.parts[1].push_back(static_cast<int32_t>(qk_units + i));
+    }
+    for (int64_t i = 0; i < v_units; ++i) lay_qkv_.parts[2].push_back(static_cast<int32_t>(2 * qk_units + i));
+    lay_q_.n_units = 2 * hp_.n_head;
+    lay_q_.parts.resize(2);
+    for (int64_t i = 0; i < hp_.n_head; ++i) {
+      lay_q_.parts[0].push_back(static_cast<int32_t>(2 * i));
+      lay_q_.parts[1].push_back(static_cast<int32_t>(2 * i + 1));
+    }
   }
   // Rows [r0, r0 + rows) of a gathered [_, u] tensor as shape ne.
   static Tensor part(const Tensor& g, int64_t r0, int64_t rows, std::array<int64_t, 4> ne) {
     return g.rows(r0, r0 + rows).view(ne);
   }
 
-  Tensor delta_net(const DeltaNetWeights& w, RecurrentLayer& st, const BatchIds& b, const Tensor& h) {
+  Tensor delta_net(const DeltaNetWeights& w, LayerCaches& caches, int64_t il, const BatchIds& b, const Tensor& h) const {
+    RecurrentLayer& st = caches.recurrent(il);
     const int64_t n = b.n, r = Hv_ / Hk_, C = conv_dim_, Z = Hv_ * Dv_;
     Tensor qkv, z;
     if (w.in) {
       // Per key head: [q (Dk) | k (Dk) | v (r·Dv) | z (r·Dv)], in units of u.
-      const int64_t u = std::gcd(Dk_, r * Dv_), kq = Dk_ / u, kv = r * Dv_ / u, blk = 2 * kq + 2 * kv;
-      if (!lay_in_.n_units) {
-        lay_in_.n_units = Hk_ * blk;
-        lay_in_.parts.resize(2);
-        for (int64_t off : {int64_t{0}, kq, 2 * kq})  // all q, then all k, then all v: the conv's order
-          for (int64_t hk = 0; hk < Hk_; ++hk)
-            for (int64_t i = 0; i < (off == 2 * kq ? kv : kq); ++i)
-              lay_in_.parts[0].push_back(static_cast<int32_t>(hk * blk + off + i));
-        for (int64_t hk = 0; hk < Hk_; ++hk)
-          for (int64_t i = 0; i < kv; ++i) lay_in_.parts[1].push_back(static_cast<int32_t>(hk * blk + 2 * kq + kv + i));
-      }
-      const Tensor g = gather(0, lay_in_, u, ops::matmul(h, w.in));
+      const int64_t u = std::gcd(Dk_, r * Dv_);
+      const Tensor g = gather(caches, 0, lay_in_, u, ops::matmul(h, w.in));
       qkv = part(g, 0, n * C / u, {C, n, 1, 1});
       z = part(g, n * C / u, n * Z / u, {Dv_, Hv_ * n, 1, 1});
     } else {
@@ -325,15 +353,7 @@ class Qwen3Next final : public Model {
       b_raw = y[0];
       a_raw = y[1];
     } else {  // qwen3next: per key head [b (r) | a (r)], units of r
-      if (!lay_ba_.n_units) {
-        lay_ba_.n_units = 2 * Hk_;
-        lay_ba_.parts.resize(2);
-        for (int64_t hk = 0; hk < Hk_; ++hk) {
-          lay_ba_.parts[0].push_back(static_cast<int32_t>(2 * hk));
-          lay_ba_.parts[1].push_back(static_cast<int32_t>(2 * hk + 1));
-        }
-      }
-      const Tensor ba = gather(1, lay_ba_, r, ops::matmul(h, w.ba));
+      const Tensor ba = gather(caches, 1, lay_ba_, r, ops::matmul(h, w.ba));
       b_raw = part(ba, 0, n * Hk_, {Hv_, n, 1, 1});
       a_raw = part(ba, n * Hk_, n * Hk_, {Hv_, n, 1, 1});
     }
@@ -342,16 +362,7 @@ class Qwen3Next final : public Model {
     // The short convolution over [q | k | v], then q, k, v apart.
     const Tensor xc = ops::silu(ops::ssm_conv(qkv, w.conv, st.conv, b.seq, b.pos));                // [n, C]
     const int64_t u = std::gcd(Dk_, Dv_), qk_units = Hk_ * Dk_ / u, v_units = Hv_ * Dv_ / u;
-    if (!lay_qkv_.n_units) {  // q of every token, then k of every token (one L2 norm for both), then v
-      lay_qkv_.n_units = 2 * qk_units + v_units;
-      lay_qkv_.parts.resize(3);
-      for (int64_t i = 0; i < qk_units; ++i) {
-        lay_qkv_.parts[0].push_back(static_cast<int32_t>(i));
-        lay_qkv_.parts[1].push_back(static_cast<int32_t>(qk_units + i));
-      }
-      for (int64_t i = 0; i < v_units; ++i) lay_qkv_.parts[2].push_back(static_cast<int32_t>(2 * qk_units + i));
-    }
-    const Tensor parts = gather(2, lay_qkv_, u, xc);
+    const Tensor parts = gather(caches, 2, lay_qkv_, u, xc);
     // L2 norm (eps 1e-6 on the sum of squares, as transformers' l2norm) of
     // every q and k head: RMSNorm with eps/Dk, divided by √Dk.
     const Tensor qk = ops::scale(
@@ -370,23 +381,17 @@ class Qwen3Next final : public Model {
     return ops::matmul(y.view({Hv_ * Dv_, n, 1, 1}), w.out);
   }
 
-  Tensor gated_attention(const GatedAttentionWeights& w, KVLayer& cache, const BatchIds& b, const Tensor& h) {
+  Tensor gated_attention(const GatedAttentionWeights& w, LayerCaches& caches, int64_t il, const RopeParams& rope,
+                         const BatchIds& b, const Tensor& h) const {
+    KVLayer& cache = caches.kv(il);
     const int64_t n = b.n, D = hp_.head_dim, H = hp_.n_head, Hkv = hp_.n_head_kv;
     std::vector<Tensor> y = ops::matmul_multi(h, {&w.wq, &w.wk, &w.wv});
-    if (!lay_q_.n_units) {
-      lay_q_.n_units = 2 * H;
-      lay_q_.parts.resize(2);
-      for (int64_t i = 0; i < H; ++i) {
-        lay_q_.parts[0].push_back(static_cast<int32_t>(2 * i));
-        lay_q_.parts[1].push_back(static_cast<int32_t>(2 * i + 1));
-      }
-    }
-    const Tensor qg = gather(3, lay_q_, D, y[0]);
+    const Tensor qg = gather(caches, 3, lay_q_, D, y[0]);
     Tensor q = ops::rms_norm(part(qg, 0, n * H, {D, H, n, 1}), w.q_norm, hp_.norm_eps);
     const Tensor gate = part(qg, n * H, n * H, {H * D, n, 1, 1});
     Tensor k = ops::rms_norm(y[1].view({D, Hkv, n, 1}), w.k_norm, hp_.norm_eps);
-    q = ops::rope(q, b.pos, rope_params_);
-    k = ops::rope(k, b.pos, rope_params_);
+    q = ops::rope(q, b.pos, rope);
+    k = ops::rope(k, b.pos, rope);
     ops::kv_store(cache.k, k, b.seq, b.pos, cache.slots);
     ops::kv_store(cache.v, y[2], b.seq, b.pos, cache.slots);
     const Tensor a = ops::attention(q, cache.k, cache.v, b.seq, b.pos,
@@ -395,7 +400,7 @@ class Qwen3Next final : public Model {
   }
 
   // h: the post-attention norm's output [n, n_embd].
-  Tensor ffn(const Layer& L, const Tensor& h) {
+  Tensor ffn(const Layer& L, const Tensor& h) const {
     if (!L.sparse) {
       std::vector<Tensor> gu = ops::matmul_multi(h, {&L.mlp.gate, &L.mlp.up});
       return ops::matmul(ops::swiglu(gu[0], gu[1]), L.mlp.down);
@@ -436,9 +441,7 @@ class Qwen3Next final : public Model {
   bool tiled_heads_ = false;  // qwen35: value head h reads key head h % Hk (llama.cpp's order)
   MoeParams moe_;
   RopeScaling rope_;
-  RopeParams rope_params_;
-  Layout lay_in_, lay_ba_, lay_qkv_, lay_q_;
-  std::map<std::pair<int, int64_t>, Tensor> ids_cache_;
+  Layout lay_in_, lay_ba_, lay_qkv_, lay_q_;  // the gathers' (make_layouts)
 };
 
 // ---- HF checkpoints (transformers' Qwen3NextForCausalLM, Qwen3_5ForCausalLM,
