@@ -114,13 +114,6 @@ std::vector<BatchPiece> LayerCaches::pieces(const BatchView& b) const {
   return out;
 }
 
-Tensor& LayerCaches::scratch(int kind, int64_t n) {
-  constexpr size_t kMaxScratch = 64;
-  const std::pair<int, int64_t> key{kind, n};
-  if (scratch_.size() >= kMaxScratch && !scratch_.count(key)) scratch_.clear();
-  return scratch_[key];
-}
-
 void LayerCaches::advance(const BatchView& b) {
   for (int64_t t = 0; t < b.n; ++t) n_cached_[b.seq[t]] = std::max(n_cached_[b.seq[t]], b.pos[t] + 1);
   if (snapshot_every_ <= 0 || rec_layers_.empty()) return;

@@ -6,7 +6,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "model/model.h"
@@ -129,14 +128,6 @@ class LayerCaches final : public Cache {
   KVLayer& kv(int64_t il);
   /// Layer il's latent cache. Throws kvad::Error when it is not a Latent layer.
   LatentLayer& latent(int64_t il);
-  /// Per-session scratch of an architecture: index tensors derived from a
-  /// batch size alone (the ids of a gather), uploaded to the device once and
-  /// read by every later call, kept here rather than in the model so that
-  /// sessions sharing one model share nothing they write. The slot for
-  /// (kind, n), empty until the caller fills it; taking a new slot when 64
-  /// are held drops them all first (a server sees many batch sizes), so the
-  /// reference is valid until the next scratch() call.
-  Tensor& scratch(int kind, int64_t n);
   /// Records that the batch's positions are now held (after the forward
   /// pass), and snapshots the recurrent states of each sequence that now
   /// holds a multiple of the snapshot interval.
@@ -157,7 +148,6 @@ class LayerCaches final : public Cache {
   size_t rec_bytes_ = 0, snapshot_bytes_ = 0, state_bytes_per_seq_ = 0;
   // Per sequence: position → (conv, ssm) copies of every recurrent layer, in rec_layers_ order.
   std::vector<std::map<int32_t, std::vector<Tensor>>> snaps_;
-  std::map<std::pair<int, int64_t>, Tensor> scratch_;
 };
 
 }  // namespace kvad
