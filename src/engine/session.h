@@ -39,7 +39,8 @@ class Session {
   /// positions must continue from cached(seq) in order; a position at or past
   /// n_ctx throws kvad::Error ("context full ...") before any work is done.
   /// A batch longer than ubatch_tokens() runs as consecutive micro-batches of
-  /// equal size (llama.cpp's n_ubatch), which gives the same logits.
+  /// equal size (llama.cpp's n_ubatch; the cache cuts them, Cache::split),
+  /// which gives the same logits.
   const std::vector<float>& forward(const Batch& batch);
 
   /// Most tokens per model forward call: the activation buffers of one call

@@ -15,7 +15,7 @@
 //   q_pe, k_pe ← RoPE(·, pos)  (one k_pe shared by every head)
 //   head h: k_h,s = W_UK,h · c_s | k_pe_s,  v_h,s = W_UV,h · c_s
 //   a_h = Σ_s softmax_s(scale · q_h · k_h,s) v_h,s;  out = Wo · (a_1 | ... | a_H)
-// The cache holds only c | k_pe per token and layer (LayerKind::Latent).
+// The cache holds only c | k_pe per token and layer (a LatentSpec layer).
 // Decode runs in the absorbed form
 //   q_h · k_h,s = (W_UK,hᵀ q_nope_h) · c_s + q_pe_h · k_pe_s
 //   a_h = W_UV,h · Σ_s softmax_s(·) c_s
@@ -277,10 +277,7 @@ class Deepseek2 final : public Model {
   // The latent rows are f32 whatever --cache-type-k/-v say (attention_latent
   // reads f32; model/cache.h LatentLayer).
   std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
-    LayerSpec s;
-    s.kind = LayerKind::Latent;
-    s.kv_lora_rank = cfg_.kv_lora_rank;
-    s.rope_dim = cfg_.qk_rope;
+    const LayerSpec s = LatentSpec{cfg_.kv_lora_rank, cfg_.qk_rope};
     return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, s), n_ctx, n_seq, n_batch, device_,
                                          types);
   }
@@ -360,8 +357,7 @@ class Deepseek2 final : public Model {
     return ops::matmul(ops::cont(ops::permute(o, swap12)).view({H * V, n, 1, 1}), L.wo);       // [n, E]
   }
 
-  void forward_impl(Cache& cache_base, const BatchView& bv, float* logits) const override {
-    auto& cache = static_cast<LayerCaches&>(cache_base);
+  void forward_impl(LayerCaches& cache, const BatchView& bv, float* logits) const override {
     const BatchIds ids = upload_batch(bv, device_);
     Call call;
     call.rope = rope_.at(cache.n_ctx());
@@ -372,7 +368,6 @@ class Deepseek2 final : public Model {
       x = ops::add(x, mla(L, call, cache.latent(il), ids, x));
       x = ops::add(x, L.sparse ? moe_ffn(L.moe, cfg_.moe, x) : gated_mlp(L.ffn, Activation::SiLU, hp_.norm_eps, x));
     }
-    cache.advance(bv);
     decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
   }
 

@@ -159,10 +159,8 @@ class Llama final : public Model {
   std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim;
     std::vector<LayerSpec> specs(static_cast<size_t>(hp_.n_layer));
-    for (size_t il = 0; il < specs.size(); ++il) {
-      specs[il].k_dim = specs[il].v_dim = kv_dim;
-      specs[il].window = cfg_.swa[il] ? cfg_.sliding_window : 0;
-    }
+    for (size_t il = 0; il < specs.size(); ++il)
+      specs[il] = KeyValueSpec{kv_dim, kv_dim, cfg_.swa[il] ? cfg_.sliding_window : 0};
     return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types);
   }
 
@@ -185,20 +183,16 @@ class Llama final : public Model {
     return x;
   }
 
-  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) const override {
-    auto& cache = static_cast<LayerCaches&>(cache_base);
+  void forward_impl(LayerCaches& cache, const BatchView& b, float* logits) const override {
     const BatchIds ids = upload_batch(b, device_);
     const Tensor x = blocks(cache, ids);
-    cache.advance(b);
     decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
   }
 
   // LlamaModel's last_hidden_state (after the final norm), for pooling.
-  void hidden_impl(Cache& cache_base, const BatchView& b, float* hidden) const override {
-    auto& cache = static_cast<LayerCaches&>(cache_base);
+  void hidden_impl(LayerCaches& cache, const BatchView& b, float* hidden) const override {
     const BatchIds ids = upload_batch(b, device_);
     const Tensor x = blocks(cache, ids);
-    cache.advance(b);
     if (b.n_out == 0) return;
     const Tensor rows = b.n_out == b.n ? x : ops::get_rows(x, ids.out);
     ops::to_host(ops::rms_norm(rows, output_norm_, hp_.norm_eps), hidden);

@@ -208,39 +208,31 @@ class Qwen3Next final : public Model {
 
   std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     std::vector<LayerSpec> specs(layers_.size());
+    const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim;
     for (size_t il = 0; il < layers_.size(); ++il) {
-      LayerSpec& s = specs[il];
-      if (layers_[il].recurrent) {
-        s.kind = LayerKind::Recurrent;
-        s.conv_elems = (conv_k_ - 1) * conv_dim_;
-        s.ssm_elems = Hv_ * Dk_ * Dv_;
-        s.snapshot_every = snapshot_every_;
-      } else {
-        s.k_dim = s.v_dim = hp_.n_head_kv * hp_.head_dim;
-      }
+      if (layers_[il].recurrent)
+        specs[il] = RecurrentSpec{(conv_k_ - 1) * conv_dim_, Hv_ * Dk_ * Dv_, snapshot_every_};
+      else
+        specs[il] = KeyValueSpec{kv_dim, kv_dim, 0};
     }
     return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types);
   }
 
  protected:
-  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) const override {
-    auto& cache = static_cast<LayerCaches&>(cache_base);
+  void forward_impl(LayerCaches& cache, const BatchView& b, float* logits) const override {
+    // The cache cut the batch where a sequence reaches a snapshot position
+    // (LayerCaches::split), so that it copies the states there.
     const RopeParams& rope = rope_.at(cache.n_ctx());
-    // Pieces end where a sequence reaches a snapshot position, so that the
-    // cache copies the states there.
-    for (const BatchPiece& piece : cache.pieces(b)) {
-      const BatchIds ids = upload_batch(piece.view, device_);
-      Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
-      for (size_t il = 0; il < layers_.size(); ++il) {
-        const Layer& L = layers_[il];
-        const Tensor h = ops::rms_norm(x, L.attn_norm, hp_.norm_eps);
-        x = ops::add(x, L.recurrent ? delta_net(L.ssm, cache.recurrent(static_cast<int64_t>(il)), ids, h)
-                                    : gated_attention(L.attn, cache.kv(static_cast<int64_t>(il)), rope, ids, h));
-        x = ops::add(x, ffn(L, ops::rms_norm(x, L.post_norm, hp_.norm_eps)));
-      }
-      cache.advance(piece.view);
-      decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits + piece.out_offset * hp_.n_vocab);
+    const BatchIds ids = upload_batch(b, device_);
+    Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
+    for (size_t il = 0; il < layers_.size(); ++il) {
+      const Layer& L = layers_[il];
+      const Tensor h = ops::rms_norm(x, L.attn_norm, hp_.norm_eps);
+      x = ops::add(x, L.recurrent ? delta_net(L.ssm, cache.recurrent(static_cast<int64_t>(il)), ids, h)
+                                  : gated_attention(L.attn, cache.kv(static_cast<int64_t>(il)), rope, ids, h));
+      x = ops::add(x, ffn(L, ops::rms_norm(x, L.post_norm, hp_.norm_eps)));
     }
+    decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
   }
 
  private:
