@@ -128,7 +128,7 @@ EmbeddingConfig embedding_config(const Model& m, const std::string& dir) {
   return c;
 }
 
-Embedder::Embedder(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tok, EmbeddingConfig cfg,
+Embedder::Embedder(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tok, EmbeddingConfig cfg,
                    int n_threads)
     : model_(std::move(model)), tok_(std::move(tok)), cfg_(std::move(cfg)) {
   const HParams& hp = model_->hparams();

@@ -56,7 +56,7 @@ class Embedder {
   /// n_threads: CPU threads (0: all cores). Throws kvad::Error when the
   /// model gives no hidden states or max_seq_length does not fit the model
   /// (n_ctx_train).
-  Embedder(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tok, EmbeddingConfig cfg,
+  Embedder(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tok, EmbeddingConfig cfg,
            int n_threads = 0);
   ~Embedder();
   Embedder(const Embedder&) = delete;
@@ -84,7 +84,7 @@ class Embedder {
   const Model& model() const { return *model_; }
 
  private:
-  std::shared_ptr<Model> model_;
+  std::shared_ptr<const Model> model_;
   std::shared_ptr<const Tokenizer> tok_;
   EmbeddingConfig cfg_;
   int64_t n_batch_ = 0;

@@ -9,7 +9,7 @@
 
 namespace kvad {
 
-Session::Session(std::shared_ptr<Model> model, int32_t n_ctx, int n_seq, int n_threads, KVTypes kv)
+Session::Session(std::shared_ptr<const Model> model, int32_t n_ctx, int n_seq, int n_threads, KVTypes kv)
     : model_(std::move(model)) {
   if (n_ctx <= 0) throw Error("context size must be positive, got " + std::to_string(n_ctx));
   if (n_seq <= 0) throw Error("number of sequences must be positive, got " + std::to_string(n_seq));
@@ -54,23 +54,11 @@ const std::vector<float>& Session::forward(const Batch& b) {
       throw Error("batch: logits rows must be ascending indices into the batch");
   logits_.resize(b.out.size() * static_cast<size_t>(n_vocab()));
   if (b.size() == 0) return logits_;
-  // Micro-batches of equal size (a multiple of 8) in batch order: each
-  // sequence's tokens stay in order, so every chunk continues its sequences.
-  const int64_t n = static_cast<int64_t>(b.size());
-  const int64_t ub = ubatch_tokens(hparams());
-  const int64_t n_chunks = (n + ub - 1) / ub;
-  const int64_t chunk = ((n + n_chunks - 1) / n_chunks + 7) / 8 * 8;
-  std::vector<int32_t> out;
-  size_t j = 0;
-  for (int64_t t0 = 0; t0 < n; t0 += chunk) {
-    const int64_t t1 = std::min(n, t0 + chunk);
-    const size_t j0 = j;
-    out.clear();
-    for (; j < b.out.size() && b.out[j] < t1; ++j) out.push_back(static_cast<int32_t>(b.out[j] - t0));
-    BatchView v{b.token.data() + t0, b.pos.data() + t0, b.seq.data() + t0, t1 - t0,
-                out.data(), static_cast<int64_t>(out.size())};
-    model_->forward(*pool_, *cache_, v, logits_.data() + j0 * static_cast<size_t>(n_vocab()));
-  }
+  // The cache cuts it into micro-batches of at most ubatch_tokens() (the
+  // n_batch it was made with; Cache::split).
+  const BatchView v{b.token.data(), b.pos.data(), b.seq.data(), static_cast<int64_t>(b.size()),
+                    b.out.data(), static_cast<int64_t>(b.out.size())};
+  model_->forward(*pool_, *cache_, v, logits_.data());
   return logits_;
 }
 

@@ -29,8 +29,9 @@ class Session {
  public:
   /// n_ctx: positions per sequence; n_seq: sequences; n_threads: CPU threads
   /// (0 = all cores); kv: the key/value caches' formats (f16 or f32).
+  /// Sessions may share one model, each used from its own thread.
   /// Throws kvad::Error for n_ctx <= 0, n_seq <= 0 or another K/V format.
-  Session(std::shared_ptr<Model> model, int32_t n_ctx, int n_seq = 1, int n_threads = 0, KVTypes kv = {});
+  Session(std::shared_ptr<const Model> model, int32_t n_ctx, int n_seq = 1, int n_threads = 0, KVTypes kv = {});
   ~Session();
 
   /// Evaluates a batch; returns logits [batch.out.size(), n_vocab], row j for
@@ -38,7 +39,8 @@ class Session {
   /// positions must continue from cached(seq) in order; a position at or past
   /// n_ctx throws kvad::Error ("context full ...") before any work is done.
   /// A batch longer than ubatch_tokens() runs as consecutive micro-batches of
-  /// equal size (llama.cpp's n_ubatch), which gives the same logits.
+  /// equal size (llama.cpp's n_ubatch; the cache cuts them, Cache::split),
+  /// which gives the same logits.
   const std::vector<float>& forward(const Batch& batch);
 
   /// Most tokens per model forward call: the activation buffers of one call
@@ -67,7 +69,7 @@ class Session {
   ThreadPool& pool() { return *pool_; }
 
  private:
-  std::shared_ptr<Model> model_;
+  std::shared_ptr<const Model> model_;
   std::unique_ptr<Cache> cache_;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<float> logits_;

@@ -16,8 +16,8 @@ DType kv_cache_type(const std::string& name, const std::string& flag) {
 
 LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, int n_seq, int64_t n_batch, Device d,
                          KVTypes types)
-    : specs_(layers), kv_(layers.size()), latent_(layers.size()), n_ctx_(n_ctx), n_seq_(n_seq), n_cached_(n_seq, 0),
-      rec_(layers.size()), snaps_(n_seq) {
+    : specs_(layers), kv_(layers.size()), latent_(layers.size()), n_ctx_(n_ctx), n_seq_(n_seq), n_batch_(n_batch),
+      n_cached_(n_seq, 0), rec_(layers.size()), snaps_(n_seq) {
   for (const DType t : {types.k, types.v})
     if (t != DType::F16 && t != DType::F32)
       throw Error(std::string("cache: KV cache type ") + dtype_name(t) + " is not supported; accepted: f16, f32");
@@ -25,8 +25,8 @@ LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, in
     throw Error("cache: n_ctx, n_seq and n_batch must be positive (" + std::to_string(n_ctx) + ", " +
                 std::to_string(n_seq) + ", " + std::to_string(n_batch) + ")");
   for (size_t il = 0; il < layers.size(); ++il) {
-    const LayerSpec& s = layers[il];
-    if (s.kind == LayerKind::Latent) {
+    if (const auto* ls = std::get_if<LatentSpec>(&layers[il])) {
+      const LatentSpec& s = *ls;
       if (s.kv_lora_rank <= 0 || s.rope_dim < 0)
         throw Error("cache: latent layer " + std::to_string(il) + " has no kv_lora_rank");
       LatentLayer& L = latent_[il];
@@ -38,7 +38,8 @@ LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, in
       bytes_ += L.c.n_bytes();
       continue;
     }
-    if (s.kind == LayerKind::Recurrent) {
+    if (const auto* rs = std::get_if<RecurrentSpec>(&layers[il])) {
+      const RecurrentSpec& s = *rs;
       if (s.conv_elems <= 0 || s.ssm_elems <= 0 || s.snapshot_every < 0)
         throw Error("cache: recurrent layer " + std::to_string(il) + " has no state size or a negative snapshot interval");
       if (!rec_layers_.empty() && s.snapshot_every != snapshot_every_)
@@ -55,6 +56,7 @@ LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, in
       rec_layers_.push_back(il);
       continue;
     }
+    const KeyValueSpec& s = std::get<KeyValueSpec>(layers[il]);
     if (s.k_dim <= 0 || s.v_dim <= 0 || s.window < 0) throw Error("cache: layer " + std::to_string(il) + " has no K/V width");
     KVLayer& L = kv_[il];
     L.window = s.window;
@@ -71,19 +73,19 @@ LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, in
 }
 
 KVLayer& LayerCaches::kv(int64_t il) {
-  if (il < 0 || static_cast<size_t>(il) >= kv_.size() || specs_[il].kind != LayerKind::KeyValue)
+  if (il < 0 || static_cast<size_t>(il) >= kv_.size() || !std::holds_alternative<KeyValueSpec>(specs_[il]))
     throw Error("cache: layer " + std::to_string(il) + " is not a key/value layer");
   return kv_[il];
 }
 
 LatentLayer& LayerCaches::latent(int64_t il) {
-  if (il < 0 || static_cast<size_t>(il) >= latent_.size() || specs_[il].kind != LayerKind::Latent)
+  if (il < 0 || static_cast<size_t>(il) >= latent_.size() || !std::holds_alternative<LatentSpec>(specs_[il]))
     throw Error("cache: layer " + std::to_string(il) + " is not a latent layer");
   return latent_[il];
 }
 
 RecurrentLayer& LayerCaches::recurrent(int64_t il) {
-  if (il < 0 || static_cast<size_t>(il) >= rec_.size() || specs_[il].kind != LayerKind::Recurrent)
+  if (il < 0 || static_cast<size_t>(il) >= rec_.size() || !std::holds_alternative<RecurrentSpec>(specs_[il]))
     throw Error("cache: layer " + std::to_string(il) + " is not a recurrent layer");
   return rec_[il];
 }
@@ -94,12 +96,15 @@ int64_t LayerCaches::n_snapshots() const {
   return n;
 }
 
-std::vector<BatchPiece> LayerCaches::pieces(const BatchView& b) const {
+std::vector<BatchPiece> LayerCaches::split(const BatchView& b) const {
   std::vector<BatchPiece> out;
+  if (b.n <= 0) return out;
   const int32_t N = rec_layers_.empty() ? 0 : snapshot_every_;
+  const int64_t n_chunks = (b.n + n_batch_ - 1) / n_batch_;
+  const int64_t chunk = std::min(n_batch_, ((b.n + n_chunks - 1) / n_chunks + 7) / 8 * 8);
   int64_t start = 0, o = 0;
   for (int64_t t = 0; t < b.n; ++t) {
-    if (t + 1 < b.n && !(N > 0 && (b.pos[t] + 1) % N == 0)) continue;
+    if (t + 1 < b.n && (t + 1) % chunk != 0 && !(N > 0 && (b.pos[t] + 1) % N == 0)) continue;
     BatchPiece p;
     p.view = {b.token + start, b.pos + start, b.seq + start, t + 1 - start, nullptr, 0};
     p.out_offset = o;
@@ -114,7 +119,7 @@ std::vector<BatchPiece> LayerCaches::pieces(const BatchView& b) const {
   return out;
 }
 
-void LayerCaches::advance(const BatchView& b) {
+void LayerCaches::commit(const BatchView& b) {
   for (int64_t t = 0; t < b.n; ++t) n_cached_[b.seq[t]] = std::max(n_cached_[b.seq[t]], b.pos[t] + 1);
   if (snapshot_every_ <= 0 || rec_layers_.empty()) return;
   for (int64_t t = 0; t < b.n; ++t) {
@@ -217,7 +222,7 @@ bool LayerCaches::copy_prefix(int src, int dst, int32_t n) {
   Tensor ts, tp;
   for (size_t il = 0; il < latent_.size(); ++il) {
     LatentLayer& L = latent_[il];
-    if (specs_[il].kind != LayerKind::Latent) continue;
+    if (!std::holds_alternative<LatentSpec>(specs_[il])) continue;
     if (n != uploaded) {
       seq.assign(static_cast<size_t>(n), dst);
       pos.resize(static_cast<size_t>(n));
@@ -230,7 +235,7 @@ bool LayerCaches::copy_prefix(int src, int dst, int32_t n) {
   }
   for (size_t il = 0; il < kv_.size(); ++il) {
     KVLayer& L = kv_[il];
-    if (specs_[il].kind != LayerKind::KeyValue) continue;
+    if (!std::holds_alternative<KeyValueSpec>(specs_[il])) continue;
     // Full layer: rows 0..n-1 are positions 0..n-1. Ring: every slot (what
     // dst will read is a subset, at the same slot indices).
     const int64_t m = std::min<int64_t>(n, L.slots);

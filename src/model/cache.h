@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "model/model.h"
@@ -13,43 +14,39 @@
 
 namespace kvad {
 
-/// The kinds of per-layer state.
-enum class LayerKind {
-  KeyValue,   ///< attention keys and values (full context, or a sliding-window ring)
-  Latent,     ///< MLA's compressed c_kv and shared k_pe per token (DeepSeek V2/V3)
-  Recurrent,  ///< convolution + delta-rule state with snapshots every N tokens (Qwen3-Next's gated DeltaNet layers)
-};
-
-struct LayerSpec {
-  LayerKind kind = LayerKind::KeyValue;
-  // KeyValue: widths of one token's keys and values (n_head_kv · head_dim),
-  // and the window (0: every position; W: positions (p - W, p] are read, so
-  // the layer keeps a ring of W + n_batch positions per sequence).
+/// An attention layer's keys and values (KVLayer): the widths of one
+/// token's keys and values (n_head_kv · head_dim), and the window (0: every
+/// position; W: positions (p - W, p] are read, so the layer keeps a ring of
+/// W + n_batch positions per sequence).
+struct KeyValueSpec {
   int64_t k_dim = 0, v_dim = 0;
   int32_t window = 0;
-  // Latent: kv_lora_rank and qk_rope_head_dim values per token.
+};
+
+/// An MLA layer's latent cache (LatentLayer; DeepSeek V2/V3): kv_lora_rank
+/// values of compressed c_kv and rope_dim (qk_rope_head_dim) of the shared
+/// k_pe per token.
+struct LatentSpec {
   int64_t kv_lora_rank = 0, rope_dim = 0;
-  // Recurrent: f32 values of one sequence's convolution state ((K-1) · C)
-  // and delta-rule state (Hv · Dk · Dv), and the snapshot interval N (0:
-  // none). Every recurrent layer of a cache takes the same N.
+};
+
+/// A recurrent layer's state (RecurrentLayer; Qwen3-Next's gated DeltaNet
+/// layers): f32 values of one sequence's convolution state ((K-1) · C) and
+/// delta-rule state (Hv · Dk · Dv), and the snapshot interval N (0: none).
+/// Every recurrent layer of a cache takes the same N.
+struct RecurrentSpec {
   int64_t conv_elems = 0, ssm_elems = 0;
   int32_t snapshot_every = 0;
 };
+
+/// What one layer keeps between forward calls: its kind, with that kind's sizes.
+using LayerSpec = std::variant<KeyValueSpec, LatentSpec, RecurrentSpec>;
 
 /// One recurrent layer's live state, f32: conv [n_seq, conv_elems], ssm
 /// [n_seq, ssm_elems]; row s is sequence s's state after cached(s) tokens
 /// (ops::ssm_conv and ops::gated_delta_rule update it in place).
 struct RecurrentLayer {
   Tensor conv, ssm;
-};
-
-/// A batch cut where a sequence reaches a snapshot position: `view` is the
-/// piece (its `out` re-indexed into it), `out_offset` the rows of logits
-/// earlier pieces produce.
-struct BatchPiece {
-  BatchView view;
-  int64_t out_offset = 0;
-  std::vector<int32_t> out;
 };
 
 /// One layer's keys and values, f16 or f32 (KVTypes): k [n_seq · slots,
@@ -86,8 +83,9 @@ DType kv_cache_type(const std::string& name, const std::string& flag);
 class LayerCaches final : public Cache {
  public:
   /// Allocates every layer on `d`, keys and values in the formats `types`
-  /// names. Throws kvad::Error for a kind whose implementation has not
-  /// for sizes <= 0, or for a K/V format other than f16 and f32.
+  /// names. Throws kvad::Error for sizes <= 0 (a negative window or
+  /// snapshot interval), recurrent layers with different snapshot
+  /// intervals, or a K/V format other than f16 and f32.
   ///
   /// Recurrent layers: a state absorbs every token it reads and cannot give
   /// one back, so a rewind lands on a snapshot. With N = snapshot_every > 0
@@ -119,19 +117,20 @@ class LayerCaches final : public Cache {
   size_t state_bytes_per_seq() const { return state_bytes_per_seq_; }
   /// Layer il's recurrent state. Throws kvad::Error when it is not a Recurrent layer.
   RecurrentLayer& recurrent(int64_t il);
-  /// `b` cut after every token that brings its sequence to a multiple of the
-  /// snapshot interval, so that advance() after each piece sees the state
-  /// at exactly that position. One piece when there are no snapshots.
-  std::vector<BatchPiece> pieces(const BatchView& b) const;
+  /// Cache::split: micro-batches of equal size, at most n_batch tokens and a
+  /// multiple of 8 (the CPU GEMM's token tile) where n_batch is one, in batch
+  /// order (each sequence's tokens stay in order, so every piece continues
+  /// its sequences), and with recurrent layers also cut after every token
+  /// that brings its sequence to a multiple of the snapshot interval, so that
+  /// commit() sees the state at exactly that position.
+  std::vector<BatchPiece> split(const BatchView& b) const override;
+  /// Cache::commit.
+  void commit(const BatchView& piece) override;
 
   /// Layer il's keys and values. Throws kvad::Error when it is not a KeyValue layer.
   KVLayer& kv(int64_t il);
   /// Layer il's latent cache. Throws kvad::Error when it is not a Latent layer.
   LatentLayer& latent(int64_t il);
-  /// Records that the batch's positions are now held (after the forward
-  /// pass), and snapshots the recurrent states of each sequence that now
-  /// holds a multiple of the snapshot interval.
-  void advance(const BatchView& b);
 
  private:
   int32_t kv_landing(int seq, int32_t n) const;
@@ -140,6 +139,7 @@ class LayerCaches final : public Cache {
   std::vector<LatentLayer> latent_;
   int32_t n_ctx_;
   int n_seq_;
+  int64_t n_batch_;
   size_t bytes_ = 0;
   std::vector<int32_t> n_cached_;
   std::vector<RecurrentLayer> rec_;

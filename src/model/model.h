@@ -13,6 +13,7 @@ namespace kvad {
 
 class ThreadPool;
 class TensorSource;
+class LayerCaches;
 class WeightLoader;
 struct DeviceOptions;
 
@@ -46,6 +47,27 @@ struct KVTypes {
   DType v = DType::F16;
 };
 
+/// Tokens to evaluate: token[i] at position pos[i] of sequence seq[i].
+/// Rows listed in `out` (indices into the batch, ascending) get logits.
+struct BatchView {
+  const int32_t* token = nullptr;
+  const int32_t* pos = nullptr;
+  const int32_t* seq = nullptr;
+  int64_t n = 0;
+  const int32_t* out = nullptr;
+  int64_t n_out = 0;
+};
+
+/// A piece of a batch that one forward pass evaluates (Cache::split): `view`
+/// is a run of the batch's entries, its `out` re-indexed into the piece (the
+/// indices live in `out`); `out_offset` is the rows of output that earlier
+/// pieces produce.
+struct BatchPiece {
+  BatchView view;
+  int64_t out_offset = 0;
+  std::vector<int32_t> out;
+};
+
 /// Per-sequence state an architecture keeps between forward calls, composed
 /// per layer (model/cache.h). Owned by a Session.
 class Cache {
@@ -61,6 +83,17 @@ class Cache {
   /// needs, a recurrent state: they land on 0). The caller continues from
   /// the returned position.
   virtual int32_t truncate(int seq, int32_t n) = 0;
+  /// The batch cut into the pieces one forward pass can evaluate, in batch
+  /// order (llama.cpp's memory init_batch and its ubatches): each holds at
+  /// most the n_batch tokens the cache was sized for, and a piece ends where
+  /// the cache must see the state (a sequence reaching a snapshot position
+  /// of a recurrent layer). Model::forward runs them in turn, committing
+  /// each; an empty batch gives no piece.
+  virtual std::vector<BatchPiece> split(const BatchView& b) const = 0;
+  /// Records that a piece (from split) has been evaluated: its positions are
+  /// now held, and the recurrent states of each sequence that now holds a
+  /// multiple of the snapshot interval are snapshotted.
+  virtual void commit(const BatchView& piece) = 0;
   /// Makes sequence `dst` hold the first `n` positions of sequence `src`
   /// (copied on the cache's device; `src` is unchanged), as if `dst` had
   /// evaluated them. Returns false, changing nothing, when it cannot: n
@@ -81,17 +114,6 @@ class Cache {
   virtual size_t bytes_per_token() const = 0;
 };
 
-/// Tokens to evaluate: token[i] at position pos[i] of sequence seq[i].
-/// Rows listed in `out` (indices into the batch, ascending) get logits.
-struct BatchView {
-  const int32_t* token = nullptr;
-  const int32_t* pos = nullptr;
-  const int32_t* seq = nullptr;
-  int64_t n = 0;
-  const int32_t* out = nullptr;
-  int64_t n_out = 0;
-};
-
 class Model {
  public:
   Model() = default;
@@ -107,18 +129,22 @@ class Model {
   /// types: the key/value caches' formats (LayerCaches throws kvad::Error
   /// for one other than f16 or f32).
   virtual std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types = {}) const = 0;
-  /// Evaluates a batch of at most n_batch tokens, splitting CPU work over
-  /// `pool`. The caller (Session) has checked that every sequence's
-  /// positions continue from what the cache holds and fit in it.
+  /// Evaluates a batch, splitting CPU work over `pool`: the pieces
+  /// cache.split(b) cuts (at most n_batch tokens each) in turn, each
+  /// committed to the cache after it ran. Never changes the model: any
+  /// number of threads may call it at once, each with its own cache and pool
+  /// (DESIGN.md seam 4). The caller (Session) has checked that every
+  /// sequence's positions continue from what the cache holds and fit in it.
+  /// `cache` must come from this model's new_cache (kvad::Error otherwise).
   /// logits: [b.n_out, n_vocab] f32, host memory.
-  void forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits);
+  void forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits) const;
   /// As forward, but returns the last hidden state of the rows b.out asks
   /// for instead of logits, as transformers' base model returns it
   /// (`last_hidden_state`: after a decoder's final norm, an encoder's last
   /// post-norm), for pooling into sentence embeddings (engine/embed.h).
   /// hidden: [b.n_out, n_embd] f32, host memory. Throws kvad::Error for an
   /// architecture that has no such output.
-  void hidden(ThreadPool& pool, Cache& cache, const BatchView& b, float* hidden);
+  void hidden(ThreadPool& pool, Cache& cache, const BatchView& b, float* hidden) const;
   /// Bytes of weights as stored on the model's device (in place in the
   /// mapped file on the CPU).
   size_t weight_bytes() const { return weight_bytes_; }
@@ -128,9 +154,14 @@ class Model {
   const TensorSource& source() const { return *source_; }
 
  protected:
-  virtual void forward_impl(Cache& cache, const BatchView& b, float* logits) = 0;
-  /// Default: throws, naming the architecture.
-  virtual void hidden_impl(Cache& cache, const BatchView& b, float* hidden);
+  /// One piece of a batch (Cache::split), which fits the cache as it is: its
+  /// logits [piece.n_out, n_vocab]. The cache records the piece's positions
+  /// after it returns (Cache::commit); forward_impl only reads and writes
+  /// the layers' contents.
+  virtual void forward_impl(LayerCaches& cache, const BatchView& piece, float* logits) const = 0;
+  /// As forward_impl for hidden(): [piece.n_out, n_embd]. Default: throws,
+  /// naming the architecture.
+  virtual void hidden_impl(LayerCaches& cache, const BatchView& piece, float* hidden) const;
   /// A constructor's first and last steps around its weights (model/weights.h).
   /// open_weights: the loader of source_ for `o`, device_ set to its device,
   /// hp_'s widths named for shape errors (WeightLoader::name_dims). Throws

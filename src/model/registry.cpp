@@ -4,6 +4,7 @@
 #include "base/thread_pool.h"
 #include "io/gguf.h"
 #include "io/tensor_source.h"
+#include "model/cache.h"
 #include "model/hf.h"
 #include "tensor/ops.h"
 
@@ -112,17 +113,36 @@ std::unique_ptr<Model> load_model(std::shared_ptr<const gguf::File> f, const std
   return load_model(std::move(f), o);
 }
 
-void Model::forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits) {
+namespace {
+// Every architecture composes its cache per layer (new_cache makes a LayerCaches).
+LayerCaches& layer_caches(Cache& cache, const std::string& arch) {
+  auto* c = dynamic_cast<LayerCaches*>(&cache);
+  if (!c) throw Error("architecture " + arch + ": the cache was not made by Model::new_cache");
+  return *c;
+}
+}  // namespace
+
+// The cache cuts the batch into pieces it can hold and commits each after
+// it ran (llama.cpp's decode loop over the memory's ubatches).
+void Model::forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits) const {
   ops::PoolScope scope(pool);
-  forward_impl(cache, b, logits);
+  LayerCaches& c = layer_caches(cache, hp_.arch);
+  for (const BatchPiece& p : cache.split(b)) {
+    forward_impl(c, p.view, logits + p.out_offset * hp_.n_vocab);
+    cache.commit(p.view);
+  }
 }
 
-void Model::hidden(ThreadPool& pool, Cache& cache, const BatchView& b, float* hidden) {
+void Model::hidden(ThreadPool& pool, Cache& cache, const BatchView& b, float* hidden) const {
   ops::PoolScope scope(pool);
-  hidden_impl(cache, b, hidden);
+  LayerCaches& c = layer_caches(cache, hp_.arch);
+  for (const BatchPiece& p : cache.split(b)) {
+    hidden_impl(c, p.view, hidden + p.out_offset * hp_.n_embd);
+    cache.commit(p.view);
+  }
 }
 
-void Model::hidden_impl(Cache&, const BatchView&, float*) {
+void Model::hidden_impl(LayerCaches&, const BatchView&, float*) const {
   throw Error("architecture " + hp_.arch + " gives no hidden states for embeddings (kvad pools llama, qwen2, "
               "qwen3 and bert)");
 }

@@ -146,9 +146,7 @@ struct AttnCase {
 // token per call with a cache sized for single-token batches (a sliding
 // window then keeps a ring of window + 1 positions, which wraps).
 kvad::LayerCaches make_cache(const AttnCase& c, int64_t n_batch, kvad::KVTypes kv = {}) {
-  kvad::LayerSpec spec;
-  spec.k_dim = spec.v_dim = c.Hkv * c.D;
-  spec.window = c.p.sliding_window;
+  const kvad::LayerSpec spec = kvad::KeyValueSpec{c.Hkv * c.D, c.Hkv * c.D, c.p.sliding_window};
   return kvad::LayerCaches({spec}, 32, 1, n_batch, kvad::Device::cpu(), kv);
 }
 
@@ -159,7 +157,7 @@ void run_block(AttnCase& c, kvad::LayerCaches& cache, int64_t t0, int64_t n, flo
   const kvad::BatchIds ids = kvad::upload_batch(b, kvad::Device::cpu());
   const kvad::Tensor x = kvad::ops::wrap_host(&c.x[t0 * c.E], kvad::DType::F32, {c.E, n, 1, 1});
   kvad::ops::to_host(kvad::attention_block(c.w, c.p, cache.kv(0), ids, x), out);
-  cache.advance(b);
+  cache.commit(b);
 }
 
 std::vector<float> run_batched(AttnCase& c, kvad::KVTypes kv = {}) {
@@ -323,11 +321,7 @@ TEST(Blocks, GluKernelsMatchTheDefinition) {
 // bytes_per_token reflects the formats: f32 keys and values take twice the
 // bytes of f16 ones; other formats and names are clear errors.
 TEST(Cache, KVTypesSetTheBytesAndOthersAreRefused) {
-  kvad::LayerSpec full, ring;
-  full.k_dim = 64;
-  full.v_dim = 32;
-  ring = full;
-  ring.window = 4;
+  const kvad::KeyValueSpec full{64, 32, 0}, ring{64, 32, 4};
   const std::vector<kvad::LayerSpec> specs{full, ring};
   const kvad::LayerCaches f16(specs, 32, 2, 4, kvad::Device::cpu(), {});
   const kvad::LayerCaches f32(specs, 32, 2, 4, kvad::Device::cpu(), {kvad::DType::F32, kvad::DType::F32});
@@ -357,10 +351,7 @@ TEST(Cache, KVTypesSetTheBytesAndOthersAreRefused) {
 TEST(Cache, CopyPrefixFullAndRing) {
   for (const kvad::DType kv : {kvad::DType::F16, kvad::DType::F32}) {
     SCOPED_TRACE(kvad::dtype_name(kv));
-    kvad::LayerSpec full, ring;
-    full.k_dim = full.v_dim = 8;
-    ring = full;
-    ring.window = 4;  // with n_batch 2: 6 slots
+    const kvad::KeyValueSpec full{8, 8, 0}, ring{8, 8, 4};  // the ring, with n_batch 2: 6 slots
     kvad::LayerCaches cache({full, ring}, 32, 2, 2, kvad::Device::cpu(), {kv, kv});
     const int32_t cur = 20;
     // Sequence 0 holds positions 0..19; row values encode (layer, position).
@@ -378,7 +369,7 @@ TEST(Cache, CopyPrefixFullAndRing) {
     }
     std::vector<int32_t> tok(cur, 0), pos(cur), seq(cur, 0);
     for (int32_t p = 0; p < cur; ++p) pos[p] = p;
-    cache.advance({tok.data(), pos.data(), seq.data(), cur, nullptr, 0});
+    cache.commit({tok.data(), pos.data(), seq.data(), cur, nullptr, 0});
     ASSERT_EQ(cache.cached(0), cur);
     // The ring holds 14..19; position 10 reads 7..9: gone.
     EXPECT_FALSE(cache.copy_prefix(0, 1, 10));

@@ -1,4 +1,4 @@
-// The recurrent cache (model/cache.h, LayerKind::Recurrent) on the tiny
+// The recurrent cache (model/cache.h, RecurrentSpec layers) on the tiny
 // random Qwen3-Next checkpoint (tools/make_tiny_hf.py): for every k in a
 // range, truncate(k) lands on the largest snapshot <= k (on k itself when k
 // is the current length; on 0 without snapshots), and forwarding the rest

@@ -108,19 +108,17 @@ class Bert final : public Model {
   }
 
   std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
-    LayerSpec kv;
-    kv.k_dim = kv.v_dim = hp_.n_embd;
+    const LayerSpec kv = KeyValueSpec{hp_.n_embd, hp_.n_embd, 0};
     return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, kv), n_ctx, n_seq, n_batch, device_,
                                          types);
   }
 
  protected:
-  void forward_impl(Cache&, const BatchView&, float*) override {
+  void forward_impl(LayerCaches&, const BatchView&, float*) const override {
     throw Error("architecture bert is an embedding model (kind embedding): it has no next-token logits");
   }
 
-  void hidden_impl(Cache& cache_base, const BatchView& b, float* hidden) override {
-    auto& cache = static_cast<LayerCaches&>(cache_base);
+  void hidden_impl(LayerCaches& cache, const BatchView& b, float* hidden) const override {
     for (int64_t i = 0; i < b.n; ++i)
       if (b.pos[i] < 0 || b.pos[i] >= n_pos_)
         throw Error("bert: position " + std::to_string(b.pos[i]) + " is outside the model's " +
@@ -146,8 +144,11 @@ class Bert final : public Model {
       const Tensor h = ops::gelu_erf(ops::matmul(x, L.up, &L.up_b));                   // [n, F]
       x = ops::layer_norm(ops::add(x, ops::matmul(h, L.down, &L.down_b)), L.out_norm_w, L.out_norm_b, hp_.norm_eps);
     }
-    // Nothing is kept between calls (the cache is never advanced): each
-    // call's keys and values overwrite the rows its attention reads.
+    // Nothing is read back from earlier calls (the embedder rewinds every
+    // sequence to 0 around a call): each call's keys and values overwrite
+    // the rows its attention reads. A sequence must not be cut across
+    // pieces, so a call holds at most the cache's n_batch tokens (the
+    // embedder's do).
     if (b.n_out == 0) return;
     ops::to_host(b.n_out == b.n ? x : ops::get_rows(x, ids.out), hidden);
   }

@@ -15,7 +15,7 @@
 //   q_pe, k_pe ← RoPE(·, pos)  (one k_pe shared by every head)
 //   head h: k_h,s = W_UK,h · c_s | k_pe_s,  v_h,s = W_UV,h · c_s
 //   a_h = Σ_s softmax_s(scale · q_h · k_h,s) v_h,s;  out = Wo · (a_1 | ... | a_H)
-// The cache holds only c | k_pe per token and layer (LayerKind::Latent).
+// The cache holds only c | k_pe per token and layer (a LatentSpec layer).
 // Decode runs in the absorbed form
 //   q_h · k_h,s = (W_UK,hᵀ q_nope_h) · c_s + q_pe_h · k_pe_s
 //   a_h = W_UV,h · Σ_s softmax_s(·) c_s
@@ -277,20 +277,25 @@ class Deepseek2 final : public Model {
   // The latent rows are f32 whatever --cache-type-k/-v say (attention_latent
   // reads f32; model/cache.h LatentLayer).
   std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
-    LayerSpec s;
-    s.kind = LayerKind::Latent;
-    s.kv_lora_rank = cfg_.kv_lora_rank;
-    s.rope_dim = cfg_.qk_rope;
+    const LayerSpec s = LatentSpec{cfg_.kv_lora_rank, cfg_.qk_rope};
     return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, s), n_ctx, n_seq, n_batch, device_,
                                          types);
   }
 
  protected:
+  // What one forward call chooses once for every layer: the rope for the
+  // cache's context, and whether its attention is expanded.
+  struct Call {
+    RopeParams rope;
+    int64_t expand_kv = 0;  // positions expanded (0: absorbed)
+    int32_t expand_seq = 0;
+  };
+
   // Whether this batch's attention is expanded: one sequence, and (auto)
   // fewer multiply-adds than the absorbed form for n queries over n_kv
-  // positions. Sets expand_kv_ (0: absorbed) and expand_seq_.
-  void choose_prefill(const BatchView& bv) {
-    expand_kv_ = 0;
+  // positions. Sets c.expand_kv (0: absorbed) and c.expand_seq.
+  void choose_prefill(const BatchView& bv, Call& c) const {
+    c.expand_kv = 0;
     if (mode_ == PrefillMode::Absorbed || bv.n < 2) return;
     int32_t last = 0;
     for (int64_t t = 0; t < bv.n; ++t) {
@@ -303,15 +308,15 @@ class Deepseek2 final : public Model {
     const double absorbed = n * N * R + n * L * (2 * R + P) + n * R * V;  // per head
     const double expanded = L * R * (N + V) + n * L * (N + P + V);
     if (mode_ == PrefillMode::Expanded || expanded < absorbed) {
-      expand_kv_ = last + 1;
-      expand_seq_ = bv.seq[0];
+      c.expand_kv = last + 1;
+      c.expand_seq = bv.seq[0];
     }
   }
 
   // The per-head products (W_UK, W_UV) are batched matmuls over the heads
   // of strided views: x [H, n, ·] is the tokens' rows of head h, read in
   // place; results come back [H, n, ·] and are viewed (permute) as [n, H, ·].
-  Tensor mla(const Layer& L, LatentLayer& cache, const BatchIds& b, const Tensor& x) {
+  Tensor mla(const Layer& L, const Call& call, LatentLayer& cache, const BatchIds& b, const Tensor& x) const {
     const int64_t n = b.n, H = hp_.n_head, R = cfg_.kv_lora_rank, P = cfg_.qk_rope, N = cfg_.qk_nope,
                   V = cfg_.v_head_dim;
     const size_t F = sizeof(float);
@@ -322,15 +327,15 @@ class Deepseek2 final : public Model {
     const size_t q_row = q.nb[1], q_head = (N + P) * F;
     const Tensor q_nope = ops::view(q, {N, H, n, 1}, {F, q_head, q_row, q_row * n});          // [n, H, N], strided
     const Tensor q_pe = ops::rope(ops::slice(q.view({N + P, H * n, 1, 1}), N, P).view({P, H, n, 1}), b.pos,
-                                  rope_p_);                                                   // [n, H, P]
+                                  call.rope);                                                 // [n, H, P]
     const Tensor kva = ops::matmul(h, L.wkv_a);                                                // [n, R+P]
     const Tensor c = ops::rms_norm(ops::slice(kva, 0, R), L.kv_a_norm, eps);                   // [n, R]
-    const Tensor k_pe = ops::rope(ops::slice(kva, R, P).view({P, 1, n, 1}), b.pos, rope_p_);   // [n, 1, P]
+    const Tensor k_pe = ops::rope(ops::slice(kva, R, P).view({P, 1, n, 1}), b.pos, call.rope);  // [n, 1, P]
     ops::kv_store(cache.c, ops::concat(c, k_pe.view({P, n, 1, 1})), b.seq, b.pos, cache.slots);
     const std::array<int, 4> swap12 = {0, 2, 1, 3};  // [n, H, ·] ↔ [H, n, ·]
-    if (expand_kv_ > 0) {
+    if (call.expand_kv > 0) {
       // Expanded: every position's K and V decompressed from its latent row.
-      const int64_t n_kv = expand_kv_, row0 = expand_seq_ * cache.slots;
+      const int64_t n_kv = call.expand_kv, row0 = call.expand_seq * cache.slots;
       const Tensor lat = cache.c.rows(row0, row0 + n_kv);                                     // [n_kv, R+P]
       const size_t l_row = lat.nb[1];
       const Tensor c_all = ops::view(lat, {R, n_kv, H, 1}, {F, l_row, 0, 0});                // c for every head
@@ -352,18 +357,17 @@ class Deepseek2 final : public Model {
     return ops::matmul(ops::cont(ops::permute(o, swap12)).view({H * V, n, 1, 1}), L.wo);       // [n, E]
   }
 
-  void forward_impl(Cache& cache_base, const BatchView& bv, float* logits) override {
-    auto& cache = static_cast<LayerCaches&>(cache_base);
+  void forward_impl(LayerCaches& cache, const BatchView& bv, float* logits) const override {
     const BatchIds ids = upload_batch(bv, device_);
-    rope_p_ = rope_.at(cache.n_ctx());
-    choose_prefill(bv);
+    Call call;
+    call.rope = rope_.at(cache.n_ctx());
+    choose_prefill(bv, call);
     Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, E]
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const Layer& L = layers_[il];
-      x = ops::add(x, mla(L, cache.latent(il), ids, x));
+      x = ops::add(x, mla(L, call, cache.latent(il), ids, x));
       x = ops::add(x, L.sparse ? moe_ffn(L.moe, cfg_.moe, x) : gated_mlp(L.ffn, Activation::SiLU, hp_.norm_eps, x));
     }
-    cache.advance(bv);
     decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
   }
 
@@ -378,12 +382,9 @@ class Deepseek2 final : public Model {
   };
   std::vector<Mtp> mtp_;
   RopeScaling rope_;
-  RopeParams rope_p_;
   bool rope_neox_ = false;
   float scale_ = 1.0f;
   PrefillMode mode_ = PrefillMode::Auto;
-  int64_t expand_kv_ = 0;  // this batch: positions expanded (0: absorbed)
-  int32_t expand_seq_ = 0;
 };
 
 // ---- HF checkpoints (transformers' DeepseekV2ForCausalLM / DeepseekV3ForCausalLM)

@@ -152,16 +152,13 @@ class Gemma3 final : public Model {
 
   std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     std::vector<LayerSpec> specs(hp_.n_layer);
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
-      specs[il].k_dim = specs[il].v_dim = hp_.n_head_kv * hp_.head_dim;
-      specs[il].window = cfg_.swa.at(il);
-    }
+    const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim;
+    for (int64_t il = 0; il < hp_.n_layer; ++il) specs[il] = KeyValueSpec{kv_dim, kv_dim, cfg_.swa.at(il)};
     return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types);
   }
 
  protected:
-  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) override {
-    auto& cache = static_cast<LayerCaches&>(cache_base);
+  void forward_impl(LayerCaches& cache, const BatchView& b, float* logits) const override {
     const float eps = hp_.norm_eps;
     const BatchIds ids = upload_batch(b, device_);
     Tensor x = ops::scale(ops::get_rows(tok_embd_, ids.token), std::sqrt(static_cast<float>(hp_.n_embd)));
@@ -171,7 +168,6 @@ class Gemma3 final : public Model {
       x = ops::add(x, ops::rms_norm(attention_block(L.attn, p, cache.kv(il), ids, x), L.post_attention_norm, eps));
       x = ops::add(x, ops::rms_norm(gated_mlp(L.ffn, Activation::GELU_tanh, eps, x), L.post_ffw_norm, eps));
     }
-    cache.advance(b);
     decoder_logits(x, ids, output_norm_, eps, tok_embd_, logits);
     // Gemma 2's final soft-cap, on the host's [n_out, n_vocab] logits.
     if (const float c = cfg_.final_softcap; c > 0)

@@ -79,15 +79,13 @@ class Gpt2 final : public Model {
     if (n_ctx > n_pos_)
       throw Error("gpt2 has learned positions for " + std::to_string(n_pos_) + " tokens; a context of " +
                   std::to_string(n_ctx) + " does not fit (use -c " + std::to_string(n_pos_) + " or less)");
-    LayerSpec kv;
-    kv.k_dim = kv.v_dim = hp_.n_embd;
+    const LayerSpec kv = KeyValueSpec{hp_.n_embd, hp_.n_embd, 0};
     return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, kv), n_ctx, n_seq, n_batch, device_,
                                          types);
   }
 
  protected:
-  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) override {
-    auto& cache = static_cast<LayerCaches&>(cache_base);
+  void forward_impl(LayerCaches& cache, const BatchView& b, float* logits) const override {
     const BatchIds ids = upload_batch(b, device_);
     Tensor x = ops::add(ops::get_rows(tok_embd_, ids.token), ops::get_rows(pos_embd_, ids.pos));  // [n, n_embd]
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
@@ -95,7 +93,6 @@ class Gpt2 final : public Model {
       x = ops::add(x, attention_block(L.attn, attn_, cache.kv(il), ids, x));
       x = ops::add(x, mlp(L.ffn, Activation::GELU_tanh, hp_.norm_eps, x));
     }
-    cache.advance(b);
     decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits, output_norm_b_);
   }
 

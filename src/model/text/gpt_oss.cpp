@@ -83,16 +83,13 @@ class GptOss final : public Model {
 
   std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     std::vector<LayerSpec> specs(hp_.n_layer);
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
-      specs[il].k_dim = specs[il].v_dim = hp_.n_head_kv * hp_.head_dim;
-      specs[il].window = layers_[il].sliding ? window_ : 0;
-    }
+    const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim;
+    for (int64_t il = 0; il < hp_.n_layer; ++il) specs[il] = KeyValueSpec{kv_dim, kv_dim, layers_[il].sliding ? window_ : 0};
     return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types);
   }
 
  protected:
-  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) override {
-    auto& cache = static_cast<LayerCaches&>(cache_base);
+  void forward_impl(LayerCaches& cache, const BatchView& b, float* logits) const override {
     const BatchIds ids = upload_batch(b, device_);
     Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
@@ -100,7 +97,6 @@ class GptOss final : public Model {
       x = ops::add(x, attention_block(L.attn, L.sliding ? sliding_ : full_, cache.kv(il), ids, x));
       x = ops::add(x, moe_ffn(L.moe, moe_, x));
     }
-    cache.advance(b);
     decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
   }
 

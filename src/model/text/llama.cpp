@@ -159,41 +159,40 @@ class Llama final : public Model {
   std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim;
     std::vector<LayerSpec> specs(static_cast<size_t>(hp_.n_layer));
-    for (size_t il = 0; il < specs.size(); ++il) {
-      specs[il].k_dim = specs[il].v_dim = kv_dim;
-      specs[il].window = cfg_.swa[il] ? cfg_.sliding_window : 0;
-    }
+    for (size_t il = 0; il < specs.size(); ++il)
+      specs[il] = KeyValueSpec{kv_dim, kv_dim, cfg_.swa[il] ? cfg_.sliding_window : 0};
     return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types);
   }
 
  protected:
   // The decoder blocks over a batch: [n, n_embd], before the final norm.
-  Tensor blocks(LayerCaches& cache, const BatchIds& ids) {
-    attn_.rope = rope_.at(cache.n_ctx());
+  Tensor blocks(LayerCaches& cache, const BatchIds& ids) const {
+    // This call's attention parameters: the rope for the cache's context,
+    // with and without the window.
+    AttentionParams full = attn_;
+    full.rope = rope_.at(cache.n_ctx());
+    full.sliding_window = 0;
+    AttentionParams windowed = full;
+    windowed.sliding_window = cfg_.sliding_window;
     Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const Layer& L = layers_[il];
-      attn_.sliding_window = cfg_.swa[il] ? cfg_.sliding_window : 0;
-      x = ops::add(x, attention_block(L.attn, attn_, cache.kv(il), ids, x));
+      x = ops::add(x, attention_block(L.attn, cfg_.swa[il] ? windowed : full, cache.kv(il), ids, x));
       x = ops::add(x, L.sparse ? moe_ffn(L.moe, cfg_.moe, x) : gated_mlp(L.ffn, Activation::SiLU, hp_.norm_eps, x));
     }
     return x;
   }
 
-  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) override {
-    auto& cache = static_cast<LayerCaches&>(cache_base);
+  void forward_impl(LayerCaches& cache, const BatchView& b, float* logits) const override {
     const BatchIds ids = upload_batch(b, device_);
     const Tensor x = blocks(cache, ids);
-    cache.advance(b);
     decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
   }
 
   // LlamaModel's last_hidden_state (after the final norm), for pooling.
-  void hidden_impl(Cache& cache_base, const BatchView& b, float* hidden) override {
-    auto& cache = static_cast<LayerCaches&>(cache_base);
+  void hidden_impl(LayerCaches& cache, const BatchView& b, float* hidden) const override {
     const BatchIds ids = upload_batch(b, device_);
     const Tensor x = blocks(cache, ids);
-    cache.advance(b);
     if (b.n_out == 0) return;
     const Tensor rows = b.n_out == b.n ? x : ops::get_rows(x, ids.out);
     ops::to_host(ops::rms_norm(rows, output_norm_, hp_.norm_eps), hidden);
@@ -203,7 +202,7 @@ class Llama final : public Model {
   LlamaParams cfg_;
   Tensor tok_embd_, output_norm_, output_;
   std::vector<Layer> layers_;
-  AttentionParams attn_;
+  AttentionParams attn_;  // every layer's; rope and window chosen per call
   RopeScaling rope_;
 };
 

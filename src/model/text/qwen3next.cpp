@@ -208,46 +208,38 @@ class Qwen3Next final : public Model {
 
   std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     std::vector<LayerSpec> specs(layers_.size());
+    const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim;
     for (size_t il = 0; il < layers_.size(); ++il) {
-      LayerSpec& s = specs[il];
-      if (layers_[il].recurrent) {
-        s.kind = LayerKind::Recurrent;
-        s.conv_elems = (conv_k_ - 1) * conv_dim_;
-        s.ssm_elems = Hv_ * Dk_ * Dv_;
-        s.snapshot_every = snapshot_every_;
-      } else {
-        s.k_dim = s.v_dim = hp_.n_head_kv * hp_.head_dim;
-      }
+      if (layers_[il].recurrent)
+        specs[il] = RecurrentSpec{(conv_k_ - 1) * conv_dim_, Hv_ * Dk_ * Dv_, snapshot_every_};
+      else
+        specs[il] = KeyValueSpec{kv_dim, kv_dim, 0};
     }
     return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types);
   }
 
  protected:
-  void forward_impl(Cache& cache_base, const BatchView& b, float* logits) override {
-    auto& cache = static_cast<LayerCaches&>(cache_base);
-    rope_params_ = rope_.at(cache.n_ctx());
-    // Pieces end where a sequence reaches a snapshot position, so that the
-    // cache copies the states there.
-    for (const BatchPiece& piece : cache.pieces(b)) {
-      const BatchIds ids = upload_batch(piece.view, device_);
-      Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
-      for (size_t il = 0; il < layers_.size(); ++il) {
-        const Layer& L = layers_[il];
-        const Tensor h = ops::rms_norm(x, L.attn_norm, hp_.norm_eps);
-        x = ops::add(x, L.recurrent ? delta_net(L.ssm, cache.recurrent(static_cast<int64_t>(il)), ids, h)
-                                    : gated_attention(L.attn, cache.kv(static_cast<int64_t>(il)), ids, h));
-        x = ops::add(x, ffn(L, ops::rms_norm(x, L.post_norm, hp_.norm_eps)));
-      }
-      cache.advance(piece.view);
-      decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits + piece.out_offset * hp_.n_vocab);
+  void forward_impl(LayerCaches& cache, const BatchView& b, float* logits) const override {
+    // The cache cut the batch where a sequence reaches a snapshot position
+    // (LayerCaches::split), so that it copies the states there.
+    const RopeParams& rope = rope_.at(cache.n_ctx());
+    const BatchIds ids = upload_batch(b, device_);
+    Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
+    for (size_t il = 0; il < layers_.size(); ++il) {
+      const Layer& L = layers_[il];
+      const Tensor h = ops::rms_norm(x, L.attn_norm, hp_.norm_eps);
+      x = ops::add(x, L.recurrent ? delta_net(L.ssm, cache.recurrent(static_cast<int64_t>(il)), ids, h)
+                                  : gated_attention(L.attn, cache.kv(static_cast<int64_t>(il)), rope, ids, h));
+      x = ops::add(x, ffn(L, ops::rms_norm(x, L.post_norm, hp_.norm_eps)));
     }
+    decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
   }
 
  private:
   // The columns of each token's row are picked by strided views
   // (ops::view) and copied together by ops::cont where an op needs them
   // contiguous: the same values as the layouts below, no index tensors.
-  Tensor delta_net(const DeltaNetWeights& w, RecurrentLayer& st, const BatchIds& b, const Tensor& h) {
+  Tensor delta_net(const DeltaNetWeights& w, RecurrentLayer& st, const BatchIds& b, const Tensor& h) const {
     const int64_t n = b.n, r = Hv_ / Hk_, C = conv_dim_;
     constexpr size_t F = sizeof(float);  // strides and offsets are in bytes
     Tensor qkv, z;
@@ -302,7 +294,8 @@ class Qwen3Next final : public Model {
     return ops::matmul(y.view({Hv_ * Dv_, n, 1, 1}), w.out);
   }
 
-  Tensor gated_attention(const GatedAttentionWeights& w, KVLayer& cache, const BatchIds& b, const Tensor& h) {
+  Tensor gated_attention(const GatedAttentionWeights& w, KVLayer& cache, const RopeParams& rope, const BatchIds& b,
+                         const Tensor& h) const {
     const int64_t n = b.n, D = hp_.head_dim, H = hp_.n_head, Hkv = hp_.n_head_kv;
     constexpr size_t F = sizeof(float);
     std::vector<Tensor> y = ops::matmul_multi(h, {&w.wq, &w.wk, &w.wv});
@@ -312,8 +305,8 @@ class Qwen3Next final : public Model {
     const Tensor gate = ops::view(y[0], {D, H, n, 1}, {F, 2 * D * F, row, row * n}, D * F);
     Tensor q = ops::rms_norm(ops::cont(q_raw), w.q_norm, hp_.norm_eps);
     Tensor k = ops::rms_norm(y[1].view({D, Hkv, n, 1}), w.k_norm, hp_.norm_eps);
-    q = ops::rope(q, b.pos, rope_params_);
-    k = ops::rope(k, b.pos, rope_params_);
+    q = ops::rope(q, b.pos, rope);
+    k = ops::rope(k, b.pos, rope);
     ops::kv_store(cache.k, k, b.seq, b.pos, cache.slots);
     ops::kv_store(cache.v, y[2], b.seq, b.pos, cache.slots);
     const Tensor a = ops::attention(q, cache.k, cache.v, b.seq, b.pos,
@@ -322,7 +315,7 @@ class Qwen3Next final : public Model {
   }
 
   // h: the post-attention norm's output [n, n_embd].
-  Tensor ffn(const Layer& L, const Tensor& h) {
+  Tensor ffn(const Layer& L, const Tensor& h) const {
     if (!L.sparse) {
       std::vector<Tensor> gu = ops::matmul_multi(h, {&L.mlp.gate, &L.mlp.up});
       return ops::matmul(ops::swiglu(gu[0], gu[1]), L.mlp.down);
@@ -363,7 +356,6 @@ class Qwen3Next final : public Model {
   bool tiled_heads_ = false;  // qwen35: value head h reads key head h % Hk (llama.cpp's order)
   MoeHParams moe_;
   RopeScaling rope_;
-  RopeParams rope_params_;
 };
 
 // ---- HF checkpoints (transformers' Qwen3NextForCausalLM, Qwen3_5ForCausalLM,

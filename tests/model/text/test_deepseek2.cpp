@@ -88,10 +88,7 @@ TEST(HfCheckpoint, DeepseekCacheIsTheLatent) {
   kvad::DeviceOptions o;
   std::shared_ptr<kvad::Model> m = kvad::load_model(kvad::open_hf_checkpoint((kDir / "deepseek_v3").string()), o);
   EXPECT_EQ(m->new_cache(64, 2, 8)->bytes_per_token(), size_t{3 * (32 + 8) * 4});
-  kvad::LayerSpec s;
-  s.kind = kvad::LayerKind::Latent;
-  s.kv_lora_rank = 512;
-  s.rope_dim = 64;
+  const kvad::LayerSpec s = kvad::LatentSpec{512, 64};
   kvad::LayerCaches lite(std::vector<kvad::LayerSpec>(27, s), 4096, 1, 512, kvad::Device::cpu(), {});
   EXPECT_EQ(lite.bytes_per_token(), size_t{27 * 576 * 4});
   EXPECT_EQ(lite.bytes(), size_t{27} * 576 * 4 * 4096);
