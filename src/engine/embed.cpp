@@ -169,7 +169,8 @@ std::vector<int32_t> Embedder::tokenize(std::string_view text) const {
   return out;
 }
 
-std::vector<float> Embedder::embed(const std::vector<std::vector<int32_t>>& inputs) {
+std::vector<float> Embedder::embed(const std::vector<std::vector<int32_t>>& inputs,
+                                   const std::function<bool()>& cancelled) {
   const int32_t nv = n_vocab();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const auto& in = inputs[i];
@@ -184,7 +185,23 @@ std::vector<float> Embedder::embed(const std::vector<std::vector<int32_t>>& inpu
   }
   const int64_t E = dim();
   std::vector<float> result(inputs.size() * static_cast<size_t>(E), 0.0f);
-  std::lock_guard<std::mutex> lock(mu_);
+  // One turn per forward call (the cache and the pool are shared); released
+  // on every exit, a throw included.
+  struct Turn {
+    Embedder& e;
+    explicit Turn(Embedder& em) : e(em) {
+      std::unique_lock<std::mutex> l(e.mu_);
+      const uint64_t mine = e.next_ticket_++;
+      e.turn_.wait(l, [&] { return e.serving_ == mine; });
+    }
+    ~Turn() {
+      {
+        std::lock_guard<std::mutex> l(e.mu_);
+        ++e.serving_;
+      }
+      e.turn_.notify_all();
+    }
+  };
   std::vector<int32_t> token, pos, seq, out;
   std::vector<float> hidden;
   for (size_t i0 = 0; i0 < inputs.size();) {
@@ -210,10 +227,13 @@ std::vector<float> Embedder::embed(const std::vector<std::vector<int32_t>>& inpu
         out.push_back(cfg_.pooling == Pooling::CLS ? row0 : row0 + n - 1);
     }
     hidden.resize(out.size() * static_cast<size_t>(E));
+    const Turn turn(*this);
+    if (cancelled && cancelled()) throw EmbedCancelled();
     BatchView b{token.data(), pos.data(), seq.data(), static_cast<int64_t>(token.size()), out.data(),
                 static_cast<int64_t>(out.size())};
     for (size_t i = i0; i < i1; ++i) cache_->truncate(static_cast<int>(i - i0), 0);
     model_->hidden(*pool_, *cache_, b, hidden.data());
+    ++forward_calls_;
     for (size_t i = i0; i < i1; ++i) cache_->truncate(static_cast<int>(i - i0), 0);
     // Pool: hidden rows are in `out` order, sequence by sequence.
     size_t row = 0;

@@ -5,12 +5,17 @@
 // models (registry kind `embedding`: BERT) and decoder models (llama, qwen2,
 // qwen3: last-token or mean pooling).
 #pragma once
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "base/error.h"
 
 namespace kvad {
 
@@ -49,8 +54,16 @@ struct EmbeddingConfig {
 /// returning vectors that differ from sentence-transformers'.
 EmbeddingConfig embedding_config(const Model& m, const std::string& dir);
 
-/// Embeds batches of token sequences with one model. Thread-safe: calls are
-/// serialised (one forward pass at a time), each call batches its inputs.
+/// embed() stopped because its `cancelled` callback said so.
+class EmbedCancelled : public Error {
+ public:
+  EmbedCancelled() : Error("embeddings: cancelled") {}
+};
+
+/// Embeds batches of token sequences with one model. Thread-safe: one
+/// forward pass at a time; concurrent calls take turns batch by batch in
+/// arrival order (a ticket per batch), so a short call waits for at most one
+/// batch of each call ahead of it, not for their whole inputs.
 class Embedder {
  public:
   /// n_threads: CPU threads (0: all cores). Throws kvad::Error when the
@@ -74,13 +87,18 @@ class Embedder {
   /// [0, n_vocab)). Inputs are packed into forward calls of at most
   /// max_batch_tokens() tokens, each sequence whole in one call. Throws
   /// kvad::Error naming the input for an empty or too long input or an id
-  /// outside the vocabulary, before any work is done.
-  std::vector<float> embed(const std::vector<std::vector<int32_t>>& inputs);
+  /// outside the vocabulary, before any work is done. `cancelled`, when
+  /// set, is asked before each forward call; true ends the call with
+  /// EmbedCancelled (a client that left, a server shutting down).
+  std::vector<float> embed(const std::vector<std::vector<int32_t>>& inputs,
+                           const std::function<bool()>& cancelled = nullptr);
 
   int64_t dim() const;                ///< n_embd
   int32_t n_vocab() const;            ///< ids accepted
   const EmbeddingConfig& config() const { return cfg_; }
   int64_t max_batch_tokens() const { return n_batch_; }
+  /// Forward calls made so far (all embed() calls together).
+  uint64_t forward_calls() const { return forward_calls_.load(); }
   const Model& model() const { return *model_; }
 
  private:
@@ -92,7 +110,11 @@ class Embedder {
   size_t n_prefix_ = 0, n_suffix_ = 0;  ///< specials the tokenizer adds before / after the text
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Cache> cache_;
+  // Turns: a batch takes ticket next_ticket_ and runs when serving_ reaches it.
   std::mutex mu_;
+  std::condition_variable turn_;
+  uint64_t next_ticket_ = 0, serving_ = 0;
+  std::atomic<uint64_t> forward_calls_{0};
 };
 
 }  // namespace kvad

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdint>
 #include <optional>
 
 #include "engine/json_schema.h"
@@ -65,6 +67,28 @@ oj Merger::inline_ref(const oj& s, const std::string& path, int depth) const {
   return merge(rest, target, path, depth + 1);
 }
 
+int compare_numbers(const oj& a, const oj& b) {
+  using i128 = __int128;
+  auto integer = [](const oj& v) -> i128 {
+    return v.is_number_unsigned() ? static_cast<i128>(v.get<uint64_t>()) : static_cast<i128>(v.get<int64_t>());
+  };
+  auto sign = [](auto d) { return d < 0 ? -1 : d > 0 ? 1 : 0; };
+  // An integer x against a double d: through floor(d), exact for |d| < 2^100.
+  auto int_vs_double = [&](i128 x, double d) {
+    if (d >= 0x1p100) return -1;
+    if (d <= -0x1p100) return 1;
+    const double f = std::floor(d);
+    const i128 fi = static_cast<i128>(f);
+    if (x != fi) return x < fi ? -1 : 1;
+    return d > f ? -1 : 0;
+  };
+  const bool ai = !a.is_number_float(), bi = !b.is_number_float();
+  if (ai && bi) return sign(integer(a) - integer(b));
+  if (ai) return int_vs_double(integer(a), b.get<double>());
+  if (bi) return -int_vs_double(integer(b), a.get<double>());
+  return sign(a.get<double>() - b.get<double>());
+}
+
 oj Merger::merge(const oj& a0, const oj& b0, const std::string& path, int depth) const {
   if (depth > kMaxDepth) refuse("allOf", path, "nested deeper than 64");
   if (a0.is_boolean()) return a0.get<bool>() ? inline_ref(b0, path, depth) : a0;
@@ -101,10 +125,10 @@ oj Merger::merge(const oj& a0, const oj& b0, const std::string& path, int depth)
       u = out;
     } else if (k == "minimum" || k == "exclusiveMinimum" || k == "minLength" || k == "minItems") {
       if (!u.is_number() || !v.is_number()) refuse(k, path, "must be a number");
-      if (v.get<double>() > u.get<double>()) u = v;
+      if (compare_numbers(v, u) > 0) u = v;
     } else if (k == "maximum" || k == "exclusiveMaximum" || k == "maxLength" || k == "maxItems") {
       if (!u.is_number() || !v.is_number()) refuse(k, path, "must be a number");
-      if (v.get<double>() < u.get<double>()) u = v;
+      if (compare_numbers(v, u) < 0) u = v;
     } else if (k == "required") {
       if (!u.is_array() || !v.is_array()) refuse(k, path, "must be an array");
       for (auto& x : v) if (std::find(u.begin(), u.end(), x) == u.end()) u.push_back(x);

@@ -37,6 +37,11 @@ class Merger {
   const oj& root_;
 };
 
+/// -1, 0 or 1 as JSON numbers a < b, a == b, a > b, compared by value
+/// exactly: integers as int64 / uint64 (not rounded through double, which
+/// cannot tell 2^53 + 1 from 2^53), an integer against a double exactly.
+int compare_numbers(const oj& a, const oj& b);
+
 /// Refuses a $schema other than the published drafts' metaschemas (a custom
 /// one may switch vocabularies off).
 void check_metaschema(const oj& v, const std::string& path);

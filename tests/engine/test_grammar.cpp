@@ -212,6 +212,59 @@ TEST(JsonSchemaApi, DecimalBoundsMatchArithmetic) {
   }
 }
 
+// Integer bounds beyond 2^53 (where a double cannot hold every integer) are
+// enforced exactly, against __int128 arithmetic: minimum / exclusiveMinimum
+// pairs and their allOf merge pick the tighter bound by value, and the
+// grammar accepts exactly the integers inside. A decimal bound that large
+// was rounded when it was read: refused, naming it.
+TEST(JsonSchemaApi, IntegerBoundsBeyondDoubleAreExact) {
+  using i128 = __int128;
+  std::mt19937_64 rng(11);
+  auto text = [](i128 v) { return std::to_string(static_cast<int64_t>(v)); };
+  const int64_t bases[] = {9007199254740992, 100000000000000000, -9007199254740993, 999999999999999990};
+  for (int k = 0; k < 80; ++k) {
+    const int64_t base = bases[k % 4];
+    const int64_t lo = base + static_cast<int64_t>(rng() % 5), hi = lo + static_cast<int64_t>(rng() % 6);
+    const int64_t lo2 = lo + static_cast<int64_t>(rng() % 3) - 1;  // a second lower bound, +-1 of the first
+    const bool lo_ex = rng() & 1, lo2_ex = rng() & 1, hi_ex = rng() & 1;
+    const bool merged = rng() & 1;
+    const char* type = k % 3 == 0 ? "number" : "integer";
+    oj a = {{"type", type}}, b = oj::object();
+    a[lo_ex ? "exclusiveMinimum" : "minimum"] = lo;
+    a[hi_ex ? "exclusiveMaximum" : "maximum"] = hi;
+    (merged ? b : a)[lo2_ex ? "exclusiveMinimum" : "minimum"] = lo2;
+    if (!merged && (lo_ex == lo2_ex)) a[lo2_ex ? "exclusiveMinimum" : "minimum"] = std::max(lo, lo2);
+    const oj schema = merged ? oj{{"allOf", oj::array({a, b})}} : a;
+    // What holds, from the schema as built (a key set twice kept its last value).
+    auto holds = [&](i128 v) {
+      const oj* parts[] = {&a, &b};
+      for (const oj* p : parts)
+        for (const auto& [kw, bound] : p->items()) {
+          if (!bound.is_number_integer()) continue;
+          const i128 x = bound.get<int64_t>();
+          if ((kw == "minimum" && v < x) || (kw == "exclusiveMinimum" && v <= x) || (kw == "maximum" && v > x) ||
+              (kw == "exclusiveMaximum" && v >= x))
+            return false;
+        }
+      return true;
+    };
+    auto g = json_schema_grammar(schema);
+    for (i128 v = static_cast<i128>(std::min(lo, lo2)) - 2; v <= static_cast<i128>(hi) + 2; ++v)
+      EXPECT_EQ(accepts(g, text(v)), holds(v)) << schema.dump() << " " << text(v);
+  }
+  for (const char* bad : {R"({"type": "integer", "minimum": 1.00000000000000001e17})",
+                          R"({"type": "integer", "maximum": 9007199254740993.0})",
+                          R"({"type": "number", "exclusiveMinimum": -1e16})"}) {
+    try {
+      json_schema_grammar(oj::parse(bad));
+      ADD_FAILURE() << bad;
+    } catch (const SchemaError& e) {
+      EXPECT_NE(std::string(e.what()).find("imum"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("2^53"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // multipleOf with decimal divisors, against integer arithmetic on values
 // scaled by 10^4 (numbers and integers).
 TEST(JsonSchemaApi, DecimalMultipleOfMatchesArithmetic) {
