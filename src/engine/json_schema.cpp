@@ -13,6 +13,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <unordered_set>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -30,10 +31,10 @@ using schema_merge::kIgnored;
 using schema_merge::kMaxDepth;
 using schema_merge::kTypes;
 
-const std::set<std::string> kSupported = {
-    "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",
-    "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref"};
+using schema_merge::kMaxBranches;
+using schema_merge::kMaxEnumValues;
+using schema_merge::kMaxProperties;
+const std::set<std::string>& kSupported = schema_merge::kSupportedKeywords;
 
 constexpr size_t kMaxRules = 4096;
 constexpr int64_t kMaxCount = 10000;
@@ -185,6 +186,7 @@ class Compiler {
     if (s.contains("allOf")) {
       const oj& all = s["allOf"];
       if (!all.is_array() || all.empty()) refuse("allOf", path, "must be a non-empty array");
+      if (all.size() > kMaxBranches) refuse("allOf", path, "more than 1024 schemas");
       oj merged = s;
       merged.erase("allOf");
       for (size_t i = 0; i < all.size(); ++i) merged = mg_.merge(merged, all[i], path + "/allOf/" + std::to_string(i), depth);
@@ -194,6 +196,7 @@ class Compiler {
       if (!s.contains(kw)) continue;
       const oj& br = s[kw];
       if (!br.is_array() || br.empty()) refuse(kw, path, "must be a non-empty array");
+      if (br.size() > kMaxBranches) refuse(kw, path, "more than 1024 branches");
       oj rest = s;
       rest.erase(kw);
       std::vector<oj> merged;
@@ -297,7 +300,7 @@ class Compiler {
       for (auto& v : vals) if (v == s["const"]) keep.push_back(v);
       vals = keep;
     }
-    if (vals.size() > 1024) refuse("enum", path, "more than 1024 values");
+    if (vals.size() > kMaxEnumValues) refuse("enum", path, "more than 1024 values");
     oj rest = s;
     rest.erase("enum");
     rest.erase("const");
@@ -573,12 +576,21 @@ class Compiler {
     const oj empty = oj::object();
     const oj& props = s.contains("properties") ? s["properties"] : empty;
     if (!props.is_object()) refuse("properties", path, "must be an object");
+    // Counted before any property is compiled, and looked up by hash: the
+    // work below is linear in the properties, at most kMaxProperties.
+    if (props.size() > kMaxProperties) refuse("properties", path, "more than 512 properties");
     std::vector<std::string> required;
+    std::unordered_set<std::string> req_set, prop_names;
+    for (auto& [k, v] : props.items()) prop_names.insert(k);
+    size_t extra = 0;  // required names without a property
     if (s.contains("required")) {
       if (!s["required"].is_array()) refuse("required", path, "must be an array");
       for (auto& r : s["required"]) {
         if (!r.is_string()) refuse("required", path, "must list strings");
+        if (!req_set.insert(r.get<std::string>()).second) continue;
         required.push_back(r.get<std::string>());
+        if (!prop_names.count(required.back()) && props.size() + ++extra > kMaxProperties)
+          refuse("properties", path, "more than 512 properties");
       }
     }
     const oj addl = s.contains("additionalProperties") ? s["additionalProperties"] : oj(true);
@@ -586,13 +598,13 @@ class Compiler {
     struct Prop { std::string name, value; bool req; };
     std::vector<Prop> list;
     std::vector<std::string> names;
-    auto is_req = [&](const std::string& k) { return std::find(required.begin(), required.end(), k) != required.end(); };
+    auto is_req = [&](const std::string& k) { return req_set.count(k) > 0; };
     for (auto& [k, v] : props.items()) {
       names.push_back(k);
       list.push_back({k, gen(v, path + "/properties/" + k, depth + 1), is_req(k)});
     }
     for (auto& r : required)
-      if (!props.contains(r)) { names.push_back(r); list.push_back({r, addl_expr, true}); }
+      if (!prop_names.count(r)) { names.push_back(r); list.push_back({r, addl_expr, true}); }
     if (list.size() > 512) refuse("properties", path, "more than 512 properties");
     std::vector<Prop> live;
     for (auto& p : list) {

@@ -174,8 +174,9 @@ CompletionRequest parse_anthropic_request(const std::string& body_text) {
   r.model = string_of(required(body, "model", "model"), "model");
   const json& mt = required(body, "max_tokens", "max_tokens");
   if (!(mt.is_number_integer() || mt.is_number_unsigned())) bad("max_tokens", "Input should be a valid integer", "invalid_type");
-  // nlohmann counts unsigned values as integers too: 2^63 and above must not be read as int64 (negative).
-  if (!mt.is_number_unsigned() && mt.get<int64_t>() < 1) bad("max_tokens", "Input should be greater than or equal to 1");
+  // Non-negative values parse as unsigned: 2^63 and above must not be read as int64 (negative).
+  if (mt.is_number_unsigned() ? mt.get<uint64_t>() < 1 : mt.get<int64_t>() < 1)
+    bad("max_tokens", "Input should be greater than or equal to 1");
   r.gen.max_tokens = static_cast<int32_t>(std::min<uint64_t>(mt.is_number_unsigned() ? mt.get<uint64_t>() : mt.get<int64_t>(), INT32_MAX));
 
   if (const json* sys = field(body, "system")) {

@@ -265,6 +265,59 @@ TEST(JsonSchemaApi, IntegerBoundsBeyondDoubleAreExact) {
   }
 }
 
+// Schemas of 10^5 properties, required names, $defs or enum values are
+// refused (or compiled) in time linear in their size: the ctest timeout is
+// the deadline (required and allOf's required union were quadratic: 148 s
+// and 510 s for these sizes), and a oneOf of 1000 consts compiles.
+TEST(JsonSchemaApi, LargeSchemasCostLinearTime) {
+  const int n = 100000;
+  oj props = oj::object(), defs = oj::object(), req = oj::array(), req2 = oj::array(), en = oj::array(), en2 = oj::array();
+  for (int i = 0; i < n; ++i) {
+    const std::string k = std::to_string(i);
+    props.get_ref<oj::object_t&>().emplace_back("p" + k, oj{{"type", "integer"}});  // appended: no scan per key
+    defs.get_ref<oj::object_t&>().emplace_back("d" + k, oj{{"type", "integer"}});
+    req.push_back("p" + k);
+    req2.push_back("q" + k);
+    en.push_back("v" + k);
+    en2.push_back("w" + k);
+  }
+  oj refs = oj::object();
+  for (int i = 0; i < 4000; ++i) refs["r" + std::to_string(i)] = {{"$ref", "#/$defs/d" + std::to_string(n - 1 - i)}};
+  struct C {
+    oj schema;
+    const char* keyword;
+  };
+  const C cases[] = {
+      {{{"type", "object"}, {"properties", props}}, "properties"},
+      {{{"type", "object"}, {"properties", oj::object()}, {"required", req}}, "properties"},
+      {{{"allOf", oj::array({oj{{"required", req}}, oj{{"required", req2}}})}}, "properties"},
+      {{{"$defs", defs}, {"type", "object"}, {"properties", refs}}, "properties"},
+      {{{"allOf", oj::array({oj{{"enum", en}}, oj{{"enum", en2}}})}}, "enum"},
+      {{{"oneOf", oj::array({oj{{"enum", en}}, oj{{"enum", en2}}})}}, "enum"},
+  };
+  for (const C& c : cases) {
+    try {
+      json_schema_grammar(c.schema);
+      ADD_FAILURE() << c.keyword;
+    } catch (const SchemaError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.keyword), std::string::npos) << e.what();
+    }
+  }
+  // One reference among 10^5 definitions resolves (through the index).
+  auto g = json_schema_grammar(oj{{"$defs", defs}, {"$ref", "#/$defs/d99999"}});
+  EXPECT_TRUE(accepts(g, "42"));
+  EXPECT_FALSE(accepts(g, "\"x\""));
+  oj consts = oj::array();
+  for (int i = 0; i < 1000; ++i) consts.push_back({{"const", "c" + std::to_string(i)}});
+  auto one = json_schema_grammar(oj{{"oneOf", consts}});
+  EXPECT_TRUE(accepts(one, "\"c999\""));
+  EXPECT_FALSE(accepts(one, "\"c1000\""));
+  // Overlapping oneOf branches are still refused, naming the first pair found.
+  EXPECT_THROW(json_schema_grammar(oj::parse(R"({"oneOf": [{"type": "string"}, {"enum": [1, "a"]}]})")), SchemaError);
+  EXPECT_THROW(json_schema_grammar(oj::parse(R"({"oneOf": [{"enum": [1]}, {"enum": [2, 1.0]}]})")), SchemaError);
+  EXPECT_NO_THROW(json_schema_grammar(oj::parse(R"({"oneOf": [{"type": "string"}, {"enum": [1, 2]}, {"type": "boolean"}]})")));
+}
+
 // multipleOf with decimal divisors, against integer arithmetic on values
 // scaled by 10^4 (numbers and integers).
 TEST(JsonSchemaApi, DecimalMultipleOfMatchesArithmetic) {

@@ -153,6 +153,14 @@ TEST(ErrorMessages, KeepNulAndNameTheRealLimit) {
         std::string(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": )") + mt + "}");
     EXPECT_EQ(r.gen.max_tokens, INT32_MAX) << mt;
   }
+  for (const char* mt : {"0", "-1", "-9223372036854775808"}) {
+    const ApiError z = error_of([&] {
+      kvad::server::parse_anthropic_request(
+          std::string(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": )") + mt + "}");
+    });
+    EXPECT_EQ(z.status, 400) << mt;
+    EXPECT_NE(z.message.find("greater than or equal to 1"), std::string::npos) << mt;
+  }
   // A grammar too ambiguous for the matcher, whether it shows at admission
   // or at a later token: the client's grammar, a 400.
   for (const char* err : {"admission failed: grammar: more than 4096 parse stacks at once (the grammar is too ambiguous)",
