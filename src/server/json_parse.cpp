@@ -27,7 +27,12 @@ class OrderedBuilder {
   bool number_integer(json::number_integer_t v) { return put(json(v)); }
   bool number_unsigned(json::number_unsigned_t v) { return put(json(v)); }
   bool number_float(json::number_float_t v, const std::string&) { return put(json(v)); }
-  bool string(std::string& s) { return put(json(std::move(s))); }
+  // Copied, not moved, as nlohmann's DOM parser does: the lexer's buffer
+  // has grown by doubling (a 4 MB string sits in up to 8 MB) and is reused
+  // for the next string; a move would keep that slack in the value and
+  // make the lexer allocate afresh (measured: +86 MB of RSS after 30 x 4 MB
+  // prompts, against +32 MB copied and +25 MB with nlohmann's parser).
+  bool string(std::string& s) { return put(json(s)); }
   bool binary(json::binary_t& b) { return put(json(json::binary_t(std::move(b)))); }
   bool start_object(std::size_t) { return open(json(json::value_t::object)); }
   bool start_array(std::size_t) { return open(json(json::value_t::array)); }
