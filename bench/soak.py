@@ -19,8 +19,9 @@ and with --embeddings (kvad serve --embeddings: the model also serves
 
   embed       a one-sentence /v1/embeddings request (its latency is the
               small-request latency under the large ones)
-  embed_large 64-512 inputs of 128 token ids, half of them closed by the
-              client after 0-2 s (the server stops between forward calls)
+  embed_large 16-256 inputs of 64 token ids (up to 8 forward calls of 2048
+              tokens), half of them closed by the client after 0-2 s (the
+              server stops between forward calls)
 
 and prints: requests by kind and outcome (HTTP status or transport error),
 p50/p99 latency of the successful stream and plain requests, /health's
@@ -163,8 +164,8 @@ class Client:
         self.note("embed", r.status, time.perf_counter() - t0 if r.status == 200 else None)
 
     def embed_large(self):
-        n = self.rng.randint(64, 512)
-        body = json.dumps({"model": self.model, "input": [[self.rng.randrange(100, 10000) for _ in range(128)]
+        n = self.rng.randint(16, 256)
+        body = json.dumps({"model": self.model, "input": [[self.rng.randrange(100, 10000) for _ in range(64)]
                                                           for _ in range(n)], "encoding_format": "base64"})
         if self.rng.random() < 0.5:
             u = socket.create_connection((self.host, self.port), timeout=60)
@@ -238,7 +239,7 @@ def main():
                for i in range(a.clients)]
     for t in threads:
         t.start()
-    health_worst, rss_peak = 0.0, rss0
+    health_worst, rss_peak, rss_warm, t_start = 0.0, rss0, float("nan"), time.time()
     while any(t.is_alive() for t in threads):
         t0 = time.perf_counter()
         try:
@@ -251,6 +252,8 @@ def main():
             health_worst = float("inf")
         if pid:
             rss_peak = max(rss_peak, rss_mb(pid))
+            if rss_warm != rss_warm and time.time() - t_start > min(60, a.seconds / 4):
+                rss_warm = rss_mb(pid)  # once the weights are paged in and every kind has run
         time.sleep(1)
     for t in threads:
         t.join()
@@ -265,7 +268,8 @@ def main():
         v = sorted(lat[kind])
         if v:
             print(f"| {kind} | {len(v)} | {statistics.median(v):.3f} | {v[min(len(v) - 1, int(0.99 * len(v)))]:.3f} |")
-    print(f"\n/health worst latency {health_worst:.3f} s; RSS start {rss0:.0f} MB, peak {rss_peak:.0f} MB, "
+    print(f"\n/health worst latency {health_worst:.3f} s; RSS start {rss0:.0f} MB, after "
+          f"{min(60, a.seconds / 4):.0f} s {rss_warm:.0f} MB, peak {rss_peak:.0f} MB, "
           f"end {rss1:.0f} MB; KV cache {float(kv.group(1)) / 2**20 if kv else float('nan'):.0f} MiB (from /metrics)")
     if proc:
         proc.terminate()

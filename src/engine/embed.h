@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,9 +62,11 @@ class EmbedCancelled : public Error {
 };
 
 /// Embeds batches of token sequences with one model. Thread-safe: one
-/// forward pass at a time; concurrent calls take turns batch by batch in
-/// arrival order (a ticket per batch), so a short call waits for at most one
-/// batch of each call ahead of it, not for their whole inputs.
+/// forward pass at a time; concurrent calls take turns forward call by
+/// forward call, the one with the fewest tokens left first (shortest
+/// remaining work, ties in arrival order), and while others wait a call
+/// packs at most kSharedBatchTokens: a short call waits for the forward call
+/// in progress, not for the inputs of the calls ahead of it.
 class Embedder {
  public:
   /// n_threads: CPU threads (0: all cores). Throws kvad::Error when the
@@ -97,6 +100,8 @@ class Embedder {
   int32_t n_vocab() const;            ///< ids accepted
   const EmbeddingConfig& config() const { return cfg_; }
   int64_t max_batch_tokens() const { return n_batch_; }
+  /// Tokens one forward call packs at most while other calls wait their turn.
+  static constexpr int64_t kSharedBatchTokens = 512;
   /// Forward calls made so far (all embed() calls together).
   uint64_t forward_calls() const { return forward_calls_.load(); }
   const Model& model() const { return *model_; }
@@ -110,10 +115,12 @@ class Embedder {
   size_t n_prefix_ = 0, n_suffix_ = 0;  ///< specials the tokenizer adds before / after the text
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Cache> cache_;
-  // Turns: a batch takes ticket next_ticket_ and runs when serving_ reaches it.
+  // Turns: waiting calls by (tokens left, ticket); busy_ while one runs.
   std::mutex mu_;
   std::condition_variable turn_;
-  uint64_t next_ticket_ = 0, serving_ = 0;
+  std::set<std::pair<int64_t, uint64_t>> waiting_;
+  bool busy_ = false;
+  uint64_t next_ticket_ = 0;
   std::atomic<uint64_t> forward_calls_{0};
 };
 
