@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/json_schema.h"
+#include "engine/grammar/json_schema.h"
 #include "engine/scheduler.h"
 #include "io/gguf.h"
 #include "model/model.h"

@@ -1,4 +1,4 @@
-// libFuzzer: GBNF grammars (engine/grammar.h). The input is a grammar, then
+// libFuzzer: GBNF grammars (engine/grammar/grammar.h). The input is a grammar, then
 // optionally a NUL byte and text to feed the recognizer. Parsing must
 // succeed or throw GrammarError; feeding must return or throw GrammarError
 // (a cap); any other exception, a crash, a hang or a sanitizer report is a bug.
@@ -7,7 +7,7 @@
 #include <exception>
 #include <string>
 
-#include "engine/grammar.h"
+#include "engine/grammar/grammar.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string in(reinterpret_cast<const char*>(data), size);

@@ -1,4 +1,4 @@
-// libFuzzer: JSON schemas (engine/json_schema.h). Compiling must succeed or
+// libFuzzer: JSON schemas (engine/grammar/json_schema.h). Compiling must succeed or
 // throw SchemaError (which names a keyword or a limit); a compiled grammar
 // must parse (its GBNF is checked by the same parser), and a recognizer over
 // it must take the schema's own text without crashing. Input that is not
@@ -8,7 +8,7 @@
 #include <exception>
 #include <string>
 
-#include "engine/json_schema.h"
+#include "engine/grammar/json_schema.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string in(reinterpret_cast<const char*>(data), size);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The tiny HF checkpoints of tests/fixtures/hf_tiny converted to GGUF by
 llama.cpp's own converter (convert_hf_to_gguf.py), f32, for
-tests/model/test_hf_checkpoint.cpp's GGUF-path check (kvad must read
+the GGUF-path checks of tests/model/test_hf_checkpoint.cpp and
+tests/model/text/ (kvad must read
 llama.cpp's tensor names and metadata keys, and give transformers' logits).
 
 The checkpoints have no tokenizer, so the converter's set_vocab is replaced

@@ -3,7 +3,7 @@
 converted by llama.cpp's own convert_hf_to_gguf.py with its MTP export on
 (its default): the layout of a real Qwen3-Next GGUF, whose MTP block is the
 last block inside block_count (qwen3next.nextn_predict_layers 1) with
-blk.N.nextn.* beside it, for tests/model/test_hf_checkpoint.cpp.
+blk.N.nextn.* beside it, for tests/model/text/test_qwen3next.cpp.
 
 transformers builds no MTP module (Qwen3-Next's checkpoints carry mtp.* for
 speculative decoding), so the MTP tensors are added to a scratch copy of

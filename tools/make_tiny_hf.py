@@ -14,7 +14,7 @@ transformers on fixed token ids and writes its logits at every position:
     tests/fixtures/hf_tiny/<name>/{config.json, model.safetensors, logits.json}
 
 logits.json: {"tokens": [...], "logits": [[n_vocab floats] per position]}.
-tests/model/test_hf_checkpoint.cpp compares kvad with them. Needs torch and
+tests/model/test_hf_checkpoint.cpp and tests/model/text/ compare kvad with them. Needs torch and
 transformers (a venv for tools/, never the tests):
 
     ~/.cache/kvad/torch-venv/bin/python tools/make_tiny_hf.py

@@ -1,5 +1,5 @@
-// kvad cache: the quantize-once cache ($KVAD_HOME/cache, model/hf.h
-// quantize_once): list its entries, forget a model's.
+// kvad cache: the quantize-once cache ($KVAD_HOME/cache, model/quantize_once.h):
+// list its entries, forget a model's.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -15,7 +15,7 @@
 #include "cli/commands.h"
 #include "cli/model_store.h"
 #include "io/gguf.h"
-#include "model/hf.h"
+#include "model/quantize_once.h"
 
 namespace kvad::cli {
 namespace {

@@ -22,7 +22,7 @@
 #include "cli/model_store.h"
 #include "cli/reply_output.h"
 #include "engine/generate.h"
-#include "engine/grammar.h"
+#include "engine/grammar/grammar.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "io/gguf.h"

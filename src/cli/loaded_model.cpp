@@ -17,6 +17,7 @@
 #include "io/quantize.h"
 #include "io/tensor_source.h"
 #include "model/hf.h"
+#include "model/quantize_once.h"
 #include "model/registry.h"
 #include "tokenizer/tokenizer.h"
 #ifdef KVAD_WITH_CUDA

@@ -13,8 +13,8 @@
 
 #include "base/error.h"
 #include "engine/chat_prompt.h"
-#include "engine/grammar.h"
-#include "engine/json_schema.h"
+#include "engine/grammar/grammar.h"
+#include "engine/grammar/json_schema.h"
 #include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 

@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "base/error.h"
-#include "engine/grammar.h"
+#include "engine/grammar/grammar.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "tokenizer/tokenizer.h"

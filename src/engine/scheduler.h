@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "engine/grammar.h"
+#include "engine/grammar/grammar.h"
 #include "engine/sampler.h"
 #include "model/model.h"
 
@@ -85,7 +85,7 @@ struct GenParams {
   /// SchedulerOptions::cache_reuse_all: neither the time to first token nor
   /// cached_tokens can tell one tenant what another's prompt was.
   std::string tenant;
-  /// Constrains the output to this grammar's sentences (engine/grammar.h):
+  /// Constrains the output to this grammar's sentences (engine/grammar/grammar.h):
   /// tokens that cannot continue it are masked before sampling,
   /// end-of-generation is allowed only when the text is a whole sentence, and
   /// generation ends ("stop") once no byte can follow. Null: unconstrained.

@@ -6,6 +6,7 @@
 // it exactly as it loads a GGUF.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -22,6 +23,14 @@ class TensorSource;
 struct HfConfig {
   Metadata md;
   std::vector<SyntheticTensor> tensors;
+  /// GGUF key → "config.json <field>" it came from, so that an error about
+  /// the key names the field too (TensorSource::key_name). set() fills both.
+  std::map<std::string, std::string, std::less<>> fields;
+  /// md[key] = v, recorded as coming from config.json `field`.
+  void set(const std::string& key, const char* field, MetadataValue v) {
+    md[key] = std::move(v);
+    fields[key] = std::string("config.json ") + field;
+  }
 };
 
 struct HfNames {
@@ -104,6 +113,34 @@ double local_rope_base(const nlohmann::json& cfg, double def);
 /// every layer but each `sliding_window_pattern`-th (default `pattern`).
 std::vector<bool> sliding_layers(const nlohmann::json& cfg, int64_t n_layer, int64_t pattern);
 
+/// HF's sliding window: cfg's sliding_window (absent or null: def) as
+/// {arch}.attention.sliding_window, written when it or def is > 0 (a file
+/// without the key runs the architecture's default). Returns the window.
+/// Throws kvad::Error "config.json: sliding_window must not be negative", or
+/// "... must be positive for {arch}" when `required`.
+int64_t hf_sliding_window(const std::string& arch, const nlohmann::json& cfg, HfConfig& out, int64_t def = 0,
+                          bool required = false);
+
+/// HF's mixture-of-experts sizes as llama.cpp's keys: {arch}.expert_count
+/// (num_experts, or num_local_experts as Mixtral and transformers 5 name
+/// it), expert_used_count (num_experts_per_tok), and, unless `ff_field` is
+/// nullptr, expert_feed_forward_length (cfg[ff_field]: moe_intermediate_size,
+/// or gpt-oss's intermediate_size). Throws kvad::Error "config.json: ..."
+/// naming the field when one is missing, a count is negative, or
+/// num_experts_per_tok is outside 1..the experts (with experts).
+void hf_moe(const std::string& arch, const nlohmann::json& cfg, HfConfig& out,
+            const char* ff_field = "moe_intermediate_size");
+
+/// The tensors of an HF sparse MoE block of layer prefix `p` ("blk.N."),
+/// `rest` the name within the layer: the router mlp.gate.weight
+/// (ffn_gate_inp) and its choice bias mlp.gate.e_score_correction_bias
+/// (exp_probs_b.bias, DeepSeek-V3), the experts (hf_expert_tensor), the
+/// shared expert mlp.shared_expert.{gate,up,down}_proj (Qwen2-MoE,
+/// Qwen3-Next; DeepSeek's mlp.shared_experts.*) as ffn_{gate,up,down}_shexp
+/// and its gate mlp.shared_expert_gate (ffn_gate_inp_shexp). False for
+/// another name.
+bool hf_moe_tensor(const std::string& rest, const std::string& p, TensorRename& out);
+
 /// The tensors every HF decoder names alike (transformers' Llama-style
 /// modules): model.embed_tokens, model.norm, and per layer input_layernorm,
 /// self_attn.{q,k,v,o}_proj (weights, and q/k/v biases), self_attn.{q,k}_norm,
@@ -126,63 +163,5 @@ bool hf_expert_tensor(const std::string& rest, const std::string& p, TensorRenam
 /// Splits "model.layers.12.self_attn.q_proj.weight" into 12 and
 /// "self_attn.q_proj.weight"; false when `hf` is not a layer tensor.
 bool hf_layer_tensor(const std::string& hf, int64_t& il, std::string& rest);
-
-}  // namespace kvad
-
-namespace kvad {
-
-/// Where quantize_once keeps its files and what identifies the checkpoint.
-struct QuantizeOnceKey {
-  std::string cache_dir;  ///< $KVAD_HOME/cache
-  std::string repo;       ///< "HuggingFaceTB/SmolLM2-135M-Instruct", or the directory for a local checkpoint
-  std::string commit;     ///< the snapshot's commit (or "local")
-  /// The directory holding tokenizer.json (and tokenizer_config.json), whose
-  /// tokenizer the file keeps (tokenizer_json_gguf_keys); empty, or a
-  /// directory without tokenizer.json: none.
-  std::string tokenizer_dir = {};
-};
-
-/// The GGUF keys quantize_once stamps its files with (read by `kvad cache`).
-namespace quantize_once_keys {
-inline constexpr const char* kRepo = "kvad.source.repo";        ///< STRING: QuantizeOnceKey::repo
-inline constexpr const char* kCommit = "kvad.source.commit";    ///< STRING: QuantizeOnceKey::commit
-inline constexpr const char* kTensors = "kvad.source.tensors";  ///< STRING: "name:dtype;" per source tensor
-/// STRING: "file:bytes:mtime;" of tokenizer.json and tokenizer_config.json
-/// ("" without a tokenizer): a changed tokenizer makes the file stale.
-inline constexpr const char* kTokenizer = "kvad.source.tokenizer";
-inline constexpr const char* kQuant = "kvad.cache.quant";       ///< STRING: the --quant type
-inline constexpr const char* kVersion = "kvad.cache.version";   ///< UINT32: the cache's format version
-}  // namespace quantize_once_keys
-
-/// The quantize-once cache (issue 13 part 6; DESIGN.md seams 7 and 9): the
-/// checkpoint `hf` (open_hf_checkpoint's view) quantized with `quant` (one of
-/// `kvad quantize`'s types: q8_0, q4_0, q4_k_m, ...; quant/quantize.h rules)
-/// and written once as a GGUF in key.cache_dir, named by repo, commit, quant
-/// and kvad's cache format version, with llama.cpp's names, layout and
-/// metadata as its convert_hf_to_gguf.py writes them (llama's Q/K rows
-/// permuted to GGUF's layout; qwen3next's ssm_in split into attn_qkv and
-/// attn_gate; deepseek2's attn_kv_b into attn_k_b and attn_v_b, its MTP
-/// layers left out; qwen35's value heads in the converter's tiled order, as
-/// the HF view already holds them; 0/1 flags as GGUF BOOLs) and stamped with the
-/// checkpoint's full tensor list (`kvad.source.tensors`), and with the
-/// tokenizer of key.tokenizer_dir as GGUF keys (llama.cpp's tokenizer.ggml.*
-/// and kvad.tokenizer.*, tokenizer_json_gguf_keys; Tokenizer::from_gguf reads
-/// it back). A later call maps that file directly; a file whose stamps no
-/// longer match the checkpoint (a tensor added or gone, the tokenizer files
-/// changed) is rewritten. Returns the GGUF's source; *hit
-/// (if given) says whether the file was already there. Throws kvad::Error
-/// for an unknown type, a tensor the type cannot take, or an unwritable cache.
-std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSource> hf, const std::string& quant,
-                                                  const QuantizeOnceKey& key, bool* hit = nullptr);
-/// The same for the checkpoint in directory `dir`. A cache hit is found
-/// from open_hf_checkpoint(dir, list_only = true) and maps the cached GGUF
-/// alone: none of the checkpoint's tensors is read, and HF MoE experts are
-/// not stacked into memory (the GGUF's 3-D ffn_*_exps are used in place).
-/// A miss opens the checkpoint in full and quantizes it as above.
-std::shared_ptr<const TensorSource> quantize_once(const std::string& dir, const std::string& quant,
-                                                  const QuantizeOnceKey& key, bool* hit = nullptr);
-
-/// The cache file quantize_once uses for `key` and `quant`.
-std::string quantize_once_path(const QuantizeOnceKey& key, const std::string& quant);
 
 }  // namespace kvad

@@ -1,4 +1,4 @@
-// The quantize-once cache (model/hf.h quantize_once).
+// The quantize-once cache (model/quantize_once.h).
 #include <cctype>
 #include <cstring>
 #include <deque>
@@ -11,6 +11,7 @@
 #include "io/quantize.h"
 #include "io/tensor_source.h"
 #include "model/hf.h"
+#include "model/quantize_once.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvad {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <functional>
-#include "engine/json_schema.h"
+#include "engine/grammar/json_schema.h"
 #include "server/json_parse.h"
 
 #include <random>

@@ -105,7 +105,7 @@ inline SamplerParams openai_sampling_defaults() {
 /// sampling fields a request leaves out (openai_sampling_defaults(), or a
 /// model's generation_config.json over them). A null field
 /// is as if absent; unknown fields are ignored.
-/// Constrained output (gen.grammar, engine/grammar.h): response_format
+/// Constrained output (gen.grammar, engine/grammar/grammar.h): response_format
 /// {type: text | json_object | json_schema {name, schema, strict}}, or
 /// llama.cpp's `grammar` (GBNF text) or `json_schema` (a schema); at most one.
 /// Chat also takes tools (at most kMaxTools functions: name

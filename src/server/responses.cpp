@@ -1,6 +1,6 @@
 #include "server/responses.h"
 
-#include "engine/json_schema.h"
+#include "engine/grammar/json_schema.h"
 
 namespace kvad::server {
 

@@ -1,6 +1,6 @@
 #include "server/tool_prompt.h"
 
-#include "engine/json_schema.h"
+#include "engine/grammar/json_schema.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/grammar.h"
+#include "engine/grammar/grammar.h"
 #include "server/openai.h"
 #include "server/tool_calls.h"
 
@@ -62,7 +62,7 @@ OutputFormat output_format(const CompletionRequest& r, const TemplateTools& tt, 
 /// The grammar that makes the reply to a forced call (tool_choice required
 /// or named, after OutputFormat::prefix) one call of an allowed function
 /// whose arguments are valid under its `parameters` schema
-/// (engine/json_schema.h), closed as format `f.format` closes it:
+/// (engine/grammar/json_schema.h), closed as format `f.format` closes it:
 ///   hermes  <name>", "arguments": ARGS}\n</tool_call>
 ///   mistral <name>", "arguments": ARGS}]
 ///   llama3  <name>", "parameters": ARGS}      generic: "arguments"

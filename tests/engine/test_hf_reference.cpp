@@ -25,6 +25,7 @@
 #include "io/gguf_writer.h"
 #include "io/tensor_source.h"
 #include "model/hf.h"
+#include "model/quantize_once.h"
 #include "model/registry.h"
 #include "tokenizer/tokenizer.h"
 #include "../tokenizer/gunzip.h"

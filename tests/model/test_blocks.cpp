@@ -11,7 +11,7 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
-#include "kernels/cpu/ops.h"  // cpu::rope in the reference
+#include "kernels/cpu/host_kernels.h"  // cpu::rope in the reference
 #include "model/blocks.h"
 #include "model/cache.h"
 #include "tensor/ops.h"
@@ -30,6 +30,7 @@ struct Owned {
     Tensor t;
     t.type = kvad::DType::F32;
     t.ne = {ne0, ne1, 1, 1};
+    t.set_contiguous_strides();
     t.data = bufs.back().data();
     return t;
   }

@@ -5,7 +5,7 @@
 #include <set>
 #include <string>
 
-#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/kernels.h"
 #include "tensor/dtype.h"
 

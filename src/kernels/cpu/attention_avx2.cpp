@@ -1,5 +1,5 @@
 // Tiled attention over an f16 or f32 KV cache, AVX2+FMA+F16C. Compiled with
-// KVAD_AVX2_FLAGS; called only after a run-time CPU check (ops.cpp).
+// KVAD_AVX2_FLAGS; called only after a run-time CPU check (host_kernels.cpp).
 //
 // One call handles up to AttentionRows::kMax query rows that read the same
 // KV head. Keys are visited in blocks of kBlock; each block of K and V is
@@ -14,7 +14,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/host_kernels.h"
 #include "kernels/cpu/simd_avx2.h"
 
 namespace kvad::cpu {

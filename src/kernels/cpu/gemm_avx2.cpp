@@ -23,7 +23,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/gemm.h"
 
 namespace kvad::cpu::gemm::avx2 {
@@ -61,7 +61,7 @@ inline void nibbles_4(const Block* xb, int cnt, __m256i q[4]) {
 }
 
 // Q5_0 quants (0..31) of a group in the packed order: the nibbles, plus 16
-// where the block's qh has the element's bit set (blocks.h). Vector 0 takes
+// where the block's qh has the element's bit set (quant_blocks.h). Vector 0 takes
 // bits 0..15 of blocks 0 and 1 (one block per 128-bit lane), vector 1 bits
 // 16..31, vectors 2 and 3 likewise for blocks 2 and 3. Each lane holds its
 // block's 32-bit qh broadcast; a byte shuffle sends byte i/8 of the wanted

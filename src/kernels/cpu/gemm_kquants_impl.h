@@ -34,7 +34,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/gemm.h"
 
 #ifndef KVAD_GEMM_KQUANTS_ISA
@@ -78,7 +78,7 @@ inline __m256i scale_pair(__m128i sc, int k) {
   return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_set_epi64x(hi, lo)));
 }
 
-// Q6_K quants (0..63) of elements 128*h + 32*s + l (blocks.h).
+// Q6_K quants (0..63) of elements 128*h + 32*s + l (quant_blocks.h).
 inline void q6_quants(const uint8_t* ql, const uint8_t* qh, __m256i q[4]) {
   const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
   const __m256i l0 = load(ql), l1 = load(ql + 32), h = load(qh);

@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/kquants_ref.h"
 #include "kernels/cpu/quants.h"
 
@@ -24,7 +24,7 @@ namespace kvad::cpu::quants::ref {
 
 namespace {
 
-// Trit k of a TQ1_0 byte (blocks.h).
+// Trit k of a TQ1_0 byte (quant_blocks.h).
 inline int trit(uint8_t byte, int k) {
   static constexpr uint8_t pow3[5] = {1, 3, 9, 27, 81};
   const uint8_t q = static_cast<uint8_t>(byte * pow3[k]);
@@ -117,69 +117,6 @@ float vec_dot_iq4_nl_q8_0(int64_t n, const void* vx, const void* vy) {
       sumi += kvalues_iq4nl[x[i].qs[j] >> 4] * y[i].qs[j + QK4_NL / 2];
     }
     sumf += (fp16(y[i].d) * fp16(x[i].d)) * static_cast<float>(sumi);
-  }
-  return sumf;
-}
-
-// ---- mxfp4: x = kvalues_mxfp4[q] * 2^(e - 128), blocks of 32 ---------------
-
-void to_float_mxfp4(const void* src, float* dst, int64_t n) {
-  const block_mxfp4* x = static_cast<const block_mxfp4*>(src);
-  for (int64_t i = 0; i < n / QK_MXFP4; ++i) {
-    const float d = e8m0_to_f32_half(x[i].e);
-    for (int j = 0; j < QK_MXFP4 / 2; ++j) {
-      dst[i * QK_MXFP4 + j] = static_cast<float>(kvalues_mxfp4[x[i].qs[j] & 0xF]) * d;
-      dst[i * QK_MXFP4 + j + QK_MXFP4 / 2] = static_cast<float>(kvalues_mxfp4[x[i].qs[j] >> 4]) * d;
-    }
-  }
-}
-
-namespace {
-// The level nearest to x at scale d, the first of equal errors (ggml
-// best_index_mxfp4).
-inline uint8_t best_index_mxfp4(float x, float d) {
-  uint8_t best = 0;
-  float best_err = std::fabs(static_cast<float>(kvalues_mxfp4[0]) * d - x);
-  for (uint8_t i = 1; i < 16; ++i) {
-    const float err = std::fabs(static_cast<float>(kvalues_mxfp4[i]) * d - x);
-    if (err < best_err) {
-      best = i;
-      best_err = err;
-    }
-  }
-  return best;
-}
-}  // namespace
-
-// ggml quantize_row_mxfp4_ref: e = floor(log2(amax)) - 2 + 127 (the largest
-// E2M1 value, 6, is 1.5 * 2^2), then each value's nearest level.
-void from_float_mxfp4(const float* src, void* dst, int64_t n) {
-  block_mxfp4* y = static_cast<block_mxfp4*>(dst);
-  for (int64_t i = 0; i < n / QK_MXFP4; ++i) {
-    const float* x = src + i * QK_MXFP4;
-    float amax = 0.0f;
-    for (int j = 0; j < QK_MXFP4; ++j) amax = std::max(amax, std::fabs(x[j]));
-    // ggml converts the float to uint8_t; through int32 here, which is what
-    // that conversion does on x86 for the (denormal-input) negative case.
-    const uint8_t e = amax > 0.0f ? static_cast<uint8_t>(static_cast<int32_t>(std::floor(std::log2(amax)) - 2 + 127)) : 0;
-    const float d = e8m0_to_f32_half(e);
-    y[i].e = e;
-    for (int j = 0; j < QK_MXFP4 / 2; ++j)
-      y[i].qs[j] = static_cast<uint8_t>(best_index_mxfp4(x[j], d) | (best_index_mxfp4(x[j + QK_MXFP4 / 2], d) << 4));
-  }
-}
-
-float vec_dot_mxfp4_q8_0(int64_t n, const void* vx, const void* vy) {
-  const block_mxfp4* x = static_cast<const block_mxfp4*>(vx);
-  const block_q8_0* y = static_cast<const block_q8_0*>(vy);
-  float sumf = 0.0f;
-  for (int64_t i = 0; i < n / QK_MXFP4; ++i) {
-    int sumi = 0;
-    for (int j = 0; j < QK_MXFP4 / 2; ++j) {
-      sumi += y[i].qs[j] * kvalues_mxfp4[x[i].qs[j] & 0xF];
-      sumi += y[i].qs[j + QK_MXFP4 / 2] * kvalues_mxfp4[x[i].qs[j] >> 4];
-    }
-    sumf += fp16(y[i].d) * e8m0_to_f32_half(x[i].e) * static_cast<float>(sumi);
   }
   return sumf;
 }

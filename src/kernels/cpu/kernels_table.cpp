@@ -18,40 +18,103 @@ namespace {
 
 constexpr size_t kMaxId = 64;
 
+namespace ref = quants::ref;
+namespace avx2 = quants::avx2;
+
+// One format's kernels: the scalar references (the definition) and the
+// AVX2 versions, nullptr where the reference is used.
 struct Row {
   DType type;
-  CpuKernels ref;   // to_float/from_float/vec_dot hold the references
-  CpuKernels simd;  // AVX2 entries; nullptr where the reference is used
+  ToFloatFn to_float_ref;
+  FromFloatFn from_float_ref;
+  VecDotFn vec_dot_ref;  ///< nullptr: an activation-only format
+  ToFloatFn to_float_avx2 = nullptr;
+  FromFloatFn from_float_avx2 = nullptr;
+  VecDotFn vec_dot_avx2 = nullptr;
 };
 
-#define KVAD_ROW(T, fmt, dot)                                                          \
-  Row{DType::T,                                                                        \
-      {quants::ref::to_float_##fmt, quants::ref::from_float_##fmt, dot(ref), nullptr, \
-       nullptr, nullptr},                                                              \
-      {quants::avx2::to_float_##fmt, quants::avx2::from_float_##fmt, dot(avx2), nullptr, \
-       nullptr, nullptr}}
-
-#define DOT_F32(ns) quants::ns::vec_dot_f32
-#define DOT_F16(ns) quants::ns::vec_dot_f16
-#define DOT_BF16(ns) quants::ns::vec_dot_bf16
-#define DOT_Q4_0(ns) quants::ns::vec_dot_q4_0_q8_0
-#define DOT_Q4_1(ns) quants::ns::vec_dot_q4_1_q8_1
-#define DOT_Q5_0(ns) quants::ns::vec_dot_q5_0_q8_0
-#define DOT_Q5_1(ns) quants::ns::vec_dot_q5_1_q8_1
-#define DOT_Q8_0(ns) quants::ns::vec_dot_q8_0_q8_0
-#define DOT_NONE(ns) nullptr
-
-// Rows whose AVX2 side covers only some entries (the rest use the reference).
-CpuKernels entries(ToFloatFn to_float, FromFloatFn from_float, VecDotFn vec_dot) {
-  CpuKernels k;
-  k.to_float = to_float;
-  k.from_float = from_float;
-  k.vec_dot = vec_dot;
-  return k;
-}
-
-#define KVAD_REF(fmt, dot) \
-  entries(quants::ref::to_float_##fmt, quants::ref::from_float_##fmt, quants::ref::vec_dot_##dot)
+constexpr Row kRows[] = {
+    {.type = DType::F32,
+     .to_float_ref = ref::to_float_f32, .from_float_ref = ref::from_float_f32, .vec_dot_ref = ref::vec_dot_f32,
+     .to_float_avx2 = avx2::to_float_f32, .from_float_avx2 = avx2::from_float_f32, .vec_dot_avx2 = avx2::vec_dot_f32},
+    {.type = DType::F16,
+     .to_float_ref = ref::to_float_f16, .from_float_ref = ref::from_float_f16, .vec_dot_ref = ref::vec_dot_f16,
+     .to_float_avx2 = avx2::to_float_f16, .from_float_avx2 = avx2::from_float_f16, .vec_dot_avx2 = avx2::vec_dot_f16},
+    {.type = DType::BF16,
+     .to_float_ref = ref::to_float_bf16, .from_float_ref = ref::from_float_bf16, .vec_dot_ref = ref::vec_dot_bf16,
+     .to_float_avx2 = avx2::to_float_bf16, .from_float_avx2 = avx2::from_float_bf16,
+     .vec_dot_avx2 = avx2::vec_dot_bf16},
+    {.type = DType::Q4_0,
+     .to_float_ref = ref::to_float_q4_0, .from_float_ref = ref::from_float_q4_0,
+     .vec_dot_ref = ref::vec_dot_q4_0_q8_0,
+     .to_float_avx2 = avx2::to_float_q4_0, .from_float_avx2 = avx2::from_float_q4_0,
+     .vec_dot_avx2 = avx2::vec_dot_q4_0_q8_0},
+    {.type = DType::Q4_1,
+     .to_float_ref = ref::to_float_q4_1, .from_float_ref = ref::from_float_q4_1,
+     .vec_dot_ref = ref::vec_dot_q4_1_q8_1,
+     .to_float_avx2 = avx2::to_float_q4_1, .from_float_avx2 = avx2::from_float_q4_1,
+     .vec_dot_avx2 = avx2::vec_dot_q4_1_q8_1},
+    {.type = DType::Q5_0,
+     .to_float_ref = ref::to_float_q5_0, .from_float_ref = ref::from_float_q5_0,
+     .vec_dot_ref = ref::vec_dot_q5_0_q8_0,
+     .to_float_avx2 = avx2::to_float_q5_0, .from_float_avx2 = avx2::from_float_q5_0,
+     .vec_dot_avx2 = avx2::vec_dot_q5_0_q8_0},
+    {.type = DType::Q5_1,
+     .to_float_ref = ref::to_float_q5_1, .from_float_ref = ref::from_float_q5_1,
+     .vec_dot_ref = ref::vec_dot_q5_1_q8_1,
+     .to_float_avx2 = avx2::to_float_q5_1, .from_float_avx2 = avx2::from_float_q5_1,
+     .vec_dot_avx2 = avx2::vec_dot_q5_1_q8_1},
+    {.type = DType::Q8_0,
+     .to_float_ref = ref::to_float_q8_0, .from_float_ref = ref::from_float_q8_0,
+     .vec_dot_ref = ref::vec_dot_q8_0_q8_0,
+     .to_float_avx2 = avx2::to_float_q8_0, .from_float_avx2 = avx2::from_float_q8_0,
+     .vec_dot_avx2 = avx2::vec_dot_q8_0_q8_0},
+    // Q8_1: an activation format only, no weight dot.
+    {.type = DType::Q8_1,
+     .to_float_ref = ref::to_float_q8_1, .from_float_ref = ref::from_float_q8_1, .vec_dot_ref = nullptr,
+     .to_float_avx2 = avx2::to_float_q8_1, .from_float_avx2 = avx2::from_float_q8_1, .vec_dot_avx2 = nullptr},
+    // K-quants: AVX2 dots; AVX2 to_float for the embedding-table formats.
+    {.type = DType::Q2_K,
+     .to_float_ref = ref::to_float_q2_K, .from_float_ref = ref::from_float_q2_K,
+     .vec_dot_ref = ref::vec_dot_q2_K_q8_K,
+     .vec_dot_avx2 = avx2::vec_dot_q2_K_q8_K},
+    {.type = DType::Q3_K,
+     .to_float_ref = ref::to_float_q3_K, .from_float_ref = ref::from_float_q3_K,
+     .vec_dot_ref = ref::vec_dot_q3_K_q8_K,
+     .vec_dot_avx2 = avx2::vec_dot_q3_K_q8_K},
+    {.type = DType::Q4_K,
+     .to_float_ref = ref::to_float_q4_K, .from_float_ref = ref::from_float_q4_K,
+     .vec_dot_ref = ref::vec_dot_q4_K_q8_K,
+     .to_float_avx2 = avx2::to_float_q4_K, .vec_dot_avx2 = avx2::vec_dot_q4_K_q8_K},
+    {.type = DType::Q5_K,
+     .to_float_ref = ref::to_float_q5_K, .from_float_ref = ref::from_float_q5_K,
+     .vec_dot_ref = ref::vec_dot_q5_K_q8_K,
+     .to_float_avx2 = avx2::to_float_q5_K, .vec_dot_avx2 = avx2::vec_dot_q5_K_q8_K},
+    {.type = DType::Q6_K,
+     .to_float_ref = ref::to_float_q6_K, .from_float_ref = ref::from_float_q6_K,
+     .vec_dot_ref = ref::vec_dot_q6_K_q8_K,
+     .to_float_avx2 = avx2::to_float_q6_K, .vec_dot_avx2 = avx2::vec_dot_q6_K_q8_K},
+    // Q8_K: the K-quants' and TQ's activation format (no weight dot).
+    {.type = DType::Q8_K,
+     .to_float_ref = ref::to_float_q8_K, .from_float_ref = ref::from_float_q8_K, .vec_dot_ref = nullptr,
+     .to_float_avx2 = avx2::to_float_q8_K, .from_float_avx2 = avx2::from_float_q8_K},
+    {.type = DType::IQ4_NL,
+     .to_float_ref = ref::to_float_iq4_nl, .from_float_ref = ref::from_float_iq4_nl,
+     .vec_dot_ref = ref::vec_dot_iq4_nl_q8_0,
+     .vec_dot_avx2 = avx2::vec_dot_iq4_nl_q8_0},
+    {.type = DType::TQ1_0,
+     .to_float_ref = ref::to_float_tq1_0, .from_float_ref = ref::from_float_tq1_0,
+     .vec_dot_ref = ref::vec_dot_tq1_0_q8_K,
+     .vec_dot_avx2 = avx2::vec_dot_tq1_0_q8_K},
+    {.type = DType::TQ2_0,
+     .to_float_ref = ref::to_float_tq2_0, .from_float_ref = ref::from_float_tq2_0,
+     .vec_dot_ref = ref::vec_dot_tq2_0_q8_K,
+     .vec_dot_avx2 = avx2::vec_dot_tq2_0_q8_K},
+    {.type = DType::MXFP4,
+     .to_float_ref = ref::to_float_mxfp4, .from_float_ref = ref::from_float_mxfp4,
+     .vec_dot_ref = ref::vec_dot_mxfp4_q8_0,
+     .vec_dot_avx2 = avx2::vec_dot_mxfp4_q8_0},
+};
 
 // Formats with a tiled gemm: the AVX2 kernel, its activation packer, the
 // reference (a loop of reference vec_dots, gemm.h), and the AVX512-VNNI
@@ -65,20 +128,23 @@ struct GemmRow {
   GemmFn avx512_vnni = nullptr;
 };
 
-const GemmRow kGemms[] = {
-    {DType::F32, gemm::avx2::gemm_f32, nullptr, nullptr, gemm::gemm_ref<quants::ref::vec_dot_f32>},
-    {DType::Q4_0, gemm::avx2::gemm_q4_0, gemm::avx2::pack_q8_0x4, gemm::packed_bytes_q8_0x4,
-     gemm::gemm_ref<quants::ref::vec_dot_q4_0_q8_0>},
-    {DType::Q4_1, gemm::avx2::gemm_q4_1, gemm::avx2::pack_q8_1x4, gemm::packed_bytes_q8_1x4,
-     gemm::gemm_ref<quants::ref::vec_dot_q4_1_q8_1>},
-    {DType::Q5_0, gemm::avx2::gemm_q5_0, gemm::avx2::pack_q8_0x4, gemm::packed_bytes_q8_0x4,
-     gemm::gemm_ref<quants::ref::vec_dot_q5_0_q8_0>},
-    {DType::Q8_0, gemm::avx2::gemm_q8_0, gemm::avx2::pack_q8_0x4, gemm::packed_bytes_q8_0x4,
-     gemm::gemm_ref<quants::ref::vec_dot_q8_0_q8_0>},
-    {DType::Q4_K, gemm::avx2::gemm_q4_K, gemm::avx2::pack_q8_Kx, gemm::packed_bytes_q8_Kx,
-     gemm::gemm_ref<quants::ref::vec_dot_q4_K_q8_K>, gemm::avx512vnni::gemm_q4_K},
-    {DType::Q6_K, gemm::avx2::gemm_q6_K, gemm::avx2::pack_q8_Kx, gemm::packed_bytes_q8_Kx,
-     gemm::gemm_ref<quants::ref::vec_dot_q6_K_q8_K>, gemm::avx512vnni::gemm_q6_K},
+constexpr GemmRow kGemms[] = {
+    {.type = DType::F32, .simd = gemm::avx2::gemm_f32, .pack = nullptr, .packed_bytes = nullptr,
+     .ref = gemm::gemm_ref<ref::vec_dot_f32>},
+    {.type = DType::Q4_0, .simd = gemm::avx2::gemm_q4_0, .pack = gemm::avx2::pack_q8_0x4,
+     .packed_bytes = gemm::packed_bytes_q8_0x4, .ref = gemm::gemm_ref<ref::vec_dot_q4_0_q8_0>},
+    {.type = DType::Q4_1, .simd = gemm::avx2::gemm_q4_1, .pack = gemm::avx2::pack_q8_1x4,
+     .packed_bytes = gemm::packed_bytes_q8_1x4, .ref = gemm::gemm_ref<ref::vec_dot_q4_1_q8_1>},
+    {.type = DType::Q5_0, .simd = gemm::avx2::gemm_q5_0, .pack = gemm::avx2::pack_q8_0x4,
+     .packed_bytes = gemm::packed_bytes_q8_0x4, .ref = gemm::gemm_ref<ref::vec_dot_q5_0_q8_0>},
+    {.type = DType::Q8_0, .simd = gemm::avx2::gemm_q8_0, .pack = gemm::avx2::pack_q8_0x4,
+     .packed_bytes = gemm::packed_bytes_q8_0x4, .ref = gemm::gemm_ref<ref::vec_dot_q8_0_q8_0>},
+    {.type = DType::Q4_K, .simd = gemm::avx2::gemm_q4_K, .pack = gemm::avx2::pack_q8_Kx,
+     .packed_bytes = gemm::packed_bytes_q8_Kx, .ref = gemm::gemm_ref<ref::vec_dot_q4_K_q8_K>,
+     .avx512_vnni = gemm::avx512vnni::gemm_q4_K},
+    {.type = DType::Q6_K, .simd = gemm::avx2::gemm_q6_K, .pack = gemm::avx2::pack_q8_Kx,
+     .packed_bytes = gemm::packed_bytes_q8_Kx, .ref = gemm::gemm_ref<ref::vec_dot_q6_K_q8_K>,
+     .avx512_vnni = gemm::avx512vnni::gemm_q6_K},
 };
 
 struct Table {
@@ -87,40 +153,16 @@ struct Table {
 };
 
 Table build() {
-  const Row rows[] = {
-      KVAD_ROW(F32, f32, DOT_F32),    KVAD_ROW(F16, f16, DOT_F16),
-      KVAD_ROW(BF16, bf16, DOT_BF16), KVAD_ROW(Q4_0, q4_0, DOT_Q4_0),
-      KVAD_ROW(Q4_1, q4_1, DOT_Q4_1), KVAD_ROW(Q5_0, q5_0, DOT_Q5_0),
-      KVAD_ROW(Q5_1, q5_1, DOT_Q5_1), KVAD_ROW(Q8_0, q8_0, DOT_Q8_0),
-      KVAD_ROW(Q8_1, q8_1, DOT_NONE),  // activation format only: no weight dot
-      // K-quants: AVX2 dots; AVX2 to_float for the embedding-table formats.
-      Row{DType::Q2_K, KVAD_REF(q2_K, q2_K_q8_K), entries(nullptr, nullptr, quants::avx2::vec_dot_q2_K_q8_K)},
-      Row{DType::Q3_K, KVAD_REF(q3_K, q3_K_q8_K), entries(nullptr, nullptr, quants::avx2::vec_dot_q3_K_q8_K)},
-      Row{DType::Q4_K, KVAD_REF(q4_K, q4_K_q8_K),
-          entries(quants::avx2::to_float_q4_K, nullptr, quants::avx2::vec_dot_q4_K_q8_K)},
-      Row{DType::Q5_K, KVAD_REF(q5_K, q5_K_q8_K),
-          entries(quants::avx2::to_float_q5_K, nullptr, quants::avx2::vec_dot_q5_K_q8_K)},
-      Row{DType::Q6_K, KVAD_REF(q6_K, q6_K_q8_K),
-          entries(quants::avx2::to_float_q6_K, nullptr, quants::avx2::vec_dot_q6_K_q8_K)},
-      // Q8_K: the K-quants' and TQ's activation format (no weight dot).
-      Row{DType::Q8_K,
-          entries(quants::ref::to_float_q8_K, quants::ref::from_float_q8_K, nullptr),
-          entries(quants::avx2::to_float_q8_K, quants::avx2::from_float_q8_K, nullptr)},
-      Row{DType::IQ4_NL, KVAD_REF(iq4_nl, iq4_nl_q8_0), entries(nullptr, nullptr, quants::avx2::vec_dot_iq4_nl_q8_0)},
-      Row{DType::TQ1_0, KVAD_REF(tq1_0, tq1_0_q8_K), entries(nullptr, nullptr, quants::avx2::vec_dot_tq1_0_q8_K)},
-      Row{DType::TQ2_0, KVAD_REF(tq2_0, tq2_0_q8_K), entries(nullptr, nullptr, quants::avx2::vec_dot_tq2_0_q8_K)},
-      Row{DType::MXFP4, KVAD_REF(mxfp4, mxfp4_q8_0), entries(nullptr, nullptr, quants::avx2::vec_dot_mxfp4_q8_0)},
-  };
   const bool simd = cpu_features().has_avx2_fma();
   Table t;
-  for (const Row& r : rows) {
+  for (const Row& r : kRows) {
     CpuKernels k;
-    k.to_float_ref = r.ref.to_float;
-    k.from_float_ref = r.ref.from_float;
-    k.vec_dot_ref = r.ref.vec_dot;
-    k.to_float = simd && r.simd.to_float ? r.simd.to_float : r.ref.to_float;
-    k.from_float = simd && r.simd.from_float ? r.simd.from_float : r.ref.from_float;
-    k.vec_dot = simd && r.simd.vec_dot ? r.simd.vec_dot : r.ref.vec_dot;
+    k.to_float_ref = r.to_float_ref;
+    k.from_float_ref = r.from_float_ref;
+    k.vec_dot_ref = r.vec_dot_ref;
+    k.to_float = simd && r.to_float_avx2 ? r.to_float_avx2 : r.to_float_ref;
+    k.from_float = simd && r.from_float_avx2 ? r.from_float_avx2 : r.from_float_ref;
+    k.vec_dot = simd && r.vec_dot_avx2 ? r.vec_dot_avx2 : r.vec_dot_ref;
     const auto id = static_cast<uint32_t>(r.type);
     t.rows[id] = k;
     t.present[id] = true;

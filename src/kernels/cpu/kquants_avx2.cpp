@@ -2,7 +2,8 @@
 // with ${KVAD_AVX2_FLAGS} and -ffp-contract=off; called only when
 // cpu_features().has_avx2_fma().
 //
-// Each function computes what its reference in kquants_ref.cpp computes:
+// Each function computes what its reference in kquants_ref.cpp or
+// iq_tq_ref.cpp computes (MXFP4: mxfp4_avx2.cpp):
 // - to_float (q4_K, q5_K, q6_K, q8_K) and from_float (q8_K) are bit-identical to
 //   the reference: the same float32 roundings in the same order (Q8_K's
 //   nearest_int is the default round-half-even of cvtps2dq);
@@ -25,7 +26,8 @@
 
 #include <cstring>
 
-#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/dot_table4_avx2.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quants.h"
 
 namespace kvad::cpu::quants::avx2 {
@@ -74,7 +76,7 @@ inline __m256i scaled_bsums(__m128i sc_i8, const int16_t* bsums) {
 }
 
 
-// The 16 Q3_K scales (blocks.h), minus 32, as int8.
+// The 16 Q3_K scales (quant_blocks.h), minus 32, as int8.
 inline __m128i scales_q3_K(const uint8_t* q) {
   uint32_t a[3];
   std::memcpy(a, q, 12);
@@ -403,45 +405,12 @@ void from_float_q8_K(const float* src, void* dst, int64_t n) {
   }
 }
 
-// ---- iq4_nl, mxfp4: 32 4-bit indices into a table of 16 int8 levels --------
-
-namespace {
-// sum over blocks of scale(x[i], y[i]) * sum_j table[q_j] * y.qs[j], two
-// accumulators; the levels come from a byte shuffle of the table, their sign
-// moved onto y for maddubs (|level| <= 127).
-template <class Block, class Scale>
-float dot_table4_q8_0(int64_t n, const Block* x, const block_q8_0* y, const int8_t* levels, Scale scale) {
-  const __m256i table = _mm256_broadcastsi128_si256(load128(levels));
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  auto block_dot = [&](const Block& b, const block_q8_0& a) {
-    const __m128i t = load128(b.qs);
-    const __m256i idx = _mm256_and_si256(_mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1), m4);
-    const __m256i v = _mm256_shuffle_epi8(table, idx);
-    const __m256i q8 = load(a.qs);
-    return _mm256_cvtepi32_ps(dot_us8(_mm256_sign_epi8(v, v), _mm256_sign_epi8(q8, v)));
-  };
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  const int64_t nb = n / 32;
-  int64_t i = 0;
-  for (; i + 2 <= nb; i += 2) {
-    acc0 = _mm256_fmadd_ps(_mm256_set1_ps(scale(x[i], y[i])), block_dot(x[i], y[i]), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_set1_ps(scale(x[i + 1], y[i + 1])), block_dot(x[i + 1], y[i + 1]), acc1);
-  }
-  for (; i < nb; ++i) acc0 = _mm256_fmadd_ps(_mm256_set1_ps(scale(x[i], y[i])), block_dot(x[i], y[i]), acc0);
-  return hsum(_mm256_add_ps(acc0, acc1));
-}
-}  // namespace
+// ---- iq4_nl (dot_table4_avx2.h) -------------------------------------------
 
 float vec_dot_iq4_nl_q8_0(int64_t n, const void* vx, const void* vy) {
   static_assert(QK4_NL == 32);
   return dot_table4_q8_0(n, static_cast<const block_iq4_nl*>(vx), static_cast<const block_q8_0*>(vy), kvalues_iq4nl,
                          [](const block_iq4_nl& b, const block_q8_0& a) { return fp16(a.d) * fp16(b.d); });
-}
-
-float vec_dot_mxfp4_q8_0(int64_t n, const void* vx, const void* vy) {
-  static_assert(QK_MXFP4 == 32);
-  return dot_table4_q8_0(n, static_cast<const block_mxfp4*>(vx), static_cast<const block_q8_0*>(vy), kvalues_mxfp4,
-                         [](const block_mxfp4& b, const block_q8_0& a) { return fp16(a.d) * e8m0_to_f32_half(b.e); });
 }
 
 // ---- tq1_0 -----------------------------------------------------------------

@@ -1,6 +1,7 @@
 // Scalar reference kernels of the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and
 // their activation format Q8_K): the definition of these formats' arithmetic
-// in kvad. IQ4_NL and the ternary TQ1_0/TQ2_0 are in iq_tq_ref.cpp.
+// in kvad. IQ4_NL and the ternary TQ1_0/TQ2_0 are in iq_tq_ref.cpp, MXFP4 in
+// mxfp4_ref.cpp.
 //
 // - Quantization reproduces ggml's quantize_row_*_ref (ggml/src/ggml-quants.c)
 //   step for step in float32: the same trial scales, the same sums in the same
@@ -21,7 +22,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/kquants_ref.h"
 #include "kernels/cpu/quants.h"
 
@@ -225,7 +226,7 @@ float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, ui
   return scale;
 }
 
-// 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (blocks.h).
+// 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (quant_blocks.h).
 inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   if (j < 4) {
     *sc = q[j] & 63;

@@ -1,10 +1,10 @@
 // Helpers the scalar references of the K-quant family share: kquants_ref.cpp
-// (Q2_K..Q6_K, Q8_K) and iq_tq_ref.cpp (IQ4_NL, TQ1_0, TQ2_0). Both files are
-// compiled with -ffp-contract=off (CMakeLists.txt).
+// (Q2_K..Q6_K, Q8_K), iq_tq_ref.cpp (IQ4_NL, TQ1_0, TQ2_0) and mxfp4_ref.cpp
+// (MXFP4). All three are compiled with -ffp-contract=off (CMakeLists.txt).
 #pragma once
 #include <cstdint>
 
-#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "tensor/half.h"
 
 namespace kvad::cpu::quants::ref {
@@ -25,7 +25,7 @@ inline void pack_2bit(const uint8_t* L, uint8_t* qs) {
   }
 }
 
-// The 2-bit field of element e (blocks.h).
+// The 2-bit field of element e (quant_blocks.h).
 inline int get_2bit(const uint8_t* qs, int e) { return (qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3; }
 
 }  // namespace kvad::cpu::quants::ref

@@ -1,4 +1,4 @@
-// cpu::matmul (ops.h): y = x · Wᵀ for weights in any format with CPU kernels.
+// cpu::matmul (host_kernels.h): y = x · Wᵀ for weights in any format with CPU kernels.
 //
 // The activations are quantized once to W's vec_dot_type (as ggml does), in
 // parallel over tokens. Then:
@@ -15,7 +15,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernels.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/host_kernels.h"
 
 namespace kvad::cpu {
 

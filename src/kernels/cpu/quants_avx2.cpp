@@ -13,7 +13,7 @@
 
 #include <cstring>
 
-#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quants.h"
 #include "tensor/half.h"
 

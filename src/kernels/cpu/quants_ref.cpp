@@ -12,7 +12,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quants.h"
 #include "tensor/half.h"
 

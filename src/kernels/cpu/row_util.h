@@ -1,4 +1,5 @@
-// Internal to the CPU row (backend.cpp, moe.cpp): the pool ops split work
+// Internal to the CPU row (its entries: format_ops.cpp, elementwise.cpp,
+// row_ops.cpp, attention.cpp, moe.cpp, ...): the pool ops split work
 // over, and the host addresses of a CPU or sim tensor's bytes.
 #pragma once
 #include <cstdint>

@@ -1,7 +1,8 @@
-// The device kernels on activations behind kernels/cuda/ops.h: norms, RoPE,
-// element-wise and gated activations, softmax, concat, the f32 gather, the
-// f32 → 16-bit conversion, the KV cache store and attention. The math of each
-// is its CPU reference's (kernels/cpu/ops.cpp, kernels/cpu/backend.cpp).
+// The device kernels on activations behind kernels/cuda/device_kernels.h:
+// norms, RoPE, element-wise and gated activations, softmax, concat, the f32
+// gather, the f32 → 16-bit conversion, the KV cache store and attention. The
+// math of each is its CPU reference's (kernels/cpu/host_kernels.cpp and the
+// CPU row's entries: row_ops.cpp, elementwise.cpp, attention.cpp).
 //
 // #included once, at the end of kernels.cu (nvcc's only translation unit in
 // kvad): it uses that file's helpers (warp_sum, blocks_for, capped_blocks,
@@ -329,7 +330,7 @@ unsigned row_blocks(int64_t n_rows, const char* op) {
 
 }  // namespace
 
-// ---- host side (ops.h) ------------------------------------------------------
+// ---- host side (device_kernels.h) ------------------------------------------
 
 void rms_norm(const float* x, const float* w, int64_t n_rows, int64_t n, float eps, float* y, bool one_plus) {
   if (n_rows <= 0 || n <= 0) return;

@@ -3,11 +3,11 @@
 // calls it directly; this header has the few settings tests and benchmarks
 // change. Status: compiles; UNVERIFIED ON A GPU in this build.
 #pragma once
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/device_kernels.h"
 
 namespace kvad::cuda {
 
-/// The prefill path (ops.h GemmPath) the CUDA row's matmul takes for
+/// The prefill path (device_kernels.h GemmPath) the CUDA row's matmul takes for
 /// quantized weights with more than kGemvMaxTokens tokens: what
 /// set_gemm_path chose, else KVAD_CUDA_GEMM, read once per process at the
 /// first call (gemm_path_from_env; throws kvad::Error for a value that is not

@@ -7,9 +7,9 @@
 #include <sstream>
 
 #include "base/error.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/host_kernels.h"
 #include "kernels/cuda/offload.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/device_kernels.h"
 #include "tensor/backend.h"
 
 namespace kvad::cuda {

@@ -1,4 +1,4 @@
-// The data movement of the prefill MMA GEMM (ops.h gemm_mma; kernel in
+// The data movement of the prefill MMA GEMM (device_kernels.h gemm_mma; kernel in
 // kernels.cu): which thread loads which part of the x and W tiles into shared
 // memory, where each warp's wmma fragments start, and which thread stores
 // which output element. Every function here is one thread's share of a
@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/device_kernels.h"
 #include "kernels/cuda/units.h"
 
 namespace kvad::cuda::mma_tile {

@@ -1,4 +1,4 @@
-// The device kernels behind kernels/cuda/ops.h, in one translation unit to
+// The device kernels behind kernels/cuda/device_kernels.h, in one translation unit to
 // keep nvcc's share of the build small (one architecture, few templates:
 // 7 formats × {gemv, get_rows, dequantize}, 4 quantized formats × the MMA
 // GEMM, and 3 attention head sizes). This file holds the kernels that read
@@ -18,10 +18,10 @@
 #include <string>
 
 #include "base/error.h"
-#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/gemm_tile.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/device_kernels.h"
 #include "kernels/cuda/units.h"
 
 namespace kvad::cuda {
@@ -119,7 +119,7 @@ __global__ void dequantize_kernel(const uint8_t* __restrict__ W, size_t row_byte
   }
 }
 
-// ---- Quantized GEMM for prefill (ops.h gemm_mma) ----
+// ---- Quantized GEMM for prefill (device_kernels.h gemm_mma) ----
 //
 // The tiles, who loads what, and the fragment origins: gemm_tile.h (shared
 // with a host test that runs these same loaders and stores for every thread).
@@ -373,3 +373,5 @@ void dequantize(const DeviceMatrix& w, uint16_t* dst, bool bf16) {
 // The kernels on activations (norms, RoPE, element-wise, softmax, concat,
 // gathers, the KV cache and attention): the same translation unit.
 #include "kernels/cuda/activation_ops.cuh"
+// The kernels on strided tensors (cont): the same translation unit.
+#include "kernels/cuda/strided_ops.cuh"

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "kernels/cuda/context.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/device_kernels.h"
 #include "tensor/tensor.h"
 
 namespace kvad::cuda {

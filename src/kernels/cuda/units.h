@@ -11,11 +11,11 @@
 // device (nvcc, kernels.cu) and for the host (g++):
 // tests/kernels_cuda/test_cuda_units.cpp checks every unit bit for bit
 // against the CPU references on this machine, GPU or not.
-// Block layouts: kernels/cpu/blocks.h (ggml's, byte for byte).
+// Block layouts: kernels/cpu/quant_blocks.h (ggml's, byte for byte).
 #pragma once
 #include <cstdint>
 
-#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "tensor/dtype.h"
 
 #include "tensor/half.h"

@@ -34,7 +34,7 @@
 
 #include "base/cpu_features.h"
 #include "base/error.h"
-#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/kernels.h"
 #include "tensor/dtype.h"
 #include "tensor/half.h"

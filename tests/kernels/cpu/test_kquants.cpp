@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "base/cpu_features.h"
-#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/kernels.h"
 #include "tensor/dtype.h"
 #include "tensor/half.h"

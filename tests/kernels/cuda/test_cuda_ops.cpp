@@ -1,4 +1,4 @@
-// CUDA ops (kernels/cuda/ops.h) and the offload provider (offload.h) against
+// CUDA ops (kernels/cuda/device_kernels.h) and the offload provider (offload.h) against
 // the CPU references of the same ops (kernels/cpu). Every test skips with
 // "no CUDA device: ..." when the machine has no GPU. Tolerances are stated
 // per test; they are bounds chosen from the arithmetic (f32 summation order,
@@ -13,12 +13,12 @@
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/kernels.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/host_kernels.h"
 #include "base/error.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/cpu_offload.h"
 #include "kernels/cuda/offload.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/device_kernels.h"
 #include "tensor/half.h"
 
 namespace {
@@ -69,6 +69,7 @@ HostWeight make_weight(std::mt19937& rng, DType type, int64_t n_in, int64_t n_ou
   for (int64_t r = 0; r < n_out; ++r) k.to_float_ref(w.bytes.data() + r * rb, &w.deq[r * n_in], n_in);
   w.t.type = type;
   w.t.ne = {n_in, n_out, 1, 1};
+  w.t.set_contiguous_strides();
   w.t.data = w.bytes.data();
   return w;
 }

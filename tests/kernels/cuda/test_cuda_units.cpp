@@ -14,7 +14,7 @@
 #include "base/error.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cuda/gemm_tile.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/device_kernels.h"
 #include "kernels/cuda/units.h"
 
 namespace {
@@ -61,7 +61,7 @@ TEST(CudaUnits, MatchCpuReferencesBitForBit) {
   check_format<DType::Q6_K>(rng);
 }
 
-// The host logic of the prefill GEMM (ops.h, header-only): the
+// The host logic of the prefill GEMM (device_kernels.h, header-only): the
 // KVAD_CUDA_GEMM parser and gemm_mma's split-K choice. No GPU needed.
 TEST(CudaGemmChoice, EnvParser) {
   using kvad::cuda::GemmPath;

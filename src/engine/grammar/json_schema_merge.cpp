@@ -1,0 +1,286 @@
+// allOf merging, $ref resolution and oneOf checks (json_schema_merge.h).
+// Semantics: JSON Schema 2020-12 Core (applicators, $ref) and Validation.
+#include "engine/grammar/json_schema_merge.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "engine/grammar/json_schema.h"
+
+namespace kvad::schema_merge {
+
+namespace {
+[[noreturn]] void refuse(const std::string& kw, const std::string& path, const std::string& why) {
+  throw SchemaError(kw, path, why);
+}
+}  // namespace
+
+Merger::~Merger() = default;
+
+const oj* Merger::member(const oj& obj, const std::string& key) const {
+  if (obj.size() <= 64) {
+    auto it = obj.find(key);
+    return it == obj.end() ? nullptr : &*it;
+  }
+  auto [ix, added] = index_.try_emplace(&obj);
+  if (added)
+    for (auto& [k, v] : obj.items()) ix->second.emplace(k, &v);  // the first of a repeated key, as find() returns
+  auto it = ix->second.find(key);
+  return it == ix->second.end() ? nullptr : it->second;
+}
+
+const oj& Merger::resolve(const oj& ref, const std::string& path, std::string& ptr) const {
+  if (!ref.is_string()) refuse("$ref", path, "must be a string");
+  std::string r = ref.get<std::string>();
+  if (r.empty() || r[0] != '#') refuse("$ref", path, "only references inside the document ('#...') are supported");
+  // Percent-decoding (URI fragment), then JSON pointer (RFC 6901).
+  std::string dec;
+  for (size_t i = 1; i < r.size(); ++i) {
+    if (r[i] == '%' && i + 2 < r.size() + 0 && std::isxdigit(static_cast<unsigned char>(r[i + 1])) &&
+        i + 2 < r.size() && std::isxdigit(static_cast<unsigned char>(r[i + 2]))) {
+      dec += static_cast<char>(std::stoi(r.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      dec += r[i];
+    }
+  }
+  if (!dec.empty() && dec[0] != '/') refuse("$ref", path, "anchors ('#name') are not supported");
+  const oj* cur = &root_;
+  size_t i = 0;
+  while (i < dec.size()) {
+    size_t j = dec.find('/', i + 1);
+    if (j == std::string::npos) j = dec.size();
+    std::string tok = dec.substr(i + 1, j - i - 1), t;
+    for (size_t k = 0; k < tok.size(); ++k) {
+      if (tok[k] == '~' && k + 1 < tok.size() && tok[k + 1] == '1') { t += '/'; ++k; }
+      else if (tok[k] == '~' && k + 1 < tok.size() && tok[k + 1] == '0') { t += '~'; ++k; }
+      else t += tok[k];
+    }
+    if (const oj* next = cur->is_object() ? member(*cur, t) : nullptr) cur = next;
+    else if (cur->is_array() && !t.empty() && t.find_first_not_of("0123456789") == std::string::npos && t.size() < 9 &&
+             std::stoul(t) < cur->size()) cur = &(*cur)[std::stoul(t)];
+    else refuse("$ref", path, "'" + r + "' does not resolve in this document");
+    i = j;
+  }
+  ptr = "#" + dec;
+  return *cur;
+}
+
+// A schema with its $ref replaced by the target merged in (for allOf and
+// $ref with siblings).
+oj Merger::inline_ref(const oj& s, const std::string& path, int depth) const {
+  if (!s.is_object() || !s.contains("$ref")) return s;
+  if (depth > 16) refuse("$ref", path, "references nested deeper than 16 next to other keywords");
+  std::string ptr;
+  oj target = inline_ref(resolve(s["$ref"], path, ptr), ptr, depth + 1);
+  oj rest = s;
+  rest.erase("$ref");
+  return merge(rest, target, path, depth + 1);
+}
+
+int compare_numbers(const oj& a, const oj& b) {
+  using i128 = __int128;
+  auto integer = [](const oj& v) -> i128 {
+    return v.is_number_unsigned() ? static_cast<i128>(v.get<uint64_t>()) : static_cast<i128>(v.get<int64_t>());
+  };
+  auto sign = [](auto d) { return d < 0 ? -1 : d > 0 ? 1 : 0; };
+  // An integer x against a double d: through floor(d), exact for |d| < 2^100.
+  auto int_vs_double = [&](i128 x, double d) {
+    if (d >= 0x1p100) return -1;
+    if (d <= -0x1p100) return 1;
+    const double f = std::floor(d);
+    const i128 fi = static_cast<i128>(f);
+    if (x != fi) return x < fi ? -1 : 1;
+    return d > f ? -1 : 0;
+  };
+  const bool ai = !a.is_number_float(), bi = !b.is_number_float();
+  if (ai && bi) return sign(integer(a) - integer(b));
+  if (ai) return int_vs_double(integer(a), b.get<double>());
+  if (bi) return -int_vs_double(integer(b), a.get<double>());
+  return sign(a.get<double>() - b.get<double>());
+}
+
+oj Merger::merge(const oj& a0, const oj& b0, const std::string& path, int depth) const {
+  if (depth > kMaxDepth) refuse("allOf", path, "nested deeper than 64");
+  if (a0.is_boolean()) return a0.get<bool>() ? inline_ref(b0, path, depth) : a0;
+  if (b0.is_boolean()) return b0.get<bool>() ? inline_ref(a0, path, depth) : b0;
+  if (!a0.is_object() || !b0.is_object()) refuse("allOf", path, "a schema must be an object or a boolean");
+  const oj a = inline_ref(a0, path, depth), b = inline_ref(b0, path, depth);
+  if (a.is_boolean() || b.is_boolean()) return merge(a, b, path, depth + 1);
+  // `items` applies past its own schema's prefixItems: merged next to a
+  // longer prefixItems it would constrain fewer elements.
+  auto plen = [](const oj& x) { return x.contains("prefixItems") && x["prefixItems"].is_array() ? x["prefixItems"].size() : size_t{0}; };
+  if ((a.contains("items") && plen(b) > plen(a)) || (b.contains("items") && plen(a) > plen(b)))
+    refuse("allOf", path, "'items' next to a longer 'prefixItems' of another branch cannot be combined");
+  // Bounded before anything is combined: the keywords of both (an unknown
+  // one is refused as the compiler would refuse it), their enums and
+  // properties (as gen_values and gen_object cap them), so that each step
+  // below costs at most those bounds.
+  for (const oj* x : {&a, &b})
+    for (auto& [k, v] : x->items()) {
+      if (!kIgnored.count(k) && !kSupportedKeywords.count(k)) refuse(k, path, "not supported by the grammar compiler");
+      if (k == "enum" && v.is_array() && v.size() > kMaxEnumValues) refuse("enum", path, "more than 1024 values");
+      if ((k == "properties" || k == "required") && v.size() > kMaxProperties)
+        refuse("properties", path, "more than 512 properties");
+    }
+  oj r = a;
+  for (auto& [k, v] : b.items()) {
+    if (kIgnored.count(k) || k == "properties" || k == "additionalProperties") continue;
+    if (!r.contains(k)) { r[k] = v; continue; }
+    oj& u = r[k];
+    if (u == v) continue;
+    if (k == "type") {
+      auto set = [](const oj& t) {
+        std::set<std::string> s;
+        if (t.is_string()) s.insert(t.get<std::string>());
+        else if (t.is_array()) for (auto& x : t) if (x.is_string()) s.insert(x.get<std::string>());
+        return s;
+      };
+      auto x = set(u), y = set(v);
+      oj out = oj::array();
+      for (auto& t : x) {
+        if (y.count(t)) out.push_back(t);
+        else if (t == "integer" && y.count("number")) out.push_back(t);
+        else if (t == "number" && y.count("integer")) out.push_back("integer");
+      }
+      if (out.empty()) return oj(false);
+      u = out;
+    } else if (k == "minimum" || k == "exclusiveMinimum" || k == "minLength" || k == "minItems") {
+      if (!u.is_number() || !v.is_number()) refuse(k, path, "must be a number");
+      if (compare_numbers(v, u) > 0) u = v;
+    } else if (k == "maximum" || k == "exclusiveMaximum" || k == "maxLength" || k == "maxItems") {
+      if (!u.is_number() || !v.is_number()) refuse(k, path, "must be a number");
+      if (compare_numbers(v, u) < 0) u = v;
+    } else if (k == "required") {
+      if (!u.is_array() || !v.is_array()) refuse(k, path, "must be an array");
+      std::unordered_set<std::string> have;
+      for (auto& x : u) have.insert(x.dump());
+      for (auto& x : v) if (have.insert(x.dump()).second) u.push_back(x);
+    } else if (k == "enum") {
+      if (!u.is_array() || !v.is_array()) refuse(k, path, "must be an array");
+      oj out = oj::array();
+      for (auto& x : u) if (std::find(v.begin(), v.end(), x) != v.end()) out.push_back(x);
+      u = out;
+    } else if (k == "const") {
+      return oj(false);
+    } else if (k == "items") {
+      u = merge(u, v, path + "/items", depth + 1);
+    } else if (k == "prefixItems") {
+      if (!u.is_array() || !v.is_array() || u.size() != v.size())
+        refuse(k, path, "prefixItems of different lengths in allOf cannot be combined");
+      for (size_t i = 0; i < u.size(); ++i) u[i] = merge(u[i], v[i], path + "/prefixItems", depth + 1);
+    } else if (k == "allOf") {
+      for (auto& x : v) u.push_back(x);
+    } else {
+      refuse(k, path, "two different '" + k + "' values in allOf cannot be combined");
+    }
+  }
+  // properties / additionalProperties: a key declared on one side only is
+  // also checked by the other side's additionalProperties.
+  if (b.contains("properties") || b.contains("additionalProperties")) {
+    const oj empty = oj::object();
+    const oj& pa = a.contains("properties") ? a["properties"] : empty;
+    const oj& pb = b.contains("properties") ? b["properties"] : empty;
+    if (!pa.is_object() || !pb.is_object()) refuse("properties", path, "must be an object");
+    const oj ta = a.contains("additionalProperties") ? a["additionalProperties"] : oj(true);
+    const oj tb = b.contains("additionalProperties") ? b["additionalProperties"] : oj(true);
+    oj props = oj::object();
+    for (auto& [k, v] : pa.items()) props[k] = pb.contains(k) ? merge(v, pb[k], path, depth + 1) : merge(v, tb, path, depth + 1);
+    for (auto& [k, v] : pb.items()) if (!pa.contains(k)) props[k] = merge(ta, v, path, depth + 1);
+    if (!props.empty()) r["properties"] = props;
+    const oj add = merge(ta, tb, path, depth + 1);
+    if (!(add.is_boolean() && add.get<bool>())) r["additionalProperties"] = add;
+    else r.erase("additionalProperties");
+  }
+  return r;
+}
+
+// A custom metaschema may switch vocabularies off: only the published
+// drafts' metaschemas are known.
+void check_metaschema(const oj& v, const std::string& path) {
+  static const std::set<std::string> known = {
+      "https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2019-09/schema",
+      "http://json-schema.org/draft-07/schema", "http://json-schema.org/draft-06/schema",
+      "http://json-schema.org/draft-04/schema"};
+  std::string m = v.is_string() ? v.get<std::string>() : "";
+  if (!m.empty() && m.back() == '#') m.pop_back();
+  if (!known.count(m)) refuse("$schema", path, "unknown metaschema " + v.dump());
+}
+
+// oneOf is anyOf when no value can match two branches: shown here by
+// disjoint types, or by const/enum values no other branch lists.
+void check_disjoint(const std::vector<oj>& br, const std::string& path) {
+  auto types = [](const oj& s) -> std::set<std::string> {
+    if (s.is_boolean()) return s.get<bool>() ? kTypes : std::set<std::string>{};
+    std::set<std::string> t;
+    if (s.contains("type")) {
+      const oj& v = s["type"];
+      if (v.is_string()) t.insert(v.get<std::string>());
+      else if (v.is_array()) for (auto& x : v) if (x.is_string()) t.insert(x.get<std::string>());
+    } else if (s.contains("const") || s.contains("enum")) {
+      oj vals = s.contains("const") ? oj::array({s["const"]}) : s["enum"];
+      for (auto& x : vals) {
+        t.insert(x.is_null() ? "null" : x.is_boolean() ? "boolean" : x.is_object() ? "object" : x.is_array() ? "array" :
+                 x.is_string() ? "string" : "number");
+      }
+    } else {
+      t = kTypes;
+    }
+    if (t.count("integer")) t.insert("number");
+    if (t.count("number")) t.insert("integer");
+    return t;
+  };
+  auto values = [](const oj& s) -> std::optional<oj> {
+    if (!s.is_object()) return std::nullopt;
+    if (s.contains("const")) return oj::array({s["const"]});
+    if (s.contains("enum") && s["enum"].is_array()) return s["enum"];
+    return std::nullopt;
+  };
+  // Each branch's types and values once; a type or a value seen in two
+  // branches is a pair that may both match (a branch of values overlaps a
+  // branch of types when one of its values has one of those types). Linear
+  // in the branches and their values, not pairwise.
+  auto refuse_pair = [&](size_t i, size_t j) {
+    if (i > j) std::swap(i, j);
+    refuse("oneOf", path, "branches " + std::to_string(i) + " and " + std::to_string(j) +
+                              " may both match; only branches of disjoint types or values are supported");
+  };
+  // A value's identity as json's == sees it (1 and 1.0 are equal).
+  auto value_key = [](const oj& x) {
+    if (x.is_number()) {
+      const double d = x.get<double>();
+      if (!x.is_number_float()) return "n" + x.dump();
+      if (std::floor(d) == d && std::fabs(d) < 0x1p63) return "n" + std::to_string(static_cast<int64_t>(d));
+      return "n" + x.dump();
+    }
+    return "v" + x.dump();
+  };
+  std::map<std::string, size_t> typed_by, valued_by;  // type -> first branch of that kind with it
+  std::unordered_map<std::string, size_t> value_of;   // value -> branch
+  for (size_t i = 0; i < br.size(); ++i) {
+    const auto ti = types(br[i]);
+    const auto vi = values(br[i]);
+    for (const auto& t : ti) {
+      auto& own = vi ? valued_by : typed_by;
+      auto& other = vi ? typed_by : valued_by;
+      if (auto it = other.find(t); it != other.end()) refuse_pair(it->second, i);
+      if (!vi) {
+        if (auto it = own.find(t); it != own.end()) refuse_pair(it->second, i);
+      }
+      own.emplace(t, i);
+    }
+    if (vi)
+      for (const auto& x : *vi) {
+        auto [it, added] = value_of.emplace(value_key(x), i);
+        if (!added && it->second != i) refuse_pair(it->second, i);
+      }
+  }
+}
+
+}  // namespace kvad::schema_merge

@@ -1,0 +1,700 @@
+// Strings and numbers of the JSON Schema compiler as GBNF (see
+// json_schema_text.h). Regex syntax: ECMA-262 (RegExp patterns); formats:
+// RFC 3339 section 5.6 (date-time, full-date, full-time), RFC 4122 (uuid),
+// RFC 5321 section 4.1.2 dot-atom local parts with RFC 1123 host names
+// (email), RFC 2673 section 3.2 dotted quads (ipv4).
+#include "engine/grammar/json_schema_text.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+namespace kvad::schema_text {
+
+namespace {
+
+using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
+constexpr uint32_t kMax = 0x10FFFF;
+
+std::string cp_escape(uint32_t c) {
+  char b[16];
+  std::snprintf(b, sizeof b, "\\U%08X", c);
+  return b;
+}
+
+Ranges normalize(Ranges r) {
+  std::sort(r.begin(), r.end());
+  Ranges m;
+  for (auto& p : r) {
+    if (!m.empty() && p.first <= m.back().second + 1) m.back().second = std::max(m.back().second, p.second);
+    else m.push_back(p);
+  }
+  return m;
+}
+Ranges complement(const Ranges& in) {
+  Ranges m = normalize(in), c;
+  uint32_t next = 0;
+  for (auto& p : m) {
+    if (p.first > next) c.emplace_back(next, p.first - 1);
+    next = p.second + 1;
+  }
+  if (next <= kMax) c.emplace_back(next, kMax);
+  return c;
+}
+bool contains(const Ranges& r, uint32_t c) {
+  for (auto& p : r) if (c >= p.first && c <= p.second) return true;
+  return false;
+}
+
+// JSON string content matching one character of the set `r` (the raw
+// character, or its escape for those JSON requires escaped, plus "\/").
+std::string set_expr(const Ranges& in) {
+  const Ranges r = normalize(in);
+  std::vector<std::string> alts;
+  // Raw: the set minus controls, '"' and '\'.
+  Ranges raw;
+  for (auto p : r) {
+    auto add = [&](uint32_t a, uint32_t b) { if (a <= b) raw.emplace_back(a, b); };
+    // cut out [0,0x1F], 0x22, 0x5C
+    uint32_t a = std::max<uint32_t>(p.first, 0x20), b = p.second;
+    if (a > b) continue;
+    for (uint32_t cut : {0x22u, 0x5Cu}) {
+      if (cut >= a && cut <= b) {
+        if (cut > a) add(a, cut - 1);
+        a = cut + 1;
+      }
+    }
+    add(a, b);
+  }
+  if (raw.size() == 1 && raw[0].first == raw[0].second && raw[0].first < 0x7F) {
+    alts.push_back(lit(std::string(1, static_cast<char>(raw[0].first))));
+  } else if (!raw.empty()) {
+    std::string cls = "[";
+    for (auto& [a, b] : raw) cls += a == b ? cp_escape(a) : cp_escape(a) + "-" + cp_escape(b);
+    alts.push_back(cls + "]");
+  }
+  if (contains(r, '"')) alts.push_back(lit("\\\""));
+  if (contains(r, '\\')) alts.push_back(lit("\\\\"));
+  if (contains(r, '/')) alts.push_back(lit("\\/"));
+  static const std::pair<uint32_t, char> shorts[] = {{8, 'b'}, {12, 'f'}, {10, 'n'}, {13, 'r'}, {9, 't'}};
+  for (uint32_t c = 0; c < 0x20; ++c) {
+    if (!contains(r, c)) continue;
+    for (auto& [sc, ch] : shorts) if (sc == c) alts.push_back(lit(std::string("\\") + ch));
+    auto nib = [](uint32_t v) {
+      const char* hx = "0123456789abcdef";
+      std::string k(1, hx[v]);
+      if (v >= 10) k += static_cast<char>(hx[v] - 32);
+      return "[" + k + "]";
+    };
+    alts.push_back(lit("\\u00") + " " + nib(c >> 4) + " " + nib(c & 15));
+  }
+  if (alts.empty()) return "[^\\x00-\\U0010FFFF]";  // matches nothing
+  if (alts.size() == 1) return alts[0];
+  std::string out = "(";
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+  return out + ")";
+}
+
+class Regex {
+ public:
+  Regex(std::string_view p, const std::string& jchar) : p_(p), jchar_(jchar) {}
+
+  std::string run() {
+    if (p_.size() > 4096) bad("longer than 4096 characters");
+    std::vector<std::string> tops;
+    for (;;) {
+      bool anchored_start = false, anchored_end = false;
+      if (i_ < p_.size() && p_[i_] == '^') { anchored_start = true; ++i_; }
+      std::string body = concat(0, &anchored_end);
+      std::string alt = (anchored_start ? "" : jchar_ + "* ") + body + (anchored_end ? "" : " " + jchar_ + "*");
+      tops.push_back("(" + alt + ")");
+      if (i_ >= p_.size()) break;
+      if (p_[i_] != '|') bad("unbalanced ')'");
+      ++i_;
+    }
+    std::string out = "(";
+    for (size_t k = 0; k < tops.size(); ++k) out += (k ? " | " : "") + tops[k];
+    return out + ")";
+  }
+
+ private:
+  std::string_view p_;
+  const std::string& jchar_;
+  size_t i_ = 0;
+
+  [[noreturn]] void bad(const std::string& why) const {
+    throw std::invalid_argument("pattern: " + why + " (at offset " + std::to_string(i_) + ")");
+  }
+
+  uint32_t utf8() {
+    const uint8_t c = static_cast<uint8_t>(p_[i_]);
+    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i_ + n > p_.size()) bad("invalid UTF-8");
+    uint32_t v = n == 1 ? c : n == 2 ? (c & 31) : n == 3 ? (c & 15) : (c & 7);
+    for (int k = 1; k < n; ++k) v = (v << 6) | (static_cast<uint8_t>(p_[i_ + k]) & 63);
+    i_ += n;
+    return v;
+  }
+  uint32_t hexn(int n) {
+    uint32_t v = 0;
+    for (int k = 0; k < n; ++k) {
+      if (i_ >= p_.size()) bad("short escape");
+      const char c = p_[i_++];
+      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      if (d < 0) bad("bad hex digit");
+      v = v * 16 + static_cast<uint32_t>(d);
+    }
+    return v;
+  }
+  static Ranges digit() { return {{'0', '9'}}; }
+  static Ranges word() { return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}; }
+  static Ranges space() { return {{9, 13}, {' ', ' '}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029},
+                                  {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}}; }
+  // After '\': a class escape (\d ...) into `out`, or one character.
+  bool escape(Ranges& out, uint32_t& ch) {
+    if (i_ >= p_.size()) bad("pattern ends with '\\'");
+    const char e = p_[i_++];
+    switch (e) {
+      case 'd': out = digit(); return true;
+      case 'D': out = complement(digit()); return true;
+      case 'w': out = word(); return true;
+      case 'W': out = complement(word()); return true;
+      case 's': out = space(); return true;
+      case 'S': out = complement(space()); return true;
+      case 't': ch = 9; return false;
+      case 'n': ch = 10; return false;
+      case 'r': ch = 13; return false;
+      case 'f': ch = 12; return false;
+      case 'v': ch = 11; return false;
+      case '0': ch = 0; return false;
+      case 'x': ch = hexn(2); return false;
+      case 'u':
+        if (i_ < p_.size() && p_[i_] == '{') bad("\\u{...} escapes are not supported");
+        ch = hexn(4);
+        return false;
+      default: break;
+    }
+    if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '1' && e <= '9'))
+      bad(std::string("escape '\\") + e + "' is not supported (word boundaries, back-references, properties)");
+    --i_;
+    ch = utf8();
+    return false;
+  }
+  Ranges parse_class() {  // after '['
+    bool neg = false;
+    if (i_ < p_.size() && p_[i_] == '^') { neg = true; ++i_; }
+    Ranges r;
+    bool first = true;
+    while (i_ < p_.size() && (p_[i_] != ']' || false)) {
+      if (p_[i_] == ']' && !first) break;
+      if (p_[i_] == ']' && first) break;  // JS: [] matches nothing, [^] anything
+      first = false;
+      uint32_t lo;
+      Ranges esc;
+      if (p_[i_] == '\\') {
+        ++i_;
+        if (i_ < p_.size() && p_[i_] == 'b') { ++i_; lo = 8; }
+        else if (escape(esc, lo)) { r.insert(r.end(), esc.begin(), esc.end()); continue; }
+      } else {
+        lo = utf8();
+      }
+      uint32_t hi = lo;
+      if (i_ + 1 < p_.size() && p_[i_] == '-' && p_[i_ + 1] != ']') {
+        ++i_;
+        if (p_[i_] == '\\') {
+          ++i_;
+          if (escape(esc, hi)) bad("class escape as a range end");
+        } else {
+          hi = utf8();
+        }
+        if (hi < lo) bad("range out of order");
+      }
+      r.emplace_back(lo, hi);
+    }
+    if (i_ >= p_.size()) bad("unterminated character class");
+    ++i_;
+    return neg ? complement(r) : r;
+  }
+  std::string atom(int depth, bool* at_end) {
+    const char c = p_[i_];
+    if (c == '(') {
+      ++i_;
+      if (depth > 64) bad("groups nested deeper than 64");
+      if (i_ < p_.size() && p_[i_] == '?') {
+        if (i_ + 1 < p_.size() && p_[i_ + 1] == ':') {
+          i_ += 2;
+        } else if (i_ + 2 < p_.size() && p_[i_ + 1] == '<' && p_[i_ + 2] != '=' && p_[i_ + 2] != '!') {
+          while (i_ < p_.size() && p_[i_] != '>') ++i_;
+          if (i_ >= p_.size()) bad("unterminated group name");
+          ++i_;
+        } else {
+          bad("lookaround assertions are not supported");
+        }
+      }
+      std::vector<std::string> alts;
+      for (;;) {
+        alts.push_back(concat(depth + 1, nullptr));
+        if (i_ < p_.size() && p_[i_] == '|') { ++i_; continue; }
+        break;
+      }
+      if (i_ >= p_.size() || p_[i_] != ')') bad("missing ')'");
+      ++i_;
+      std::string out = "(";
+      for (size_t k = 0; k < alts.size(); ++k) out += (k ? " | " : "") + (alts[k].empty() ? std::string("\"\"") : alts[k]);
+      return out + ")";
+    }
+    if (c == '[') { ++i_; return set_expr(parse_class()); }
+    if (c == '.') { ++i_; return set_expr(complement({{10, 10}, {13, 13}, {0x2028, 0x2029}})); }
+    if (c == '\\') {
+      ++i_;
+      Ranges r;
+      uint32_t ch = 0;
+      if (escape(r, ch)) return set_expr(r);
+      return set_expr({{ch, ch}});
+    }
+    if (c == '$') {
+      ++i_;
+      if (at_end && i_ == p_.size()) { *at_end = true; return ""; }
+      if (at_end && i_ < p_.size() && p_[i_] == '|') { *at_end = true; return ""; }
+      bad("'$' inside the pattern is not supported");
+    }
+    if (c == '^') bad("'^' inside the pattern is not supported");
+    if (c == '*' || c == '+' || c == '?') bad("nothing to repeat");
+    const uint32_t ch = utf8();
+    return set_expr({{ch, ch}});
+  }
+  // {m}, {m,}, {m,n} at i_ (which is at '{'); false if it is a literal '{'.
+  bool braces(uint32_t& lo, uint32_t& hi, bool& open) {
+    size_t j = i_ + 1;
+    auto num = [&](uint32_t& v) {
+      const size_t b = j;
+      uint64_t x = 0;
+      while (j < p_.size() && p_[j] >= '0' && p_[j] <= '9') { x = x * 10 + static_cast<uint64_t>(p_[j] - '0'); if (x > 100000) x = 100000; ++j; }
+      v = static_cast<uint32_t>(x);
+      return j > b;
+    };
+    if (!num(lo)) return false;
+    open = false;
+    hi = lo;
+    if (j < p_.size() && p_[j] == ',') {
+      ++j;
+      if (!num(hi)) open = true;
+    }
+    if (j >= p_.size() || p_[j] != '}') return false;
+    i_ = j + 1;
+    if (lo > 10000 || (!open && hi > 10000)) bad("repetition count over 10000");
+    if (!open && hi < lo) bad("repetition {m,n} with n < m");
+    return true;
+  }
+  std::string concat(int depth, bool* at_end) {
+    std::string out;
+    while (i_ < p_.size() && p_[i_] != '|' && p_[i_] != ')') {
+      if (at_end && *at_end) bad("'$' inside the pattern is not supported");
+      std::string a = atom(depth, at_end);
+      if (a.empty()) continue;  // '$'
+      if (i_ < p_.size()) {
+        const char q = p_[i_];
+        std::string rep;
+        if (q == '*' || q == '+' || q == '?') {
+          ++i_;
+          rep = std::string(1, q);
+        } else if (q == '{') {
+          uint32_t lo = 0, hi = 0;
+          bool open = false;
+          if (braces(lo, hi, open))
+            rep = "{" + std::to_string(lo) + (open ? "," : hi != lo ? "," + std::to_string(hi) : "") + "}";
+        }
+        if (!rep.empty()) {
+          if (i_ < p_.size() && p_[i_] == '?') ++i_;  // lazy: the same language
+          a = "(" + a + ")" + rep;
+        }
+      }
+      out += (out.empty() ? "" : " ") + a;
+    }
+    return out;
+  }
+};
+
+std::string ipv4() {
+  const std::string oct = "(\"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9])";
+  return "(" + oct + " \".\" " + oct + " \".\" " + oct + " \".\" " + oct + ")";
+}
+
+// RFC 3986 section 3.2.2 IPv6address.
+std::string ipv6() {
+  const std::string h = "[0-9a-fA-F]{1,4}";
+  const std::string ls32 = "(" + h + " \":\" " + h + " | " + ipv4() + ")";
+  auto hc = [&](int n) { return n == 0 ? std::string() : "(" + h + " \":\"){" + std::to_string(n) + "} "; };
+  auto opt = [&](int n) {  // [ *n( h16 ":" ) h16 ]
+    return "(" + (n > 0 ? "(" + h + " \":\"){0," + std::to_string(n) + "} " : std::string()) + h + ")? ";
+  };
+  std::vector<std::string> alts = {
+      hc(6) + ls32,
+      "\"::\" " + hc(5) + ls32,
+      opt(0) + "\"::\" " + hc(4) + ls32,
+      opt(1) + "\"::\" " + hc(3) + ls32,
+      opt(2) + "\"::\" " + hc(2) + ls32,
+      opt(3) + "\"::\" " + hc(1) + ls32,
+      opt(4) + "\"::\" " + ls32,
+      opt(5) + "\"::\" " + h,
+      opt(6) + "\"::\"",
+  };
+  std::string out = "(";
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+  return out + ")";
+}
+
+}  // namespace
+
+std::string lit(std::string_view bytes) {
+  std::string out = "\"";
+  for (char ch : bytes) {
+    const uint8_t c = static_cast<uint8_t>(ch);
+    if (c == '"') out += "\\\"";
+    else if (c == '\\') out += "\\\\";
+    else if (c < 0x20 || c == 0x7F) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02X", c);
+      out += b;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+std::string regex_to_gbnf(std::string_view pattern, const std::string& jchar) {
+  return Regex(pattern, jchar).run();
+}
+
+std::optional<std::string> format_to_gbnf(std::string_view f) {
+  const std::string d2 = "[0-9] [0-9]";
+  const std::string leap2 = "(\"0\" [048] | [2468] [048] | [13579] [26])";
+  const std::string date =
+      "(" + d2 + " " + d2 + " \"-\" ((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])"
+      " | (\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\")"
+      " | \"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]))"
+      " | (" + d2 + " (\"0\" [48] | [2468] [048] | [13579] [26]) | " + leap2 + " \"00\") \"-02-29\")";
+  // Second 60 (a leap second) only where the time is 23:59 in UTC: the
+  // local time L (minutes) with offset L + 1 or L - 1439 (RFC 3339 5.7).
+  std::string leap = "(\"23:59:60\" frac ([Zz] | \"+00:00\" | \"-00:00\")";
+  for (int L = 0; L < 1439; ++L) {
+    char b[64];
+    const int pos = L + 1, neg = 1439 - L;
+    std::snprintf(b, sizeof b, " | \"%02d:%02d:60\" frac (\"+%02d:%02d\" | \"-%02d:%02d\")", L / 60, L % 60, pos / 60,
+                  pos % 60, neg / 60, neg % 60);
+    leap += b;
+  }
+  leap += ")";
+  const std::string time =
+      "((([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] frac"
+      " ([Zz] | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])) | " + leap + ")";
+  if (f == "date") return date;
+  if (f == "time") return time;
+  if (f == "date-time") return "(" + date + " [Tt] " + time + ")";
+  if (f == "uuid") {
+    const std::string h = "[0-9a-fA-F]";
+    auto n = [&](int k) { return "(" + h + "){" + std::to_string(k) + "}"; };
+    return "(" + n(8) + " \"-\" " + n(4) + " \"-\" " + n(4) + " \"-\" " + n(4) + " \"-\" " + n(12) + ")";
+  }
+  if (f == "ipv4") return ipv4();
+  if (f == "email") {
+    // dot-atom or quoted-string local part (RFC 5321 4.1.2; in JSON text the
+    // quotes and backslashes are escaped), host name or address literal.
+    const std::string atext = "[A-Za-z0-9!#$%&'*+=?^_`{|}~/-]";
+    const std::string label = "([A-Za-z0-9] ([A-Za-z0-9-]{0,61} [A-Za-z0-9])?)";
+    const std::string q = R"("\\\"")";  // a quote, escaped in JSON text
+    const std::string bs = R"("\\\\")";  // a backslash, escaped in JSON text
+    const std::string qtext = R"([ !#-\x5B\x5D-~])";
+    const std::string qchar = "(" + qtext + " | " + bs + " (" + qtext + " | " + q + " | " + bs + "))";
+    const std::string qlocal = "(" + q + " " + qchar + "* " + q + ")";
+    return "(((" + atext + ")+ (\".\" (" + atext + ")+)* | " + qlocal + ") \"@\" (" + label + " (\".\" " + label +
+           ")* | \"[\" " + ipv4() + " \"]\" | \"[IPv6:\" " + ipv6() + " \"]\"))";
+  }
+  return std::nullopt;
+}
+
+namespace {
+// Equal-length decimal strings lo <= hi: alternatives matching [lo, hi].
+std::string same_len(const std::string& lo, const std::string& hi) {
+  const size_t n = lo.size();
+  if (n == 0) return "";
+  if (lo == hi) return lit(lo);
+  if (lo[0] == hi[0]) return lit(lo.substr(0, 1)) + " " + same_len(lo.substr(1), hi.substr(1));
+  const std::string rest_lo = lo.substr(1), rest_hi = hi.substr(1);
+  const bool lo_zero = rest_lo.find_first_not_of('0') == std::string::npos;
+  const bool hi_nine = rest_hi.find_first_not_of('9') == std::string::npos;
+  auto digits = [](size_t k) { return k == 0 ? std::string() : k == 1 ? std::string(" [0-9]") : " [0-9]{" + std::to_string(k) + "}"; };
+  std::vector<std::string> alts;
+  char a = lo[0], b = hi[0];
+  if (!lo_zero) { alts.push_back(lit(std::string(1, a)) + " " + same_len(rest_lo, std::string(n - 1, '9'))); ++a; }
+  if (!hi_nine) --b;
+  if (a <= b) alts.push_back("[" + std::string(1, a) + "-" + std::string(1, b) + "]" + digits(n - 1));
+  if (!hi_nine) alts.push_back(lit(std::string(1, hi[0])) + " " + same_len(std::string(n - 1, '0'), rest_hi));
+  std::string out = "(";
+  for (size_t k = 0; k < alts.size(); ++k) out += (k ? " | " : "") + alts[k];
+  return out + ")";
+}
+}  // namespace
+
+std::string nonneg_range(uint64_t lo, std::optional<uint64_t> hi) {
+  if (hi && *hi < lo) return "[^\\x00-\\U0010FFFF]";
+  auto pow10 = [](size_t n) { uint64_t p = 1; for (size_t k = 0; k < n; ++k) p *= 10; return p; };
+  std::vector<std::string> alts;
+  const size_t nlo = std::to_string(lo).size();
+  const size_t nhi = hi ? std::to_string(*hi).size() : nlo;
+  for (size_t n = nlo; n <= nhi; ++n) {
+    const uint64_t first = n == 1 ? 0 : pow10(n - 1);
+    const uint64_t last = pow10(n) - 1;
+    const uint64_t a = std::max(lo, first);
+    const uint64_t b = hi ? std::min(*hi, last) : last;
+    if (a <= b) alts.push_back(same_len(std::to_string(a), std::to_string(b)));
+  }
+  if (!hi) alts.push_back("[1-9] [0-9]{" + std::to_string(nlo) + ",}");
+  if (alts.empty()) return "[^\\x00-\\U0010FFFF]";
+  std::string out = "(";
+  for (size_t k = 0; k < alts.size(); ++k) out += (k ? " | " : "") + alts[k];
+  return out + ")";
+}
+
+std::string int_range(std::optional<int64_t> lo, std::optional<int64_t> hi) {
+  std::vector<std::string> alts;
+  if (!hi || *hi >= 0) alts.push_back(nonneg_range(lo && *lo > 0 ? static_cast<uint64_t>(*lo) : 0,
+                                                   hi ? std::optional<uint64_t>(static_cast<uint64_t>(*hi)) : std::nullopt));
+  if (!lo || *lo < 0) {
+    const int64_t top = hi ? std::min<int64_t>(*hi, -1) : -1;  // the negatives in [lo, top]
+    if (!lo || *lo <= top)
+      alts.push_back("\"-\" " + nonneg_range(static_cast<uint64_t>(-top),
+                                             lo ? std::optional<uint64_t>(static_cast<uint64_t>(-*lo)) : std::nullopt));
+  }
+  if (alts.empty()) return "[^\\x00-\\U0010FFFF]";
+  std::string out = "(";
+  for (size_t k = 0; k < alts.size(); ++k) out += (k ? " | " : "") + alts[k];
+  return out + ")";
+}
+
+namespace {
+
+const char* kNone = "[^\\x00-\\U0010FFFF]";
+
+// A fraction's digits d (0.d) between bounds: lower `f` (digits, "" = 0;
+// strict: 0.d > 0.f), upper `g` (nullopt: none). Returns whether the empty
+// string qualifies and GBNF for the non-empty d that do (kNone: none).
+struct Frac { bool empty_ok; std::string nonempty; };
+Frac frac_between(const std::string& f, bool sl, const std::optional<std::string>& g, bool sh) {
+  Frac r;
+  const bool zero_ok = f.empty() && !sl;  // the lower bound lets 0 through
+  if (g && g->empty()) {                  // at most 0: zeros only
+    r.empty_ok = zero_ok && !sh;
+    r.nonempty = zero_ok && !sh ? "\"0\"+" : kNone;
+    return r;
+  }
+  if (f.empty() && !g) {
+    r.empty_ok = !sl;
+    r.nonempty = sl ? "\"0\"* [1-9] [0-9]*" : "[0-9]+";
+    return r;
+  }
+  r.empty_ok = zero_ok;  // g is above 0 here
+  std::vector<std::string> alts;
+  const int lf = f.empty() ? 0 : f[0] - '0';
+  const int hg = g ? (g->empty() ? 0 : (*g)[0] - '0') : 9;
+  for (int c = lf; c <= hg; ++c) {
+    const bool lo_tight = c == lf && !(f.empty() && !sl);
+    const bool hi_tight = g && c == hg;
+    const std::string digit(1, static_cast<char>('0' + c));
+    if (!lo_tight && !hi_tight) {
+      int e = c;  // a run of free digits
+      while (e + 1 <= hg && !(g && e + 1 == hg)) ++e;
+      alts.push_back((c == e ? lit(digit) : "[" + digit + "-" + std::string(1, static_cast<char>('0' + e)) + "]") + " [0-9]*");
+      c = e;
+      continue;
+    }
+    const std::string f2 = lo_tight && !f.empty() ? f.substr(1) : "";
+    const bool sl2 = lo_tight && sl;
+    std::optional<std::string> g2;
+    if (hi_tight) g2 = g->empty() ? std::string() : g->substr(1);
+    const Frac rest = frac_between(f2, sl2, g2, hi_tight && sh);
+    if (rest.nonempty == kNone && !rest.empty_ok) continue;
+    if (rest.nonempty == kNone) alts.push_back(lit(digit));
+    else if (rest.empty_ok) alts.push_back(lit(digit) + " (" + rest.nonempty + ")?");
+    else alts.push_back(lit(digit) + " " + rest.nonempty);
+  }
+  if (alts.empty()) {
+    r.nonempty = kNone;
+  } else {
+    r.nonempty = "(";
+    for (size_t k = 0; k < alts.size(); ++k) r.nonempty += (k ? " | " : "") + alts[k];
+    r.nonempty += ")";
+  }
+  return r;
+}
+
+std::string fraction(const Frac& f) {
+  if (f.nonempty == kNone) return f.empty_ok ? "" : kNone;
+  return f.empty_ok ? "(\".\" " + f.nonempty + ")?" : "\".\" " + f.nonempty;
+}
+
+struct Dec { uint64_t i = 0; std::string frac; bool neg = false; };
+Dec parse_dec(const std::string& t) {
+  Dec d;
+  size_t k = 0;
+  if (k < t.size() && t[k] == '-') { d.neg = true; ++k; }
+  const size_t dot = t.find('.', k);
+  const std::string ip = t.substr(k, dot == std::string::npos ? std::string::npos : dot - k);
+  if (ip.empty() || ip.size() > 18 || ip.find_first_not_of("0123456789") != std::string::npos)
+    throw std::invalid_argument("bound " + t + " is not a plain decimal under 1e18");
+  d.i = std::stoull(ip);
+  if (dot != std::string::npos) {
+    d.frac = t.substr(dot + 1);
+    if (d.frac.empty() || d.frac.size() > 40 || d.frac.find_first_not_of("0123456789") != std::string::npos)
+      throw std::invalid_argument("bound " + t + " is not a plain decimal");
+    while (!d.frac.empty() && d.frac.back() == '0') d.frac.pop_back();
+  }
+  if (d.i == 0 && d.frac.empty()) d.neg = false;
+  return d;
+}
+
+// Magnitudes m >= a (strict: >) and <= b (nullopt: none), written
+// ("0" | [1-9][0-9]*) ("." [0-9]+)?.
+std::string magnitude(const Dec& a, bool a_ex, const std::optional<Dec>& b, bool b_ex) {
+  std::vector<std::string> alts;
+  if (b && b->i < a.i) return kNone;
+  const std::string any_frac = "(\".\" [0-9]+)?";
+  if (!b) alts.push_back(nonneg_range(a.i + 1, std::nullopt) + " " + any_frac);
+  else if (b->i >= a.i + 2) alts.push_back(nonneg_range(a.i + 1, b->i - 1) + " " + any_frac);
+  auto at = [&](uint64_t i, const Frac& f) {
+    const std::string fr = fraction(f);
+    if (fr == kNone) return;
+    alts.push_back(lit(std::to_string(i)) + (fr.empty() ? "" : " " + fr));
+  };
+  if (b && b->i == a.i) {
+    at(a.i, frac_between(a.frac, a_ex, b->frac, b_ex));
+  } else {
+    at(a.i, frac_between(a.frac, a_ex, std::nullopt, false));
+    if (b) at(b->i, frac_between("", false, b->frac, b_ex));
+  }
+  if (alts.empty()) return kNone;
+  std::string out = "(";
+  for (size_t k = 0; k < alts.size(); ++k) out += (k ? " | " : "") + alts[k];
+  return out + ")";
+}
+
+}  // namespace
+
+std::string decimal_range(const std::optional<std::string>& lo, bool lo_ex, const std::optional<std::string>& hi,
+                          bool hi_ex) {
+  std::optional<Dec> l, h;
+  if (lo) l = parse_dec(*lo);
+  if (hi) h = parse_dec(*hi);
+  std::vector<std::string> alts;
+  // x >= 0: m in [max(lo, 0), hi].
+  if (!h || !h->neg) {
+    Dec a;
+    bool a_ex = false;
+    if (l && !l->neg) { a = *l; a_ex = lo_ex; }
+    const std::string m = magnitude(a, a_ex, h, hi_ex);
+    if (m != kNone) alts.push_back(m);
+  }
+  // x < 0: x = -m, m in (max(-hi, 0), -lo].
+  if (!l || l->neg) {
+    Dec a;
+    bool a_ex = true;  // m > 0
+    if (h && h->neg) { a = *h; a.neg = false; a_ex = hi_ex; }
+    std::optional<Dec> b;
+    if (l) { b = *l; b->neg = false; }
+    const std::string m = magnitude(a, a_ex, b, lo_ex);
+    if (m != kNone) alts.push_back("\"-\" " + m);
+  }
+  if (alts.empty()) return kNone;
+  std::string out = "(";
+  for (size_t k = 0; k < alts.size(); ++k) out += (k ? " | " : "") + alts[k];
+  return out + ")";
+}
+
+std::string multiple_of(uint32_t k) {
+  // A DFA over the value mod k read digit by digit: state r, digit d ->
+  // (10 r + d) mod k; accept in state 0. Rule names are local: the caller
+  // gets one expression using nested rules written inline as groups is not
+  // possible (they recurse), so this returns rule definitions after a '\n'.
+  std::string defs;
+  const std::string base = "mod" + std::to_string(k) + "-";
+  for (uint32_t r = 0; r < k; ++r) {
+    std::vector<std::string> alts;
+    for (uint32_t t = 0; t < k; ++t) {
+      std::string cls;
+      for (uint32_t d = 0; d < 10; ++d)
+        if ((10 * r + d) % k == t) cls += static_cast<char>('0' + d);
+      if (!cls.empty()) alts.push_back("[" + cls + "] " + base + std::to_string(t));
+    }
+    if (r == 0) alts.push_back("\"\"");
+    defs += base + std::to_string(r) + " ::= ";
+    for (size_t a = 0; a < alts.size(); ++a) defs += (a ? " | " : "") + alts[a];
+    defs += "\n";
+  }
+  std::vector<std::string> first;
+  for (uint32_t t = 0; t < k; ++t) {
+    std::string cls;
+    for (uint32_t d = 1; d < 10; ++d)
+      if (d % k == t) cls += static_cast<char>('0' + d);
+    if (!cls.empty()) first.push_back("[" + cls + "] " + base + std::to_string(t));
+  }
+  std::string expr = "(\"-\"? (\"0\"";
+  for (auto& f : first) expr += " | " + f;
+  return expr + "))\n" + defs;
+}
+
+std::string decimal_multiple_of(uint32_t K, uint32_t d) {
+  // A DFA over the digits of x * 10^d mod K: integer digits, then the
+  // fraction's first d digits (missing ones count as 0), then only zeros.
+  std::vector<uint32_t> p10(d + 1, 1 % K);
+  for (uint32_t j = 1; j <= d; ++j) p10[j] = (p10[j - 1] * 10) % K;
+  const std::string base = "dmod" + std::to_string(K) + "e" + std::to_string(d) + "-";
+  auto I = [&](uint32_t r) { return base + "i" + std::to_string(r); };
+  auto E = [&](uint32_t r) { return base + "e" + std::to_string(r); };
+  auto F = [&](uint32_t r, uint32_t j) { return base + "f" + std::to_string(r) + "-" + std::to_string(j); };
+  auto join = [](const std::vector<std::string>& alts) {
+    if (alts.empty()) return std::string(kNone);
+    std::string o;
+    for (size_t a = 0; a < alts.size(); ++a) o += (a ? " | " : "") + alts[a];
+    return o;
+  };
+  // Digit classes from state r to each next state.
+  auto steps = [&](uint32_t r, int first_digit, const std::function<std::string(uint32_t)>& to) {
+    std::vector<std::string> alts;
+    for (uint32_t t = 0; t < K; ++t) {
+      std::string cls;
+      for (int c = first_digit; c < 10; ++c)
+        if ((10 * r + static_cast<uint32_t>(c)) % K == t) cls += static_cast<char>('0' + c);
+      if (!cls.empty()) {
+        const std::string next = to(t);
+        if (!next.empty()) alts.push_back("[" + cls + "] " + next);
+      }
+    }
+    return alts;
+  };
+  std::string defs;
+  for (uint32_t r = 0; r < K; ++r) {
+    auto alts = steps(r, 0, [&](uint32_t t) { return I(t); });
+    alts.push_back(E(r));
+    defs += I(r) + " ::= " + join(alts) + "\n";
+    std::vector<std::string> e;
+    if ((r * p10[d]) % K == 0) e.push_back("\"\"");
+    e.push_back("\".\" " + F(r, 0));
+    defs += E(r) + " ::= " + join(e) + "\n";
+    for (uint32_t j = 0; j < d; ++j) {
+      auto fa = steps(r, 0, [&](uint32_t t) { return j + 1 < d || t == 0 ? F(t, j + 1) : std::string(); });
+      if (j >= 1 && (r * p10[d - j]) % K == 0) fa.push_back("\"\"");
+      defs += F(r, j) + " ::= " + join(fa) + "\n";
+    }
+  }
+  defs += F(0, d) + " ::= \"0\"*\n";
+  // Leading digit: "0" or [1-9] (state c mod K).
+  std::vector<std::string> first{"\"0\" " + E(0)};
+  for (auto& a : steps(0, 1, [&](uint32_t t) { return I(t); })) first.push_back(a);
+  return "(\"-\"? (" + join(first) + "))\n" + defs;
+}
+
+}  // namespace kvad::schema_text

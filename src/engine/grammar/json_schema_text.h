@@ -1,0 +1,48 @@
+// Pieces of the JSON Schema compiler (engine/grammar/json_schema.cpp) that turn
+// string and number constraints into GBNF expressions. Internal to engine/.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kvad::schema_text {
+
+/// A GBNF string literal matching exactly `bytes` (UTF-8).
+std::string lit(std::string_view bytes);
+
+/// GBNF for the content (between the quotes) of a JSON string that matches
+/// the ECMA-262 regex `pattern` (unanchored unless ^ / $ at its ends).
+/// `jchar` is the rule name of one JSON string character. Throws
+/// std::invalid_argument with the reason for a construct outside the subset.
+std::string regex_to_gbnf(std::string_view pattern, const std::string& jchar);
+
+/// GBNF for the content of a string of `format` (date-time, date, time,
+/// uuid, email, ipv4 per RFC 3339, RFC 4122, RFC 5321 dot-atoms, RFC 2673
+/// dotted quads); nullopt for another format. Uses the rule `frac`
+/// (an optional fraction of a second: ( "." [0-9]+ )?).
+std::optional<std::string> format_to_gbnf(std::string_view format);
+
+/// GBNF for decimal integers (JSON number syntax, no leading zeros) in
+/// [lo, hi]; nullopt bounds are open. |bounds| < 1e18.
+std::string int_range(std::optional<int64_t> lo, std::optional<int64_t> hi);
+
+/// GBNF for non-negative decimal integers in [lo, hi] (hi nullopt: open).
+std::string nonneg_range(uint64_t lo, std::optional<uint64_t> hi);
+
+/// GBNF for JSON numbers without an exponent in the range from `lo` to
+/// `hi` (decimal text as JSON writes it, e.g. "-2.0001"; nullopt: open;
+/// `*_ex`: exclusive). Throws std::invalid_argument for a bound with an
+/// exponent or 18 or more integer digits.
+std::string decimal_range(const std::optional<std::string>& lo, bool lo_ex, const std::optional<std::string>& hi,
+                          bool hi_ex);
+
+/// GBNF for decimal integers divisible by k (2 <= k <= 1000), optional sign.
+std::string multiple_of(uint32_t k);
+
+/// GBNF for JSON numbers without an exponent that are multiples of
+/// K / 10^d (K <= 1000, K * (d + 1) <= 4000), optional sign; the expression,
+/// then '\n' and the rule definitions it uses (names "dmodKeD-...").
+std::string decimal_multiple_of(uint32_t K, uint32_t d);
+
+}  // namespace kvad::schema_text

@@ -1,0 +1,66 @@
+// The quantize-once cache: an HF checkpoint (model/hf.h's view) quantized
+// once to a GGUF that later loads map directly (quantize_once.cpp).
+#pragma once
+#include <memory>
+#include <string>
+
+namespace kvad {
+
+class TensorSource;
+
+
+/// Where quantize_once keeps its files and what identifies the checkpoint.
+struct QuantizeOnceKey {
+  std::string cache_dir;  ///< $KVAD_HOME/cache
+  std::string repo;       ///< "HuggingFaceTB/SmolLM2-135M-Instruct", or the directory for a local checkpoint
+  std::string commit;     ///< the snapshot's commit (or "local")
+  /// The directory holding tokenizer.json (and tokenizer_config.json), whose
+  /// tokenizer the file keeps (tokenizer_json_gguf_keys); empty, or a
+  /// directory without tokenizer.json: none.
+  std::string tokenizer_dir = {};
+};
+
+/// The GGUF keys quantize_once stamps its files with (read by `kvad cache`).
+namespace quantize_once_keys {
+inline constexpr const char* kRepo = "kvad.source.repo";        ///< STRING: QuantizeOnceKey::repo
+inline constexpr const char* kCommit = "kvad.source.commit";    ///< STRING: QuantizeOnceKey::commit
+inline constexpr const char* kTensors = "kvad.source.tensors";  ///< STRING: "name:dtype;" per source tensor
+/// STRING: "file:bytes:mtime;" of tokenizer.json and tokenizer_config.json
+/// ("" without a tokenizer): a changed tokenizer makes the file stale.
+inline constexpr const char* kTokenizer = "kvad.source.tokenizer";
+inline constexpr const char* kQuant = "kvad.cache.quant";       ///< STRING: the --quant type
+inline constexpr const char* kVersion = "kvad.cache.version";   ///< UINT32: the cache's format version
+}  // namespace quantize_once_keys
+
+/// The quantize-once cache (DESIGN.md seams 7 and 9): the
+/// checkpoint `hf` (open_hf_checkpoint's view) quantized with `quant` (one of
+/// `kvad quantize`'s types: q8_0, q4_0, q4_k_m, ...; io/quantize.h rules)
+/// and written once as a GGUF in key.cache_dir, named by repo, commit, quant
+/// and kvad's cache format version, with llama.cpp's names, layout and
+/// metadata as its convert_hf_to_gguf.py writes them (llama's Q/K rows
+/// permuted to GGUF's layout; qwen3next's ssm_in split into attn_qkv and
+/// attn_gate; deepseek2's attn_kv_b into attn_k_b and attn_v_b, its MTP
+/// layers left out; qwen35's value heads in the converter's tiled order, as
+/// the HF view already holds them; 0/1 flags as GGUF BOOLs) and stamped with the
+/// checkpoint's full tensor list (`kvad.source.tensors`), and with the
+/// tokenizer of key.tokenizer_dir as GGUF keys (llama.cpp's tokenizer.ggml.*
+/// and kvad.tokenizer.*, tokenizer_json_gguf_keys; Tokenizer::from_gguf reads
+/// it back). A later call maps that file directly; a file whose stamps no
+/// longer match the checkpoint (a tensor added or gone, the tokenizer files
+/// changed) is rewritten. Returns the GGUF's source; *hit
+/// (if given) says whether the file was already there. Throws kvad::Error
+/// for an unknown type, a tensor the type cannot take, or an unwritable cache.
+std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSource> hf, const std::string& quant,
+                                                  const QuantizeOnceKey& key, bool* hit = nullptr);
+/// The same for the checkpoint in directory `dir`. A cache hit is found
+/// from open_hf_checkpoint(dir, list_only = true) and maps the cached GGUF
+/// alone: none of the checkpoint's tensors is read, and HF MoE experts are
+/// not stacked into memory (the GGUF's 3-D ffn_*_exps are used in place).
+/// A miss opens the checkpoint in full and quantizes it as above.
+std::shared_ptr<const TensorSource> quantize_once(const std::string& dir, const std::string& quant,
+                                                  const QuantizeOnceKey& key, bool* hit = nullptr);
+
+/// The cache file quantize_once uses for `key` and `quant`.
+std::string quantize_once_path(const QuantizeOnceKey& key, const std::string& quant);
+
+}  // namespace kvad
