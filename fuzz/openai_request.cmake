@@ -7,7 +7,7 @@ find_package(nlohmann_json CONFIG REQUIRED)
 add_executable(fuzz_openai_request ${CMAKE_CURRENT_LIST_DIR}/fuzz_openai_request.cpp
   ${PROJECT_SOURCE_DIR}/src/server/openai.cpp ${PROJECT_SOURCE_DIR}/src/server/anthropic.cpp
   ${PROJECT_SOURCE_DIR}/src/server/responses.cpp ${PROJECT_SOURCE_DIR}/src/server/chat_output.cpp
-  ${PROJECT_SOURCE_DIR}/src/server/tool_calls.cpp
+  ${PROJECT_SOURCE_DIR}/src/server/tool_calls.cpp ${PROJECT_SOURCE_DIR}/src/server/json_parse.cpp
   # response_format / grammar compile here (400 on a refused schema)
   ${PROJECT_SOURCE_DIR}/src/engine/grammar/gbnf.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/grammar_matcher.cpp
   ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_merge.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_text.cpp)

@@ -49,6 +49,8 @@ struct ServeOptions {
 };
 
 std::atomic<int> g_signal{0};
+std::atomic<bool> g_served{false};  ///< Server::run() returned
+constexpr auto kShutdownGrace = std::chrono::seconds(10);
 
 extern "C" void on_signal(int sig) { g_signal.store(sig); }
 
@@ -134,16 +136,32 @@ void serve(const ServeOptions& o) {
                  o.host.c_str());
 
   // SIGINT/SIGTERM: a watcher thread turns the flag into stop(), which ends
-  // running generations and makes run() return.
+  // running generations and embeddings and makes run() return once every
+  // handler has. A handler that does not return in kShutdownGrace (work
+  // that checks for stop() nowhere, e.g. inside one library call) does not
+  // hold the process: it exits without running destructors.
   std::atomic<bool> done{false};
   std::thread watcher([&] {
     while (!done.load() && g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     if (g_signal.load() != 0) {
-      std::fprintf(stderr, "kvad serve: signal %d, shutting down\n", g_signal.load());
+      const int sig = g_signal.load();
+      std::fprintf(stderr, "kvad serve: signal %d, shutting down\n", sig);
+      // Detached, so it reads only globals: serve() may have returned.
+      std::thread([sig] {
+        const auto deadline = std::chrono::steady_clock::now() + kShutdownGrace;
+        while (!g_served.load() && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (g_served.load()) return;
+        std::fprintf(stderr, "kvad serve: a request still running %lld s after signal %d; exiting without it\n",
+                     static_cast<long long>(kShutdownGrace.count()), sig);
+        std::fflush(stderr);
+        std::_Exit(128 + sig);
+      }).detach();
       srv.stop();
     }
   });
   srv.run();
+  g_served.store(true);
   done.store(true);
   watcher.join();
 }

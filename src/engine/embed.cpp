@@ -1,5 +1,7 @@
 #include "engine/embed.h"
 
+#include <chrono>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -169,7 +171,8 @@ std::vector<int32_t> Embedder::tokenize(std::string_view text) const {
   return out;
 }
 
-std::vector<float> Embedder::embed(const std::vector<std::vector<int32_t>>& inputs) {
+std::vector<float> Embedder::embed(const std::vector<std::vector<int32_t>>& inputs,
+                                   const std::function<bool()>& cancelled) {
   const int32_t nv = n_vocab();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const auto& in = inputs[i];
@@ -184,16 +187,59 @@ std::vector<float> Embedder::embed(const std::vector<std::vector<int32_t>>& inpu
   }
   const int64_t E = dim();
   std::vector<float> result(inputs.size() * static_cast<size_t>(E), 0.0f);
-  std::lock_guard<std::mutex> lock(mu_);
+  // One turn per forward call (the cache and the pool are shared); the
+  // waiting call with the fewest tokens left goes next (ties: the earlier),
+  // so a short request waits for the forward call in progress only.
+  // Released on every exit, a throw included.
+  struct Turn {
+    Embedder& e;
+    std::pair<int64_t, uint64_t> key;
+    bool others_waiting = false;
+    // A call cancelled while it waits leaves the line (checked every 50 ms).
+    Turn(Embedder& em, int64_t tokens_left, const std::function<bool()>& cancelled) : e(em) {
+      std::unique_lock<std::mutex> l(e.mu_);
+      key = {tokens_left, e.next_ticket_++};
+      e.waiting_.insert(key);
+      while (!e.turn_.wait_for(l, std::chrono::milliseconds(50),
+                               [&] { return !e.busy_ && *e.waiting_.begin() == key; })) {
+        l.unlock();
+        const bool gone = cancelled && cancelled();
+        l.lock();
+        if (gone) {
+          e.waiting_.erase(key);
+          l.unlock();
+          e.turn_.notify_all();
+          throw EmbedCancelled();
+        }
+      }
+      e.waiting_.erase(key);
+      e.busy_ = true;
+      others_waiting = !e.waiting_.empty();
+    }
+    ~Turn() {
+      {
+        std::lock_guard<std::mutex> l(e.mu_);
+        e.busy_ = false;
+      }
+      e.turn_.notify_all();
+    }
+  };
+  int64_t tokens_left = 0;
+  for (const auto& in : inputs) tokens_left += static_cast<int64_t>(in.size());
   std::vector<int32_t> token, pos, seq, out;
   std::vector<float> hidden;
   for (size_t i0 = 0; i0 < inputs.size();) {
-    // Pack whole sequences into one call.
+    const Turn turn(*this, tokens_left, cancelled);
+    if (cancelled && cancelled()) throw EmbedCancelled();
+    // Pack whole sequences into one call; shorter calls while others wait
+    // (each waits for the call in progress).
+    const int64_t cap = turn.others_waiting ? std::min<int64_t>(n_batch_, kSharedBatchTokens) : n_batch_;
     size_t i1 = i0;
     int64_t n_tok = 0;
     while (i1 < inputs.size() && static_cast<int>(i1 - i0) < n_seq_ &&
-           (i1 == i0 || n_tok + static_cast<int64_t>(inputs[i1].size()) <= n_batch_))
+           (i1 == i0 || n_tok + static_cast<int64_t>(inputs[i1].size()) <= cap))
       n_tok += static_cast<int64_t>(inputs[i1++].size());
+    tokens_left -= n_tok;
     token.clear(), pos.clear(), seq.clear(), out.clear();
     for (size_t i = i0; i < i1; ++i) {
       const auto& in = inputs[i];
@@ -214,6 +260,7 @@ std::vector<float> Embedder::embed(const std::vector<std::vector<int32_t>>& inpu
                 static_cast<int64_t>(out.size())};
     for (size_t i = i0; i < i1; ++i) cache_->truncate(static_cast<int>(i - i0), 0);
     model_->hidden(*pool_, *cache_, b, hidden.data());
+    ++forward_calls_;
     for (size_t i = i0; i < i1; ++i) cache_->truncate(static_cast<int>(i - i0), 0);
     // Pool: hidden rows are in `out` order, sequence by sequence.
     size_t row = 0;

@@ -5,12 +5,18 @@
 // models (registry kind `embedding`: BERT) and decoder models (llama, qwen2,
 // qwen3: last-token or mean pooling).
 #pragma once
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "base/error.h"
 
 namespace kvad {
 
@@ -49,8 +55,18 @@ struct EmbeddingConfig {
 /// returning vectors that differ from sentence-transformers'.
 EmbeddingConfig embedding_config(const Model& m, const std::string& dir);
 
-/// Embeds batches of token sequences with one model. Thread-safe: calls are
-/// serialised (one forward pass at a time), each call batches its inputs.
+/// embed() stopped because its `cancelled` callback said so.
+class EmbedCancelled : public Error {
+ public:
+  EmbedCancelled() : Error("embeddings: cancelled") {}
+};
+
+/// Embeds batches of token sequences with one model. Thread-safe: one
+/// forward pass at a time; concurrent calls take turns forward call by
+/// forward call, the one with the fewest tokens left first (shortest
+/// remaining work, ties in arrival order), and while others wait a call
+/// packs at most kSharedBatchTokens: a short call waits for the forward call
+/// in progress, not for the inputs of the calls ahead of it.
 class Embedder {
  public:
   /// n_threads: CPU threads (0: all cores). Throws kvad::Error when the
@@ -74,13 +90,20 @@ class Embedder {
   /// [0, n_vocab)). Inputs are packed into forward calls of at most
   /// max_batch_tokens() tokens, each sequence whole in one call. Throws
   /// kvad::Error naming the input for an empty or too long input or an id
-  /// outside the vocabulary, before any work is done.
-  std::vector<float> embed(const std::vector<std::vector<int32_t>>& inputs);
+  /// outside the vocabulary, before any work is done. `cancelled`, when
+  /// set, is asked before each forward call; true ends the call with
+  /// EmbedCancelled (a client that left, a server shutting down).
+  std::vector<float> embed(const std::vector<std::vector<int32_t>>& inputs,
+                           const std::function<bool()>& cancelled = nullptr);
 
   int64_t dim() const;                ///< n_embd
   int32_t n_vocab() const;            ///< ids accepted
   const EmbeddingConfig& config() const { return cfg_; }
   int64_t max_batch_tokens() const { return n_batch_; }
+  /// Tokens one forward call packs at most while other calls wait their turn.
+  static constexpr int64_t kSharedBatchTokens = 512;
+  /// Forward calls made so far (all embed() calls together).
+  uint64_t forward_calls() const { return forward_calls_.load(); }
   const Model& model() const { return *model_; }
 
  private:
@@ -92,7 +115,13 @@ class Embedder {
   size_t n_prefix_ = 0, n_suffix_ = 0;  ///< specials the tokenizer adds before / after the text
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Cache> cache_;
+  // Turns: waiting calls by (tokens left, ticket); busy_ while one runs.
   std::mutex mu_;
+  std::condition_variable turn_;
+  std::set<std::pair<int64_t, uint64_t>> waiting_;
+  bool busy_ = false;
+  uint64_t next_ticket_ = 0;
+  std::atomic<uint64_t> forward_calls_{0};
 };
 
 }  // namespace kvad

@@ -1,4 +1,5 @@
 #include "server/anthropic.h"
+#include "server/json_parse.h"
 
 namespace kvad::server {
 
@@ -173,7 +174,9 @@ CompletionRequest parse_anthropic_request(const std::string& body_text) {
   r.model = string_of(required(body, "model", "model"), "model");
   const json& mt = required(body, "max_tokens", "max_tokens");
   if (!(mt.is_number_integer() || mt.is_number_unsigned())) bad("max_tokens", "Input should be a valid integer", "invalid_type");
-  if (mt.is_number_integer() && mt.get<int64_t>() < 1) bad("max_tokens", "Input should be greater than or equal to 1");
+  // Non-negative values parse as unsigned: 2^63 and above must not be read as int64 (negative).
+  if (mt.is_number_unsigned() ? mt.get<uint64_t>() < 1 : mt.get<int64_t>() < 1)
+    bad("max_tokens", "Input should be greater than or equal to 1");
   r.gen.max_tokens = static_cast<int32_t>(std::min<uint64_t>(mt.is_number_unsigned() ? mt.get<uint64_t>() : mt.get<int64_t>(), INT32_MAX));
 
   if (const json* sys = field(body, "system")) {
@@ -196,7 +199,7 @@ CompletionRequest parse_anthropic_request(const std::string& body_text) {
   try {
     parse_sampling(sampling, r.gen);
   } catch (const ApiError& e) {
-    bad(e.param, e.what(), e.code);
+    bad(e.param, e.message, e.code);
   }
   if (const json* stop = field(body, "stop_sequences")) {
     if (!stop->is_array()) bad("stop_sequences", "Input should be a valid list", "invalid_type");
@@ -227,7 +230,7 @@ json anthropic_error_body(const ApiError& e) {
     case 503: type = "overloaded_error"; break;
     default: break;
   }
-  return json{{"type", "error"}, {"error", {{"type", type}, {"message", e.what()}}}};
+  return json{{"type", "error"}, {"error", {{"type", type}, {"message", e.message}}}};
 }
 
 json anthropic_message(const std::string& id, const std::string& model, const ParsedOutput& out,
@@ -236,7 +239,7 @@ json anthropic_message(const std::string& id, const std::string& model, const Pa
   if (!out.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", out.reasoning}, {"signature", ""}});
   if (!out.content.empty()) content.push_back({{"type", "text"}, {"text", out.content}});
   for (const ToolCall& c : out.calls)
-    content.push_back({{"type", "tool_use"}, {"id", tool_use_id(c.id)}, {"name", c.name}, {"input", json::parse(c.arguments)}});
+    content.push_back({{"type", "tool_use"}, {"id", tool_use_id(c.id)}, {"name", c.name}, {"input", parse_json_ordered(c.arguments)}});
   const std::string reason = stop_reason(finish_reason, stop_sequence, !out.calls.empty());
   return json{{"id", id},
               {"type", "message"},

@@ -194,10 +194,10 @@ std::string embeddings_response_body(const EmbeddingsRequest& r, const std::vect
 }
 
 std::string embeddings_response(const std::string& body, const std::string& model_id, Embedder& e,
-                                size_t max_inputs) {
+                                const std::function<bool()>& cancelled, size_t max_inputs) {
   const EmbeddingsModel m = embeddings_model(model_id, e);
   const EmbeddingsRequest r = parse_embeddings_request(body, m, max_inputs);
-  return embeddings_response_body(r, e.embed(r.inputs), m);
+  return embeddings_response_body(r, e.embed(r.inputs, cancelled), m);
 }
 
 }  // namespace kvad::server

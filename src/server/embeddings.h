@@ -36,7 +36,10 @@ inline constexpr size_t kMaxEmbeddingTokens = 300000;
 /// unknown fields are ignored. Throws ApiError 400 (invalid_json,
 /// invalid_type, invalid_value, missing_required_parameter, unsupported_value,
 /// context_length_exceeded) naming the field, before any model work.
+/// `cancelled` is asked between forward calls (Embedder::embed): true ends
+/// the work with EmbedCancelled.
 std::string embeddings_response(const std::string& body, const std::string& model_id, Embedder& embedder,
+                                const std::function<bool()>& cancelled = nullptr,
                                 size_t max_inputs = kMaxEmbeddingInputs);
 
 /// What the request parser needs to know of the model (an Embedder's, or a

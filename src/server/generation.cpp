@@ -17,8 +17,12 @@ using json = nlohmann::ordered_json;
 
 std::vector<int32_t> Server::Impl::tokenize_chat(const CompletionRequest& r, OutputFormat* fmt) const {
   if (!o.chat)
-    throw ApiError(500, "This model's chat template cannot be used (" + o.chat_error + "); use /v1/completions.",
-                   "server_error", "", "chat_template_error");
+    // The reason (kvad serve prints it at start) names the model's files:
+    // not for clients. A client's request to an endpoint this model cannot
+    // serve is a 400, as for an embedding model.
+    throw ApiError(400, "The model '" + o.model_id + "' has no chat template kvad can use, so it serves only "
+                   "/v1/completions (a prompt without a template).", "invalid_request_error", "model",
+                   "model_not_supported");
   ChatInput in = build_chat_input(r, tools_caps);
   try {
     std::string rendered;
@@ -78,8 +82,13 @@ Server::Impl::Prepared Server::Impl::prepare(const httplib::Request& req, Comple
     }
     for (const ToolSpec& t : r.tools) bytes += t.name.size() + t.description.size() + t.parameters.dump().size();
     const uint64_t max_bytes = static_cast<uint64_t>(n_ctx) * max_token_bytes * 2;
-    if ((r.chat && static_cast<int64_t>(r.messages.size()) >= n_ctx) || bytes > max_bytes ||
-        (r.prompt_is_ids && static_cast<int64_t>(r.prompt_ids.size()) >= n_ctx))
+    if (r.prompt_is_ids && static_cast<int64_t>(r.prompt_ids.size()) >= n_ctx)
+      throw ApiError(400,
+                     "This model's maximum context length is " + std::to_string(n_ctx) + " tokens. However, your "
+                     "prompt has " + std::to_string(r.prompt_ids.size()) + " tokens, which leaves no room for the "
+                     "completion. Shorten the prompt or raise --ctx-size.",
+                     "invalid_request_error", pparam, "context_length_exceeded");
+    if ((r.chat && static_cast<int64_t>(r.messages.size()) >= n_ctx) || bytes > max_bytes)
       throw ApiError(400,
                      "This model's maximum context length is " + std::to_string(n_ctx) + " tokens. However, your " +
                          pparam + " (" + std::to_string(bytes) + " bytes, " + std::to_string(r.messages.size()) +

@@ -40,7 +40,7 @@ void Metrics::count_finish(const std::string& reason) {
   ++finishes_[reason];
 }
 
-std::string Metrics::render(const SchedulerMetrics& s) const {
+std::string Metrics::render(const SchedulerMetrics& s, int64_t embed_forward_calls) const {
   std::string out;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -77,6 +77,12 @@ std::string Metrics::render(const SchedulerMetrics& s) const {
   one(out, "kvad_kv_cache_bytes_per_token", "gauge", "KV cache bytes per cached token (all layers), as stored.",
       static_cast<double>(s.kv_bytes_per_token));
   one(out, "kvad_kv_cache_bytes", "gauge", "KV cache bytes allocated.", static_cast<double>(s.kv_bytes));
+  if (embed_forward_calls >= 0) {
+    one(out, "kvad_embedding_requests", "gauge", "Embedding requests running or waiting for their turn.",
+        static_cast<double>(embedding_requests.load()));
+    one(out, "kvad_embedding_forward_calls_total", "counter", "Batched forward calls of the embedder.",
+        static_cast<double>(embed_forward_calls));
+  }
   if (s.state_bytes > 0) {  // recurrent layers (qwen3next)
     one(out, "kvad_recurrent_state_bytes", "gauge", "Recurrent layers' live state bytes (all slots).",
         static_cast<double>(s.state_bytes));

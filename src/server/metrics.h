@@ -2,6 +2,7 @@
 // exposition format (prometheus.io/docs/instrumenting/exposition_formats,
 // version 0.0.4).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -21,8 +22,13 @@ class Metrics {
   /// "cancelled", "error").
   void count_finish(const std::string& reason);
 
-  /// The whole /metrics page: these counters plus the scheduler's.
-  std::string render(const SchedulerMetrics& s) const;
+  /// The whole /metrics page: these counters plus the scheduler's, and
+  /// the embedder's forward calls (`embed_forward_calls`, < 0: no embedder).
+  std::string render(const SchedulerMetrics& s, int64_t embed_forward_calls = -1) const;
+
+  /// /v1/embeddings requests in their handler (running or waiting for
+  /// their turn); the server bounds it (429 beyond).
+  std::atomic<int> embedding_requests{0};
 
  private:
   mutable std::mutex mu_;

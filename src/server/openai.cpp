@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include "engine/grammar/json_schema.h"
+#include "server/json_parse.h"
 
 #include <random>
 
@@ -107,6 +108,9 @@ void parse_messages(const json& body, CompletionRequest& r) {
                    "missing_required_parameter");
   if (!msgs->is_array()) bad_type("messages", "an array", *msgs);
   if (msgs->empty()) bad_value("messages", "expected an array with minimum length 1, but got an empty array.");
+  // The calls a tool message may answer: those of the assistant message
+  // just before it (tool messages between them), as OpenAI checks.
+  size_t open_calls = SIZE_MAX;  // that message's index in r.messages
   for (size_t i = 0; i < msgs->size(); ++i) {
     const json& m = (*msgs)[i];
     const std::string p = "messages[" + std::to_string(i) + "]";
@@ -157,10 +161,19 @@ void parse_messages(const json& body, CompletionRequest& r) {
       if (!id) missing(p + ".tool_call_id");
       if (!id->is_string()) bad_type(p + ".tool_call_id", "a string", *id);
       cm.tool_call_id = id->get<std::string>();
+      if (open_calls == SIZE_MAX)
+        bad_value(p + ".role", "messages with role 'tool' must be a response to a preceding message with 'tool_calls'.");
+      const std::vector<ToolCall>& calls = r.messages[open_calls].tool_calls;
+      if (std::none_of(calls.begin(), calls.end(),
+                       [&](const ToolCall& c) { return c.id == cm.tool_call_id; }))
+        bad_value(p + ".tool_call_id", "'" + cm.tool_call_id.substr(0, 80) +
+                                           "' is not the id of a call in 'tool_calls' of the preceding assistant message.");
     }
     cm.content = message_content(m, p + ".content", cm.role != "assistant");
     cm.content_null = cm.role == "assistant" && !field(m, "content") && !cm.tool_calls.empty();
     r.messages.push_back(std::move(cm));
+    if (r.messages.back().role != "tool")
+      open_calls = r.messages.back().tool_calls.empty() ? SIZE_MAX : r.messages.size() - 1;
   }
 }
 
@@ -205,7 +218,7 @@ void parse_prompt(const json& body, CompletionRequest& r) {
 }  // namespace
 
 json error_body(const ApiError& e) {
-  json err = {{"message", e.what()}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
   if (!e.param.empty()) err["param"] = e.param;
   if (!e.code.empty()) err["code"] = e.code;
   return json{{"error", err}};
@@ -273,7 +286,7 @@ json parse_body(const std::string& body_text) {
                             " levels deep.", "invalid_request_error", "", "invalid_json");
   json body;
   try {
-    body = json::parse(body_text);
+    body = parse_json_ordered(body_text);
   } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers such as 1e400
     throw ApiError(400,
                    std::string("We could not parse the JSON body of your request. (HINT: This likely means you "
@@ -604,8 +617,13 @@ json model_list(const std::string& id, int64_t created) {
 ApiError generation_error(const std::string& error) {
   // The request's own grammar could not go on (no token continues it, or it
   // is too ambiguous for the matcher's caps): the client's input.
-  if (error.rfind("grammar:", 0) == 0)
-    return ApiError(400, "The grammar could not be followed: " + error, "invalid_request_error", "", "invalid_grammar");
+  // Admission (the grammar's first state) is the same: a grammar of more
+  // alternatives than the matcher keeps parse stacks for fails there.
+  std::string_view g = error;
+  if (g.rfind("admission failed: ", 0) == 0) g.remove_prefix(std::string_view("admission failed: ").size());
+  if (g.rfind("grammar:", 0) == 0)
+    return ApiError(400, "The output constraint (grammar, JSON schema or tool parameters) could not be followed: " +
+                             std::string(g), "invalid_request_error", "", "invalid_grammar");
   const bool down = error.find("shutting down") != std::string::npos;
   return ApiError(down ? 503 : 500, "The generation failed: " + error, "server_error", "",
                   down ? "server_shutting_down" : "internal_error");

@@ -22,13 +22,17 @@ namespace kvad::server {
 
 /// An error to answer with: HTTP status plus OpenAI's error object
 /// {"error": {"message", "type", "param", "code"}}. Empty param/code are null.
+/// `message` is the whole text (what() stops at a NUL byte a client's
+/// string may carry); answers are written from it.
 class ApiError : public Error {
  public:
   ApiError(int status, const std::string& message, std::string type = "invalid_request_error",
            std::string param = "", std::string code = "")
-      : Error(message), status(status), type(std::move(type)), param(std::move(param)), code(std::move(code)) {}
+      : Error(message), status(status), type(std::move(type)), param(std::move(param)), code(std::move(code)),
+        message(message) {}
   int status;
   std::string type, param, code;
+  std::string message;
 };
 
 /// {"error": {"message", "type", "param", "code"}}.
@@ -247,7 +251,7 @@ nlohmann::ordered_json model_list(const std::string& id, int64_t created);
 
 /// The error for a generation that failed with `error` (GenEvent::error):
 /// 400 invalid_grammar when the request's grammar could not be followed
-/// ("grammar: ..."), 503 server_shutting_down when the scheduler was
+/// ("grammar: ...", at admission too: "admission failed: grammar: ..."), 503 server_shutting_down when the scheduler was
 /// shutting down, else 500 internal_error.
 ApiError generation_error(const std::string& error);
 

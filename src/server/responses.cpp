@@ -312,7 +312,7 @@ class ResponsesEmitter : public StreamEmitter {
 
   std::string error(const ApiError& e) override {
     return event("error", {{"code", e.code.empty() ? json(nullptr) : json(e.code)},
-                           {"message", e.what()},
+                           {"message", e.message},
                            {"param", e.param.empty() ? json(nullptr) : json(e.param)}});
   }
 

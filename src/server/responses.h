@@ -28,9 +28,11 @@ struct ResponsesEcho {
 /// {call_id, output}; reasoning items are skipped) are required;
 /// instructions, tools [{type: "function", name, description, parameters}],
 /// tool_choice, parallel_tool_calls, max_output_tokens (>= 1), temperature,
-/// top_p, stream, text.format {type: "text"}; store and metadata are
-/// ignored. Throws ApiError 400 (previous_response_id, images, files,
-/// text.format json_schema: unsupported_value).
+/// top_p, stream, text.format ({type: "text"}, {type: "json_object"} or
+/// {type: "json_schema", name, schema}: the output is constrained to it, as
+/// response_format is on /v1/chat/completions); store and metadata are
+/// ignored. Throws ApiError 400 (previous_response_id, images, files:
+/// unsupported_value; a schema the compiler cannot enforce: invalid_schema).
 CompletionRequest parse_responses_request(const std::string& body, ResponsesEcho* echo);
 
 /// The response object of a whole reply: output items (reasoning with

@@ -30,6 +30,7 @@
 #include "engine/chat_prompt.h"
 #include "jinja/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "engine/embed.h"
 
 namespace kvad::server {
 
@@ -104,6 +105,7 @@ bool anthropic_path(const std::string& path) { return path == "/v1/messages"; }
 
 void send_error(httplib::Response& res, const ApiError& e, bool anthropic = false) {
   res.status = e.status;
+  if (e.status == 429) res.set_header("Retry-After", "1");
   res.set_content(dump(anthropic ? anthropic_error_body(e) : error_body(e)), "application/json");
 }
 
@@ -290,7 +292,26 @@ void Server::Impl::routes() {
     if (!o.embedder)
       throw ApiError(400, "The model '" + o.model_id + "' (kind " + o.model_kind + ") is not serving embeddings; "
                      "start kvad serve with --embeddings.", "invalid_request_error", "model", "model_not_supported");
-    res.set_content(embeddings_response(req.body, o.model_id, *o.embedder), "application/json");
+    if (stopping) throw ApiError(503, "The server is shutting down.", "server_error", "", "server_shutting_down");
+    // Bounded as generation's queue is: one running and --queue waiting
+    // (they take turns batch by batch, Embedder); more is a 429.
+    const int limit = static_cast<int>(o.sched.max_queue) + 1;
+    struct InFlight {
+      std::atomic<int>& n;
+      ~InFlight() { --n; }
+    } in_flight{metrics.embedding_requests};
+    if (++metrics.embedding_requests > limit)
+      throw ApiError(429, "Too many embedding requests at once (" + std::to_string(limit) + " are running or "
+                     "waiting); retry later.", "rate_limit_error", "", "rate_limit_exceeded");
+    const int fd = find_connection_fd(req);
+    try {
+      res.set_content(embeddings_response(req.body, o.model_id, *o.embedder,
+                                          [this, fd] { return stopping.load() || peer_closed(fd); }),
+                      "application/json");
+    } catch (const EmbedCancelled&) {
+      if (stopping) throw ApiError(503, "The server is shutting down.", "server_error", "", "server_shutting_down");
+      res.status = 499;  // the client left; nobody reads it
+    }
   }));
   for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses", "/v1/embeddings"})
     http.Get(p, [](const httplib::Request& req, httplib::Response& res) {
@@ -316,7 +337,8 @@ void Server::Impl::routes() {
     }
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.render(sched.metrics()), "text/plain; version=0.0.4; charset=utf-8");
+    res.set_content(metrics.render(sched.metrics(), o.embedder ? static_cast<int64_t>(o.embedder->forward_calls()) : -1),
+                    "text/plain; version=0.0.4; charset=utf-8");
   });
   http.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(kChatPageHtml, "text/html; charset=utf-8");

@@ -76,8 +76,9 @@ struct ServerOptions {
   std::string api_key;             ///< "": no authentication
   std::string model_id;            ///< what /v1/models lists and requests must name
   /// The model's chat format (engine/chat_prompt.h); null when it has
-  /// none or it does not parse: /v1/chat/completions then answers 500 with
-  /// chat_error.
+  /// none or it does not parse: /v1/chat/completions, /v1/messages and
+  /// /v1/responses then answer 400 model_not_supported (chat_error, which
+  /// names the model's files, is for the server's log, not for clients).
   std::shared_ptr<const ChatPrompt> chat;
   std::string chat_error;
   SchedulerOptions sched;          ///< slots, context per slot, threads, queue bound

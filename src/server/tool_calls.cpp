@@ -1,5 +1,6 @@
 #include "server/tool_calls.h"
 
+#include "server/json_parse.h"
 #include "server/openai.h"  // json_depth_over, kMaxJsonDepth
 
 #include <algorithm>
@@ -68,7 +69,7 @@ std::string trim(std::string_view s) {
 /// Parses t[b, e) as JSON; discarded on any error or when nested too deep.
 json parse_json(std::string_view t) {
   if (json_depth_over(t, kMaxJsonDepth) != 0) return json(json::value_t::discarded);
-  return json::parse(t.begin(), t.end(), nullptr, /*allow_exceptions=*/false);
+  return parse_json_ordered_or_discarded(t);
 }
 
 /// The arguments of a call as compact JSON object text, or "" when they are

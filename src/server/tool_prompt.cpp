@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "jinja/chat_template.h"
+#include "server/json_parse.h"
 
 namespace kvad::server {
 
@@ -29,7 +30,7 @@ json tools_json(const std::vector<ToolSpec>& tools) {
 /// (and the template wants one), else the JSON text as given.
 json arguments_for(const std::string& text, bool as_object) {
   if (!as_object) return text;
-  json v = json::parse(text, nullptr, false);
+  json v = parse_json_ordered_or_discarded(text);
   if (v.is_object()) return v;
   return text;
 }

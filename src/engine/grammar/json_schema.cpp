@@ -13,6 +13,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <unordered_set>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -30,14 +31,15 @@ using schema_merge::kIgnored;
 using schema_merge::kMaxDepth;
 using schema_merge::kTypes;
 
-const std::set<std::string> kSupported = {
-    "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",
-    "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref"};
+using schema_merge::kMaxBranches;
+using schema_merge::kMaxEnumValues;
+using schema_merge::kMaxProperties;
+const std::set<std::string>& kSupported = schema_merge::kSupportedKeywords;
 
 constexpr size_t kMaxRules = 4096;
 constexpr int64_t kMaxCount = 10000;
 constexpr double kMaxBound = 1e18;
+constexpr int64_t kMaxIntBound = 1000000000000000000;  ///< kMaxBound, for integers compared exactly
 
 const char* kNever = "never";
 
@@ -131,11 +133,33 @@ class Compiler {
     if (v.get<double>() > kMaxCount) refuse(kw, path, "counts over 10000 are not supported");
     return static_cast<int64_t>(v.get<double>());
   }
-  static double number(const oj& s, const char* kw, const std::string& path) {
-    if (!s[kw].is_number()) refuse(kw, path, "must be a number");
-    const double d = s[kw].get<double>();
-    if (!std::isfinite(d) || std::fabs(d) >= kMaxBound) refuse(kw, path, "bounds beyond 1e18 are not supported");
-    return d;
+  // A bound, checked: an integer as written (exact: compared as int64,
+  // never through double), or a decimal below 2^53 in magnitude. A decimal
+  // beyond that was rounded when it was read (1.00000000000000001e17 is
+  // 1e17 as a double), so it is refused rather than enforced as a rounded,
+  // weaker bound.
+  static const oj& bound(const oj& s, const char* kw, const std::string& path) {
+    const oj& v = s[kw];
+    if (!v.is_number()) refuse(kw, path, "must be a number");
+    const double d = v.get<double>();
+    const bool too_big = v.is_number_unsigned() ? v.get<uint64_t>() >= static_cast<uint64_t>(kMaxIntBound)
+                         : v.is_number_integer() ? v.get<int64_t>() >= kMaxIntBound || v.get<int64_t>() <= -kMaxIntBound
+                                                 : !std::isfinite(d) || std::fabs(d) >= kMaxBound;
+    if (too_big) refuse(kw, path, "bounds beyond 1e18 are not supported");
+    if (v.is_number_float() && std::fabs(d) >= 0x1p53)
+      refuse(kw, path, "a bound of 2^53 or more written as a decimal (" + v.dump() +
+                           ") cannot be represented exactly; write it as an integer");
+    return v;
+  }
+  // The least (or, with `up` false, the greatest) integer allowed by bound v.
+  static int64_t integer_bound(const oj& v, bool exclusive, bool up) {
+    if (!v.is_number_float()) {
+      const int64_t i = v.get<int64_t>();  // |v| < 1e18 (bound())
+      return exclusive ? (up ? i + 1 : i - 1) : i;
+    }
+    const double d = v.get<double>();  // |d| < 2^53: floor and ceil are exact
+    if (up) return static_cast<int64_t>(exclusive ? std::floor(d) + 1 : std::ceil(d));
+    return static_cast<int64_t>(exclusive ? std::ceil(d) - 1 : std::floor(d));
   }
 
   // -------------------------------------------------------------- gen
@@ -162,6 +186,7 @@ class Compiler {
     if (s.contains("allOf")) {
       const oj& all = s["allOf"];
       if (!all.is_array() || all.empty()) refuse("allOf", path, "must be a non-empty array");
+      if (all.size() > kMaxBranches) refuse("allOf", path, "more than 1024 schemas");
       oj merged = s;
       merged.erase("allOf");
       for (size_t i = 0; i < all.size(); ++i) merged = mg_.merge(merged, all[i], path + "/allOf/" + std::to_string(i), depth);
@@ -171,6 +196,7 @@ class Compiler {
       if (!s.contains(kw)) continue;
       const oj& br = s[kw];
       if (!br.is_array() || br.empty()) refuse(kw, path, "must be a non-empty array");
+      if (br.size() > kMaxBranches) refuse(kw, path, "more than 1024 branches");
       oj rest = s;
       rest.erase(kw);
       std::vector<oj> merged;
@@ -274,7 +300,7 @@ class Compiler {
       for (auto& v : vals) if (v == s["const"]) keep.push_back(v);
       vals = keep;
     }
-    if (vals.size() > 1024) refuse("enum", path, "more than 1024 values");
+    if (vals.size() > kMaxEnumValues) refuse("enum", path, "more than 1024 values");
     oj rest = s;
     rest.erase("enum");
     rest.erase("const");
@@ -405,31 +431,34 @@ class Compiler {
       return rule("mult", defs.substr(0, nl));
     }
     if (!bounded) return integer ? "integer" : "number";
-    std::optional<double> lo, hi;
+    // The tighter of each pair, compared exactly.
+    const oj *lo = nullptr, *hi = nullptr;
     bool lo_ex = false, hi_ex = false;
     for (const char* kw : {"minimum", "exclusiveMinimum"}) {
       if (!s.contains(kw)) continue;
-      const double v = number(s, kw, path);
+      const oj& v = bound(s, kw, path);
       const bool ex = kw[0] == 'e';
-      if (!lo || v > *lo || (v == *lo && ex)) { lo = v; lo_ex = ex; }
+      const int c = lo ? schema_merge::compare_numbers(v, *lo) : 1;
+      if (c > 0 || (c == 0 && ex)) { lo = &v; lo_ex = ex; }
     }
     for (const char* kw : {"maximum", "exclusiveMaximum"}) {
       if (!s.contains(kw)) continue;
-      const double v = number(s, kw, path);
+      const oj& v = bound(s, kw, path);
       const bool ex = kw[0] == 'e';
-      if (!hi || v < *hi || (v == *hi && ex)) { hi = v; hi_ex = ex; }
+      const int c = hi ? schema_merge::compare_numbers(v, *hi) : -1;
+      if (c < 0 || (c == 0 && ex)) { hi = &v; hi_ex = ex; }
     }
     std::optional<int64_t> ilo, ihi;  // integer values allowed
-    if (lo) ilo = static_cast<int64_t>(lo_ex ? std::floor(*lo) + 1 : std::ceil(*lo));
-    if (hi) ihi = static_cast<int64_t>(hi_ex ? std::ceil(*hi) - 1 : std::floor(*hi));
+    if (lo) ilo = integer_bound(*lo, lo_ex, true);
+    if (hi) ihi = integer_bound(*hi, hi_ex, false);
     const std::string ints = (ilo && ihi && *ilo > *ihi) ? std::string(kNever) : schema_text::int_range(ilo, ihi) + " ( \".\" \"0\"+ )?";
     if (integer) return rule("int", ints);
     // Decimal bounds: compared digit by digit (json_schema_text.h).
     const char* lo_kw = lo_ex ? "exclusiveMinimum" : "minimum";
     const char* hi_kw = hi_ex ? "exclusiveMaximum" : "maximum";
     std::optional<std::string> lo_t, hi_t;
-    if (lo) lo_t = s[lo_kw].dump();
-    if (hi) hi_t = s[hi_kw].dump();
+    if (lo) lo_t = lo->dump();
+    if (hi) hi_t = hi->dump();
     std::string body;
     try {
       body = schema_text::decimal_range(lo_t, lo_ex, hi_t, hi_ex);
@@ -547,12 +576,21 @@ class Compiler {
     const oj empty = oj::object();
     const oj& props = s.contains("properties") ? s["properties"] : empty;
     if (!props.is_object()) refuse("properties", path, "must be an object");
+    // Counted before any property is compiled, and looked up by hash: the
+    // work below is linear in the properties, at most kMaxProperties.
+    if (props.size() > kMaxProperties) refuse("properties", path, "more than 512 properties");
     std::vector<std::string> required;
+    std::unordered_set<std::string> req_set, prop_names;
+    for (auto& [k, v] : props.items()) prop_names.insert(k);
+    size_t extra = 0;  // required names without a property
     if (s.contains("required")) {
       if (!s["required"].is_array()) refuse("required", path, "must be an array");
       for (auto& r : s["required"]) {
         if (!r.is_string()) refuse("required", path, "must list strings");
+        if (!req_set.insert(r.get<std::string>()).second) continue;
         required.push_back(r.get<std::string>());
+        if (!prop_names.count(required.back()) && props.size() + ++extra > kMaxProperties)
+          refuse("properties", path, "more than 512 properties");
       }
     }
     const oj addl = s.contains("additionalProperties") ? s["additionalProperties"] : oj(true);
@@ -560,13 +598,13 @@ class Compiler {
     struct Prop { std::string name, value; bool req; };
     std::vector<Prop> list;
     std::vector<std::string> names;
-    auto is_req = [&](const std::string& k) { return std::find(required.begin(), required.end(), k) != required.end(); };
+    auto is_req = [&](const std::string& k) { return req_set.count(k) > 0; };
     for (auto& [k, v] : props.items()) {
       names.push_back(k);
       list.push_back({k, gen(v, path + "/properties/" + k, depth + 1), is_req(k)});
     }
     for (auto& r : required)
-      if (!props.contains(r)) { names.push_back(r); list.push_back({r, addl_expr, true}); }
+      if (!prop_names.count(r)) { names.push_back(r); list.push_back({r, addl_expr, true}); }
     if (list.size() > 512) refuse("properties", path, "more than 512 properties");
     std::vector<Prop> live;
     for (auto& p : list) {

@@ -4,7 +4,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <map>
 #include <optional>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "engine/grammar/json_schema.h"
 
@@ -15,6 +20,20 @@ namespace {
   throw SchemaError(kw, path, why);
 }
 }  // namespace
+
+Merger::~Merger() = default;
+
+const oj* Merger::member(const oj& obj, const std::string& key) const {
+  if (obj.size() <= 64) {
+    auto it = obj.find(key);
+    return it == obj.end() ? nullptr : &*it;
+  }
+  auto [ix, added] = index_.try_emplace(&obj);
+  if (added)
+    for (auto& [k, v] : obj.items()) ix->second.emplace(k, &v);  // the first of a repeated key, as find() returns
+  auto it = ix->second.find(key);
+  return it == ix->second.end() ? nullptr : it->second;
+}
 
 const oj& Merger::resolve(const oj& ref, const std::string& path, std::string& ptr) const {
   if (!ref.is_string()) refuse("$ref", path, "must be a string");
@@ -43,7 +62,7 @@ const oj& Merger::resolve(const oj& ref, const std::string& path, std::string& p
       else if (tok[k] == '~' && k + 1 < tok.size() && tok[k + 1] == '0') { t += '~'; ++k; }
       else t += tok[k];
     }
-    if (cur->is_object() && cur->contains(t)) cur = &(*cur)[t];
+    if (const oj* next = cur->is_object() ? member(*cur, t) : nullptr) cur = next;
     else if (cur->is_array() && !t.empty() && t.find_first_not_of("0123456789") == std::string::npos && t.size() < 9 &&
              std::stoul(t) < cur->size()) cur = &(*cur)[std::stoul(t)];
     else refuse("$ref", path, "'" + r + "' does not resolve in this document");
@@ -65,6 +84,28 @@ oj Merger::inline_ref(const oj& s, const std::string& path, int depth) const {
   return merge(rest, target, path, depth + 1);
 }
 
+int compare_numbers(const oj& a, const oj& b) {
+  using i128 = __int128;
+  auto integer = [](const oj& v) -> i128 {
+    return v.is_number_unsigned() ? static_cast<i128>(v.get<uint64_t>()) : static_cast<i128>(v.get<int64_t>());
+  };
+  auto sign = [](auto d) { return d < 0 ? -1 : d > 0 ? 1 : 0; };
+  // An integer x against a double d: through floor(d), exact for |d| < 2^100.
+  auto int_vs_double = [&](i128 x, double d) {
+    if (d >= 0x1p100) return -1;
+    if (d <= -0x1p100) return 1;
+    const double f = std::floor(d);
+    const i128 fi = static_cast<i128>(f);
+    if (x != fi) return x < fi ? -1 : 1;
+    return d > f ? -1 : 0;
+  };
+  const bool ai = !a.is_number_float(), bi = !b.is_number_float();
+  if (ai && bi) return sign(integer(a) - integer(b));
+  if (ai) return int_vs_double(integer(a), b.get<double>());
+  if (bi) return -int_vs_double(integer(b), a.get<double>());
+  return sign(a.get<double>() - b.get<double>());
+}
+
 oj Merger::merge(const oj& a0, const oj& b0, const std::string& path, int depth) const {
   if (depth > kMaxDepth) refuse("allOf", path, "nested deeper than 64");
   if (a0.is_boolean()) return a0.get<bool>() ? inline_ref(b0, path, depth) : a0;
@@ -77,6 +118,17 @@ oj Merger::merge(const oj& a0, const oj& b0, const std::string& path, int depth)
   auto plen = [](const oj& x) { return x.contains("prefixItems") && x["prefixItems"].is_array() ? x["prefixItems"].size() : size_t{0}; };
   if ((a.contains("items") && plen(b) > plen(a)) || (b.contains("items") && plen(a) > plen(b)))
     refuse("allOf", path, "'items' next to a longer 'prefixItems' of another branch cannot be combined");
+  // Bounded before anything is combined: the keywords of both (an unknown
+  // one is refused as the compiler would refuse it), their enums and
+  // properties (as gen_values and gen_object cap them), so that each step
+  // below costs at most those bounds.
+  for (const oj* x : {&a, &b})
+    for (auto& [k, v] : x->items()) {
+      if (!kIgnored.count(k) && !kSupportedKeywords.count(k)) refuse(k, path, "not supported by the grammar compiler");
+      if (k == "enum" && v.is_array() && v.size() > kMaxEnumValues) refuse("enum", path, "more than 1024 values");
+      if ((k == "properties" || k == "required") && v.size() > kMaxProperties)
+        refuse("properties", path, "more than 512 properties");
+    }
   oj r = a;
   for (auto& [k, v] : b.items()) {
     if (kIgnored.count(k) || k == "properties" || k == "additionalProperties") continue;
@@ -101,13 +153,15 @@ oj Merger::merge(const oj& a0, const oj& b0, const std::string& path, int depth)
       u = out;
     } else if (k == "minimum" || k == "exclusiveMinimum" || k == "minLength" || k == "minItems") {
       if (!u.is_number() || !v.is_number()) refuse(k, path, "must be a number");
-      if (v.get<double>() > u.get<double>()) u = v;
+      if (compare_numbers(v, u) > 0) u = v;
     } else if (k == "maximum" || k == "exclusiveMaximum" || k == "maxLength" || k == "maxItems") {
       if (!u.is_number() || !v.is_number()) refuse(k, path, "must be a number");
-      if (v.get<double>() < u.get<double>()) u = v;
+      if (compare_numbers(v, u) < 0) u = v;
     } else if (k == "required") {
       if (!u.is_array() || !v.is_array()) refuse(k, path, "must be an array");
-      for (auto& x : v) if (std::find(u.begin(), u.end(), x) == u.end()) u.push_back(x);
+      std::unordered_set<std::string> have;
+      for (auto& x : u) have.insert(x.dump());
+      for (auto& x : v) if (have.insert(x.dump()).second) u.push_back(x);
     } else if (k == "enum") {
       if (!u.is_array() || !v.is_array()) refuse(k, path, "must be an array");
       oj out = oj::array();
@@ -188,21 +242,45 @@ void check_disjoint(const std::vector<oj>& br, const std::string& path) {
     if (s.contains("enum") && s["enum"].is_array()) return s["enum"];
     return std::nullopt;
   };
-  for (size_t i = 0; i < br.size(); ++i)
-    for (size_t j = i + 1; j < br.size(); ++j) {
-      const auto ti = types(br[i]), tj = types(br[j]);
-      bool overlap = false;
-      for (auto& t : ti) if (tj.count(t)) overlap = true;
-      if (!overlap) continue;
-      const auto vi = values(br[i]), vj = values(br[j]);
-      if (vi && vj) {
-        bool common = false;
-        for (auto& x : *vi) if (std::find(vj->begin(), vj->end(), x) != vj->end()) common = true;
-        if (!common) continue;
-      }
-      refuse("oneOf", path, "branches " + std::to_string(i) + " and " + std::to_string(j) +
-                                " may both match; only branches of disjoint types or values are supported");
+  // Each branch's types and values once; a type or a value seen in two
+  // branches is a pair that may both match (a branch of values overlaps a
+  // branch of types when one of its values has one of those types). Linear
+  // in the branches and their values, not pairwise.
+  auto refuse_pair = [&](size_t i, size_t j) {
+    if (i > j) std::swap(i, j);
+    refuse("oneOf", path, "branches " + std::to_string(i) + " and " + std::to_string(j) +
+                              " may both match; only branches of disjoint types or values are supported");
+  };
+  // A value's identity as json's == sees it (1 and 1.0 are equal).
+  auto value_key = [](const oj& x) {
+    if (x.is_number()) {
+      const double d = x.get<double>();
+      if (!x.is_number_float()) return "n" + x.dump();
+      if (std::floor(d) == d && std::fabs(d) < 0x1p63) return "n" + std::to_string(static_cast<int64_t>(d));
+      return "n" + x.dump();
     }
+    return "v" + x.dump();
+  };
+  std::map<std::string, size_t> typed_by, valued_by;  // type -> first branch of that kind with it
+  std::unordered_map<std::string, size_t> value_of;   // value -> branch
+  for (size_t i = 0; i < br.size(); ++i) {
+    const auto ti = types(br[i]);
+    const auto vi = values(br[i]);
+    for (const auto& t : ti) {
+      auto& own = vi ? valued_by : typed_by;
+      auto& other = vi ? typed_by : valued_by;
+      if (auto it = other.find(t); it != other.end()) refuse_pair(it->second, i);
+      if (!vi) {
+        if (auto it = own.find(t); it != own.end()) refuse_pair(it->second, i);
+      }
+      own.emplace(t, i);
+    }
+    if (vi)
+      for (const auto& x : *vi) {
+        auto [it, added] = value_of.emplace(value_key(x), i);
+        if (!added && it->second != i) refuse_pair(it->second, i);
+      }
+  }
 }
 
 }  // namespace kvad::schema_merge

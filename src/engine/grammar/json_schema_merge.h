@@ -2,6 +2,7 @@
 // compiler (engine/grammar/json_schema.cpp). Internal to engine/.
 #pragma once
 #include <set>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,16 @@ inline const std::set<std::string> kIgnored = {
     "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema", "$defs", "definitions"};
 inline const std::set<std::string> kTypes = {"null", "boolean", "object", "array", "string", "number", "integer"};
 inline constexpr int kMaxDepth = 64;
+/// The keywords the compiler enforces (any other, outside kIgnored, is refused).
+inline const std::set<std::string> kSupportedKeywords = {
+    "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",
+    "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
+    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref"};
+/// The most values of one enum, properties of one object, and branches of
+/// one anyOf / oneOf / allOf the compiler takes (SchemaError beyond).
+inline constexpr size_t kMaxEnumValues = 1024;
+inline constexpr size_t kMaxProperties = 512;
+inline constexpr size_t kMaxBranches = 1024;
 
 /// Merges schemas that must all hold (allOf, $ref next to siblings) into one
 /// when the result is expressible keyword by keyword; throws SchemaError
@@ -25,6 +36,7 @@ inline constexpr int kMaxDepth = 64;
 class Merger {
  public:
   explicit Merger(const oj& root) : root_(root) {}
+  ~Merger();
   /// The target of a "#..." reference (JSON pointer, RFC 6901, after URI
   /// percent-decoding) in the root document; `ptr` gets its normalized form.
   const oj& resolve(const oj& ref, const std::string& path, std::string& ptr) const;
@@ -35,7 +47,16 @@ class Merger {
 
  private:
   const oj& root_;
+  /// Member indexes of the large objects a reference passed through
+  /// ($defs of many entries): each lookup is then a hash, not a scan.
+  mutable std::unordered_map<const oj*, std::unordered_map<std::string, const oj*>> index_;
+  const oj* member(const oj& obj, const std::string& key) const;
 };
+
+/// -1, 0 or 1 as JSON numbers a < b, a == b, a > b, compared by value
+/// exactly: integers as int64 / uint64 (not rounded through double, which
+/// cannot tell 2^53 + 1 from 2^53), an integer against a double exactly.
+int compare_numbers(const oj& a, const oj& b);
 
 /// Refuses a $schema other than the published drafts' metaschemas (a custom
 /// one may switch vocabularies off).

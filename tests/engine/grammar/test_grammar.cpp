@@ -212,6 +212,112 @@ TEST(JsonSchemaApi, DecimalBoundsMatchArithmetic) {
   }
 }
 
+// Integer bounds beyond 2^53 (where a double cannot hold every integer) are
+// enforced exactly, against __int128 arithmetic: minimum / exclusiveMinimum
+// pairs and their allOf merge pick the tighter bound by value, and the
+// grammar accepts exactly the integers inside. A decimal bound that large
+// was rounded when it was read: refused, naming it.
+TEST(JsonSchemaApi, IntegerBoundsBeyondDoubleAreExact) {
+  using i128 = __int128;
+  std::mt19937_64 rng(11);
+  auto text = [](i128 v) { return std::to_string(static_cast<int64_t>(v)); };
+  const int64_t bases[] = {9007199254740992, 100000000000000000, -9007199254740993, 999999999999999990};
+  for (int k = 0; k < 80; ++k) {
+    const int64_t base = bases[k % 4];
+    const int64_t lo = base + static_cast<int64_t>(rng() % 5), hi = lo + static_cast<int64_t>(rng() % 6);
+    const int64_t lo2 = lo + static_cast<int64_t>(rng() % 3) - 1;  // a second lower bound, +-1 of the first
+    const bool lo_ex = rng() & 1, lo2_ex = rng() & 1, hi_ex = rng() & 1;
+    const bool merged = rng() & 1;
+    const char* type = k % 3 == 0 ? "number" : "integer";
+    oj a = {{"type", type}}, b = oj::object();
+    a[lo_ex ? "exclusiveMinimum" : "minimum"] = lo;
+    a[hi_ex ? "exclusiveMaximum" : "maximum"] = hi;
+    (merged ? b : a)[lo2_ex ? "exclusiveMinimum" : "minimum"] = lo2;
+    if (!merged && (lo_ex == lo2_ex)) a[lo2_ex ? "exclusiveMinimum" : "minimum"] = std::max(lo, lo2);
+    const oj schema = merged ? oj{{"allOf", oj::array({a, b})}} : a;
+    // What holds, from the schema as built (a key set twice kept its last value).
+    auto holds = [&](i128 v) {
+      const oj* parts[] = {&a, &b};
+      for (const oj* p : parts)
+        for (const auto& [kw, bound] : p->items()) {
+          if (!bound.is_number_integer()) continue;
+          const i128 x = bound.get<int64_t>();
+          if ((kw == "minimum" && v < x) || (kw == "exclusiveMinimum" && v <= x) || (kw == "maximum" && v > x) ||
+              (kw == "exclusiveMaximum" && v >= x))
+            return false;
+        }
+      return true;
+    };
+    auto g = json_schema_grammar(schema);
+    for (i128 v = static_cast<i128>(std::min(lo, lo2)) - 2; v <= static_cast<i128>(hi) + 2; ++v)
+      EXPECT_EQ(accepts(g, text(v)), holds(v)) << schema.dump() << " " << text(v);
+  }
+  for (const char* bad : {R"({"type": "integer", "minimum": 1.00000000000000001e17})",
+                          R"({"type": "integer", "maximum": 9007199254740993.0})",
+                          R"({"type": "number", "exclusiveMinimum": -1e16})"}) {
+    try {
+      json_schema_grammar(oj::parse(bad));
+      ADD_FAILURE() << bad;
+    } catch (const SchemaError& e) {
+      EXPECT_NE(std::string(e.what()).find("imum"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("2^53"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Schemas of 10^5 properties, required names, $defs or enum values are
+// refused (or compiled) in time linear in their size: the ctest timeout is
+// the deadline (required and allOf's required union were quadratic: 148 s
+// and 510 s for these sizes), and a oneOf of 1000 consts compiles.
+TEST(JsonSchemaApi, LargeSchemasCostLinearTime) {
+  const int n = 100000;
+  oj props = oj::object(), defs = oj::object(), req = oj::array(), req2 = oj::array(), en = oj::array(), en2 = oj::array();
+  for (int i = 0; i < n; ++i) {
+    const std::string k = std::to_string(i);
+    props.get_ref<oj::object_t&>().emplace_back("p" + k, oj{{"type", "integer"}});  // appended: no scan per key
+    defs.get_ref<oj::object_t&>().emplace_back("d" + k, oj{{"type", "integer"}});
+    req.push_back("p" + k);
+    req2.push_back("q" + k);
+    en.push_back("v" + k);
+    en2.push_back("w" + k);
+  }
+  oj refs = oj::object();
+  for (int i = 0; i < 4000; ++i) refs["r" + std::to_string(i)] = {{"$ref", "#/$defs/d" + std::to_string(n - 1 - i)}};
+  struct C {
+    oj schema;
+    const char* keyword;
+  };
+  const C cases[] = {
+      {{{"type", "object"}, {"properties", props}}, "properties"},
+      {{{"type", "object"}, {"properties", oj::object()}, {"required", req}}, "properties"},
+      {{{"allOf", oj::array({oj{{"required", req}}, oj{{"required", req2}}})}}, "properties"},
+      {{{"$defs", defs}, {"type", "object"}, {"properties", refs}}, "properties"},
+      {{{"allOf", oj::array({oj{{"enum", en}}, oj{{"enum", en2}}})}}, "enum"},
+      {{{"oneOf", oj::array({oj{{"enum", en}}, oj{{"enum", en2}}})}}, "enum"},
+  };
+  for (const C& c : cases) {
+    try {
+      json_schema_grammar(c.schema);
+      ADD_FAILURE() << c.keyword;
+    } catch (const SchemaError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.keyword), std::string::npos) << e.what();
+    }
+  }
+  // One reference among 10^5 definitions resolves (through the index).
+  auto g = json_schema_grammar(oj{{"$defs", defs}, {"$ref", "#/$defs/d99999"}});
+  EXPECT_TRUE(accepts(g, "42"));
+  EXPECT_FALSE(accepts(g, "\"x\""));
+  oj consts = oj::array();
+  for (int i = 0; i < 1000; ++i) consts.push_back({{"const", "c" + std::to_string(i)}});
+  auto one = json_schema_grammar(oj{{"oneOf", consts}});
+  EXPECT_TRUE(accepts(one, "\"c999\""));
+  EXPECT_FALSE(accepts(one, "\"c1000\""));
+  // Overlapping oneOf branches are still refused, naming the first pair found.
+  EXPECT_THROW(json_schema_grammar(oj::parse(R"({"oneOf": [{"type": "string"}, {"enum": [1, "a"]}]})")), SchemaError);
+  EXPECT_THROW(json_schema_grammar(oj::parse(R"({"oneOf": [{"enum": [1]}, {"enum": [2, 1.0]}]})")), SchemaError);
+  EXPECT_NO_THROW(json_schema_grammar(oj::parse(R"({"oneOf": [{"type": "string"}, {"enum": [1, 2]}, {"type": "boolean"}]})")));
+}
+
 // multipleOf with decimal divisors, against integer arithmetic on values
 // scaled by 10^4 (numbers and integers).
 TEST(JsonSchemaApi, DecimalMultipleOfMatchesArithmetic) {
