@@ -86,8 +86,12 @@ DType kv_cache_type(const std::string& name, const std::string& flag);
 class LayerCaches final : public Cache {
  public:
   /// Allocates every layer on `d`, keys and values in the formats `types`
-  /// names. Throws kvad::Error for a kind whose implementation has not
-  /// for sizes <= 0, or for a K/V format other than f16 and f32.
+  /// names. Throws kvad::Error for a K/V format
+  /// other than f16 and f32, for n_ctx, n_seq or n_batch <= 0, and for a
+  /// layer whose spec lacks its kind's sizes (key/value: k_dim, v_dim > 0 and
+  /// window >= 0; latent: kv_lora_rank > 0 and rope_dim >= 0; recurrent:
+  /// conv_elems, ssm_elems > 0 and snapshot_every >= 0, the same for every
+  /// recurrent layer); and as ops::empty when the device is out of memory.
   ///
   /// Recurrent layers: a state absorbs every token it reads and cannot give
   /// one back, so a rewind lands on a snapshot. With N = snapshot_every > 0
