@@ -165,9 +165,6 @@ class Llama final : public Model {
                                              : load_attention_weights(wl, p, E, q_dim, kv_dim, D);
       L.sparse = wl.has(p + "ffn_gate_inp.weight");
       if (L.sparse) {
-        if (device_.type == DeviceType::CUDA)  // moe_route, matmul_id, moe_sum: no CUDA row yet
-          throw Error(src->path() + ": " + hp_.arch + " with experts (" + p +
-                      "ffn_gate_inp.weight) is not supported on cuda yet; use --device cpu");
         if (cfg_.n_expert <= 0 || cfg_.n_ff_exp <= 0 || cfg_.moe.n_expert_used <= 0 ||
             cfg_.moe.n_expert_used > cfg_.n_expert)
           throw Error(src->path() + ": " + p + "ffn_gate_inp.weight needs " + a + "expert_count, " + a +
