@@ -100,6 +100,8 @@ int main(int argc, char** argv) {
       w.name = "w";
       w.type = t;
       w.ne = {c.n_in, c.n_out, 1, 1};
+    w.set_contiguous_strides();
+      w.set_contiguous_strides();
       w.data = wb.data();
       std::vector<float> yc(c.n_tok * c.n_out), yg(c.n_tok * c.n_out);
       std::vector<std::vector<float>> yq(4, std::vector<float>(c.n_tok * c.n_out));
@@ -162,6 +164,7 @@ int main(int argc, char** argv) {
     w.name = "w";
     w.type = c.type;
     w.ne = {c.n_in, c.n_out, 1, 1};
+    w.set_contiguous_strides();
     w.data = wb.data();
     kvad::cpu::matmul(pool, w, x.data(), c.n_tok, yc.data());
     kvad::cuda::DeviceBuffer wd(wb.size(), "bench w"), xd(x.size() * 4, "bench x"), yd(yc.size() * 4, "bench y");

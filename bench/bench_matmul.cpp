@@ -115,6 +115,7 @@ void matmul(benchmark::State& st, DType t, int threads, Shape s, int64_t n_tok) 
   w.name = "w";
   w.type = t;
   w.ne = {s.n_in, s.n_out, 1, 1};
+  w.set_contiguous_strides();
   w.data = wq.data();
   const auto x = randn(n_tok * s.n_in, 2);
   std::vector<float> out(static_cast<size_t>(n_tok * s.n_out));
@@ -139,6 +140,7 @@ void matmul_id(benchmark::State& st, DType t, int threads, Shape s, int64_t n_to
   Tensor w;
   w.type = t;
   w.ne = {s.n_in, s.n_out, kExperts, 1};
+  w.set_contiguous_strides();
   w.data = wq.data();
   std::mt19937 rng(3);
   std::vector<int32_t> ids(static_cast<size_t>(n_tok * kTopK));
@@ -151,14 +153,17 @@ void matmul_id(benchmark::State& st, DType t, int threads, Shape s, int64_t n_to
   Tensor id;
   id.type = DType::I32;
   id.ne = {kTopK, n_tok, 1, 1};
+  id.set_contiguous_strides();
   id.data = ids.data();
   const auto xv = randn(n_tok * s.n_in, 2);
   Tensor x;
   x.ne = {s.n_in, 1, n_tok, 1};
+  x.set_contiguous_strides();
   x.data = xv.data();
   std::vector<float> ov(static_cast<size_t>(n_tok * kTopK * s.n_out));
   Tensor o;
   o.ne = {s.n_out, kTopK, n_tok, 1};
+  o.set_contiguous_strides();
   o.data = ov.data();
   for (auto _ : st) {
     cpu::matmul_id(x, w, id, o);

@@ -60,6 +60,10 @@ class GgufSource final : public TensorSource {
     for (const int64_t x : v->as_int_array()) out.push_back(x != 0);
     return out;
   }
+  bool is_array(std::string_view key) const override {
+    const gguf::Value* v = f_->find(key);
+    return v && v->type() == gguf::ValueType::ARRAY;
+  }
   const std::shared_ptr<const gguf::File>& file() const { return f_; }
 
  private:

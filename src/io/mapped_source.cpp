@@ -21,8 +21,9 @@ namespace {
 class MappedSource final : public TensorSource, public std::enable_shared_from_this<MappedSource> {
  public:
   MappedSource(std::shared_ptr<const TensorSource> base, const std::vector<TensorRename>& rules, Metadata md,
-               const std::vector<std::string>& ignored, std::vector<SyntheticTensor> synthetic, bool list_only)
-      : base_(std::move(base)), md_(std::move(md)), list_only_(list_only) {
+               const std::vector<std::string>& ignored, std::vector<SyntheticTensor> synthetic, bool list_only,
+               std::map<std::string, std::string, std::less<>> key_fields)
+      : base_(std::move(base)), md_(std::move(md)), key_fields_(std::move(key_fields)), list_only_(list_only) {
     std::map<std::string, int, std::less<>> used;
     for (const std::string& n : ignored) used[n] = 1;
     owned_.reserve(rules.size() + synthetic.size());  // pointers into owned_ stay valid
@@ -43,6 +44,7 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
         used[r.scale] = 2;
         b = &dequantized_.emplace_back(fp8_block_scaled(*b, *sc, r));
       }
+      if (r.part <= 0) bases_.emplace(r.name, r.part == 0 ? r.base + ", ..." : r.base);  // a stack: its part 0
       if (r.part >= 0) {
         if (r.transform != TensorTransform::None && r.transform != TensorTransform::Fp8BlockScaled)
           throw Error(base_->path() + ": " + r.base + ": stacked and transformed");
@@ -142,6 +144,19 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     if (it == md_.end()) return {};
     if (const std::vector<bool>* v = std::get_if<std::vector<bool>>(&it->second)) return *v;
     throw Error(path() + ": " + std::string(key) + " is not an array of booleans");
+  }
+  bool is_array(std::string_view key) const override {
+    auto it = md_.find(key);
+    return it != md_.end() && (std::holds_alternative<std::vector<bool>>(it->second) ||
+                               std::holds_alternative<std::vector<int64_t>>(it->second));
+  }
+  std::string key_name(std::string_view key) const override {
+    auto it = key_fields_.find(key);
+    return it == key_fields_.end() ? std::string(key) : std::string(key) + " (" + it->second + ")";
+  }
+  std::string tensor_name(std::string_view name) const override {
+    auto it = bases_.find(name);
+    return it == bases_.end() || it->second == name ? std::string(name) : std::string(name) + " (" + it->second + ")";
   }
   const Metadata& metadata() const { return md_; }
 
@@ -396,6 +411,7 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
 
   std::shared_ptr<const TensorSource> base_;
   Metadata md_;
+  std::map<std::string, std::string, std::less<>> key_fields_;  // key -> the base's setting it came from
   bool list_only_ = false;
   std::set<std::pair<std::string, int64_t>> lanes_;  // (base, lane) pairs named
   std::deque<std::vector<uint8_t>> owned_bytes_;  // rearranged copies and stacks (a deque: pointers stay valid)
@@ -403,6 +419,7 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
   std::deque<SourceTensor> dequantized_;    // FP8 matrices as f32, before renaming or stacking
   std::vector<SourceTensor> tensors_;
   std::map<std::string, size_t, std::less<>> index_;
+  std::map<std::string, std::string, std::less<>> bases_;       // name -> the base's tensor name
 };
 
 }  // namespace
@@ -410,9 +427,10 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
 std::shared_ptr<const TensorSource> mapped_source(std::shared_ptr<const TensorSource> base,
                                                   const std::vector<TensorRename>& rules, Metadata metadata,
                                                   const std::vector<std::string>& ignored,
-                                                  std::vector<SyntheticTensor> synthetic, bool list_only) {
+                                                  std::vector<SyntheticTensor> synthetic, bool list_only,
+                                                  std::map<std::string, std::string, std::less<>> key_fields) {
   return std::make_shared<MappedSource>(std::move(base), rules, std::move(metadata), ignored, std::move(synthetic),
-                                        list_only);
+                                        list_only, std::move(key_fields));
 }
 
 const Metadata* mapped_metadata(const TensorSource& s) {

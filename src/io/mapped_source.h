@@ -116,10 +116,14 @@ struct SyntheticTensor {
 /// (stacks, transposes) are listed with their names, formats and shapes but
 /// not made (data nullptr): a view for looking up what the checkpoint holds
 /// (the quantize-once cache's stamp) without reading or copying its bytes.
+/// `key_fields`: metadata key → the setting of the base it came from
+/// ("llama.embedding_length" → "config.json hidden_size"), for key_name();
+/// tensor_name() gives a renamed tensor's base name beside its own.
 std::shared_ptr<const TensorSource> mapped_source(std::shared_ptr<const TensorSource> base,
                                                   const std::vector<TensorRename>& rules, Metadata metadata,
                                                   const std::vector<std::string>& ignored = {},
-                                                  std::vector<SyntheticTensor> synthetic = {}, bool list_only = false);
+                                                  std::vector<SyntheticTensor> synthetic = {}, bool list_only = false,
+                                                  std::map<std::string, std::string, std::less<>> key_fields = {});
 
 /// The metadata of a view made by mapped_source (nullptr for other sources),
 /// for writers that carry it into a GGUF (the quantize-once cache).

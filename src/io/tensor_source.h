@@ -88,6 +88,20 @@ class TensorSource {
     (void)key;
     return {};
   }
+  /// True when `key` holds an array (GGUF ARRAY, a view's list), false when
+  /// it is absent or a scalar. Default: no arrays.
+  virtual bool is_array(std::string_view key) const {
+    (void)key;
+    return false;
+  }
+  /// How an error names metadata `key`: the key, and where the checkpoint
+  /// states it when that is elsewhere (an HF view: "llama.embedding_length
+  /// (config.json hidden_size)"). Default: the key.
+  virtual std::string key_name(std::string_view key) const { return std::string(key); }
+  /// How an error names tensor `name`: the name, and the checkpoint's own
+  /// name when that differs (an HF view: "token_embd.weight
+  /// (model.embed_tokens.weight)"). Default: the name.
+  virtual std::string tensor_name(std::string_view name) const { return std::string(name); }
 };
 
 /// A GGUF file as a TensorSource (names and keys as stored).

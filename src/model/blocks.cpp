@@ -39,98 +39,107 @@ void require_f32(const std::string& file, std::initializer_list<const Tensor*> t
       throw Error(file + ": " + t->name + " must be f32, is " + dtype_name(t->type));
 }
 
-AttentionWeights load_attention_weights(WeightLoader& wl, const std::string& p, int64_t E, int64_t q_dim,
-                                        int64_t kv_dim, int64_t D) {
+AttentionWeights load_attention_weights(const WeightScope& b, int64_t E, int64_t q_dim, int64_t kv_dim, int64_t D) {
   AttentionWeights w;
-  w.norm = wl.get(p + "attn_norm.weight", {E});
-  w.wq = wl.get(p + "attn_q.weight", {E, q_dim});
-  w.wk = wl.get(p + "attn_k.weight", {E, kv_dim});
-  w.wv = wl.get(p + "attn_v.weight", {E, kv_dim});
-  w.wo = wl.get(p + "attn_output.weight", {q_dim, E});
-  w.q_norm = wl.get_optional(p + "attn_q_norm.weight", {D});
-  w.k_norm = wl.get_optional(p + "attn_k_norm.weight", {D});
-  w.bq = wl.get_optional(p + "attn_q.bias", {q_dim});
-  w.bk = wl.get_optional(p + "attn_k.bias", {kv_dim});
-  w.bv = wl.get_optional(p + "attn_v.bias", {kv_dim});
-  w.bo = wl.get_optional(p + "attn_output.bias", {E});
-  w.sinks = wl.get_optional(p + "attn_sinks.weight", {q_dim / D});
-  require_f32(wl.path(), {&w.norm, &w.q_norm, &w.k_norm, &w.bq, &w.bk, &w.bv, &w.bo, &w.sinks});
+  w.norm = b.get("attn_norm.weight", {E});
+  w.wq = b.get("attn_q.weight", {E, q_dim});
+  w.wk = b.get("attn_k.weight", {E, kv_dim});
+  w.wv = b.get("attn_v.weight", {E, kv_dim});
+  w.wo = b.get("attn_output.weight", {q_dim, E});
+  w.q_norm = b.get_optional("attn_q_norm.weight", {D});
+  w.k_norm = b.get_optional("attn_k_norm.weight", {D});
+  w.bq = b.get_optional("attn_q.bias", {q_dim});
+  w.bk = b.get_optional("attn_k.bias", {kv_dim});
+  w.bv = b.get_optional("attn_v.bias", {kv_dim});
+  w.bo = b.get_optional("attn_output.bias", {E});
+  w.sinks = b.get_optional("attn_sinks.weight", {q_dim / D});
+  require_f32(b.path(), {&w.norm, &w.q_norm, &w.k_norm, &w.bq, &w.bk, &w.bv, &w.bo, &w.sinks});
   return w;
 }
 
-AttentionWeights load_fused_attention_weights(WeightLoader& wl, const std::string& p, int64_t E, int64_t q_dim,
-                                              int64_t kv_dim) {
+AttentionWeights load_fused_attention_weights(const WeightScope& blk, int64_t E, int64_t q_dim, int64_t kv_dim) {
   AttentionWeights w;
   const int64_t n = q_dim + 2 * kv_dim;
-  w.norm = wl.get(p + "attn_norm.weight", {E});
-  w.norm_b = wl.get_optional(p + "attn_norm.bias", {E});
-  const Tensor qkv = wl.get(p + "attn_qkv.weight", {E, n});
+  w.norm = blk.get("attn_norm.weight", {E});
+  w.norm_b = blk.get_optional("attn_norm.bias", {E});
+  const Tensor qkv = blk.get("attn_qkv.weight", {E, n});
   w.wq = qkv.rows(0, q_dim);
   w.wk = qkv.rows(q_dim, q_dim + kv_dim);
   w.wv = qkv.rows(q_dim + kv_dim, n);
-  const Tensor b = wl.get_optional(p + "attn_qkv.bias", {n});
-  require_f32(wl.path(), {&w.norm, &w.norm_b, &b});
+  const Tensor b = blk.get_optional("attn_qkv.bias", {n});
+  require_f32(blk.path(), {&w.norm, &w.norm_b, &b});
   if (b) {
     const Tensor rows = b.view({1, n, 1, 1});  // one value per row, to cut q | k | v
     w.bq = rows.rows(0, q_dim).view({q_dim, 1, 1, 1});
     w.bk = rows.rows(q_dim, q_dim + kv_dim).view({kv_dim, 1, 1, 1});
     w.bv = rows.rows(q_dim + kv_dim, n).view({kv_dim, 1, 1, 1});
   }
-  w.wo = wl.get(p + "attn_output.weight", {q_dim, E});
-  w.bo = wl.get_optional(p + "attn_output.bias", {E});
-  require_f32(wl.path(), {&w.bo});
+  w.wo = blk.get("attn_output.weight", {q_dim, E});
+  w.bo = blk.get_optional("attn_output.bias", {E});
+  require_f32(blk.path(), {&w.bo});
   return w;
+}
+
+DecoderEnds load_decoder_ends(const WeightScope& root, const HParams& hp, Head head) {
+  DecoderEnds e;
+  e.tok_embd = root.get("token_embd.weight", {hp.n_embd, hp.n_vocab});
+  e.output_norm = root.get("output_norm.weight", {hp.n_embd});
+  require_f32(root.path(), {&e.output_norm});
+  if (head == Head::Tied) return e.output = e.tok_embd, e;
+  e.output = head == Head::Own ? root.get("output.weight", {hp.n_embd, hp.n_vocab})
+                               : root.get_optional("output.weight", {hp.n_embd, hp.n_vocab});
+  if (!e.output) e.output = e.tok_embd;  // tied: the same tensor, no copy
+  return e;
 }
 
 Tensor pre_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps) {
   return b ? ops::layer_norm(x, w, b, eps) : ops::rms_norm(x, w, eps);
 }
 
-MlpWeights load_mlp_weights(WeightLoader& wl, const std::string& p, int64_t E, int64_t F) {
+MlpWeights load_mlp_weights(const WeightScope& b, int64_t E, int64_t F) {
   MlpWeights w;
-  w.norm = wl.get(p + "ffn_norm.weight", {E});
-  w.gate = wl.get(p + "ffn_gate.weight", {E, F});
-  w.up = wl.get(p + "ffn_up.weight", {E, F});
-  w.down = wl.get(p + "ffn_down.weight", {F, E});
-  require_f32(wl.path(), {&w.norm});
+  w.norm = b.get("ffn_norm.weight", {E});
+  w.gate = b.get("ffn_gate.weight", {E, F});
+  w.up = b.get("ffn_up.weight", {E, F});
+  w.down = b.get("ffn_down.weight", {F, E});
+  require_f32(b.path(), {&w.norm});
   return w;
 }
 
-MlpWeights load_fused_mlp_weights(WeightLoader& wl, const std::string& p, int64_t E, int64_t F) {
+MlpWeights load_fused_mlp_weights(const WeightScope& b, int64_t E, int64_t F) {
   MlpWeights w;
-  w.norm = wl.get(p + "ffn_norm.weight", {E});
-  const Tensor gate_up = wl.get(p + "ffn_up.weight", {E, 2 * F});
+  w.norm = b.get("ffn_norm.weight", {E});
+  const Tensor gate_up = b.get("ffn_up.weight", {E, 2 * F});
   w.gate = gate_up.rows(0, F);
   w.up = gate_up.rows(F, 2 * F);
-  w.down = wl.get(p + "ffn_down.weight", {F, E});
-  require_f32(wl.path(), {&w.norm});
+  w.down = b.get("ffn_down.weight", {F, E});
+  require_f32(b.path(), {&w.norm});
   return w;
 }
 
-MoeWeights load_moe_weights(WeightLoader& wl, const std::string& p, int64_t E, int64_t F, int64_t n_exp,
-                            const std::string& norm) {
+MoeWeights load_moe_weights(const WeightScope& b, int64_t E, int64_t F, int64_t n_exp, const std::string& norm) {
   MoeWeights w;
-  w.norm = wl.get(p + norm, {E});
-  w.gate_inp = wl.get(p + "ffn_gate_inp.weight", {E, n_exp});
-  w.gate_exps = wl.get(p + "ffn_gate_exps.weight", {E, F, n_exp});
-  w.up_exps = wl.get(p + "ffn_up_exps.weight", {E, F, n_exp});
-  w.down_exps = wl.get(p + "ffn_down_exps.weight", {F, E, n_exp});
-  w.gate_inp_b = wl.get_optional(p + "ffn_gate_inp.bias", {n_exp});
-  w.gate_exps_b = wl.get_optional(p + "ffn_gate_exps.bias", {F, n_exp});
-  w.up_exps_b = wl.get_optional(p + "ffn_up_exps.bias", {F, n_exp});
-  w.down_exps_b = wl.get_optional(p + "ffn_down_exps.bias", {E, n_exp});
-  require_f32(wl.path(), {&w.norm, &w.gate_inp_b, &w.gate_exps_b, &w.up_exps_b, &w.down_exps_b});
+  if (!norm.empty()) w.norm = b.get(norm, {E});
+  w.gate_inp = b.get("ffn_gate_inp.weight", {E, n_exp});
+  w.gate_exps = b.get("ffn_gate_exps.weight", {E, F, n_exp});
+  w.up_exps = b.get("ffn_up_exps.weight", {E, F, n_exp});
+  w.down_exps = b.get("ffn_down_exps.weight", {F, E, n_exp});
+  w.gate_inp_b = b.get_optional("ffn_gate_inp.bias", {n_exp});
+  w.gate_exps_b = b.get_optional("ffn_gate_exps.bias", {F, n_exp});
+  w.up_exps_b = b.get_optional("ffn_up_exps.bias", {F, n_exp});
+  w.down_exps_b = b.get_optional("ffn_down_exps.bias", {E, n_exp});
+  require_f32(b.path(), {&w.norm, &w.gate_inp_b, &w.gate_exps_b, &w.up_exps_b, &w.down_exps_b});
   return w;
 }
 
-void load_moe_shared(WeightLoader& wl, const std::string& p, int64_t E, int64_t F_sh, int64_t n_exp, MoeWeights& w) {
-  w.exp_probs_b = wl.get_optional(p + "exp_probs_b.bias", {n_exp});
-  require_f32(wl.path(), {&w.exp_probs_b});
+void load_moe_shared(const WeightScope& b, int64_t E, int64_t F_sh, int64_t n_exp, MoeWeights& w) {
+  w.exp_probs_b = b.get_optional("exp_probs_b.bias", {n_exp});
+  require_f32(b.path(), {&w.exp_probs_b});
   if (F_sh <= 0) return;
-  w.gate_shexp = wl.get(p + "ffn_gate_shexp.weight", {E, F_sh});
-  w.up_shexp = wl.get(p + "ffn_up_shexp.weight", {E, F_sh});
-  w.down_shexp = wl.get(p + "ffn_down_shexp.weight", {F_sh, E});
-  w.gate_inp_shexp = wl.get_optional(p + "ffn_gate_inp_shexp.weight", {E});
+  w.gate_shexp = b.get("ffn_gate_shexp.weight", {E, F_sh});
+  w.up_shexp = b.get("ffn_up_shexp.weight", {E, F_sh});
+  w.down_shexp = b.get("ffn_down_shexp.weight", {F_sh, E});
+  w.gate_inp_shexp = b.get_optional("ffn_gate_inp_shexp.weight", {E});
 }
 
 namespace {

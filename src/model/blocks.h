@@ -43,23 +43,22 @@ struct AttentionWeights {
   Tensor sinks;
 };
 
-class WeightLoader;
+class WeightScope;
 
-/// The attention weights of layer `prefix` ("blk.N.") under llama.cpp's GGUF
+/// The attention weights of layer scope `blk` ("blk.N.") under llama.cpp's GGUF
 /// names: attn_norm [n_embd], attn_q [n_embd → q_dim], attn_k / attn_v
 /// [n_embd → kv_dim], attn_output [q_dim → n_embd]; the optional ones
 /// (attn_q_norm / attn_k_norm [head_dim], attn_q/k/v biases, attn_output.bias
 /// [n_embd], attn_sinks.weight [q_dim / head_dim]) when present.
 /// Throws as WeightLoader::get, and when a norm is not f32.
-AttentionWeights load_attention_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t q_dim,
-                                        int64_t kv_dim, int64_t head_dim);
+AttentionWeights load_attention_weights(const WeightScope& blk, int64_t n_embd, int64_t q_dim, int64_t kv_dim,
+                                        int64_t head_dim);
 
 /// The same for a fused projection, as llama.cpp names it for GPT-2 and
 /// Phi-3: attn_qkv [n_embd → q_dim + 2·kv_dim] (and its optional bias),
 /// whose rows q | k | v become wq, wk, wv as views (no copy); attn_norm and
 /// its optional bias (LayerNorm), attn_output and its optional bias.
-AttentionWeights load_fused_attention_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd,
-                                              int64_t q_dim, int64_t kv_dim);
+AttentionWeights load_fused_attention_weights(const WeightScope& blk, int64_t n_embd, int64_t q_dim, int64_t kv_dim);
 
 /// How one layer's attention is computed.
 struct AttentionParams {
@@ -109,11 +108,11 @@ struct MlpWeights {
 };
 
 /// ffn_norm [n_embd], ffn_gate / ffn_up [n_embd → n_ff], ffn_down [n_ff → n_embd]
-/// of layer `prefix` ("blk.N."). Throws as WeightLoader::get.
-MlpWeights load_mlp_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff);
+/// of layer scope `blk` ("blk.N."). Throws as WeightLoader::get.
+MlpWeights load_mlp_weights(const WeightScope& blk, int64_t n_embd, int64_t n_ff);
 /// The same with gate and up fused, as llama.cpp names Phi-3's: ffn_up
 /// [n_embd → 2·n_ff] whose rows gate | up become views (no copy).
-MlpWeights load_fused_mlp_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff);
+MlpWeights load_fused_mlp_weights(const WeightScope& blk, int64_t n_embd, int64_t n_ff);
 
 /// The gated feed-forward block of a pre-norm decoder layer:
 ///   n = RMSNorm(x) ⊙ norm;  out = Wdown · (act(Wgate·n) ⊙ Wup·n)
@@ -144,16 +143,15 @@ struct MoeWeights {
   Tensor exp_probs_b, gate_shexp, up_shexp, down_shexp, gate_inp_shexp;
   Tensor gate_inp_b, gate_exps_b, up_exps_b, down_exps_b;
 };
-/// The pre-norm is `norm` under the prefix (gpt-oss names it
-/// post_attention_norm.weight). Throws as WeightLoader::get, and when a norm
-/// or bias is not f32.
-MoeWeights load_moe_weights(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff_exp,
-                            int64_t n_expert, const std::string& norm = "ffn_norm.weight");
+/// The pre-norm is `norm` in the scope (gpt-oss names it
+/// post_attention_norm.weight; "" for none: a block whose caller norms).
+/// Throws as WeightLoader::get, and when a norm or bias is not f32.
+MoeWeights load_moe_weights(const WeightScope& blk, int64_t n_embd, int64_t n_ff_exp, int64_t n_expert,
+                            const std::string& norm = "ffn_norm.weight");
 /// The optional parts into w: exp_probs_b [n_expert] f32 (DeepSeek), the
 /// shared experts of width n_ff_shexp (none when 0), and their gate
 /// ffn_gate_inp_shexp when the file has it. Throws as WeightLoader::get.
-void load_moe_shared(WeightLoader& wl, const std::string& prefix, int64_t n_embd, int64_t n_ff_shexp, int64_t n_expert,
-                     MoeWeights& w);
+void load_moe_shared(const WeightScope& blk, int64_t n_embd, int64_t n_ff_shexp, int64_t n_expert, MoeWeights& w);
 
 struct MoeParams {
   int64_t n_expert_used = 0;  ///< k: experts per token ({arch}.expert_used_count, HF num_experts_per_tok)
@@ -195,6 +193,21 @@ Tensor moe_experts(const MoeWeights& w, const MoeParams& p, const Tensor& h);
 /// The pre-norm of a block: LayerNorm(x) ⊙ w + b when b is given, else
 /// RMSNorm(x) ⊙ w. x: [n_tok, n]; w, b: [n] f32.
 Tensor pre_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps);
+
+/// A decoder's ends: token_embd [n_embd → n_vocab rows], output_norm
+/// [n_embd] f32, and the head output [n_embd → n_vocab].
+struct DecoderEnds {
+  Tensor tok_embd, output_norm, output;
+};
+/// Whether a decoder's head is its own output.weight or token_embd's.
+enum class Head {
+  OwnOrTied,  ///< output.weight when the file has it, else token_embd (Llama, Qwen, DeepSeek)
+  Own,        ///< output.weight, required (gpt-oss)
+  Tied,       ///< token_embd; an output.weight is left unread, so the unread-tensor guard names it (Gemma)
+};
+/// Loads the ends from the root scope for hp's n_embd and n_vocab (read_vocab
+/// first). Throws as WeightLoader::get, and when output_norm is not f32.
+DecoderEnds load_decoder_ends(const WeightScope& root, const HParams& hp, Head head);
 
 /// The head of a decoder: only the rows b.out asks for go through the final
 /// RMSNorm (⊙ norm) and the output matrix; their logits [b.n_out, n_vocab]

@@ -65,24 +65,28 @@ void decoder_config(const std::string& a, const json& cfg, HfConfig& out) {
   if (n_head <= 0) throw Error("config.json: num_attention_heads must be positive");
   if (config_int(cfg, "hidden_size") <= 0) throw Error("config.json: hidden_size must be positive");
   check_layer_count(config_int(cfg, "num_hidden_layers"));
-  md[a + ".context_length"] = config_int(cfg, "max_position_embeddings", 2048);
-  md[a + ".embedding_length"] = config_int(cfg, "hidden_size");
-  md[a + ".block_count"] = config_int(cfg, "num_hidden_layers");
+  out.set(a + ".context_length", "max_position_embeddings", config_int(cfg, "max_position_embeddings", 2048));
+  out.set(a + ".embedding_length", "hidden_size", config_int(cfg, "hidden_size"));
+  out.set(a + ".block_count", "num_hidden_layers", config_int(cfg, "num_hidden_layers"));
+  // Checked against token_embd's rows (read_vocab), as transformers refuses
+  // a checkpoint whose embedding has another size.
+  if (cfg.contains("vocab_size") && !cfg["vocab_size"].is_null())
+    out.set(a + ".vocab_size", "vocab_size", config_int(cfg, "vocab_size"));
   // Absent from a MoE config without dense layers (Qwen3.5-MoE).
   if (cfg.contains("intermediate_size") || !cfg.contains("num_experts"))
-    md[a + ".feed_forward_length"] = config_int(cfg, "intermediate_size");
-  md[a + ".attention.head_count"] = n_head;
-  md[a + ".attention.head_count_kv"] = config_int(cfg, "num_key_value_heads", n_head);
+    out.set(a + ".feed_forward_length", "intermediate_size", config_int(cfg, "intermediate_size"));
+  out.set(a + ".attention.head_count", "num_attention_heads", n_head);
+  out.set(a + ".attention.head_count_kv", "num_key_value_heads", config_int(cfg, "num_key_value_heads", n_head));
   const int64_t head_dim = config_int(cfg, "head_dim", config_int(cfg, "hidden_size") / n_head);
   // The rope tables made from the config are head_dim / 2 long.
   if (head_dim <= 0 || head_dim > kMaxHeadDim)
     throw Error("config.json: head_dim " + std::to_string(head_dim) + " is not in [1, " + std::to_string(kMaxHeadDim) +
                 "]");
   if (cfg.contains("head_dim") && !cfg["head_dim"].is_null()) {
-    md[a + ".attention.key_length"] = config_int(cfg, "head_dim");
-    md[a + ".attention.value_length"] = config_int(cfg, "head_dim");
+    out.set(a + ".attention.key_length", "head_dim", config_int(cfg, "head_dim"));
+    out.set(a + ".attention.value_length", "head_dim", config_int(cfg, "head_dim"));
   }
-  md[a + ".attention.layer_norm_rms_epsilon"] = config_float(cfg, "rms_norm_eps", 1e-6);
+  out.set(a + ".attention.layer_norm_rms_epsilon", "rms_norm_eps", config_float(cfg, "rms_norm_eps", 1e-6));
   // RoPE: transformers <= 4 writes rope_theta and rope_scaling; 5 writes
   // rope_parameters {rope_theta, rope_type, factor}, or one such object per
   // layer type (Gemma 3: full_attention / sliding_attention).
@@ -99,6 +103,39 @@ void decoder_config(const std::string& a, const json& cfg, HfConfig& out) {
   const int64_t n_rot = static_cast<int64_t>(head_dim * partial);
   if (n_rot != head_dim) md[a + ".rope.dimension_count"] = n_rot;
   hf_rope_scaling(a, rope, cfg, n_rot, out);
+}
+
+int64_t hf_sliding_window(const std::string& arch, const json& cfg, HfConfig& out, int64_t def, bool required) {
+  const int64_t window = config_int(cfg, "sliding_window", def);
+  if (window < 0) throw Error("config.json: sliding_window must not be negative");
+  if (required && window == 0) throw Error("config.json: sliding_window must be positive for " + arch);
+  if (window > 0 || def > 0) out.set(arch + ".attention.sliding_window", "sliding_window", window);
+  return window;
+}
+
+void hf_moe(const std::string& a, const json& cfg, HfConfig& out, const char* ff_field) {
+  const char* count = cfg.contains("num_experts") && !cfg["num_experts"].is_null() ? "num_experts" : "num_local_experts";
+  if (!cfg.contains(count) || cfg[count].is_null()) throw Error("config.json: missing field num_experts (or num_local_experts)");
+  const int64_t n = config_int(cfg, count), k = config_int(cfg, "num_experts_per_tok");
+  if (n < 0) throw Error(std::string("config.json: ") + count + " must not be negative");
+  if (n > 0 && (k <= 0 || k > n))
+    throw Error(std::string("config.json: num_experts_per_tok must be in 1..") + count + " (" + std::to_string(n) +
+                "), is " + std::to_string(k) + " (" + a + ".expert_used_count)");
+  out.set(a + ".expert_count", count, n);
+  out.set(a + ".expert_used_count", "num_experts_per_tok", k);
+  if (ff_field) out.set(a + ".expert_feed_forward_length", ff_field, config_int(cfg, ff_field));
+}
+
+bool hf_moe_tensor(const std::string& rest, const std::string& p, TensorRename& r) {
+  using T = TensorTransform;
+  auto to = [&](const std::string& gguf, T t) { return r.name = p + gguf, r.transform = t, true; };
+  if (rest == "mlp.gate.weight") return to("ffn_gate_inp.weight", T::None);
+  if (rest == "mlp.gate.e_score_correction_bias") return to("exp_probs_b.bias", T::ToF32);
+  if (rest == "mlp.shared_expert_gate.weight") return to("ffn_gate_inp_shexp.weight", T::None);
+  for (const char* shared : {"mlp.shared_expert.", "mlp.shared_experts."})  // DeepSeek's plural
+    for (const char* proj : {"gate", "up", "down"})
+      if (rest == std::string(shared) + proj + "_proj.weight") return to(std::string("ffn_") + proj + "_shexp.weight", T::None);
+  return hf_expert_tensor(rest, p, r);
 }
 
 double local_rope_base(const json& cfg, double def) {
@@ -305,7 +342,8 @@ std::shared_ptr<const TensorSource> open_hf_checkpoint(const std::string& dir, b
       throw Error(cfg_path.string() + ": " + e.what());
     }
   }
-  return mapped_source(std::move(raw), rules, std::move(hc.md), ignored, std::move(hc.tensors), list_only);
+  return mapped_source(std::move(raw), rules, std::move(hc.md), ignored, std::move(hc.tensors), list_only,
+                       std::move(hc.fields));
 }
 
 }  // namespace kvad

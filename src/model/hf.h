@@ -6,6 +6,7 @@
 // it exactly as it loads a GGUF.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -22,6 +23,14 @@ class TensorSource;
 struct HfConfig {
   Metadata md;
   std::vector<SyntheticTensor> tensors;
+  /// GGUF key → "config.json <field>" it came from, so that an error about
+  /// the key names the field too (TensorSource::key_name). set() fills both.
+  std::map<std::string, std::string, std::less<>> fields;
+  /// md[key] = v, recorded as coming from config.json `field`.
+  void set(const std::string& key, const char* field, MetadataValue v) {
+    md[key] = std::move(v);
+    fields[key] = std::string("config.json ") + field;
+  }
 };
 
 struct HfNames {
@@ -103,6 +112,34 @@ double local_rope_base(const nlohmann::json& cfg, double def);
 /// Which layers use a sliding window: layer_types (transformers 5), else
 /// every layer but each `sliding_window_pattern`-th (default `pattern`).
 std::vector<bool> sliding_layers(const nlohmann::json& cfg, int64_t n_layer, int64_t pattern);
+
+/// HF's sliding window: cfg's sliding_window (absent or null: def) as
+/// {arch}.attention.sliding_window, written when it or def is > 0 (a file
+/// without the key runs the architecture's default). Returns the window.
+/// Throws kvad::Error "config.json: sliding_window must not be negative", or
+/// "... must be positive for {arch}" when `required`.
+int64_t hf_sliding_window(const std::string& arch, const nlohmann::json& cfg, HfConfig& out, int64_t def = 0,
+                          bool required = false);
+
+/// HF's mixture-of-experts sizes as llama.cpp's keys: {arch}.expert_count
+/// (num_experts, or num_local_experts as Mixtral and transformers 5 name
+/// it), expert_used_count (num_experts_per_tok), and, unless `ff_field` is
+/// nullptr, expert_feed_forward_length (cfg[ff_field]: moe_intermediate_size,
+/// or gpt-oss's intermediate_size). Throws kvad::Error "config.json: ..."
+/// naming the field when one is missing, a count is negative, or
+/// num_experts_per_tok is outside 1..the experts (with experts).
+void hf_moe(const std::string& arch, const nlohmann::json& cfg, HfConfig& out,
+            const char* ff_field = "moe_intermediate_size");
+
+/// The tensors of an HF sparse MoE block of layer prefix `p` ("blk.N."),
+/// `rest` the name within the layer: the router mlp.gate.weight
+/// (ffn_gate_inp) and its choice bias mlp.gate.e_score_correction_bias
+/// (exp_probs_b.bias, DeepSeek-V3), the experts (hf_expert_tensor), the
+/// shared expert mlp.shared_expert.{gate,up,down}_proj (Qwen2-MoE,
+/// Qwen3-Next; DeepSeek's mlp.shared_experts.*) as ffn_{gate,up,down}_shexp
+/// and its gate mlp.shared_expert_gate (ffn_gate_inp_shexp). False for
+/// another name.
+bool hf_moe_tensor(const std::string& rest, const std::string& p, TensorRename& out);
 
 /// The tensors every HF decoder names alike (transformers' Llama-style
 /// modules): model.embed_tokens, model.norm, and per layer input_layernorm,

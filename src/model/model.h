@@ -13,6 +13,8 @@ namespace kvad {
 
 class ThreadPool;
 class TensorSource;
+class WeightLoader;
+struct DeviceOptions;
 
 /// What every architecture reports about itself (the CLI, the Session's
 /// micro-batch size, the server's metrics read it). Each architecture reads
@@ -92,6 +94,11 @@ struct BatchView {
 
 class Model {
  public:
+  Model() = default;
+  /// The shared start of an architecture's constructor: keeps `src` (source_)
+  /// and reads its decoder keys into hp_ (model/hparams.h read_hparams,
+  /// which throws kvad::Error naming a missing or invalid key).
+  explicit Model(std::shared_ptr<const TensorSource> src);
   virtual ~Model() = default;
   const HParams& hparams() const { return hp_; }
   /// A fresh, empty cache for n_seq sequences of n_ctx positions each, on the
@@ -124,6 +131,14 @@ class Model {
   virtual void forward_impl(Cache& cache, const BatchView& b, float* logits) = 0;
   /// Default: throws, naming the architecture.
   virtual void hidden_impl(Cache& cache, const BatchView& b, float* hidden);
+  /// A constructor's first and last steps around its weights (model/weights.h).
+  /// open_weights: the loader of source_ for `o`, device_ set to its device,
+  /// hp_'s widths named for shape errors (WeightLoader::name_dims). Throws
+  /// as WeightLoader's constructor.
+  WeightLoader open_weights(const DeviceOptions& o);
+  /// finish_loading: throws for a checkpoint tensor nobody took
+  /// (WeightLoader::finish), then records weight_bytes_ and hp_.n_params.
+  void finish_loading(const WeightLoader& wl);
   HParams hp_;
   size_t weight_bytes_ = 0;
   Device device_;

@@ -48,7 +48,8 @@ double yarn_mscale(double factor) { return factor <= 1 ? 1.0 : 0.1 * std::log(fa
 
 }  // namespace
 
-RopeScaling load_rope_scaling(const TensorSource& src, WeightLoader& wl, const HParams& hp, bool neox) {
+RopeScaling load_rope_scaling(const TensorSource& src, WeightLoader& wl, const HParams& hp, bool neox,
+                              bool long_factors) {
   RopeScaling r;
   RopeParams& p = r.params;
   p.n_rot = hp.n_rot;
@@ -69,6 +70,9 @@ RopeScaling load_rope_scaling(const TensorSource& src, WeightLoader& wl, const H
                 " is missing (LongRoPE needs both)");
   r.n_ctx_orig = src.get_int(a + "rope.scaling.original_context_length", hp.n_ctx_train);
   if (freqs) p.freq_factors = freqs;  // Llama 3 (or any file's per-pair divisors)
+  if (fshort && !long_factors)
+    throw Error(src.path() + ": " + src.tensor_name("rope_factors_short.weight") + ": LongRoPE factors are not supported for " +
+                hp.arch);
   if (fshort) {
     p.freq_factors = fshort;
     p.attn_factor = static_cast<float>(src.get_float(a + "rope.scaling.attn_factor", 1.0));

@@ -52,8 +52,10 @@ struct RopeScaling {
 /// top of hp's n_rot, base and linear scale, with the pairing `neox`. The
 /// factors live on wl's device. Throws kvad::Error naming the key or tensor
 /// for an unknown scaling type, a factor <= 0, factors of the wrong size or
-/// format, or two rules at once.
-RopeScaling load_rope_scaling(const TensorSource& src, WeightLoader& wl, const HParams& hp, bool neox);
+/// format, two rules at once, or LongRoPE factors when `long_factors` is
+/// false (an architecture whose layers take one RopeParams: Gemma, gpt-oss).
+RopeScaling load_rope_scaling(const TensorSource& src, WeightLoader& wl, const HParams& hp, bool neox,
+                              bool long_factors = true);
 
 /// The HF side: `rope` is the config's rope_parameters (transformers 5) or
 /// rope_scaling (4.x) object with rope_theta folded in, `cfg` the whole

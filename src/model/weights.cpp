@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "io/tensor_source.h"
+#include "model/hparams.h"
 #include "tensor/ops.h"
 
 namespace kvad {
@@ -17,6 +18,31 @@ WeightLoader::WeightLoader(std::shared_ptr<const TensorSource> src, const Device
 const std::string& WeightLoader::path() const { return src_->path(); }
 
 bool WeightLoader::has(const std::string& name) const { return src_->find(name) != nullptr; }
+
+const SourceTensor* WeightLoader::find(const std::string& name) const { return src_->find(name); }
+
+void WeightLoader::name_dim(int64_t value, const std::string& what) {
+  std::string& names = dim_names_[value];
+  if (names.find(what) != std::string::npos) return;
+  names += (names.empty() ? "" : " or ") + what;
+}
+
+void WeightLoader::name_key_dim(int64_t value, const std::string& key) {
+  if (src_->has(key)) name_dim(value, src_->key_name(key));  // a width the architecture derived names no key
+}
+
+void WeightLoader::name_dims(const HParams& hp) {
+  const std::string a = hp.arch + ".";
+  const std::string head_dim = src_->has(a + "attention.key_length") ? src_->key_name(a + "attention.key_length")
+                                                                      : "the head_dim (embedding_length / head_count)";
+  name_dim(hp.n_embd, src_->key_name(a + "embedding_length"));
+  if (hp.n_ff > 0) name_dim(hp.n_ff, src_->key_name(a + "feed_forward_length"));
+  name_dim(hp.n_head * hp.head_dim, src_->key_name(a + "attention.head_count") + " × " + head_dim);
+  const std::string kv_heads = src_->key_name(a + (src_->has(a + "attention.head_count_kv") ? "attention.head_count_kv"
+                                                                                            : "attention.head_count"));
+  name_dim(hp.n_head_kv * hp.head_dim, kv_heads + " × " + head_dim);
+  name_dim(hp.head_dim, head_dim);
+}
 
 static std::string dims_str(const int64_t* ne, size_t n) {
   std::string s = "[";
@@ -58,9 +84,16 @@ Tensor WeightLoader::get_optional(const std::string& name, std::initializer_list
   std::vector<int64_t> want(ne);
   while (want.size() < 4) want.push_back(1);
   const std::vector<int64_t> have(st->ne.begin(), st->ne.end());
-  if (want != have)
-    throw Error(src_->path() + ": tensor " + name + " has shape " + dims_str(st->ne.data(), st->n_dims) +
-                ", expected " + dims_str(ne.begin(), ne.size()));
+  if (want != have) {
+    // Which hyper-parameters the expected dims that differ come from.
+    std::string why;
+    for (size_t i = 0; i < 4; ++i)
+      if (want[i] != have[i])
+        if (auto it = dim_names_.find(want[i]); it != dim_names_.end() && why.find(it->second) == std::string::npos)
+          why += (why.empty() ? ": " : "; ") + std::to_string(want[i]) + " is " + it->second;
+    throw Error(src_->path() + ": tensor " + src_->tensor_name(name) + " has shape " +
+                dims_str(st->ne.data(), st->n_dims) + ", expected " + dims_str(ne.begin(), ne.size()) + why);
+  }
   require_supported(*st);  // U8/F8 and 5-d tensors of a safetensors checkpoint, named as stored
   if (!ops::has_format(Device::cpu(), st->type))
     throw Error(src_->path() + ": tensor " + name + " is " + dtype_name(st->type) +
@@ -69,6 +102,7 @@ Tensor WeightLoader::get_optional(const std::string& name, std::initializer_list
   t.name = name;
   t.type = st->type;
   t.ne = st->ne;
+  t.set_contiguous_strides();
   t.data = st->data;
   t.storage = std::make_shared<Storage>(Device::cpu(), const_cast<void*>(st->data), st->n_bytes, src_->keepalive());
   n_params_ += t.n_elements();
@@ -105,6 +139,22 @@ void WeightLoader::finish() const {
   if (n)
     throw Error(src_->path() + ": " + std::to_string(n) + " tensor(s) not used by architecture " +
                 src_->get_string("general.architecture", "?") + ": " + unused + (n > 8 ? ", ..." : ""));
+}
+
+Model::Model(std::shared_ptr<const TensorSource> src) : hp_(read_hparams(*src)), source_(std::move(src)) {}
+
+WeightLoader Model::open_weights(const DeviceOptions& o) {
+  WeightLoader wl(source_, o);
+  device_ = wl.device();
+  wl.name_dims(hp_);
+  if (hp_.n_vocab > 0) wl.name_dim(hp_.n_vocab, "the rows of " + source_->tensor_name("token_embd.weight"));
+  return wl;
+}
+
+void Model::finish_loading(const WeightLoader& wl) {
+  wl.finish();
+  weight_bytes_ = wl.bytes();
+  hp_.n_params = wl.n_params();
 }
 
 }  // namespace kvad

@@ -4,9 +4,13 @@
 // row and registers it when the program starts. Nothing above tensor/ calls
 // a row directly.
 //
-// Conventions for every entry: tensors are contiguous, already checked by
-// ops.cpp (same device, shapes and formats as documented in ops.h), and
-// `out` is allocated by the caller on the same device. Entries read and write
+// Conventions for every entry: inputs are already checked by ops.cpp (same
+// device, shapes and formats as documented in ops.h), and `out` is
+// contiguous, allocated by the caller on the same device. Inputs are
+// contiguous except where an entry says "strided" (the ops ops.h marks
+// Strided); there, an input has out's shape (broadcasts are expanded by
+// ops.cpp into stride-0 dimensions) and any byte strides nb, and a row that
+// cannot do some layout throws kvad::Error saying so. Entries read and write
 // bytes through Tensor::raw(), never Tensor::data (null off the CPU).
 #pragma once
 #include <cstddef>
@@ -123,12 +127,17 @@ struct BackendOps {
   void (*copy)(void* dst, const void* src, size_t bytes) = nullptr;        ///< within the device
   /// Rows of src converted to dst's format (same shape): dequantize, quantize, f32 ↔ f16/bf16.
   void (*convert)(const Tensor& src, const Tensor& dst) = nullptr;
+  /// Strided: out = the elements of x (same shape and format), contiguous.
+  void (*cont)(const Tensor& x, const Tensor& out) = nullptr;
 
   // Ops (shapes as in ops.h).
   /// out[i] = x · w[i]ᵀ for i < n (n >= 1; the weights share x).
   void (*matmul)(const Tensor& x, const Tensor* const* w, const Tensor* out, int n) = nullptr;
-  /// out = a op b; b has a's shape, or one row broadcast over a's rows.
+  /// Strided: x [B, n_tok, n_in] f32 (nb[0] = 4); w [B, n_out, n_in] contiguous; out [B, n_tok, n_out].
+  void (*matmul_batched)(const Tensor& x, const Tensor& w, const Tensor& out) = nullptr;
+  /// Strided: out = a op b, a and b of out's shape (stride 0 where broadcast).
   void (*binary)(Binary op, const Tensor& a, const Tensor& b, const Tensor& out) = nullptr;
+  /// Strided (as unary, glu, swiglu_oai and concat).
   void (*scale)(const Tensor& x, float s, const Tensor& out) = nullptr;
   /// w: nullptr or [ne0] f32; one_plus: x̂·(1 + w).
   void (*rms_norm)(const Tensor& x, const Tensor* w, float eps, bool one_plus, const Tensor& out) = nullptr;

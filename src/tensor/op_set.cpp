@@ -7,7 +7,9 @@ namespace kvad {
 const char* op_name(Op op) {
   switch (op) {
     case Op::Convert: return "convert";
+    case Op::Cont: return "cont";
     case Op::Matmul: return "matmul";
+    case Op::MatmulBatched: return "matmul_batched";
     case Op::Add: return "add";
     case Op::Mul: return "mul";
     case Op::Scale: return "scale";
@@ -55,7 +57,9 @@ namespace {
 bool has_entry(const BackendOps& r, Op op) {
   switch (op) {
     case Op::Convert: return r.convert;
+    case Op::Cont: return r.cont;
     case Op::Matmul: return r.matmul;
+    case Op::MatmulBatched: return r.matmul_batched;
     case Op::Add:
     case Op::Mul: return r.binary;
     case Op::Scale: return r.scale;

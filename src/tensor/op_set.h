@@ -18,7 +18,9 @@ struct BackendOps;
 /// the entry (BackendOps::refuses): bidirectional, sinks, soft-capping.
 enum class Op : uint8_t {
   Convert,                 ///< convert (entry convert)
+  Cont,                    ///< cont: a strided view copied contiguous
   Matmul,                  ///< matmul, matmul_multi (entry matmul)
+  MatmulBatched,           ///< matmul_batched
   Add,                     ///< add (entry binary)
   Mul,                     ///< mul (entry binary)
   Scale,                   ///< scale

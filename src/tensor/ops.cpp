@@ -1,6 +1,7 @@
 // The op layer: checks, output allocation, dispatch to the inputs' device row.
 #include "tensor/ops.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -50,6 +51,22 @@ Device same_device(const char* op, std::initializer_list<const Tensor*> ts) {
       fail(op, "inputs on different devices (" + first->device().str() + " and " + t->device().str() + ")");
   }
   return first ? first->device() : Device::cpu();
+}
+
+// The one check of strided inputs: every op that does not take them (ops.h
+// says which do) passes its tensors here, and a non-contiguous one is an
+// error naming the op and the shape, never a silent copy.
+void need_contiguous(const char* op, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (t && *t && !t->is_contiguous())
+      fail(op, "input " + (t->name.empty() ? std::string() : t->name + " ") + shape_str(*t) +
+                   " is strided, and " + op + " takes contiguous inputs only (ops::cont copies it)");
+}
+
+// same_device for an op that takes contiguous inputs only.
+Device dense_inputs(const char* op, std::initializer_list<const Tensor*> ts) {
+  need_contiguous(op, ts);
+  return same_device(op, ts);
 }
 
 void need_type(const char* op, const Tensor& t, DType ty, const char* what) {
@@ -123,6 +140,7 @@ Tensor empty(DType t, std::array<int64_t, 4> ne, Device d) {
   Tensor x;
   x.type = t;
   x.ne = ne;
+  x.set_contiguous_strides();
   const size_t n = x.n_bytes();
   void* p = r.alloc(n ? n : 1);
   x.storage = std::make_shared<Storage>(d, p, n ? n : 1, r.release);
@@ -134,6 +152,7 @@ Tensor wrap_host(const void* src, DType t, std::array<int64_t, 4> ne) {
   Tensor x;
   x.type = t;
   x.ne = ne;
+  x.set_contiguous_strides();
   x.data = src;
   return x;
 }
@@ -151,7 +170,7 @@ Tensor from_host(const void* src, DType t, std::array<int64_t, 4> ne, Device d) 
 }
 
 void to_host(const Tensor& t, void* dst) {
-  const Device d = t.device();
+  const Device d = dense_inputs("to_host", {&t});
   if (t.storage) t.storage->wait();
   const size_t n = t.n_bytes();
   if (d.is_cpu()) {
@@ -166,6 +185,7 @@ void to_host(const Tensor& t, void* dst) {
 
 Tensor to(const Tensor& t, Device d) {
   if (t.device() == d) return t;
+  need_contiguous("to", {&t});
   Tensor out;
   if (t.device().is_cpu()) {
     out = from_host(t.data, t.type, t.ne, d);
@@ -184,7 +204,7 @@ Tensor to(const Tensor& t, Device d) {
 }
 
 Tensor copy(const Tensor& t) {
-  const Device d = t.device();
+  const Device d = dense_inputs("copy", {&t});
   Tensor out = empty(t.type, t.ne, d);  // ordered after t's writer on the device: no host wait
   entry(row(d, "copy").copy, d, "copy")(out.raw(), t.raw(), t.n_bytes());
   out.name = t.name;
@@ -192,11 +212,82 @@ Tensor copy(const Tensor& t) {
 }
 
 void copy_into(const Tensor& dst, const Tensor& src) {
-  const Device d = same_device("copy_into", {&dst, &src});
+  const Device d = dense_inputs("copy_into", {&dst, &src});
   KVAD_NEED("copy_into", dst.type == src.type && dst.n_elements() == src.n_elements(),
             "dst " + shape_str(dst) + " " + dtype_name(dst.type) + " and src " + shape_str(src) + " " +
                 dtype_name(src.type) + " differ");
   entry(row(d, "copy_into").copy, d, "copy_into")(dst.raw(), src.raw(), src.n_bytes());
+}
+
+// ---- views ---------------------------------------------------------------
+
+namespace {
+// Bytes from a tensor's first element to the end of its last one.
+size_t span(const Tensor& t) {
+  const DTypeInfo& ti = dtype_info(t.type);
+  size_t last = (static_cast<size_t>(t.ne[0] / ti.block_elems) - 1) * t.nb[0];
+  for (int i = 1; i < 4; ++i) last += static_cast<size_t>(t.ne[i] - 1) * t.nb[i];
+  return last + ti.block_bytes;
+}
+}  // namespace
+
+Tensor view(const Tensor& t, std::array<int64_t, 4> ne, std::array<size_t, 4> nb, size_t offset) {
+  const DTypeInfo& ti = dtype_info(t.type);
+  Tensor v = t;
+  v.ne = ne;
+  v.nb = nb;
+  const auto what = [&] {  // the message, built only on failure
+    return "view [" + std::to_string(ne[0]) + ", " + std::to_string(ne[1]) + ", " + std::to_string(ne[2]) + ", " +
+           std::to_string(ne[3]) + "] nb [" + std::to_string(nb[0]) + ", " + std::to_string(nb[1]) + ", " +
+           std::to_string(nb[2]) + ", " + std::to_string(nb[3]) + "] at +" + std::to_string(offset) + " of " +
+           t.name + " " + shape_str(t);
+  };
+  for (int64_t n : ne) KVAD_NEED("view", n > 0, what() + ": a dimension is not positive");
+  const bool blocks_whole = ti.block_elems == 1 || ne[0] == ti.block_elems || nb[0] == ti.block_bytes;
+  KVAD_NEED("view", ne[0] % ti.block_elems == 0 && blocks_whole,
+            what() + ": a " + dtype_name(t.type) + " row must be whole, contiguous blocks");
+  if (ti.block_elems == 1) {  // element formats: every element aligned to its size
+    bool aligned = offset % ti.block_bytes == 0;
+    for (size_t b : nb) aligned = aligned && b % ti.block_bytes == 0;
+    KVAD_NEED("view", aligned, what() + ": strides and offset must be multiples of the element's " +
+                                   std::to_string(ti.block_bytes) + " bytes");
+  }
+  KVAD_NEED("view", offset + span(v) <= span(t), what() + ": reaches past the tensor's bytes");
+  v.offset = t.offset + offset;
+  if (t.data) v.data = static_cast<const uint8_t*>(t.data) + offset;
+  return v;
+}
+
+Tensor permute(const Tensor& t, std::array<int, 4> axes) {
+  bool seen[4] = {};
+  for (int a : axes) {
+    KVAD_NEED("permute", a >= 0 && a < 4 && !seen[a],
+              "axes {" + std::to_string(axes[0]) + ", " + std::to_string(axes[1]) + ", " + std::to_string(axes[2]) +
+                  ", " + std::to_string(axes[3]) + "} are not a permutation of 0..3");
+    seen[a] = true;
+  }
+  KVAD_NEED("permute", dtype_info(t.type).block_elems == 1 || axes[0] == 0,
+            t.name + " " + shape_str(t) + " is " + dtype_name(t.type) + ": its blocks stay in dimension 0");
+  Tensor v = t;
+  for (int i = 0; i < 4; ++i) {
+    v.ne[axes[i]] = t.ne[i];
+    v.nb[axes[i]] = t.nb[i];
+  }
+  return v;
+}
+
+Tensor transpose(const Tensor& t) { return permute(t, {1, 0, 2, 3}); }
+
+Tensor cont(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  const Device d = same_device("cont", {&t});
+  const DTypeInfo& ti = dtype_info(t.type);
+  KVAD_NEED("cont", ti.block_elems == 1 || t.nb[0] == ti.block_bytes,
+            t.name + " " + shape_str(t) + " is " + dtype_name(t.type) + " with strided blocks");
+  Tensor out = empty(t.type, t.ne, d);
+  entry(row(d, "cont").cont, d, "cont")(t, out);
+  out.name = t.name;
+  return out;
 }
 
 // ---- ops -----------------------------------------------------------------
@@ -217,12 +308,13 @@ void check_matmul(const Tensor& x, const Tensor& w, Device d) {
 }  // namespace
 
 std::vector<Tensor> matmul_multi(const Tensor& x, std::initializer_list<const Tensor*> ws) {
-  const Device d = same_device("matmul", {&x});
+  const Device d = dense_inputs("matmul", {&x});
   const int64_t n_tok = x.n_rows();
   std::vector<Tensor> out;
   out.reserve(ws.size());
   for (const Tensor* w : ws) {
     KVAD_NEED("matmul", w && *w && w->device() == d, "weight on another device than x (" + d.str() + ")");
+    need_contiguous("matmul", {w});
     check_matmul(x, *w, d);
     out.push_back(f32_like(x, {w->n_rows(), n_tok, 1, 1}));
   }
@@ -251,6 +343,23 @@ std::vector<Tensor> matmul_multi(const Tensor& x, std::initializer_list<const Te
   return out;
 }
 
+Tensor matmul_batched(const Tensor& x, const Tensor& w) {
+  const Device d = same_device("matmul_batched", {&x, &w});
+  need_contiguous("matmul_batched", {&w});
+  need_type("matmul_batched", x, DType::F32, "x");
+  KVAD_NEED("matmul_batched", x.ne[0] == 1 || x.nb[0] == sizeof(float),
+            "x " + shape_str(x) + " has strided rows (nb[0] must be 4: ops::cont first)");
+  KVAD_NEED("matmul_batched", x.ne[3] == 1 && w.ne[3] == 1 && x.ne[0] == w.ne[0] && x.ne[2] == w.ne[2],
+            "x " + shape_str(x) + " is not [B, n_tok, n_in] for weights " + w.name + " " + shape_str(w) +
+                " [B, n_out, n_in]");
+  KVAD_NEED("matmul_batched", has_format(d, w.type),
+            std::string("weights ") + w.name + " are " + dtype_name(w.type) + ", a format " + d.str() +
+                " cannot compute with");
+  Tensor out = f32_like(x, {w.ne[1], x.ne[1], x.ne[2], 1});
+  entry(row(d, "matmul_batched").matmul_batched, d, "matmul_batched")(x, w, out);
+  return out;
+}
+
 Tensor matmul(const Tensor& x, const Tensor& w, const Tensor* bias) {
   std::vector<Tensor> y = matmul_multi(x, {&w});
   if (bias && *bias) return add(y[0], *bias);
@@ -258,14 +367,33 @@ Tensor matmul(const Tensor& x, const Tensor& w, const Tensor* bias) {
 }
 
 namespace {
+// t seen with shape ne: each dimension of size 1 that ne widens repeats
+// (stride 0), the others are t's.
+Tensor expand(const Tensor& t, const std::array<int64_t, 4>& ne) {
+  Tensor v = t;
+  for (int i = 0; i < 4; ++i)
+    if (t.ne[i] != ne[i]) {
+      v.ne[i] = ne[i];
+      v.nb[i] = 0;
+    }
+  return v;
+}
+
 Tensor binary(Binary op, const char* name, const Tensor& a, const Tensor& b) {
   const Device d = same_device(name, {&a, &b});
   need_type(name, a, DType::F32, "a");
   need_type(name, b, DType::F32, "b");
-  const bool same = a.ne == b.ne, bcast = b.n_rows() == 1 && b.ne[0] == a.ne[0];
-  KVAD_NEED(name, same || bcast, "shapes " + shape_str(a) + " and " + shape_str(b) + " do not match");
-  Tensor out = f32_like(a, a.ne);
-  entry(row(d, name).binary, d, name)(op, a, b, out);
+  std::array<int64_t, 4> ne;
+  for (int i = 0; i < 4; ++i) {
+    KVAD_NEED(name, a.ne[i] == b.ne[i] || a.ne[i] == 1 || b.ne[i] == 1,
+              "shapes " + shape_str(a) + " and " + shape_str(b) + " do not broadcast");
+    ne[i] = std::max(a.ne[i], b.ne[i]);
+  }
+  Tensor out = f32_like(a, ne);
+  Tensor wa, wb;  // widened views, only where a size-1 dimension repeats
+  const Tensor& ea = a.ne == ne ? a : (wa = expand(a, ne));
+  const Tensor& eb = b.ne == ne ? b : (wb = expand(b, ne));
+  entry(row(d, name).binary, d, name)(op, ea, eb, out);
   return out;
 }
 }  // namespace
@@ -274,7 +402,7 @@ Tensor add(const Tensor& a, const Tensor& b) { return binary(Binary::Add, "add",
 Tensor mul(const Tensor& a, const Tensor& b) { return binary(Binary::Mul, "mul", a, b); }
 
 Tensor scale(const Tensor& x, float s) {
-  const Device d = x.device();
+  const Device d = same_device("scale", {&x});
   need_type("scale", x, DType::F32, "x");
   Tensor out = f32_like(x, x.ne);
   entry(row(d, "scale").scale, d, "scale")(x, s, out);
@@ -291,7 +419,7 @@ void check_vec(const char* op, const Tensor& w, int64_t n, const char* what) {
 }  // namespace
 
 Tensor rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight mode) {
-  const Device d = same_device("rms_norm", {&x, &w});
+  const Device d = dense_inputs("rms_norm", {&x, &w});
   need_type("rms_norm", x, DType::F32, "x");
   check_vec("rms_norm", w, x.ne[0], "weight");
   Tensor out = f32_like(x, x.ne);
@@ -300,7 +428,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& w, float eps, NormWeight mode) {
 }
 
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps) {
-  const Device d = same_device("layer_norm", {&x, &w, &b});
+  const Device d = dense_inputs("layer_norm", {&x, &w, &b});
   need_type("layer_norm", x, DType::F32, "x");
   check_vec("layer_norm", w, x.ne[0], "weight");
   check_vec("layer_norm", b, x.ne[0], "bias");
@@ -310,7 +438,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps) 
 }
 
 Tensor rope(const Tensor& x, const Tensor& pos, const RopeParams& p) {
-  const Device d = same_device("rope", {&x, &pos});
+  const Device d = dense_inputs("rope", {&x, &pos});
   need_type("rope", x, DType::F32, "x");
   need_type("rope", pos, DType::I32, "pos");
   KVAD_NEED("rope", x.ne[3] == 1 && pos.n_elements() == x.ne[2],
@@ -318,6 +446,7 @@ Tensor rope(const Tensor& x, const Tensor& pos, const RopeParams& p) {
   KVAD_NEED("rope", p.n_rot > 0 && p.n_rot % 2 == 0 && p.n_rot <= x.ne[0],
        "n_rot " + std::to_string(p.n_rot) + " does not fit head_dim " + std::to_string(x.ne[0]));
   if (p.freq_factors) {
+    need_contiguous("rope", {&p.freq_factors});
     KVAD_NEED("rope", p.freq_factors.device() == d, "freq_factors are on " + p.freq_factors.device().str() + ", x on " + d.str());
     need_type("rope", p.freq_factors, DType::F32, "freq_factors");
     KVAD_NEED("rope", p.freq_factors.n_elements() == p.n_rot / 2,
@@ -329,7 +458,7 @@ Tensor rope(const Tensor& x, const Tensor& pos, const RopeParams& p) {
 }
 
 Tensor get_rows(const Tensor& table, const Tensor& ids) {
-  const Device d = same_device("get_rows", {&table, &ids});
+  const Device d = dense_inputs("get_rows", {&table, &ids});
   need_type("get_rows", ids, DType::I32, "ids");
   KVAD_NEED("get_rows", table.type == DType::F32 || has_format(d, table.type),
        std::string("table ") + table.name + " is " + dtype_name(table.type) + ", a format " + d.str() + " cannot read");
@@ -339,7 +468,7 @@ Tensor get_rows(const Tensor& table, const Tensor& ids) {
 }
 
 Tensor softmax(const Tensor& x) {
-  const Device d = x.device();
+  const Device d = dense_inputs("softmax", {&x});
   need_type("softmax", x, DType::F32, "x");
   Tensor out = f32_like(x, x.ne);
   entry(row(d, "softmax").softmax, d, "softmax")(x, out);
@@ -348,7 +477,7 @@ Tensor softmax(const Tensor& x) {
 
 namespace {
 Tensor unary(Unary op, Op v, const char* name, const Tensor& x) {
-  const Device d = x.device();
+  const Device d = same_device(name, {&x});
   need_type(name, x, DType::F32, "x");
   need_variant(row(d, name), v, d, name);
   Tensor out = f32_like(x, x.ne);
@@ -396,7 +525,7 @@ Tensor concat(const Tensor& a, const Tensor& b) {
 }
 
 Tensor slice(const Tensor& x, int64_t off, int64_t n) {
-  const Device d = x.device();
+  const Device d = dense_inputs("slice", {&x});
   need_type("slice", x, DType::F32, "x");
   KVAD_NEED("slice", off >= 0 && n > 0 && off + n <= x.ne[0],
             "columns [" + std::to_string(off) + ", " + std::to_string(off + n) + ") are outside " + shape_str(x));
@@ -416,7 +545,7 @@ void check_ids(const char* op, const Tensor& seq, const Tensor& pos, int64_t n_t
 }  // namespace
 
 void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Tensor& pos, int64_t slots) {
-  const Device d = same_device("kv_store", {&cache, &x, &seq, &pos});
+  const Device d = dense_inputs("kv_store", {&cache, &x, &seq, &pos});
   need_kv_type("kv_store", cache, "cache");
   need_type("kv_store", x, DType::F32, "x");
   KVAD_NEED("kv_store", x.n_elements() == seq.n_elements() * cache.ne[0],
@@ -429,7 +558,7 @@ void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Ten
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
                  const AttentionOpParams& p) {
-  const Device d = same_device("attention", {&q, &k, &v, &seq, &pos});
+  const Device d = dense_inputs("attention", {&q, &k, &v, &seq, &pos});
   need_type("attention", q, DType::F32, "q");
   need_kv_type("attention", k, "k cache");
   need_kv_type("attention", v, "v cache");
@@ -442,6 +571,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   KVAD_NEED("attention", std::isfinite(p.softcap) && p.softcap >= 0,
             "softcap " + std::to_string(p.softcap) + " is not a finite value >= 0");
   if (p.sinks) {
+    need_contiguous("attention", {&p.sinks});
     KVAD_NEED("attention", p.sinks.device() == d, "sinks live on another device than q");
     need_type("attention", p.sinks, DType::F32, "sinks");
     KVAD_NEED("attention", p.sinks.n_elements() == H,
@@ -457,7 +587,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 }
 
 Tensor attention_seq(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, float scale) {
-  const Device d = same_device("attention_seq", {&q, &k, &v, &pos});
+  const Device d = dense_inputs("attention_seq", {&q, &k, &v, &pos});
   need_type("attention_seq", q, DType::F32, "q");
   need_type("attention_seq", k, DType::F32, "k");
   need_type("attention_seq", v, DType::F32, "v");
@@ -474,7 +604,7 @@ Tensor attention_seq(const Tensor& q, const Tensor& k, const Tensor& v, const Te
 
 Tensor attention_latent(const Tensor& q, const Tensor& cache, const Tensor& seq, const Tensor& pos,
                         const AttentionOpParams& p, int64_t n_v) {
-  const Device d = same_device("attention_latent", {&q, &cache, &seq, &pos});
+  const Device d = dense_inputs("attention_latent", {&q, &cache, &seq, &pos});
   need_type("attention_latent", q, DType::F32, "q");
   need_type("attention_latent", cache, DType::F32, "latent cache");
   const int64_t D = q.ne[0], H = q.ne[1], n_tok = q.ne[2];
@@ -492,7 +622,7 @@ Tensor attention_latent(const Tensor& q, const Tensor& cache, const Tensor& seq,
 
 Tensor convert(const Tensor& t, DType to) {
   if (t.type == to) return t;
-  const Device d = t.device();
+  const Device d = dense_inputs("convert", {&t});
   KVAD_NEED("convert", t.ne[0] % dtype_info(to).block_elems == 0,
        t.name + ": rows of " + std::to_string(t.ne[0]) + " are not a whole number of " + dtype_name(to) + " blocks");
   Tensor out = empty(to, t.ne, d);
@@ -509,7 +639,7 @@ MoeRoute moe_route(const Tensor& logits, int64_t k, bool norm) {
 }
 
 MoeRoute moe_route(const Tensor& logits, const MoeRouteParams& p) {
-  const Device d = same_device("moe_route", {&logits, &p.bias});
+  const Device d = dense_inputs("moe_route", {&logits, &p.bias});
   need_type("moe_route", logits, DType::F32, "logits");
   const int64_t n_tok = logits.n_rows(), n_exp = logits.ne[0], k = p.k;
   KVAD_NEED("moe_route", k > 0 && k <= n_exp, "k " + std::to_string(k) + " does not fit " + std::to_string(n_exp) + " experts");
@@ -529,7 +659,7 @@ MoeRoute moe_route(const Tensor& logits, const MoeRouteParams& p) {
 }
 
 Tensor matmul_id(const Tensor& x, const Tensor& w, const Tensor& ids) {
-  const Device d = same_device("matmul_id", {&x, &w, &ids});
+  const Device d = dense_inputs("matmul_id", {&x, &w, &ids});
   need_type("matmul_id", x, DType::F32, "x");
   need_type("matmul_id", ids, DType::I32, "ids");
   const int64_t k = ids.ne[0], n_tok = ids.n_rows();
@@ -545,7 +675,7 @@ Tensor matmul_id(const Tensor& x, const Tensor& w, const Tensor& ids) {
 }
 
 Tensor moe_sum(const Tensor& y, const Tensor& weights) {
-  const Device d = same_device("moe_sum", {&y, &weights});
+  const Device d = dense_inputs("moe_sum", {&y, &weights});
   need_type("moe_sum", y, DType::F32, "y");
   need_type("moe_sum", weights, DType::F32, "weights");
   KVAD_NEED("moe_sum", y.ne[3] == 1 && weights.ne[0] == y.ne[1] && weights.n_rows() == y.ne[2],
@@ -556,7 +686,7 @@ Tensor moe_sum(const Tensor& y, const Tensor& weights) {
 }
 
 Tensor ssm_conv(const Tensor& x, const Tensor& w, const Tensor& state, const Tensor& seq, const Tensor& pos) {
-  const Device d = same_device("ssm_conv", {&x, &w, &state, &seq, &pos});
+  const Device d = dense_inputs("ssm_conv", {&x, &w, &state, &seq, &pos});
   need_type("ssm_conv", x, DType::F32, "x");
   need_type("ssm_conv", w, DType::F32, "w");
   need_type("ssm_conv", state, DType::F32, "state");
@@ -572,7 +702,7 @@ Tensor ssm_conv(const Tensor& x, const Tensor& w, const Tensor& state, const Ten
 
 Tensor gated_delta_rule(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g, const Tensor& beta,
                         const Tensor& state, const Tensor& seq, const Tensor& pos, const DeltaRuleParams& p) {
-  const Device d = same_device("gated_delta_rule", {&q, &k, &v, &g, &beta, &state, &seq, &pos});
+  const Device d = dense_inputs("gated_delta_rule", {&q, &k, &v, &g, &beta, &state, &seq, &pos});
   for (const Tensor* t : {&q, &k, &v, &g, &beta, &state}) need_type("gated_delta_rule", *t, DType::F32, "input");
   const int64_t Dk = q.ne[0], Hk = q.ne[1], n = q.ne[2], Dv = v.ne[0], Hv = v.ne[1];
   KVAD_NEED("gated_delta_rule", k.ne == q.ne && v.ne[2] == n && q.ne[3] == 1 && v.ne[3] == 1 && Hv % Hk == 0,

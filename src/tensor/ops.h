@@ -12,6 +12,12 @@
 // attention with sinks, say). Which rows have which ops is the rows' own data,
 // read by the registry through tensor/op_set.h's row_ops; nothing here
 // restates it.
+//
+// Strided inputs (tensor/tensor.h; views from permute, transpose, view): an
+// op's comment says "Strided: ..." when it takes them; every other op
+// refuses a non-contiguous input with kvad::Error naming the op and the
+// shape, and never copies one behind the caller's back (ops::cont copies
+// when the caller asks). Outputs are always contiguous.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -57,13 +63,14 @@ Tensor empty(DType t, std::array<int64_t, 4> ne, Device d);
 Tensor from_host(const void* src, DType t, std::array<int64_t, 4> ne, Device d);
 /// A CPU tensor over host memory the caller keeps alive (no copy).
 Tensor wrap_host(const void* src, DType t, std::array<int64_t, 4> ne);
-/// Copies all of `t` (contiguous) into host memory `dst` (t.n_bytes()),
-/// after the device's pending work: one device → host transfer.
+/// Copies all of `t` (contiguous; a strided t throws) into host memory `dst`
+/// (t.n_bytes()), after the device's pending work: one device → host transfer.
 void to_host(const Tensor& t, void* dst);
 /// `t` on device `d`: the same tensor when it is there already, else a copy
-/// (host ↔ device transfers counted as to_host/from_host).
+/// (host ↔ device transfers counted as to_host/from_host; a strided t off
+/// its device throws).
 Tensor to(const Tensor& t, Device d);
-/// A copy of `t` on its device.
+/// A copy of `t` (contiguous) on its device.
 Tensor copy(const Tensor& t);
 /// Writes the bytes of `src` into `dst` (a tensor or a rows() view of one)
 /// on their device: same format, same number of elements. Throws otherwise.
@@ -83,10 +90,36 @@ struct TransferStats {
 TransferStats transfer_stats(DeviceType t);
 void reset_transfer_stats();
 
+// ---- views (ggml_view_4d, ggml_permute, ggml_transpose, ggml_cont) ----------
+// A view shares its input's storage and moves no bytes.
+
+/// The bytes of `t` seen with shape ne and byte strides nb, starting
+/// `offset` bytes past t's first element (ggml_view_4d). Every element the
+/// view can address must lie inside t's extent; for a block format
+/// (quantized) ne[0] must be whole blocks with nb[0] the block's bytes.
+/// A stride may be 0 (a dimension that repeats its bytes: broadcasting).
+/// Throws kvad::Error naming t otherwise.
+Tensor view(const Tensor& t, std::array<int64_t, 4> ne, std::array<size_t, 4> nb, size_t offset = 0);
+/// The dimensions of `t` rearranged: dimension i of t becomes dimension
+/// axes[i] of the result (ggml_permute's convention), e.g. {0, 2, 1, 3} swaps
+/// dims 1 and 2. axes must be a permutation of 0..3; a block format's dim 0
+/// must stay dim 0. Throws kvad::Error otherwise.
+Tensor permute(const Tensor& t, std::array<int, 4> axes);
+/// Dims 0 and 1 swapped (ggml_transpose): [rows, n] → [n, rows]. f32, f16,
+/// bf16, i32 only (an element per block). Throws kvad::Error otherwise.
+Tensor transpose(const Tensor& t);
+/// A contiguous copy of `t` on its device (ggml_cont); `t` itself when it is
+/// contiguous already. Strided: any strides (0 included). f32, f16, bf16,
+/// i32 with any strides; a block format when its dim 0 is contiguous
+/// (nb[0] its block bytes; the CUDA row: element formats only). Throws
+/// kvad::Error otherwise.
+Tensor cont(const Tensor& t);
+
 // ---- ops -----------------------------------------------------------------
 
 /// y = x · Wᵀ (+ bias). x: [n_tok, n_in] f32; W: [n_out, n_in] in any format
 /// the device reads (has_format); bias: nullptr or [n_out] f32; y: [n_tok, n_out].
+/// Contiguous inputs only (matmul_batched takes strided activations).
 /// On the CPU, activations are converted once to W's vec_dot_type as ggml does
 /// (kernels/cpu/host_kernels.h cpu::matmul); the offload hook (backend.h) is offered
 /// the product first.
@@ -96,11 +129,26 @@ Tensor matmul(const Tensor& x, const Tensor& w, const Tensor* bias = nullptr);
 /// Results equal separate matmul calls bit for bit.
 std::vector<Tensor> matmul_multi(const Tensor& x, std::initializer_list<const Tensor*> ws);
 
-/// a + b, a ⊙ b: b has a's shape, or is one row ([n] with n = a.ne[0]) added
-/// to or multiplied into every row of a.
+/// Batched products over a leading dimension (torch.bmm with the second
+/// operand transposed; ggml_mul_mat with ne[2] > 1 on both sides):
+/// y[b] = x[b] · W[b]ᵀ for b < B. x: [B, n_tok, n_in] f32 (ne = {n_in, n_tok,
+/// B}); W: [B, n_out, n_in] (ne = {n_in, n_out, B}), contiguous, in a format
+/// the device's matmul reads (has_format); y: [B, n_tok, n_out]. Each y[b]
+/// equals matmul(x[b], W[b]) and matmul_id with ids b (per-head products of
+/// MLA: q_nope · W_UK, attention · W_UV). Strided: x with any nb[1], nb[2]
+/// (nb[2] = 0: one x for every batch) and contiguous rows (nb[0] = 4).
+/// The CUDA row has no kernel for it yet and throws.
+Tensor matmul_batched(const Tensor& x, const Tensor& w);
+
+/// a + b, a ⊙ b with broadcasting (numpy's rule, ggml_add/ggml_mul's repeat):
+/// in each dimension a and b have the same size, or one of them has size 1
+/// and is repeated (stride 0) over the other's; the output has the larger
+/// size in each (e.g. a [n, m] with b [m] (one row), [n, 1] (one value per
+/// row) or [1] (one value)). Strided: a and b (the CUDA row: contiguous a,
+/// and b of a's shape or one row; else it throws).
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
-/// x · s.
+/// x · s. Strided: x (the CUDA row: contiguous only, else it throws).
 Tensor scale(const Tensor& x, float s);
 
 /// How an RMSNorm weight multiplies x̂: as stored (Llama; GGUF Gemma, whose
@@ -126,6 +174,9 @@ Tensor get_rows(const Tensor& table, const Tensor& ids);
 
 /// Softmax of each row (max-subtracted).
 Tensor softmax(const Tensor& x);
+/// The element-wise activations below (silu .. softplus, and the GLUs after
+/// them). Strided: every input (output contiguous, of the same shape; the
+/// CUDA row: contiguous only, else it throws).
 /// x·σ(x) (SiLU) and tanh-GELU, element-wise.
 Tensor silu(const Tensor& x);
 Tensor gelu(const Tensor& x);
@@ -137,6 +188,7 @@ Tensor gelu_erf(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor softplus(const Tensor& x);
 /// silu(gate) ⊙ up (SwiGLU) and gelu(gate) ⊙ up (GeGLU), Shazeer 2020.
+/// gate, up: the same shape, each with any strides.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor geglu(const Tensor& gate, const Tensor& up);
 /// gpt-oss's clamped SwiGLU (transformers' GptOssExperts._apply_gate, ggml's
@@ -144,7 +196,10 @@ Tensor geglu(const Tensor& gate, const Tensor& up);
 /// limit), out = (u + 1) · g·σ(alpha·g). gate, up: same shape, f32. gpt-oss
 /// uses alpha 1.702, limit 7.
 Tensor swiglu_oai(const Tensor& gate, const Tensor& up, float alpha, float limit);
-/// Rows of a and b joined: [rows, na] and [rows, nb] → [rows, na + nb].
+/// Rows of a and b joined: [rows, na] and [rows, nb] → [rows, na + nb],
+/// rows = n_rows() of each (row r of a strided input: its dims 1..3 in
+/// order). Strided: a and b (e.g. a permuted per-head product beside a
+/// broadcast k_pe; the CUDA row: contiguous only, else it throws).
 Tensor concat(const Tensor& a, const Tensor& b);
 
 /// Columns [off, off + n) of each row: x [rows, m] f32 → [rows, n], 0 <=

@@ -30,6 +30,7 @@ struct Owned {
     Tensor t;
     t.type = kvad::DType::F32;
     t.ne = {ne0, ne1, 1, 1};
+    t.set_contiguous_strides();
     t.data = bufs.back().data();
     return t;
   }

@@ -42,6 +42,14 @@ BackendOps recording_row() {
     g_used.add(Op::Convert);
     g_sim->convert(s, d);
   };
+  r.cont = [](const Tensor& x, const Tensor& o) {
+    g_used.add(Op::Cont);
+    g_sim->cont(x, o);
+  };
+  r.matmul_batched = [](const Tensor& x, const Tensor& w, const Tensor& o) {
+    g_used.add(Op::MatmulBatched);
+    g_sim->matmul_batched(x, w, o);
+  };
   r.matmul = [](const Tensor& x, const Tensor* const* w, const Tensor* o, int n) {
     g_used.add(Op::Matmul);
     g_sim->matmul(x, w, o, n);

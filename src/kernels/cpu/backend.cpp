@@ -3,7 +3,8 @@
 //
 // Both rows run the same entries on host memory: format_ops.cpp (matmul,
 // get_rows, convert), elementwise.cpp, row_ops.cpp (norms, rope, softmax,
-// concat, slice), attention.cpp (kv_store, attention), mla.cpp, moe.cpp and
+// concat, slice), strided.cpp (cont; the strided binary and concat) and
+// matmul_batched.cpp, attention.cpp (kv_store, attention), mla.cpp, moe.cpp and
 // recurrent.cpp, over the kernels of host_kernels.h and the format table
 // (kernels.h). They differ only in memory: a CPU tensor's bytes are host
 // memory anyone may read (Tensor::data is set), a sim tensor's are reached
@@ -29,6 +30,7 @@
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/recurrent.h"
 #include "kernels/cpu/row_ops.h"
+#include "kernels/cpu/strided.h"
 #include "tensor/backend.h"
 
 namespace kvad::cpu {
@@ -112,7 +114,9 @@ constexpr BackendOps kCpuRow = {
     .read = &host_copy,
     .copy = &host_copy,
     .convert = &convert,
+    .cont = &cont,
     .matmul = &matmul,
+    .matmul_batched = &matmul_batched,
     .binary = &binary,
     .scale = &scale,
     .rms_norm = &rms_norm,

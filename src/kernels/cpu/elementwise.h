@@ -1,5 +1,7 @@
 // The CPU (and sim) row's element-wise entries: binary, scale, unary, glu
-// and swiglu_oai (tensor/ops.h; shapes as documented there).
+// and swiglu_oai (tensor/ops.h; shapes as documented there). Each takes
+// strided inputs (tensor/backend.h): binary through strided.h's kernels,
+// the others by gathering a view into their output first.
 #pragma once
 #include <cstdint>
 

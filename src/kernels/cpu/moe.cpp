@@ -101,6 +101,8 @@ struct IdScratch {
   std::vector<Item> items;
 };
 
+}  // namespace
+
 // Activation row x (n floats) -> dst in the dot partner's layout: vt's
 // from_float, then the gemm's packing when it reads its own layout (the same
 // bytes cpu::matmul's conversion gives, so results equal matmul's).
@@ -120,8 +122,6 @@ void convert_row(const CpuKernels& kw, const CpuKernels& kv, DType vt, bool pack
   kv.from_float(x, row.data(), n);
   kw.gemm_pack(n, row.data(), xrb, 1, dst, kw.gemm_packed_bytes(n));
 }
-
-}  // namespace
 
 // The slots are sorted by expert (a counting sort), each activation row is
 // converted once to the weights' dot partner (a token's row once for all k

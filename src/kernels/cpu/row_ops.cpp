@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/host_kernels.h"
 #include "kernels/cpu/row_util.h"
+#include "kernels/cpu/strided.h"
 
 namespace kvad::cpu {
 
@@ -78,6 +79,7 @@ void softmax(const Tensor& x, const Tensor& o) {
 }
 
 void concat(const Tensor& a, const Tensor& b, const Tensor& o) {
+  if (!a.is_contiguous() || !b.is_contiguous()) return concat_strided(a, b, o);
   const int64_t na = a.ne[0], nb = b.ne[0];
   const float* pa = in(a);
   const float* pb = in(b);

@@ -26,11 +26,13 @@
 // tests/kernels/cuda/test_cuda_model.cpp whole models, on a GPU machine
 // (scripts/device-check).
 #include "kernels/cuda/backend.h"
+#include "kernels/cuda/strided.h"
 
 #include <cuda_runtime_api.h>
 
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -169,6 +171,32 @@ float* out(const Tensor& t) { return static_cast<float*>(t.raw()); }
 const int32_t* ids(const Tensor& t) { return static_cast<const int32_t*>(t.raw()); }
 DeviceMatrix matrix(const Tensor& w) { return {w.type, w.ne[0], w.n_rows(), w.raw()}; }
 
+// ---- strided inputs -----------------------------------------------------------------
+
+// The ops ops.h marks Strided reach this row with views; until its kernels
+// take strides, each refuses one clearly (cont makes it contiguous).
+void need_contiguous(const char* op, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (!t->is_contiguous())
+      throw Error(std::string(op) + ": the CUDA row takes contiguous inputs only, not " + shape_str(*t) +
+                  " (ops::cont first)");
+}
+
+void cont_op(const Tensor& x, const Tensor& o) {
+  const DTypeInfo& ti = dtype_info(x.type);
+  if (ti.block_elems != 1)
+    throw Error(std::string("cont: the CUDA row copies element formats only, not ") + dtype_name(x.type) + " " +
+                shape_str(x));
+  StridedLayout l{};
+  for (int i = 0; i < 4; ++i) {
+    l.ne[i] = x.ne[i];
+    l.nb[i] = static_cast<int64_t>(x.nb[i]);
+  }
+  l.elem = static_cast<int>(ti.block_bytes);
+  cont(x.raw(), l, o.raw());
+  written(o);
+}
+
 // ---- ops ----------------------------------------------------------------------------
 
 void matmul(const Tensor& x, const Tensor* const* w, const Tensor* o, int n) {
@@ -189,13 +217,27 @@ void matmul(const Tensor& x, const Tensor* const* w, const Tensor* o, int n) {
   for (int i = 0; i < n; ++i) written(o[i]);
 }
 
+// b one row repeated over a's rows (stride 0 in dims 1..3, as ops.cpp expands it).
+bool row_broadcast(const Tensor& b) {
+  if (b.ne[0] > 1 && b.nb[0] != sizeof(float)) return false;
+  for (int i = 1; i < 4; ++i)
+    if (b.ne[i] > 1 && b.nb[i] != 0) return false;
+  return true;
+}
+
 void binary(Binary op, const Tensor& a, const Tensor& b, const Tensor& o) {
-  if (op == Binary::Add) add(in(a), in(b), a.n_elements(), b.n_elements(), out(o));
-  else mul(in(a), in(b), a.n_elements(), b.n_elements(), out(o));
+  const char* name = op == Binary::Add ? "add" : "mul";
+  const int64_t nb = b.is_contiguous() ? b.n_elements() : row_broadcast(b) ? b.ne[0] : -1;
+  if (!a.is_contiguous() || nb < 0)
+    throw Error(std::string(name) + ": the CUDA row takes contiguous a, and b of its shape or one row, not a " +
+                shape_str(a) + " and b " + shape_str(b) + " (ops::cont first)");
+  if (op == Binary::Add) add(in(a), in(b), a.n_elements(), nb, out(o));
+  else mul(in(a), in(b), a.n_elements(), nb, out(o));
   written(o);
 }
 
 void scale_op(const Tensor& x, float s, const Tensor& o) {
+  need_contiguous("scale", {&x});
   scale(in(x), s, x.n_elements(), out(o));
   written(o);
 }
@@ -229,18 +271,22 @@ void softmax_op(const Tensor& x, const Tensor& o) {
 
 // GELU_erf, Sigmoid, Softplus: refused (kCudaRow.refuses), never called.
 void unary(Unary op, const Tensor& x, const Tensor& o) {
+  static constexpr const char* kNames[] = {"silu", "gelu", "gelu_erf", "sigmoid", "softplus"};
+  need_contiguous(kNames[static_cast<int>(op)], {&x});
   if (op == Unary::SiLU) silu(in(x), x.n_elements(), out(o));
   else gelu(in(x), x.n_elements(), out(o));
   written(o);
 }
 
 void glu(Unary op, const Tensor& g, const Tensor& u, const Tensor& o) {
+  need_contiguous(op == Unary::SiLU ? "swiglu" : "geglu", {&g, &u});
   if (op == Unary::SiLU) swiglu(in(g), in(u), g.n_elements(), out(o));
   else geglu(in(g), in(u), g.n_elements(), out(o));
   written(o);
 }
 
 void concat_op(const Tensor& a, const Tensor& b, const Tensor& o) {
+  need_contiguous("concat", {&a, &b});
   concat(in(a), in(b), a.n_rows(), a.ne[0], b.ne[0], out(o));
   written(o);
 }
@@ -282,6 +328,7 @@ constexpr BackendOps kCudaRow = {
     .read = &cuda_read,
     .copy = &cuda_copy,
     .convert = nullptr,
+    .cont = &cont_op,
     .matmul = &matmul,
     .binary = &binary,
     .scale = &scale_op,

@@ -373,3 +373,5 @@ void dequantize(const DeviceMatrix& w, uint16_t* dst, bool bf16) {
 // The kernels on activations (norms, RoPE, element-wise, softmax, concat,
 // gathers, the KV cache and attention): the same translation unit.
 #include "kernels/cuda/activation_ops.cuh"
+// The kernels on strided tensors (cont): the same translation unit.
+#include "kernels/cuda/strided_ops.cuh"

@@ -52,9 +52,7 @@ struct Layer {
 
 class Bert final : public Model {
  public:
-  Bert(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
-    source_ = src;
-    hp_ = read_hparams(*src);
+  Bert(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) : Model(src) {
     const std::string a = hp_.arch + ".";
     // BERT's LayerNorm epsilon (GGUF bert.attention.layer_norm_epsilon).
     hp_.norm_eps = static_cast<float>(src->get_float(a + "attention.layer_norm_epsilon", 1e-12));
@@ -63,53 +61,50 @@ class Bert final : public Model {
     if (gf ? gf->get_bool(a + "attention.causal", false) : src->get_int(a + "attention.causal", 0) != 0)
       throw Error(src->path() + ": " + a + "attention.causal is set; kvad's bert is bidirectional only");
     if (hp_.n_head_kv != hp_.n_head) throw Error(src->path() + ": bert with head_count_kv != head_count");
-    WeightLoader wl(src, o);
-    device_ = wl.device();
-    const int64_t E = hp_.n_embd, F = hp_.n_ff;
-    const SourceTensor* te = src->find("token_embd.weight");
-    if (!te || te->n_dims < 2) throw Error(src->path() + ": missing tensor token_embd.weight");
-    hp_.n_vocab = te->ne[1];
+    hp_.n_vocab = read_vocab(*src, hp_);
     const SourceTensor* pe = src->find("position_embd.weight");
     if (!pe || pe->n_dims < 2) throw Error(src->path() + ": missing tensor position_embd.weight");
     n_pos_ = pe->ne[1];
     hp_.n_ctx_train = std::min<int64_t>(hp_.n_ctx_train, n_pos_);
     const SourceTensor* tt = src->find("token_types.weight");
     const int64_t n_types = tt && tt->n_dims >= 2 ? tt->ne[1] : 1;
-    tok_embd_ = wl.get("token_embd.weight", {E, hp_.n_vocab});
-    pos_embd_ = wl.get("position_embd.weight", {E, n_pos_});
-    types_ = wl.get("token_types.weight", {E, n_types});
-    embd_norm_w_ = wl.get("token_embd_norm.weight", {E});
-    embd_norm_b_ = wl.get("token_embd_norm.bias", {E});
-    layers_.resize(hp_.n_layer);
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
-      const std::string p = "blk." + std::to_string(il) + ".";
-      Layer& L = layers_[il];
-      L.wq = wl.get(p + "attn_q.weight", {E, E});
-      L.bq = wl.get(p + "attn_q.bias", {E});
-      L.wk = wl.get(p + "attn_k.weight", {E, E});
-      L.bk = wl.get(p + "attn_k.bias", {E});
-      L.wv = wl.get(p + "attn_v.weight", {E, E});
-      L.bv = wl.get(p + "attn_v.bias", {E});
-      L.wo = wl.get(p + "attn_output.weight", {E, E});
-      L.bo = wl.get(p + "attn_output.bias", {E});
-      L.attn_norm_w = wl.get(p + "attn_output_norm.weight", {E});
-      L.attn_norm_b = wl.get(p + "attn_output_norm.bias", {E});
-      L.up = wl.get(p + "ffn_up.weight", {E, F});
-      L.up_b = wl.get(p + "ffn_up.bias", {F});
-      L.down = wl.get(p + "ffn_down.weight", {F, E});
-      L.down_b = wl.get(p + "ffn_down.bias", {E});
-      L.out_norm_w = wl.get(p + "layer_output_norm.weight", {E});
-      L.out_norm_b = wl.get(p + "layer_output_norm.bias", {E});
-      require_f32(src->path(), {&L.bq, &L.bk, &L.bv, &L.bo, &L.attn_norm_w, &L.attn_norm_b, &L.up_b, &L.down_b,
-                                &L.out_norm_w, &L.out_norm_b});
-    }
+    WeightLoader wl = open_weights(o);
+    const int64_t E = hp_.n_embd;
+    const WeightScope root = wl.root();
+    tok_embd_ = root.get("token_embd.weight", {E, hp_.n_vocab});
+    pos_embd_ = root.get("position_embd.weight", {E, n_pos_});
+    types_ = root.get("token_types.weight", {E, n_types});
+    embd_norm_w_ = root.get("token_embd_norm.weight", {E});
+    embd_norm_b_ = root.get("token_embd_norm.bias", {E});
     require_f32(src->path(), {&embd_norm_w_, &embd_norm_b_});
-    wl.finish();
-    weight_bytes_ = wl.bytes();
-    hp_.n_params = wl.n_params();
+    layers_.resize(hp_.n_layer);
+    for (int64_t il = 0; il < hp_.n_layer; ++il) load_layer(wl.layer(il), layers_[il]);
+    finish_loading(wl);
     // Type 0's row, added to every token.
     const int32_t zero = 0;
     type0_ = ops::get_rows(types_, ops::from_host(&zero, DType::I32, {1, 1, 1, 1}, device_));
+  }
+
+  void load_layer(const WeightScope& blk, Layer& L) {
+    const int64_t E = hp_.n_embd, F = hp_.n_ff;
+    L.wq = blk.get("attn_q.weight", {E, E});
+    L.bq = blk.get("attn_q.bias", {E});
+    L.wk = blk.get("attn_k.weight", {E, E});
+    L.bk = blk.get("attn_k.bias", {E});
+    L.wv = blk.get("attn_v.weight", {E, E});
+    L.bv = blk.get("attn_v.bias", {E});
+    L.wo = blk.get("attn_output.weight", {E, E});
+    L.bo = blk.get("attn_output.bias", {E});
+    L.attn_norm_w = blk.get("attn_output_norm.weight", {E});
+    L.attn_norm_b = blk.get("attn_output_norm.bias", {E});
+    L.up = blk.get("ffn_up.weight", {E, F});
+    L.up_b = blk.get("ffn_up.bias", {F});
+    L.down = blk.get("ffn_down.weight", {F, E});
+    L.down_b = blk.get("ffn_down.bias", {E});
+    L.out_norm_w = blk.get("layer_output_norm.weight", {E});
+    L.out_norm_b = blk.get("layer_output_norm.bias", {E});
+    require_f32(blk.path(), {&L.bq, &L.bk, &L.bv, &L.bo, &L.attn_norm_w, &L.attn_norm_b, &L.up_b, &L.down_b,
+                             &L.out_norm_w, &L.out_norm_b});
   }
 
   std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
@@ -177,11 +172,13 @@ void hf_config(const nlohmann::json& cfg, HfConfig& out) {
   if (cfg.contains("position_embedding_type") && cfg["position_embedding_type"] != "absolute")
     throw Error("config.json: position_embedding_type must be absolute for bert");
   if (config_bool(cfg, "is_decoder", false)) throw Error("config.json: is_decoder bert is not supported");
-  md[a + ".context_length"] = config_int(cfg, "max_position_embeddings", 512);
-  md[a + ".embedding_length"] = config_int(cfg, "hidden_size");
-  md[a + ".block_count"] = config_int(cfg, "num_hidden_layers");
-  md[a + ".feed_forward_length"] = config_int(cfg, "intermediate_size");
-  md[a + ".attention.head_count"] = config_int(cfg, "num_attention_heads");
+  out.set(a + ".context_length", "max_position_embeddings", config_int(cfg, "max_position_embeddings", 512));
+  out.set(a + ".embedding_length", "hidden_size", config_int(cfg, "hidden_size"));
+  out.set(a + ".block_count", "num_hidden_layers", config_int(cfg, "num_hidden_layers"));
+  out.set(a + ".feed_forward_length", "intermediate_size", config_int(cfg, "intermediate_size"));
+  out.set(a + ".attention.head_count", "num_attention_heads", config_int(cfg, "num_attention_heads"));
+  if (cfg.contains("vocab_size") && !cfg["vocab_size"].is_null())
+    out.set(a + ".vocab_size", "vocab_size", config_int(cfg, "vocab_size"));
   md[a + ".attention.layer_norm_epsilon"] = config_float(cfg, "layer_norm_eps", 1e-12);
   md[a + ".attention.causal"] = int64_t{0};
 }

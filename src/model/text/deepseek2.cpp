@@ -72,10 +72,7 @@ struct DeepseekParams {
   int64_t qk_rope = 0;         ///< rope.dimension_count
   int64_t v_head_dim = 0;      ///< attention.value_length_mla
   int64_t n_dense = 0;         ///< leading_dense_block_count
-  int64_t n_expert = 0;        ///< expert_count
-  int64_t n_ff_exp = 0;        ///< expert_feed_forward_length
-  int64_t n_shared = 0;        ///< expert_shared_count
-  MoeParams moe;
+  MoeHParams moe;              ///< expert_count, expert_feed_forward_length, expert_shared_count, routing
 };
 
 struct Layer {
@@ -86,54 +83,36 @@ struct Layer {
   bool sparse = false;
 };
 
-// A matrix kvad derives at load (host f32 values) on device d: f32 when
-// its source was f32 (--quant none keeps f32 arithmetic), else f16, which
-// halves what the copies cost beside quantized weights.
-Tensor derived(const float* v, std::array<int64_t, 4> ne, DType source, Device d) {
-  const Tensor t = ops::from_host(v, DType::F32, ne, d);
-  return source == DType::F32 ? t : ops::convert(t, DType::F16);
+// A matrix kvad derives at load, from f32 values on the model's device: f32
+// when its source was f32 (--quant none keeps f32 arithmetic), else f16,
+// which halves what the copies cost beside quantized weights.
+Tensor derived(const Tensor& f32, DType source, const std::string& name) {
+  Tensor t = source == DType::F32 ? f32 : ops::convert(f32, DType::F16);
+  t.name = name;
+  return t;
 }
 
 // Splits the fused kv_b [kv_lora_rank → H · (nope + v)] (per head nope rows,
 // then v rows) into k_b [H, kv_lora_rank, nope] (W_UK,h transposed) and v_b
 // [H, v, kv_lora_rank] (and W_UK as it is, [H, nope, kv_lora_rank], for the
-// expanded prefill) on device d, f32 or f16 (derived()).
-void split_kv_b(const Tensor& kv_b, int64_t H, int64_t nope, int64_t v, int64_t r, Device d, Tensor& k_b,
-                Tensor& v_b, Tensor* k_up) {
-  std::vector<float> w(static_cast<size_t>(H * (nope + v) * r));
-  ops::to_host(ops::convert(kv_b, DType::F32), w.data());
-  std::vector<float> k(static_cast<size_t>(H * r * nope)), vv(static_cast<size_t>(H * v * r));
-  for (int64_t h = 0; h < H; ++h) {
-    const float* wh = &w[static_cast<size_t>(h * (nope + v) * r)];
-    for (int64_t i = 0; i < nope; ++i)
-      for (int64_t c = 0; c < r; ++c) k[(h * r + c) * nope + i] = wh[i * r + c];
-    for (int64_t j = 0; j < v; ++j)
-      for (int64_t c = 0; c < r; ++c) vv[(h * v + j) * r + c] = wh[(nope + j) * r + c];
-  }
-  if (k_up) {  // the nope rows of each head as they are: W_UK,h [nope, r]
-    std::vector<float> u(static_cast<size_t>(H * nope * r));
-    for (int64_t h = 0; h < H; ++h)
-      std::copy_n(&w[static_cast<size_t>(h * (nope + v) * r)], nope * r, &u[static_cast<size_t>(h * nope * r)]);
-    *k_up = derived(u.data(), {r, nope, H, 1}, kv_b.type, d);
-    k_up->name = kv_b.name + " (k_up)";
-  }
-  k_b = derived(k.data(), {nope, r, H, 1}, kv_b.type, d);
-  v_b = derived(vv.data(), {r, v, H, 1}, kv_b.type, d);
-  k_b.name = kv_b.name + " (k_b)";
-  v_b.name = kv_b.name + " (v_b)";
+// expanded prefill): strided views of its f32 values on its device, copied
+// contiguous (ops::cont), f32 or f16 (derived()).
+void split_kv_b(const Tensor& kv_b, int64_t H, int64_t nope, int64_t v, int64_t r, Tensor& k_b, Tensor& v_b,
+                Tensor* k_up) {
+  const Tensor w = ops::convert(kv_b, DType::F32);  // [H, nope + v, r]
+  const size_t F = sizeof(float), head = static_cast<size_t>((nope + v) * r) * F;
+  const Tensor uk = ops::view(w, {r, nope, H, 1}, {F, r * F, head, head * H});  // W_UK,h [nope, r]
+  if (k_up) *k_up = derived(ops::cont(uk), kv_b.type, kv_b.name + " (k_up)");
+  k_b = derived(ops::cont(ops::transpose(uk)), kv_b.type, kv_b.name + " (k_b)");
+  v_b = derived(ops::cont(ops::view(w, {r, v, H, 1}, {F, r * F, head, head * H}, nope * r * F)), kv_b.type,
+                kv_b.name + " (v_b)");
 }
 
 // W_UK as the expansion multiplies it, [H, nope, r], from llama.cpp's
-// attn_k_b [H, r, nope] (its transpose per head), f32 or f16 (derived()).
-Tensor k_up_from_k_b(const Tensor& k_b, int64_t H, int64_t nope, int64_t r, Device d) {
-  std::vector<float> w(static_cast<size_t>(H * r * nope)), u(w.size());
-  ops::to_host(ops::convert(k_b, DType::F32), w.data());
-  for (int64_t h = 0; h < H; ++h)
-    for (int64_t c = 0; c < r; ++c)
-      for (int64_t i = 0; i < nope; ++i) u[(h * nope + i) * r + c] = w[(h * r + c) * nope + i];
-  Tensor t = derived(u.data(), {r, nope, H, 1}, k_b.type, d);
-  t.name = k_b.name + " (k_up)";
-  return t;
+// attn_k_b [H, r, nope]: its transpose per head (a view, copied contiguous
+// on its device), f32 or f16 (derived()).
+Tensor k_up_from_k_b(const Tensor& k_b) {
+  return derived(ops::cont(ops::transpose(ops::convert(k_b, DType::F32))), k_b.type, k_b.name + " (k_up)");
 }
 
 /// How MLA's prefill runs (KVAD_MLA_PREFILL): absorbed like decode, expanded
@@ -150,81 +129,71 @@ PrefillMode prefill_mode() {
   return PrefillMode::Auto;
 }
 
-// A GGUF bool (llama.cpp's converter writes expert_weights_norm so), or an
-// integer (kvad's HF view and the quantize-once files it writes).
-bool get_flag(const TensorSource& src, const std::string& key) {
-  if (const std::shared_ptr<const gguf::File> f = gguf_file(src))
-    if (const gguf::Value* v = f->find(key); v && v->type() == gguf::ValueType::BOOL) return v->as_bool();
-  return src.get_int(key, 0) != 0;
+// DeepSeek's keys beside the decoder's (hp): the MLA widths, the dense
+// layers and the experts. Throws kvad::Error naming the key.
+DeepseekParams read_deepseek_params(const TensorSource& f, const HParams& hp) {
+  DeepseekParams c;
+  const std::string a = hp.arch + ".", path = f.path();
+  auto need = [&](const std::string& key) {
+    const int64_t v = f.require_int(a + key);
+    if (v <= 0) throw Error(path + ": " + f.key_name(a + key) + " must be positive, is " + std::to_string(v));
+    return v;
+  };
+  c.q_lora_rank = f.get_int(a + "attention.q_lora_rank", 0);
+  c.kv_lora_rank = need("attention.kv_lora_rank");
+  c.qk_rope = hp.n_rot;
+  // The MLA widths: key_length_mla / value_length_mla when the file is in
+  // llama.cpp's MQA form (key_length = kv_lora_rank + rope), else
+  // key_length / value_length (older files).
+  const int64_t qk_head = f.has(a + "attention.key_length_mla") ? need("attention.key_length_mla") : hp.head_dim;
+  c.v_head_dim = f.has(a + "attention.value_length_mla") ? need("attention.value_length_mla")
+                                                          : need("attention.value_length");
+  c.qk_nope = qk_head - c.qk_rope;
+  if (c.qk_nope <= 0 || c.q_lora_rank < 0)
+    throw Error(path + ": " + a + "attention.key_length_mla " + std::to_string(qk_head) +
+                " leaves no room beside rope.dimension_count " + std::to_string(c.qk_rope));
+  c.n_dense = f.get_int(a + "leading_dense_block_count", 0);
+  MoeHParams& m = c.moe;
+  m = read_moe(f, hp, /*norm_topk_default=*/false);
+  // V3's noaux_tc scores a group by the sum of its top two (with the
+  // bias), V2's group_limited_greedy by its best (transformers, DeepSeek's
+  // own modeling code). A GGUF records no topk_method, so the gating tells
+  // them apart; llama.cpp's build_moe_ffn sums the top two for both, which
+  // differs from the reference for grouped V2 files (DeepSeek-V2 236B).
+  m.group_top2_sum = m.gating == MoeGating::Sigmoid;
+  if (c.n_dense < 0 || c.n_dense > hp.n_layer)
+    throw Error(path + ": " + a + "leading_dense_block_count " + std::to_string(c.n_dense) + " is not in [0, " + a +
+                "block_count]");
+  if (c.n_dense < hp.n_layer) require_experts(f, hp, m, "sparse layers");
+  return c;
+}
+
+// The softmax scale 1/√qk_head with DeepSeek's YaRN correction
+// (mscale_all_dim: rope.scaling.yarn_log_multiplier).
+float mla_scale(const TensorSource& f, const std::string& arch, int64_t qk_head) {
+  const std::string a = arch + ".";
+  float scale = 1.0f / std::sqrt(static_cast<float>(qk_head));
+  const double log_mul = f.get_float(a + "rope.scaling.yarn_log_multiplier", 0.0);
+  const double factor = f.get_float(a + "rope.scaling.factor", 1.0);
+  if (log_mul != 0 && factor > 1 && f.get_string(a + "rope.scaling.type", "none") == "yarn") {
+    const double ms = 1.0 + log_mul * std::log(factor);
+    scale = static_cast<float>(scale * ms * ms);
+  }
+  return scale;
 }
 
 class Deepseek2 final : public Model {
  public:
-  Deepseek2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
-    source_ = src;
-    hp_ = read_hparams(*src);
-    const std::string a = hp_.arch + ".", path = src->path();
-    auto need = [&](const std::string& key) {
-      const int64_t v = src->require_int(a + key);
-      if (v <= 0) throw Error(path + ": " + a + key + " must be positive, is " + std::to_string(v));
-      return v;
-    };
-    cfg_.q_lora_rank = src->get_int(a + "attention.q_lora_rank", 0);
-    cfg_.kv_lora_rank = need("attention.kv_lora_rank");
-    cfg_.qk_rope = hp_.n_rot;
-    // The MLA widths: key_length_mla / value_length_mla when the file is in
-    // llama.cpp's MQA form (key_length = kv_lora_rank + rope), else
-    // key_length / value_length (older files).
-    const int64_t qk_head = src->has(a + "attention.key_length_mla") ? need("attention.key_length_mla") : hp_.head_dim;
-    cfg_.v_head_dim = src->has(a + "attention.value_length_mla") ? need("attention.value_length_mla")
-                                                                  : need("attention.value_length");
-    cfg_.qk_nope = qk_head - cfg_.qk_rope;
-    if (cfg_.qk_nope <= 0 || cfg_.q_lora_rank < 0)
-      throw Error(path + ": " + a + "attention.key_length_mla " + std::to_string(qk_head) +
-                  " leaves no room beside rope.dimension_count " + std::to_string(cfg_.qk_rope));
-    cfg_.n_dense = src->get_int(a + "leading_dense_block_count", 0);
-    cfg_.n_expert = src->get_int(a + "expert_count", 0);
-    cfg_.n_ff_exp = src->get_int(a + "expert_feed_forward_length", 0);
-    cfg_.n_shared = src->get_int(a + "expert_shared_count", 0);
-    MoeParams& m = cfg_.moe;
-    m.n_expert_used = src->get_int(a + "expert_used_count", 0);
-    m.norm_topk = get_flag(*src, a + "expert_weights_norm");
-    m.scale = static_cast<float>(src->get_float(a + "expert_weights_scale", 1.0));
-    const int64_t gating = src->get_int(a + "expert_gating_func", 1);
-    if (gating != 1 && gating != 2)
-      throw Error(path + ": " + a + "expert_gating_func " + std::to_string(gating) + " is not 1 (softmax) or 2 (sigmoid)");
-    m.gating = gating == 2 ? MoeGating::Sigmoid : MoeGating::Softmax;
-    m.n_group = src->get_int(a + "expert_group_count", 1);
-    m.topk_group = src->get_int(a + "expert_group_used_count", m.n_group);
-    // V3's noaux_tc scores a group by the sum of its top two (with the
-    // bias), V2's group_limited_greedy by its best (transformers, DeepSeek's
-    // own modeling code). A GGUF records no topk_method, so the gating tells
-    // them apart; llama.cpp's build_moe_ffn sums the top two for both, which
-    // differs from the reference for grouped V2 files (DeepSeek-V2 236B).
-    m.group_top2_sum = m.gating == MoeGating::Sigmoid;
-    m.norm_eps = hp_.norm_eps;
-    if (cfg_.n_dense < 0 || cfg_.n_dense > hp_.n_layer)
-      throw Error(path + ": " + a + "leading_dense_block_count " + std::to_string(cfg_.n_dense) + " is not in [0, " +
-                  a + "block_count]");
-    if (cfg_.n_dense < hp_.n_layer &&
-        (cfg_.n_expert <= 0 || cfg_.n_ff_exp <= 0 || m.n_expert_used <= 0 || m.n_expert_used > cfg_.n_expert ||
-         cfg_.n_shared < 0 || m.n_group <= 0 || cfg_.n_expert % m.n_group != 0 || m.topk_group <= 0 ||
-         m.topk_group > m.n_group || m.n_expert_used > m.topk_group * (cfg_.n_expert / m.n_group)))
-      throw Error(path + ": sparse layers need " + a + "expert_count, expert_used_count (1..expert_count), " +
-                  "expert_feed_forward_length, and expert_group_count dividing expert_count with " +
-                  "expert_group_used_count groups holding at least expert_used_count experts");
-
+  Deepseek2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) : Model(src) {
+    const std::string a = hp_.arch + ".";
+    cfg_ = read_deepseek_params(*src, hp_);
     mode_ = prefill_mode();
-    WeightLoader wl(src, o);
-    device_ = wl.device();
-    const int64_t E = hp_.n_embd, P = cfg_.qk_rope, N = cfg_.qk_nope;
-    const SourceTensor* te = src->find("token_embd.weight");
-    if (!te || te->n_dims < 2) throw Error(path + ": missing tensor token_embd.weight");
-    hp_.n_vocab = te->ne[1];
-    tok_embd_ = wl.get("token_embd.weight", {E, hp_.n_vocab});
-    output_norm_ = wl.get("output_norm.weight", {E});
-    output_ = wl.get_optional("output.weight", {E, hp_.n_vocab});
-    if (!output_) output_ = tok_embd_;
+    hp_.n_vocab = read_vocab(*src, hp_);
+    WeightLoader wl = open_weights(o);
+    name_dims(wl, hp_, cfg_.moe);
+    const int64_t P = cfg_.qk_rope, N = cfg_.qk_nope;
+    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::OwnOrTied);
+    tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;
     rope_neox_ = src->get_int("kvad.rope.neox", 0) != 0;
     rope_ = load_rope_scaling(*src, wl, hp_, rope_neox_);
     // llama.cpp's deepseek2 rule for a file with yarn_log_multiplier and no
@@ -235,40 +204,11 @@ class Deepseek2 final : public Model {
         !src->has(a + "rope.scaling.yarn_attn_factor"))
       rope_.params.attn_factor = 1.0f;
     layers_.resize(hp_.n_layer);
-    for (int64_t il = 0; il < hp_.n_layer; ++il) load_layer(wl, il, layers_[il]);
-    // The multi-token prediction layers (DeepSeek-V3 section 2.2; GGUF
-    // {arch}.nextn_predict_layers, llama.cpp's blk.N.nextn.* past the
-    // decoder's blocks) when the checkpoint carries them: loaded, so the
-    // unread-tensor guard sees them taken, as the multi-token prediction
-    // head, used only for speculative decoding; forward does not run them.
-    const int64_t n_nextn = src->get_int(a + "nextn_predict_layers", 0);
-    if (n_nextn < 0 || n_nextn > 16)
-      throw Error(path + ": " + a + "nextn_predict_layers " + std::to_string(n_nextn) + " is not in [0, 16]");
-    for (int64_t il = hp_.n_layer; il < hp_.n_layer + n_nextn; ++il) {
-      const std::string p = "blk." + std::to_string(il) + ".";
-      if (!wl.has(p + "nextn.eh_proj.weight")) continue;  // transformers saves V3 without them
-      Mtp& m = mtp_.emplace_back();
-      load_layer(wl, il, m.layer);
-      m.eh_proj = wl.get(p + "nextn.eh_proj.weight", {2 * E, E});
-      m.enorm = wl.get(p + "nextn.enorm.weight", {E});
-      m.hnorm = wl.get(p + "nextn.hnorm.weight", {E});
-      m.head_norm = wl.get_optional(p + "nextn.shared_head_norm.weight", {E});
-      m.head = wl.get_optional(p + "nextn.shared_head_head.weight", {E, hp_.n_vocab});
-      m.embd = wl.get_optional(p + "nextn.embed_tokens.weight", {E, hp_.n_vocab});
-    }
-    require_f32(path, {&output_norm_});
-    wl.finish();
-    weight_bytes_ = wl.bytes();
-    hp_.n_params = wl.n_params();
+    for (int64_t il = 0; il < hp_.n_layer; ++il) load_layer(wl.layer(il), il, layers_[il]);
+    load_mtp(wl);
+    finish_loading(wl);
 
-    // Softmax scale with DeepSeek's YaRN correction (mscale_all_dim).
-    scale_ = 1.0f / std::sqrt(static_cast<float>(N + P));
-    const double log_mul = src->get_float(a + "rope.scaling.yarn_log_multiplier", 0.0);
-    const double factor = src->get_float(a + "rope.scaling.factor", 1.0);
-    if (log_mul != 0 && factor > 1 && src->get_string(a + "rope.scaling.type", "none") == "yarn") {
-      const double ms = 1.0 + log_mul * std::log(factor);
-      scale_ = static_cast<float>(scale_ * ms * ms);
-    }
+    scale_ = mla_scale(*src, hp_.arch, N + P);
     // What the rest of kvad reads: the MLA widths, not the latent's.
     hp_.head_dim = N + P;
     hp_.n_head_kv = 1;
@@ -277,38 +217,60 @@ class Deepseek2 final : public Model {
   /// The multi-token prediction layers the checkpoint carries (none for most files).
   size_t n_mtp_layers() const { return mtp_.size(); }
 
-  void load_layer(WeightLoader& wl, int64_t il, Layer& L) {
+  // The multi-token prediction layers (DeepSeek-V3 section 2.2; GGUF
+  // {arch}.nextn_predict_layers, llama.cpp's blk.N.nextn.* past the
+  // decoder's blocks) when the checkpoint carries them: loaded, so the
+  // unread-tensor guard sees them taken, as the multi-token prediction
+  // head, used only for speculative decoding; forward does not run them.
+  void load_mtp(WeightLoader& wl) {
+    const std::string a = hp_.arch + ".";
+    const int64_t E = hp_.n_embd, n_nextn = source_->get_int(a + "nextn_predict_layers", 0);
+    if (n_nextn < 0 || n_nextn > 16)
+      throw Error(source_->path() + ": " + a + "nextn_predict_layers " + std::to_string(n_nextn) + " is not in [0, 16]");
+    for (int64_t il = hp_.n_layer; il < hp_.n_layer + n_nextn; ++il) {
+      const WeightScope blk = wl.layer(il), nextn = blk.sub("nextn");
+      if (!nextn.has("eh_proj.weight")) continue;  // transformers saves V3 without them
+      Mtp& t = mtp_.emplace_back();
+      load_layer(blk, il, t.layer);
+      t.eh_proj = nextn.get("eh_proj.weight", {2 * E, E});
+      t.enorm = nextn.get("enorm.weight", {E});
+      t.hnorm = nextn.get("hnorm.weight", {E});
+      t.head_norm = nextn.get_optional("shared_head_norm.weight", {E});
+      t.head = nextn.get_optional("shared_head_head.weight", {E, hp_.n_vocab});
+      t.embd = nextn.get_optional("embed_tokens.weight", {E, hp_.n_vocab});
+    }
+  }
+
+  void load_layer(const WeightScope& blk, int64_t il, Layer& L) {
     const int64_t E = hp_.n_embd, H = hp_.n_head, R = cfg_.kv_lora_rank, P = cfg_.qk_rope, N = cfg_.qk_nope,
-                  V = cfg_.v_head_dim;
-    const std::string p = "blk." + std::to_string(il) + ".", path = wl.path();
-    {
-      L.attn_norm = wl.get(p + "attn_norm.weight", {E});
-      if (cfg_.q_lora_rank > 0) {
-        L.wq_a = wl.get(p + "attn_q_a.weight", {E, cfg_.q_lora_rank});
-        L.q_a_norm = wl.get(p + "attn_q_a_norm.weight", {cfg_.q_lora_rank});
-        L.wq_b = wl.get(p + "attn_q_b.weight", {cfg_.q_lora_rank, H * (N + P)});
-      } else {
-        L.wq = wl.get(p + "attn_q.weight", {E, H * (N + P)});
-      }
-      L.wkv_a = wl.get(p + "attn_kv_a_mqa.weight", {E, R + P});
-      L.kv_a_norm = wl.get(p + "attn_kv_a_norm.weight", {R});
-      if (wl.has(p + "attn_kv_b.weight")) {
-        split_kv_b(wl.get(p + "attn_kv_b.weight", {R, H * (N + V)}), H, N, V, R, device_, L.wk_b, L.wv_b,
-                   mode_ != PrefillMode::Absorbed ? &L.wk_up : nullptr);
-      } else {
-        L.wk_b = wl.get(p + "attn_k_b.weight", {N, R, H});
-        L.wv_b = wl.get(p + "attn_v_b.weight", {R, V, H});
-        if (mode_ != PrefillMode::Absorbed) L.wk_up = k_up_from_k_b(L.wk_b, H, N, R, device_);
-      }
-      L.wo = wl.get(p + "attn_output.weight", {H * V, E});
-      require_f32(path, {&L.attn_norm, &L.q_a_norm, &L.kv_a_norm});
-      L.sparse = il >= cfg_.n_dense;
-      if (L.sparse) {
-        L.moe = load_moe_weights(wl, p, E, cfg_.n_ff_exp, cfg_.n_expert);
-        load_moe_shared(wl, p, E, cfg_.n_shared * cfg_.n_ff_exp, cfg_.n_expert, L.moe);
-      } else {
-        L.ffn = load_mlp_weights(wl, p, E, hp_.n_ff);
-      }
+                  V = cfg_.v_head_dim, Q = cfg_.q_lora_rank;
+    L.attn_norm = blk.get("attn_norm.weight", {E});
+    if (Q > 0) {
+      L.wq_a = blk.get("attn_q_a.weight", {E, Q});
+      L.q_a_norm = blk.get("attn_q_a_norm.weight", {Q});
+      L.wq_b = blk.get("attn_q_b.weight", {Q, H * (N + P)});
+    } else {
+      L.wq = blk.get("attn_q.weight", {E, H * (N + P)});
+    }
+    L.wkv_a = blk.get("attn_kv_a_mqa.weight", {E, R + P});
+    L.kv_a_norm = blk.get("attn_kv_a_norm.weight", {R});
+    if (blk.has("attn_kv_b.weight")) {
+      split_kv_b(blk.get("attn_kv_b.weight", {R, H * (N + V)}), H, N, V, R, L.wk_b, L.wv_b,
+                 mode_ != PrefillMode::Absorbed ? &L.wk_up : nullptr);
+    } else {
+      L.wk_b = blk.get("attn_k_b.weight", {N, R, H});
+      L.wv_b = blk.get("attn_v_b.weight", {R, V, H});
+      if (mode_ != PrefillMode::Absorbed) L.wk_up = k_up_from_k_b(L.wk_b);
+    }
+    L.wo = blk.get("attn_output.weight", {H * V, E});
+    require_f32(blk.path(), {&L.attn_norm, &L.q_a_norm, &L.kv_a_norm});
+    L.sparse = il >= cfg_.n_dense;
+    const MoeHParams& m = cfg_.moe;
+    if (L.sparse) {
+      L.moe = load_moe_weights(blk, E, m.n_ff_exp, m.n_expert);
+      load_moe_shared(blk, E, m.n_shared * m.n_ff_exp, m.n_expert, L.moe);
+    } else {
+      L.ffn = load_mlp_weights(blk, E, hp_.n_ff);
     }
   }
 
@@ -324,32 +286,6 @@ class Deepseek2 final : public Model {
   }
 
  protected:
-  // [n, H] i32 rows 0..H-1: matmul_id's "expert" of slot h is head h (the
-  // per-head W_UK / W_UV products). Uploaded when a batch is larger than any
-  // before, then viewed.
-  Tensor head_ids(int64_t n) {
-    if (n > head_ids_rows_) {
-      const int64_t H = hp_.n_head;
-      std::vector<int32_t> v(static_cast<size_t>(n * H));
-      for (int64_t i = 0; i < n * H; ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(i % H);
-      head_ids_ = ops::from_host(v.data(), DType::I32, {H, n, 1, 1}, device_);
-      head_ids_rows_ = n;
-    }
-    return head_ids_.rows(0, n);
-  }
-
-  // [n·H] i32, row i = i / H: each position's k_pe once per head.
-  Tensor repeat_ids(int64_t n) {
-    const int64_t H = hp_.n_head;
-    if (n > repeat_ids_rows_) {
-      std::vector<int32_t> v(static_cast<size_t>(n * H));
-      for (int64_t i = 0; i < n * H; ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(i / H);
-      repeat_ids_ = ops::from_host(v.data(), DType::I32, {n * H, 1, 1, 1}, device_);
-      repeat_ids_rows_ = n;
-    }
-    return repeat_ids_.view({1, repeat_ids_.ne[0], 1, 1}).rows(0, n * H).view({n * H, 1, 1, 1});
-  }
-
   // Whether this batch's attention is expanded: one sequence, and (auto)
   // fewer multiply-adds than the absorbed form for n queries over n_kv
   // positions. Sets expand_kv_ (0: absorbed) and expand_seq_.
@@ -372,43 +308,48 @@ class Deepseek2 final : public Model {
     }
   }
 
+  // The per-head products (W_UK, W_UV) are batched matmuls over the heads
+  // of strided views: x [H, n, ·] is the tokens' rows of head h, read in
+  // place; results come back [H, n, ·] and are viewed (permute) as [n, H, ·].
   Tensor mla(const Layer& L, LatentLayer& cache, const BatchIds& b, const Tensor& x) {
     const int64_t n = b.n, H = hp_.n_head, R = cfg_.kv_lora_rank, P = cfg_.qk_rope, N = cfg_.qk_nope,
                   V = cfg_.v_head_dim;
+    const size_t F = sizeof(float);
     const float eps = hp_.norm_eps;
     const Tensor h = ops::rms_norm(x, L.attn_norm, eps);                                       // [n, E]
     const Tensor q = L.wq ? ops::matmul(h, L.wq)
                           : ops::matmul(ops::rms_norm(ops::matmul(h, L.wq_a), L.q_a_norm, eps), L.wq_b);  // [n, H·(N+P)]
-    const Tensor qh = q.view({N + P, H * n, 1, 1});
-    const Tensor q_nope = ops::slice(qh, 0, N).view({N, H, n, 1});                             // [n, H, N]
-    const Tensor q_pe = ops::rope(ops::slice(qh, N, P).view({P, H, n, 1}), b.pos, rope_p_);    // [n, H, P]
+    const size_t q_row = q.nb[1], q_head = (N + P) * F;
+    const Tensor q_nope = ops::view(q, {N, H, n, 1}, {F, q_head, q_row, q_row * n});          // [n, H, N], strided
+    const Tensor q_pe = ops::rope(ops::slice(q.view({N + P, H * n, 1, 1}), N, P).view({P, H, n, 1}), b.pos,
+                                  rope_p_);                                                   // [n, H, P]
     const Tensor kva = ops::matmul(h, L.wkv_a);                                                // [n, R+P]
     const Tensor c = ops::rms_norm(ops::slice(kva, 0, R), L.kv_a_norm, eps);                   // [n, R]
     const Tensor k_pe = ops::rope(ops::slice(kva, R, P).view({P, 1, n, 1}), b.pos, rope_p_);   // [n, 1, P]
     ops::kv_store(cache.c, ops::concat(c, k_pe.view({P, n, 1, 1})), b.seq, b.pos, cache.slots);
+    const std::array<int, 4> swap12 = {0, 2, 1, 3};  // [n, H, ·] ↔ [H, n, ·]
     if (expand_kv_ > 0) {
       // Expanded: every position's K and V decompressed from its latent row.
       const int64_t n_kv = expand_kv_, row0 = expand_seq_ * cache.slots;
       const Tensor lat = cache.c.rows(row0, row0 + n_kv);                                     // [n_kv, R+P]
-      const Tensor c_all = ops::slice(lat, 0, R).view({R, 1, n_kv, 1});
-      const Tensor ids_kv = head_ids(n_kv);
-      const Tensor k_nope = ops::matmul_id(c_all, L.wk_up, ids_kv);                             // [n_kv, H, N]
-      const Tensor v = ops::matmul_id(c_all, L.wv_b, ids_kv);                                   // [n_kv, H, V]
-      const Tensor k_rep = ops::get_rows(ops::slice(lat, R, P), repeat_ids(n_kv));              // [n_kv·H, P]
-      const Tensor k = ops::concat(k_nope.view({N, H * n_kv, 1, 1}), k_rep).view({N + P, H, n_kv, 1});
-      const Tensor qf = ops::concat(q_nope.view({N, H * n, 1, 1}), q_pe.view({P, H * n, 1, 1})).view({N + P, H, n, 1});
+      const size_t l_row = lat.nb[1];
+      const Tensor c_all = ops::view(lat, {R, n_kv, H, 1}, {F, l_row, 0, 0});                // c for every head
+      const Tensor k_nope = ops::matmul_batched(c_all, L.wk_up);                              // [H, n_kv, N]
+      const Tensor v = ops::cont(ops::permute(ops::matmul_batched(c_all, L.wv_b), swap12));   // [n_kv, H, V]
+      const Tensor k_pe_all = ops::view(lat, {P, H, n_kv, 1}, {F, 0, l_row, l_row * n_kv}, R * F);  // k_pe per head
+      const Tensor k = ops::concat(ops::permute(k_nope, swap12), k_pe_all).view({N + P, H, n_kv, 1});
+      const Tensor qf = ops::concat(q_nope, q_pe).view({N + P, H, n, 1});
       const Tensor a = ops::attention_seq(qf, k, v, b.pos, scale_);                            // [n, H, V]
       return ops::matmul(a.view({H * V, n, 1, 1}), L.wo);
     }
-    const Tensor ids = head_ids(n);
-    const Tensor q_abs = ops::matmul_id(q_nope, L.wk_b, ids);                                  // [n, H, R]
-    const Tensor qf = ops::concat(q_abs.view({R, H * n, 1, 1}), q_pe.view({P, H * n, 1, 1})).view({R + P, H, n, 1});
+    const Tensor q_abs = ops::matmul_batched(ops::permute(q_nope, swap12), L.wk_b);            // [H, n, R]
+    const Tensor qf = ops::concat(ops::permute(q_abs, swap12), q_pe).view({R + P, H, n, 1});   // [n, H, R+P]
     AttentionOpParams ap;
     ap.scale = scale_;
     ap.slots = cache.slots;
     const Tensor a = ops::attention_latent(qf, cache.c, b.seq, b.pos, ap, R);                 // [n, H, R]
-    const Tensor o = ops::matmul_id(a, L.wv_b, ids);                                           // [n, H, V]
-    return ops::matmul(o.view({H * V, n, 1, 1}), L.wo);                                        // [n, E]
+    const Tensor o = ops::matmul_batched(ops::permute(a, swap12), L.wv_b);                     // [H, n, V]
+    return ops::matmul(ops::cont(ops::permute(o, swap12)).view({H * V, n, 1, 1}), L.wo);       // [n, E]
   }
 
   void forward_impl(Cache& cache_base, const BatchView& bv, float* logits) override {
@@ -440,8 +381,6 @@ class Deepseek2 final : public Model {
   RopeParams rope_p_;
   bool rope_neox_ = false;
   float scale_ = 1.0f;
-  Tensor head_ids_, repeat_ids_;
-  int64_t head_ids_rows_ = 0, repeat_ids_rows_ = 0;
   PrefillMode mode_ = PrefillMode::Auto;
   int64_t expand_kv_ = 0;  // this batch: positions expanded (0: absorbed)
   int32_t expand_seq_ = 0;
@@ -471,12 +410,13 @@ void hf_config(const nlohmann::json& cfg, HfConfig& out, bool v3) {
   const int64_t n_layer = config_int(cfg, "num_hidden_layers");
   const bool moe = cfg.contains("n_routed_experts") && !cfg["n_routed_experts"].is_null();
   md[a + ".leading_dense_block_count"] = config_int(cfg, "first_k_dense_replace", moe ? 0 : n_layer);
-  md[a + ".expert_feed_forward_length"] = config_int(cfg, "moe_intermediate_size", config_int(cfg, "intermediate_size"));
+  out.set(a + ".expert_feed_forward_length", "moe_intermediate_size",
+          config_int(cfg, "moe_intermediate_size", config_int(cfg, "intermediate_size")));
   if (moe) {
-    md[a + ".expert_count"] = config_int(cfg, "n_routed_experts");
-    md[a + ".expert_used_count"] = config_int(cfg, "num_experts_per_tok");
+    out.set(a + ".expert_count", "n_routed_experts", config_int(cfg, "n_routed_experts"));
+    out.set(a + ".expert_used_count", "num_experts_per_tok", config_int(cfg, "num_experts_per_tok"));
   }
-  md[a + ".expert_shared_count"] = config_int(cfg, "n_shared_experts", 0);
+  out.set(a + ".expert_shared_count", "n_shared_experts", config_int(cfg, "n_shared_experts", 0));
   if (const int64_t nextn = config_int(cfg, "num_nextn_predict_layers", 0); nextn > 0)
     md[a + ".nextn_predict_layers"] = nextn;
   md[a + ".expert_weights_scale"] = config_float(cfg, "routed_scaling_factor", 1.0);
@@ -493,8 +433,8 @@ void hf_config(const nlohmann::json& cfg, HfConfig& out, bool v3) {
     md[a + ".expert_gating_func"] = int64_t{1};  // softmax
   }
   if (v3 || method == "group_limited_greedy") {
-    md[a + ".expert_group_count"] = n_group;
-    md[a + ".expert_group_used_count"] = topk_group;
+    out.set(a + ".expert_group_count", "n_group", n_group);
+    out.set(a + ".expert_group_used_count", "topk_group", topk_group);
   }
   if (v3 && !config_bool(cfg, "rope_interleave", true)) md["kvad.rope.neox"] = int64_t{1};
   // DeepSeek's softmax correction: transformers' yarn_apply_mscale.
@@ -538,11 +478,6 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
       {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight", T::None},
       {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight", T::ToF32},
       {"self_attn.kv_b_proj.weight", "attn_kv_b.weight", T::None},
-      {"mlp.gate.weight", "ffn_gate_inp.weight", T::None},
-      {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias", T::ToF32},
-      {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight", T::None},
-      {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight", T::None},
-      {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight", T::None},
   };
   if (hf == "lm_head.weight") return r.name = "output.weight", r.transform = T::None, true;
   int64_t il;
@@ -560,7 +495,7 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
   if (hf_layer_tensor(hf, il, rest))
     for (const HfLayerName& n : kNextn)
       if (rest == n.hf) return r.name = "blk." + std::to_string(il) + "." + n.gguf, r.transform = n.transform, true;
-  if (hf_layer_tensor(hf, il, rest) && hf_expert_tensor(rest, "blk." + std::to_string(il) + ".", r)) return true;
+  if (hf_layer_tensor(hf, il, rest) && hf_moe_tensor(rest, "blk." + std::to_string(il) + ".", r)) return true;
   return hf_decoder_tensor(hf, T::ToF32, kLayer, std::size(kLayer), r);
 }
 

@@ -73,23 +73,21 @@ constexpr int64_t kGemma2Window = 4096;       // llama.cpp's default n_swa for g
 constexpr float kGemma2AttnSoftcap = 50.0f;   // llama.cpp's defaults, and HF Gemma2Config's
 constexpr float kGemma2FinalSoftcap = 30.0f;
 
-/// Gemma 2's and 3's hyper-parameters: the decoder keys plus the sliding
-/// window pattern and (Gemma 2) the soft-caps.
+/// Gemma 2's and 3's own hyper-parameters beside the decoder keys: the
+/// sliding-window layers and (Gemma 2) the soft-caps.
 struct Gemma3Params {
-  HParams hp;
   bool gemma2 = false;         ///< GGUF architecture "gemma2"
-  int64_t pattern = kSlidingWindowPattern;  ///< layer il is global when il % pattern == pattern - 1
-  int32_t sliding_window = 0;  ///< {arch}.attention.sliding_window; 0: every layer global
+  SlidingWindow swa;           ///< {arch}.attention.sliding_window; pattern 6 (Gemma 3) or 2 (Gemma 2)
   float attn_softcap = 0;      ///< gemma2.attn_logit_softcapping; 0: none
   float final_softcap = 0;     ///< gemma2.final_logit_softcapping; 0: none
-  bool is_global(int64_t il) const { return sliding_window == 0 || il % pattern == pattern - 1; }
+  bool is_global(int64_t il) const { return swa.at(il) == 0; }
 };
 
 // A soft-cap key: absent gives def; it must be finite and >= 0 (0: none).
 float read_softcap(const TensorSource& src, const std::string& key, float def) {
   const double c = src.get_float(key, def);
   if (!std::isfinite(c) || c < 0 || c > 1e30)
-    throw Error(src.path() + ": " + key + " " + std::to_string(c) + " is not a finite value >= 0");
+    throw Error(src.path() + ": " + src.key_name(key) + " " + std::to_string(c) + " is not a finite value >= 0");
   return static_cast<float>(c);
 }
 
@@ -102,64 +100,29 @@ struct Layer {
 
 class Gemma3 final : public Model {
  public:
-  Gemma3(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
-    source_ = src;
-    cfg_.hp = read_hparams(*src);
-    hp_ = cfg_.hp;
+  Gemma3(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) : Model(src) {
     const std::string a = hp_.arch + ".";
     cfg_.gemma2 = hp_.arch == "gemma2";
     if (cfg_.gemma2) {
-      cfg_.pattern = kGemma2Pattern;
       cfg_.attn_softcap = read_softcap(*src, a + "attn_logit_softcapping", kGemma2AttnSoftcap);
       cfg_.final_softcap = read_softcap(*src, a + "final_logit_softcapping", kGemma2FinalSoftcap);
     }
-    const int64_t E = hp_.n_embd, D = hp_.head_dim, F = hp_.n_ff;
-    const int64_t q_dim = hp_.n_head * D, kv_dim = hp_.n_head_kv * D;
-    if (src->get_int(a + "attention.value_length", D) != D)
-      throw Error(src->path() + ": " + a + "attention.value_length differs from key_length; not supported");
-    const int64_t window = src->get_int(a + "attention.sliding_window", cfg_.gemma2 ? kGemma2Window : 0);
-    if (window < 0 || window > INT32_MAX)
-      throw Error(src->path() + ": " + a + "attention.sliding_window " + std::to_string(window) + " is invalid");
-    cfg_.sliding_window = static_cast<int32_t>(window);
-
-    WeightLoader wl(src, o);
-    device_ = wl.device();
-    const SourceTensor* te = src->find("token_embd.weight");
-    if (!te || te->n_dims < 2) throw Error(src->path() + ": missing tensor token_embd.weight");
-    hp_.n_vocab = te->ne[1];
-    tok_embd_ = wl.get("token_embd.weight", {E, hp_.n_vocab});
-    output_norm_ = wl.get("output_norm.weight", {E});
+    cfg_.swa = read_sliding_window(*src, hp_, {.window = cfg_.gemma2 ? kGemma2Window : 0,
+                                               .pattern = cfg_.gemma2 ? kGemma2Pattern : kSlidingWindowPattern});
+    hp_.n_vocab = read_vocab(*src, hp_);
+    WeightLoader wl = open_weights(o);
+    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::Tied);
+    tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm;
     layers_.resize(hp_.n_layer);
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
-      const std::string p = "blk." + std::to_string(il) + ".";
-      Layer& L = layers_[il];
-      L.attn = load_attention_weights(wl, p, E, q_dim, kv_dim, D);
-      if (cfg_.gemma2 && (L.attn.q_norm || L.attn.k_norm))
-        throw Error(src->path() + ": tensor " + p + (L.attn.q_norm ? "attn_q_norm" : "attn_k_norm") +
-                    ".weight: gemma2 has no QK-norm");
-      if (!cfg_.gemma2 && (!L.attn.q_norm || !L.attn.k_norm))
-        throw Error(src->path() + ": missing tensor " + p + (L.attn.q_norm ? "attn_k_norm.weight" : "attn_q_norm.weight"));
-      L.post_attention_norm = wl.get(p + "post_attention_norm.weight", {E});
-      L.ffn = load_mlp_weights(wl, p, E, F);
-      L.post_ffw_norm = wl.get(p + "post_ffw_norm.weight", {E});
-      require_f32(src->path(), {&L.post_attention_norm, &L.post_ffw_norm});
-    }
-    require_f32(src->path(), {&output_norm_});
+    for (int64_t il = 0; il < hp_.n_layer; ++il) load_layer(wl.layer(il), layers_[il]);
     // The global layers' rope scaling (model/rope.h; Gemma 3 4B+ use linear 8).
-    const RopeScaling rope = load_rope_scaling(*src, wl, hp_, /*neox=*/true);
-    if (rope.has_long) throw Error(src->path() + ": LongRoPE factors are not supported for " + hp_.arch);
-    wl.finish();  // a file with output.weight (an untied head) is refused here, naming it
-    weight_bytes_ = wl.bytes();
-    hp_.n_params = wl.n_params();
+    const RopeScaling rope = load_rope_scaling(*src, wl, hp_, /*neox=*/true, /*long_factors=*/false);
+    finish_loading(wl);  // a file with output.weight (an untied head) is refused here, naming it
 
     AttentionParams& g = global_;
-    g.n_head = hp_.n_head;
-    g.n_head_kv = hp_.n_head_kv;
-    g.head_dim = D;
-    g.rope = rope.params;
+    g = read_attention(*src, hp_, rope.params);
     const bool is_27b = hp_.n_layer == (cfg_.gemma2 ? 46 : 62);
-    g.scale = 1.0f / std::sqrt(static_cast<float>(is_27b ? E / hp_.n_head : D));
-    g.norm_eps = hp_.norm_eps;
+    if (is_27b) g.scale = 1.0f / std::sqrt(static_cast<float>(hp_.n_embd / hp_.n_head));
     g.softcap = cfg_.attn_softcap;
     local_ = g;
     if (cfg_.gemma2) {
@@ -170,14 +133,28 @@ class Gemma3 final : public Model {
       local_.rope.freq_factors = Tensor{};
       local_.rope.attn_factor = 1.0f;
     }
-    local_.sliding_window = cfg_.sliding_window;
+    local_.sliding_window = cfg_.swa.window;
+  }
+
+  void load_layer(const WeightScope& blk, Layer& L) {
+    const int64_t E = hp_.n_embd, D = hp_.head_dim;
+    L.attn = load_attention_weights(blk, E, hp_.n_head * D, hp_.n_head_kv * D, D);
+    if (cfg_.gemma2 && (L.attn.q_norm || L.attn.k_norm))
+      throw Error(blk.path() + ": tensor " + blk.name(L.attn.q_norm ? "attn_q_norm" : "attn_k_norm") +
+                  ".weight: gemma2 has no QK-norm");
+    if (!cfg_.gemma2 && (!L.attn.q_norm || !L.attn.k_norm))
+      throw Error(blk.path() + ": missing tensor " + blk.name(L.attn.q_norm ? "attn_k_norm.weight" : "attn_q_norm.weight"));
+    L.post_attention_norm = blk.get("post_attention_norm.weight", {E});
+    L.ffn = load_mlp_weights(blk, E, hp_.n_ff);
+    L.post_ffw_norm = blk.get("post_ffw_norm.weight", {E});
+    require_f32(blk.path(), {&L.post_attention_norm, &L.post_ffw_norm});
   }
 
   std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     std::vector<LayerSpec> specs(hp_.n_layer);
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       specs[il].k_dim = specs[il].v_dim = hp_.n_head_kv * hp_.head_dim;
-      specs[il].window = cfg_.is_global(il) ? 0 : cfg_.sliding_window;
+      specs[il].window = cfg_.swa.at(il);
     }
     return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types);
   }
@@ -217,17 +194,15 @@ class Gemma3 final : public Model {
 void hf_config_gemma(const std::string& arch, const nlohmann::json& cfg, HfConfig& out) {
   const bool gemma2 = arch == "gemma2";
   decoder_config(arch, cfg, out);
-  const int64_t window = config_int(cfg, "sliding_window", gemma2 ? kGemma2Window : 0);
-  out.md[arch + ".attention.sliding_window"] = window;
-  // kvad runs the fixed pattern (Gemma3Params::is_global); a config with
-  // another one is refused rather than run wrong.
-  Gemma3Params p;
-  p.pattern = gemma2 ? kGemma2Pattern : kSlidingWindowPattern;
-  p.sliding_window = static_cast<int32_t>(window);
+  const int64_t window = hf_sliding_window(arch, cfg, out, gemma2 ? kGemma2Window : 0);
+  // kvad runs the fixed pattern (read_sliding_window's, layer il global
+  // when il % pattern == pattern - 1); a config with another one is refused
+  // rather than run wrong.
+  const int64_t pattern = gemma2 ? kGemma2Pattern : kSlidingWindowPattern;
   const int64_t n_layer = config_int(cfg, "num_hidden_layers");
-  const std::vector<bool> local = sliding_layers(cfg, n_layer, p.pattern);
+  const std::vector<bool> local = sliding_layers(cfg, n_layer, pattern);
   for (size_t il = 0; il < local.size(); ++il)
-    if (window > 0 && local[il] == p.is_global(static_cast<int64_t>(il)))
+    if (window > 0 && local[il] != (static_cast<int64_t>(il) % pattern < pattern - 1))
       throw Error("config.json: layer " + std::to_string(il) + " is " + (local[il] ? "sliding" : "full") +
                   " attention; kvad runs " +
                   (gemma2 ? "Gemma 2's pattern of sliding and full layers in turn, sliding first"

@@ -41,51 +41,38 @@ struct Layer {
 
 class Gpt2 final : public Model {
  public:
-  Gpt2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
-    source_ = src;
-    hp_ = read_hparams(*src);
+  Gpt2(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) : Model(src) {
     hp_.norm_eps = static_cast<float>(src->get_float("gpt2.attention.layer_norm_epsilon", 1e-5));
     hp_.n_rot = 0;
     if (hp_.n_head_kv != hp_.n_head) throw Error(src->path() + ": gpt2 with head_count_kv != head_count");
-    WeightLoader wl(src, o);
-    device_ = wl.device();
-    const int64_t E = hp_.n_embd, F = hp_.n_ff;
-    const SourceTensor* te = src->find("token_embd.weight");
-    if (!te || te->n_dims < 2) throw Error(src->path() + ": missing tensor token_embd.weight");
+    hp_.n_vocab = read_vocab(*src, hp_);
     const SourceTensor* pe = src->find("position_embd.weight");
     if (!pe || pe->n_dims < 2) throw Error(src->path() + ": missing tensor position_embd.weight");
-    hp_.n_vocab = te->ne[1];
     n_pos_ = pe->ne[1];
-    tok_embd_ = wl.get("token_embd.weight", {E, hp_.n_vocab});
-    pos_embd_ = wl.get("position_embd.weight", {E, n_pos_});
-    output_norm_ = wl.get("output_norm.weight", {E});
-    output_norm_b_ = wl.get("output_norm.bias", {E});
-    output_ = wl.get_optional("output.weight", {E, hp_.n_vocab});
-    if (!output_) output_ = tok_embd_;
-    require_f32(src->path(), {&output_norm_, &output_norm_b_});
+    WeightLoader wl = open_weights(o);
+    const int64_t E = hp_.n_embd, F = hp_.n_ff;
+    const WeightScope root = wl.root();
+    const DecoderEnds ends = load_decoder_ends(root, hp_, Head::OwnOrTied);
+    tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;
+    pos_embd_ = root.get("position_embd.weight", {E, n_pos_});
+    output_norm_b_ = root.get("output_norm.bias", {E});
+    require_f32(src->path(), {&output_norm_b_});
     layers_.resize(hp_.n_layer);
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
-      const std::string p = "blk." + std::to_string(il) + ".";
+      const WeightScope blk = wl.layer(il);
       Layer& L = layers_[il];
-      L.attn = load_fused_attention_weights(wl, p, E, E, E);
-      if (!L.attn.norm_b) throw Error(src->path() + ": missing tensor " + p + "attn_norm.bias");
-      L.ffn.norm = wl.get(p + "ffn_norm.weight", {E});
-      L.ffn.norm_b = wl.get(p + "ffn_norm.bias", {E});
-      L.ffn.up = wl.get(p + "ffn_up.weight", {E, F});
-      L.ffn.up_b = wl.get_optional(p + "ffn_up.bias", {F});
-      L.ffn.down = wl.get(p + "ffn_down.weight", {F, E});
-      L.ffn.down_b = wl.get_optional(p + "ffn_down.bias", {E});
+      L.attn = load_fused_attention_weights(blk, E, E, E);
+      if (!L.attn.norm_b) throw Error(src->path() + ": missing tensor " + blk.name("attn_norm.bias"));
+      L.ffn.norm = blk.get("ffn_norm.weight", {E});
+      L.ffn.norm_b = blk.get("ffn_norm.bias", {E});
+      L.ffn.up = blk.get("ffn_up.weight", {E, F});
+      L.ffn.up_b = blk.get_optional("ffn_up.bias", {F});
+      L.ffn.down = blk.get("ffn_down.weight", {F, E});
+      L.ffn.down_b = blk.get_optional("ffn_down.bias", {E});
       require_f32(src->path(), {&L.ffn.norm, &L.ffn.norm_b, &L.ffn.up_b, &L.ffn.down_b});
     }
-    wl.finish();
-    weight_bytes_ = wl.bytes();
-    hp_.n_params = wl.n_params();
-
-    attn_.n_head = attn_.n_head_kv = hp_.n_head;
-    attn_.head_dim = hp_.head_dim;
-    attn_.rope.n_rot = 0;  // learned positions instead
-    attn_.scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim));
-    attn_.norm_eps = hp_.norm_eps;
+    finish_loading(wl);
+    attn_ = read_attention(*src, hp_);  // rope.n_rot 0: learned positions instead
   }
 
   std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
@@ -126,11 +113,13 @@ void hf_config(const nlohmann::json& cfg, HfConfig& out) {
   if (cfg.contains("_name_or_path") && cfg["_name_or_path"].is_string())
     md["general.name"] = cfg["_name_or_path"].get<std::string>();
   const int64_t E = config_int(cfg, "n_embd");
-  md["gpt2.context_length"] = config_int(cfg, "n_positions");
-  md["gpt2.embedding_length"] = E;
-  md["gpt2.block_count"] = config_int(cfg, "n_layer");
-  md["gpt2.feed_forward_length"] = config_int(cfg, "n_inner", 4 * E);
-  md["gpt2.attention.head_count"] = config_int(cfg, "n_head");
+  out.set("gpt2.context_length", "n_positions", config_int(cfg, "n_positions"));
+  out.set("gpt2.embedding_length", "n_embd", E);
+  out.set("gpt2.block_count", "n_layer", config_int(cfg, "n_layer"));
+  out.set("gpt2.feed_forward_length", "n_inner", config_int(cfg, "n_inner", 4 * E));
+  out.set("gpt2.attention.head_count", "n_head", config_int(cfg, "n_head"));
+  if (cfg.contains("vocab_size") && !cfg["vocab_size"].is_null())
+    out.set("gpt2.vocab_size", "vocab_size", config_int(cfg, "vocab_size"));
   md["gpt2.attention.layer_norm_epsilon"] = config_float(cfg, "layer_norm_epsilon", 1e-5);
   const std::string act = cfg.value("activation_function", std::string("gelu_new"));
   if (act != "gelu_new" && act != "gelu_pytorch_tanh")

@@ -48,61 +48,35 @@ struct Layer {
 
 class GptOss final : public Model {
  public:
-  GptOss(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
-    source_ = src;
-    hp_ = read_hparams(*src);
-    const std::string a = hp_.arch + ".";
-    const int64_t window = src->get_int(a + "attention.sliding_window", 0);
-    if (window <= 0 || window > INT32_MAX)
-      throw Error(src->path() + ": " + a + "attention.sliding_window " + std::to_string(window) +
-                  " is missing or invalid (gpt-oss's sliding layers need it)");
-    window_ = static_cast<int32_t>(window);
-    const int64_t pattern = src->get_int(a + "attention.sliding_window_pattern", 2);
-    if (pattern < 0) throw Error(src->path() + ": " + a + "attention.sliding_window_pattern must not be negative");
-    const int64_t n_expert = src->get_int(a + "expert_count", 0);
-    const int64_t n_ff_exp = src->get_int(a + "expert_feed_forward_length", 0);
-    moe_.n_expert_used = src->get_int(a + "expert_used_count", 0);
-    if (n_expert <= 0 || n_ff_exp <= 0 || moe_.n_expert_used <= 0 || moe_.n_expert_used > n_expert)
-      throw Error(src->path() + ": gpt-oss needs " + a + "expert_count, " + a + "expert_used_count (1.." + a +
-                  "expert_count) and " + a + "expert_feed_forward_length");
+  GptOss(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) : Model(src) {
+    const SlidingWindow swa = read_sliding_window(*src, hp_, {.required = true, .pattern = 2});
+    window_ = swa.window;
+    moe_ = read_moe(*src, hp_);
+    require_experts(*src, hp_, moe_, "gpt-oss");
     moe_.norm_topk = true;  // softmax over the selected logits
     moe_.act = Activation::SwiGLU_OAI;
-    moe_.norm_eps = hp_.norm_eps;
     moe_.swiglu_alpha = static_cast<float>(src->get_float("kvad.moe.swiglu_alpha", 1.702));
     moe_.swiglu_limit = static_cast<float>(src->get_float("kvad.moe.swiglu_limit", 7.0));
 
-    WeightLoader wl(src, o);
-    device_ = wl.device();
+    hp_.n_vocab = read_vocab(*src, hp_);
+    WeightLoader wl = open_weights(o);
+    name_dims(wl, hp_, moe_);
+    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::Own);
+    tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;
+    const RopeScaling rope = load_rope_scaling(*src, wl, hp_, /*neox=*/true, /*long_factors=*/false);
     const int64_t E = hp_.n_embd, D = hp_.head_dim;
-    const int64_t q_dim = hp_.n_head * D, kv_dim = hp_.n_head_kv * D;
-    const SourceTensor* te = src->find("token_embd.weight");
-    if (!te || te->n_dims < 2) throw Error(src->path() + ": missing tensor token_embd.weight");
-    hp_.n_vocab = te->ne[1];
-    tok_embd_ = wl.get("token_embd.weight", {E, hp_.n_vocab});
-    output_norm_ = wl.get("output_norm.weight", {E});
-    output_ = wl.get("output.weight", {E, hp_.n_vocab});
-    const RopeScaling rope = load_rope_scaling(*src, wl, hp_, /*neox=*/true);
-    if (rope.has_long) throw Error(src->path() + ": LongRoPE factors are not supported for gpt-oss");
     layers_.resize(hp_.n_layer);
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
-      const std::string p = "blk." + std::to_string(il) + ".";
+      const WeightScope blk = wl.layer(il);
       Layer& L = layers_[il];
-      L.attn = load_attention_weights(wl, p, E, q_dim, kv_dim, D);
-      if (!L.attn.sinks) throw Error(src->path() + ": missing tensor " + p + "attn_sinks.weight");
-      L.moe = load_moe_weights(wl, p, E, n_ff_exp, n_expert, "post_attention_norm.weight");
-      L.sliding = pattern == 0 || il % pattern < pattern - 1;
+      L.attn = load_attention_weights(blk, E, hp_.n_head * D, hp_.n_head_kv * D, D);
+      if (!L.attn.sinks) throw Error(src->path() + ": missing tensor " + blk.name("attn_sinks.weight"));
+      L.moe = load_moe_weights(blk, E, moe_.n_ff_exp, moe_.n_expert, "post_attention_norm.weight");
+      L.sliding = swa.layers[il];
     }
-    require_f32(src->path(), {&output_norm_});
-    wl.finish();
-    weight_bytes_ = wl.bytes();
-    hp_.n_params = wl.n_params();
+    finish_loading(wl);
 
-    full_.n_head = hp_.n_head;
-    full_.n_head_kv = hp_.n_head_kv;
-    full_.head_dim = D;
-    full_.rope = rope.params;
-    full_.scale = 1.0f / std::sqrt(static_cast<float>(D));
-    full_.norm_eps = hp_.norm_eps;
+    full_ = read_attention(*src, hp_, rope.params);
     sliding_ = full_;
     sliding_.sliding_window = window_;
   }
@@ -132,7 +106,7 @@ class GptOss final : public Model {
 
  private:
   int32_t window_ = 0;
-  MoeParams moe_;
+  MoeHParams moe_;  // expert_* keys; routed as GptOssTopKRouter, experts SwiGLU_OAI
   Tensor tok_embd_, output_norm_, output_;
   std::vector<Layer> layers_;
   AttentionParams full_, sliding_;
@@ -144,12 +118,8 @@ void hf_config(const nlohmann::json& cfg, HfConfig& out) {
   const std::string a = "gpt-oss";
   decoder_config(a, cfg, out);
   const int64_t n_layer = config_int(cfg, "num_hidden_layers");
-  out.md[a + ".expert_count"] = config_int(cfg, "num_local_experts", config_int(cfg, "num_experts", 0));
-  out.md[a + ".expert_used_count"] = config_int(cfg, "num_experts_per_tok");
-  out.md[a + ".expert_feed_forward_length"] = config_int(cfg, "intermediate_size");
-  const int64_t window = config_int(cfg, "sliding_window", 128);
-  if (window <= 0) throw Error("config.json: sliding_window must be positive for gpt_oss");
-  out.md[a + ".attention.sliding_window"] = window;
+  hf_moe(a, cfg, out, /*ff_field=*/"intermediate_size");
+  hf_sliding_window(a, cfg, out, /*def=*/128, /*required=*/true);
   if (!config_bool(cfg, "attention_bias", true)) throw Error("config.json: gpt_oss without attention_bias is not supported");
   // layer_types as llama.cpp's pattern P (layer il slides when il % P < P - 1).
   const std::vector<bool> local = sliding_layers(cfg, n_layer, 2);

@@ -86,18 +86,14 @@
 namespace kvad {
 namespace {
 
-/// Llama's hyper-parameters: the decoder keys (hparams.h) and the RoPE
-/// pairing: NeoX for qwen2/qwen3, and for llama when kvad.rope.neox is set
+/// Llama's own hyper-parameters beside the decoder keys (hparams.h): the
+/// sliding window, the experts, and the RoPE pairing: NeoX for qwen2/qwen3, and for llama when kvad.rope.neox is set
 /// (HF checkpoints; absent in GGUF files).
 struct LlamaParams {
-  HParams hp;
   bool rope_neox = false;
   int32_t sliding_window = 0;  ///< {arch}.attention.sliding_window; 0: full attention
   std::vector<bool> swa;       ///< per layer: windowed ({arch}.attention.sliding_window_pattern; all when absent)
-  int64_t n_expert = 0;        ///< {arch}.expert_count (MoE layers)
-  int64_t n_ff_exp = 0;        ///< {arch}.expert_feed_forward_length
-  int64_t n_ff_shexp = 0;      ///< {arch}.expert_shared_feed_forward_length (qwen2moe; 0: feed_forward_length)
-  MoeParams moe;               ///< expert_used_count, norm_topk_prob
+  MoeHParams moe;              ///< the expert_* keys (Mixtral, Qwen2-MoE, Qwen3-MoE layers)
 };
 
 struct Layer {
@@ -109,87 +105,52 @@ struct Layer {
 
 class Llama final : public Model {
  public:
-  Llama(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
-    source_ = src;
-    cfg_.hp = read_hparams(*src);
-    cfg_.rope_neox = cfg_.hp.arch != "llama" || src->get_int("kvad.rope.neox", 0) != 0;
-    hp_ = cfg_.hp;
-    const int64_t window = src->get_int(hp_.arch + ".attention.sliding_window", 0);
-    if (window < 0 || window > INT32_MAX)
-      throw Error(src->path() + ": " + hp_.arch + ".attention.sliding_window " + std::to_string(window) + " is invalid");
-    cfg_.sliding_window = static_cast<int32_t>(window);
-    const std::string a = hp_.arch + ".";
-    cfg_.swa.assign(static_cast<size_t>(hp_.n_layer), window > 0);
-    if (src->has(a + "attention.sliding_window_pattern")) {
-      const std::vector<bool> swa = src->get_bool_array(a + "attention.sliding_window_pattern");
-      if (static_cast<int64_t>(swa.size()) != hp_.n_layer)
-        throw Error(src->path() + ": " + a + "attention.sliding_window_pattern has " + std::to_string(swa.size()) +
-                    " entries for " + std::to_string(hp_.n_layer) + " layers");
-      for (size_t il = 0; il < swa.size(); ++il) cfg_.swa[il] = window > 0 && swa[il];
-    }
-    cfg_.n_expert = src->get_int(a + "expert_count", 0);
-    cfg_.n_ff_exp = src->get_int(a + "expert_feed_forward_length", 0);
-    cfg_.moe.n_expert_used = src->get_int(a + "expert_used_count", 0);
-    const bool qwen2moe = hp_.arch == "qwen2moe";
-    cfg_.n_ff_shexp = src->get_int(a + "expert_shared_feed_forward_length", 0);
-    if (cfg_.n_ff_shexp < 0)
-      throw Error(src->path() + ": " + a + "expert_shared_feed_forward_length " + std::to_string(cfg_.n_ff_shexp) +
-                  " is invalid");
-    cfg_.moe.norm_topk = src->get_int("kvad.moe.norm_topk_prob", qwen2moe ? 0 : 1) != 0;
+  Llama(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) : Model(src) {
+    cfg_.rope_neox = hp_.arch != "llama" || src->get_int("kvad.rope.neox", 0) != 0;
+    const SlidingWindow window = read_sliding_window(*src, hp_);
+    cfg_.sliding_window = window.window;
+    cfg_.swa = window.layers;
+    MoeHParams& m = cfg_.moe;
+    m = read_moe(*src, hp_, /*norm_topk_default=*/hp_.arch != "qwen2moe");
     // qwen2moe files from before the converter wrote the expert widths
     // (early Qwen1.5-MoE GGUFs): llama.cpp's fallbacks, n_ff / k for the
     // experts (5632 / 4 = 1408) and n_ff for the shared expert.
-    if (qwen2moe && cfg_.n_ff_exp == 0 && cfg_.moe.n_expert_used > 0)
-      cfg_.n_ff_exp = hp_.n_ff / cfg_.moe.n_expert_used;
+    if (hp_.arch == "qwen2moe" && m.n_ff_exp == 0 && m.n_expert_used > 0) m.n_ff_exp = hp_.n_ff / m.n_expert_used;
+    if (hp_.arch == "qwen2moe" && m.n_ff_shexp == 0) m.n_ff_shexp = hp_.n_ff;
     // Mixtral's llama files: the experts are feed_forward_length wide.
-    if (hp_.arch == "llama" && cfg_.n_ff_exp == 0 && cfg_.n_expert > 0) cfg_.n_ff_exp = hp_.n_ff;
-    cfg_.moe.norm_eps = hp_.norm_eps;
-    WeightLoader wl(src, o);
-    device_ = wl.device();
-    const int64_t E = hp_.n_embd, D = hp_.head_dim, F = hp_.n_ff;
-    const int64_t q_dim = hp_.n_head * D, kv_dim = hp_.n_head_kv * D;
-    const SourceTensor* te = src->find("token_embd.weight");
-    if (!te || te->n_dims < 2) throw Error(src->path() + ": missing tensor token_embd.weight");
-    hp_.n_vocab = te->ne[1];
-    tok_embd_ = wl.get("token_embd.weight", {E, hp_.n_vocab});
-    output_norm_ = wl.get("output_norm.weight", {E});
-    output_ = wl.get_optional("output.weight", {E, hp_.n_vocab});
-    if (!output_) output_ = tok_embd_;  // tied head: the same tensor, no copy
+    if (hp_.arch == "llama" && m.n_ff_exp == 0 && m.n_expert > 0) m.n_ff_exp = hp_.n_ff;
+    hp_.n_vocab = read_vocab(*src, hp_);
+    WeightLoader wl = open_weights(o);
+    name_dims(wl, hp_, m);
+    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::OwnOrTied);
+    tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;
     rope_ = load_rope_scaling(*src, wl, hp_, cfg_.rope_neox);
     layers_.resize(hp_.n_layer);
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
-      const std::string p = "blk." + std::to_string(il) + ".";
-      Layer& L = layers_[il];
-      // Fused projections (Phi-3) where the file has them.
-      L.attn = wl.has(p + "attn_qkv.weight") ? load_fused_attention_weights(wl, p, E, q_dim, kv_dim)
-                                             : load_attention_weights(wl, p, E, q_dim, kv_dim, D);
-      L.sparse = wl.has(p + "ffn_gate_inp.weight");
-      if (L.sparse) {
-        if (cfg_.n_expert <= 0 || cfg_.n_ff_exp <= 0 || cfg_.moe.n_expert_used <= 0 ||
-            cfg_.moe.n_expert_used > cfg_.n_expert)
-          throw Error(src->path() + ": " + p + "ffn_gate_inp.weight needs " + a + "expert_count, " + a +
-                      "expert_used_count (1.." + a + "expert_count) and " + a + "expert_feed_forward_length");
-        L.moe = load_moe_weights(wl, p, E, cfg_.n_ff_exp, cfg_.n_expert);
-        if (qwen2moe) {  // the gated shared expert, as llama.cpp requires it
-          load_moe_shared(wl, p, E, cfg_.n_ff_shexp > 0 ? cfg_.n_ff_shexp : F, cfg_.n_expert, L.moe);
-          if (!L.moe.gate_inp_shexp)
-            throw Error(src->path() + ": missing tensor " + p + "ffn_gate_inp_shexp.weight (the shared expert's gate)");
-        }
-      } else {
-        L.ffn = wl.has(p + "ffn_gate.weight") ? load_mlp_weights(wl, p, E, F) : load_fused_mlp_weights(wl, p, E, F);
-      }
-    }
-    require_f32(src->path(), {&output_norm_});
-    wl.finish();
-    weight_bytes_ = wl.bytes();
-    hp_.n_params = wl.n_params();
-
-    attn_.n_head = hp_.n_head;
-    attn_.n_head_kv = hp_.n_head_kv;
-    attn_.head_dim = D;
+    for (int64_t il = 0; il < hp_.n_layer; ++il) load_layer(wl.layer(il), layers_[il]);
+    finish_loading(wl);
+    attn_ = read_attention(*src, hp_);
     attn_.sliding_window = cfg_.sliding_window;
-    attn_.scale = 1.0f / std::sqrt(static_cast<float>(D));
-    attn_.norm_eps = hp_.norm_eps;
+  }
+
+  void load_layer(const WeightScope& blk, Layer& L) {
+    const int64_t E = hp_.n_embd, D = hp_.head_dim, F = hp_.n_ff;
+    const int64_t q_dim = hp_.n_head * D, kv_dim = hp_.n_head_kv * D;
+    const MoeHParams& m = cfg_.moe;
+    // Fused projections (Phi-3) where the file has them.
+    L.attn = blk.has("attn_qkv.weight") ? load_fused_attention_weights(blk, E, q_dim, kv_dim)
+                                        : load_attention_weights(blk, E, q_dim, kv_dim, D);
+    L.sparse = blk.has("ffn_gate_inp.weight");
+    if (!L.sparse) {
+      L.ffn = blk.has("ffn_gate.weight") ? load_mlp_weights(blk, E, F) : load_fused_mlp_weights(blk, E, F);
+      return;
+    }
+    require_experts(*source_, hp_, m, blk.name("ffn_gate_inp.weight"));
+    L.moe = load_moe_weights(blk, E, m.n_ff_exp, m.n_expert);
+    if (hp_.arch == "qwen2moe") {  // the gated shared expert, as llama.cpp requires it
+      load_moe_shared(blk, E, m.n_ff_shexp, m.n_expert, L.moe);
+      if (!L.moe.gate_inp_shexp)
+        throw Error(blk.path() + ": missing tensor " + blk.name("ffn_gate_inp_shexp.weight") + " (the shared expert's gate)");
+    }
   }
 
   std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
@@ -248,46 +209,47 @@ class Llama final : public Model {
 void hf_config(const nlohmann::json& cfg, HfConfig& out) {
   decoder_config("llama", cfg, out);
   out.md["kvad.rope.neox"] = int64_t{1};
-  const int64_t window = config_int(cfg, "sliding_window", 0);
-  if (window < 0) throw Error("config.json: sliding_window must not be negative");
-  if (window > 0) out.md["llama.attention.sliding_window"] = window;
+  hf_sliding_window("llama", cfg, out);
 }
 
-// Qwen2 and Qwen3 checkpoints name their tensors as Llama's do (the biases
-// and QK-norm weights are in the shared table); only the GGUF architecture
-// differs. Qwen2's sliding window as transformers' Qwen2Config reads it:
-// none unless use_sliding_window (released Qwen2.5 configs carry a
-// sliding_window with use_sliding_window false); then the layers
-// layer_types marks "sliding_attention", or without layer_types those with
-// index >= max_window_layers (default 28), attend to sliding_window
-// positions. Written as qwen2.attention.sliding_window and the per-layer
-// bool array qwen2.attention.sliding_window_pattern.
-void hf_config_qwen2(const nlohmann::json& cfg, HfConfig& out) {
-  decoder_config("qwen2", cfg, out);
+// Qwen2's (and Qwen2-MoE's) sliding window as transformers' Qwen2Config
+// reads it: none unless use_sliding_window (released Qwen2.5 configs carry
+// a sliding_window with use_sliding_window false); then the layers
+// layer_types marks "sliding_attention", or without layer_types (Qwen2
+// only: `max_window_layers_ok`) those with index >= max_window_layers
+// (default 28), attend to sliding_window positions. Written as
+// {arch}.attention.sliding_window and the per-layer bool array
+// {arch}.attention.sliding_window_pattern.
+void qwen2_sliding_window(const std::string& arch, const nlohmann::json& cfg, HfConfig& out, bool max_window_layers_ok) {
   if (!config_bool(cfg, "use_sliding_window", false)) return;
-  const int64_t window = config_int(cfg, "sliding_window", 0);
-  if (window < 0) throw Error("config.json: sliding_window must not be negative");
-  if (window == 0) return;  // null: no window, as transformers
+  if (hf_sliding_window(arch, cfg, out) == 0) return;  // null: no window, as transformers
   const int64_t n_layer = config_int(cfg, "num_hidden_layers");
   std::vector<bool> swa(static_cast<size_t>(n_layer));
   if (cfg.contains("layer_types") && !cfg["layer_types"].is_null()) {
     if (!cfg["layer_types"].is_array()) throw Error("config.json: layer_types is not a list");
     swa = sliding_layers(cfg, n_layer, 0);
+  } else if (!max_window_layers_ok) {
+    throw Error("config.json: use_sliding_window needs layer_types for qwen2_moe");
   } else {
     const int64_t first = config_int(cfg, "max_window_layers", 28);
     if (first < 0) throw Error("config.json: max_window_layers must not be negative");
     for (int64_t il = 0; il < n_layer; ++il) swa[static_cast<size_t>(il)] = il >= first;
   }
-  out.md["qwen2.attention.sliding_window"] = window;
-  out.md["qwen2.attention.sliding_window_pattern"] = swa;
+  out.md[arch + ".attention.sliding_window_pattern"] = swa;
+}
+
+// Qwen2 and Qwen3 checkpoints name their tensors as Llama's do (the biases
+// and QK-norm weights are in the shared table); only the GGUF architecture
+// differs.
+void hf_config_qwen2(const nlohmann::json& cfg, HfConfig& out) {
+  decoder_config("qwen2", cfg, out);
+  qwen2_sliding_window("qwen2", cfg, out, /*max_window_layers_ok=*/true);
 }
 void hf_config_qwen3(const nlohmann::json& cfg, HfConfig& out) { decoder_config("qwen3", cfg, out); }
 
 void hf_config_phi3(const nlohmann::json& cfg, HfConfig& out) {
   decoder_config("phi3", cfg, out);
-  const int64_t window = config_int(cfg, "sliding_window", 0);
-  if (window < 0) throw Error("config.json: sliding_window must not be negative");
-  if (window > 0) out.md["phi3.attention.sliding_window"] = window;
+  hf_sliding_window("phi3", cfg, out);
 }
 
 bool hf_tensor_phi3(const std::string& hf, TensorRename& r) {
@@ -309,27 +271,19 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
 
 void hf_config_qwen3moe(const nlohmann::json& cfg, HfConfig& out) {
   decoder_config("qwen3moe", cfg, out);
-  // transformers 5 saves num_experts as num_local_experts.
-  const int64_t n_exp = config_int(cfg, "num_experts", config_int(cfg, "num_local_experts", 0));
-  if (n_exp <= 0) throw Error("config.json: missing field num_experts");
-  out.md["qwen3moe.expert_count"] = n_exp;
-  out.md["qwen3moe.expert_used_count"] = config_int(cfg, "num_experts_per_tok");
-  out.md["qwen3moe.expert_feed_forward_length"] = config_int(cfg, "moe_intermediate_size");
+  hf_moe("qwen3moe", cfg, out);
   if (!config_bool(cfg, "norm_topk_prob", true)) out.md["kvad.moe.norm_topk_prob"] = int64_t{0};
   if (config_int(cfg, "shared_expert_intermediate_size", 0) > 0)
     throw Error("config.json: shared experts are not supported for qwen3_moe");
 }
 
 // Experts: model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight stacked
-// into the 3-D blk.N.ffn_{gate,up,down}_exps.weight; the router mlp.gate.
+// into the 3-D blk.N.ffn_{gate,up,down}_exps.weight; the router mlp.gate;
+// Qwen2-MoE's shared expert and its gate (hf_moe_tensor).
 bool hf_tensor_qwen3moe(const std::string& hf, TensorRename& r) {
   int64_t il;
   std::string rest;
-  if (hf_layer_tensor(hf, il, rest)) {
-    const std::string p = "blk." + std::to_string(il) + ".";
-    if (rest == "mlp.gate.weight") return r.name = p + "ffn_gate_inp.weight", r.transform = TensorTransform::None, true;
-    if (hf_expert_tensor(rest, p, r)) return true;
-  }
+  if (hf_layer_tensor(hf, il, rest) && hf_moe_tensor(rest, "blk." + std::to_string(il) + ".", r)) return true;
   return hf_tensor(hf, r);
 }
 
@@ -342,41 +296,12 @@ bool hf_tensor_qwen3moe(const std::string& hf, TensorRename& r) {
 // (transformers 5 writes layer_types; without it the window is refused).
 void hf_config_qwen2moe(const nlohmann::json& cfg, HfConfig& out) {
   decoder_config("qwen2moe", cfg, out);
-  const int64_t n_exp = config_int(cfg, "num_experts", config_int(cfg, "num_local_experts", 0));
-  if (n_exp <= 0) throw Error("config.json: missing field num_experts");
-  out.md["qwen2moe.expert_count"] = n_exp;
-  out.md["qwen2moe.expert_used_count"] = config_int(cfg, "num_experts_per_tok");
-  out.md["qwen2moe.expert_feed_forward_length"] = config_int(cfg, "moe_intermediate_size");
+  hf_moe("qwen2moe", cfg, out);
   const int64_t f_sh = config_int(cfg, "shared_expert_intermediate_size");
   if (f_sh <= 0) throw Error("config.json: shared_expert_intermediate_size must be positive");
-  out.md["qwen2moe.expert_shared_feed_forward_length"] = f_sh;
+  out.set("qwen2moe.expert_shared_feed_forward_length", "shared_expert_intermediate_size", f_sh);
   out.md["kvad.moe.norm_topk_prob"] = int64_t{config_bool(cfg, "norm_topk_prob", false) ? 1 : 0};
-  if (!config_bool(cfg, "use_sliding_window", false)) return;
-  const int64_t window = config_int(cfg, "sliding_window", 0);
-  if (window < 0) throw Error("config.json: sliding_window must not be negative");
-  if (window == 0) return;
-  if (!cfg.contains("layer_types") || !cfg["layer_types"].is_array())
-    throw Error("config.json: use_sliding_window needs layer_types for qwen2_moe");
-  out.md["qwen2moe.attention.sliding_window"] = window;
-  out.md["qwen2moe.attention.sliding_window_pattern"] = sliding_layers(cfg, config_int(cfg, "num_hidden_layers"), 0);
-}
-
-// Qwen3-MoE's names plus the shared expert and its gate.
-bool hf_tensor_qwen2moe(const std::string& hf, TensorRename& r) {
-  using T = TensorTransform;
-  int64_t il;
-  std::string rest;
-  if (hf_layer_tensor(hf, il, rest)) {
-    static const std::pair<const char*, const char*> kShared[] = {
-        {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
-        {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
-        {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
-        {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
-    };
-    for (const auto& [from, to] : kShared)
-      if (rest == from) return r.name = "blk." + std::to_string(il) + "." + to, r.transform = T::None, true;
-  }
-  return hf_tensor_qwen3moe(hf, r);
+  qwen2_sliding_window("qwen2moe", cfg, out, /*max_window_layers_ok=*/false);
 }
 
 // Mixtral (transformers' MixtralConfig): Llama's keys (Mistral's
@@ -389,12 +314,8 @@ bool hf_tensor_qwen2moe(const std::string& hf, TensorRename& r) {
 void hf_config_mixtral(const nlohmann::json& cfg, HfConfig& out) {
   hf_config(cfg, out);
   if (!cfg.contains("model_type") || cfg["model_type"] != "mixtral") return;
-  const int64_t n_exp = config_int(cfg, "num_local_experts");
-  if (n_exp <= 0) throw Error("config.json: num_local_experts must be positive");
-  const int64_t k = config_int(cfg, "num_experts_per_tok");
-  if (k <= 0 || k > n_exp) throw Error("config.json: num_experts_per_tok must be in 1..num_local_experts");
-  out.md["llama.expert_count"] = n_exp;
-  out.md["llama.expert_used_count"] = k;
+  if (config_int(cfg, "num_local_experts") <= 0) throw Error("config.json: num_local_experts must be positive");
+  hf_moe("llama", cfg, out, /*ff_field=*/nullptr);
 }
 
 // Mixtral's checkpoints: model.layers.N.block_sparse_moe.gate.weight (the
@@ -438,7 +359,7 @@ const HfNames kQwen2HfNames = {{"qwen2"}, &hf_config_qwen2, &hf_tensor};
 const HfNames kQwen3HfNames = {{"qwen3"}, &hf_config_qwen3, &hf_tensor};
 const HfNames kPhi3HfNames = {{"phi3"}, &hf_config_phi3, &hf_tensor_phi3};
 const HfNames kQwen3MoeHfNames = {{"qwen3_moe"}, &hf_config_qwen3moe, &hf_tensor_qwen3moe};
-const HfNames kQwen2MoeHfNames = {{"qwen2_moe"}, &hf_config_qwen2moe, &hf_tensor_qwen2moe};
+const HfNames kQwen2MoeHfNames = {{"qwen2_moe"}, &hf_config_qwen2moe, &hf_tensor_qwen3moe};
 
 std::unique_ptr<Model> load_llama(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
   return std::make_unique<Llama>(std::move(src), o);

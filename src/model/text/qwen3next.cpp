@@ -51,10 +51,8 @@
 // attention layers, convolution and delta-rule states for the DeltaNet
 // layers, with snapshots every N positions (DeviceOptions::state_snapshot_every).
 #include <cmath>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <vector>
 
 #include "base/error.h"
@@ -77,8 +75,6 @@ constexpr int32_t kDefaultSnapshotEvery = 256;
 /// Tokens per chunk of the delta rule's parallel form in a prefill
 /// (transformers' and flash-linear-attention's chunk size).
 constexpr int64_t kDeltaChunk = 64;
-/// Index sets (layout, batch size) kept on the device for the column gathers.
-constexpr size_t kMaxIdSets = 64;
 
 struct DeltaNetWeights {
   Tensor in;              // ssm_in [n_embd → 2·Hk·Dk + 2·Hv·Dv], HF's interleaved order; or
@@ -108,9 +104,7 @@ struct Layer {
 
 class Qwen3Next final : public Model {
  public:
-  Qwen3Next(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) {
-    source_ = src;
-    hp_ = read_hparams(*src);
+  Qwen3Next(std::shared_ptr<const TensorSource> src, const DeviceOptions& o) : Model(src) {
     const std::string a = hp_.arch + ".";
     const std::string& path = src->path();
     conv_k_ = src->get_int(a + "ssm.conv_kernel", 0);
@@ -123,24 +117,15 @@ class Qwen3Next final : public Model {
                   "(a multiple of group_count) and ssm.inner_size (a multiple of time_step_rank) are required");
     Dv_ = inner / Hv_;
     conv_dim_ = 2 * Hk_ * Dk_ + Hv_ * Dv_;
-    const int64_t n_expert = src->get_int(a + "expert_count", 0), F_exp = src->get_int(a + "expert_feed_forward_length", 0);
-    const int64_t F_sh = src->get_int(a + "expert_shared_feed_forward_length", 0);
-    moe_.n_expert_used = src->get_int(a + "expert_used_count", 0);
-    moe_.norm_topk = src->get_int("kvad.moe.norm_topk_prob", 1) != 0;
-    moe_.norm_eps = hp_.norm_eps;
+    moe_ = read_moe(*src, hp_);
     snapshot_every_ = o.state_snapshot_every < 0 ? kDefaultSnapshotEvery : o.state_snapshot_every;
     tiled_heads_ = hp_.arch == "qwen35" || hp_.arch == "qwen35moe";
 
-    WeightLoader wl(src, o);
-    device_ = wl.device();
-    const int64_t E = hp_.n_embd, D = hp_.head_dim, H = hp_.n_head, Hkv = hp_.n_head_kv;
-    const SourceTensor* te = src->find("token_embd.weight");
-    if (!te || te->n_dims < 2) throw Error(path + ": missing tensor token_embd.weight");
-    hp_.n_vocab = te->ne[1];
-    tok_embd_ = wl.get("token_embd.weight", {E, hp_.n_vocab});
-    output_norm_ = wl.get("output_norm.weight", {E});
-    output_ = wl.get_optional("output.weight", {E, hp_.n_vocab});
-    if (!output_) output_ = tok_embd_;
+    hp_.n_vocab = read_vocab(*src, hp_);
+    WeightLoader wl = open_weights(o);
+    name_dims(wl, hp_, moe_);
+    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::OwnOrTied);
+    tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;
     // llama.cpp's converter writes the multi-token prediction layers (HF
     // mtp.*) as the last nextn_predict_layers blocks, inside block_count.
     const int64_t n_nextn = src->get_int(a + "nextn_predict_layers", 0);
@@ -148,77 +133,73 @@ class Qwen3Next final : public Model {
       throw Error(path + ": " + a + "nextn_predict_layers " + std::to_string(n_nextn) + " is not in [0, " +
                   a + "block_count)");
     layers_.resize(hp_.n_layer);
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
-      const std::string p = "blk." + std::to_string(il) + ".";
-      Layer& L = layers_[il];
-      L.attn_norm = wl.get(p + "attn_norm.weight", {E});
-      L.post_norm = wl.get(p + "post_attention_norm.weight", {E});
-      L.recurrent = wl.has(p + "ssm_a");
-      if (L.recurrent) {
-        DeltaNetWeights& w = L.ssm;
-        if (wl.has(p + "attn_qkv.weight")) {
-          w.qkv = wl.get(p + "attn_qkv.weight", {E, conv_dim_});
-          w.gate = wl.get(p + "attn_gate.weight", {E, Hv_ * Dv_});
-        } else {
-          w.in = wl.get(p + "ssm_in.weight", {E, 2 * Hk_ * Dk_ + 2 * Hv_ * Dv_});
-        }
-        if (wl.has(p + "ssm_beta.weight")) {
-          w.beta = wl.get(p + "ssm_beta.weight", {E, Hv_});
-          w.alpha = wl.get(p + "ssm_alpha.weight", {E, Hv_});
-        } else {
-          w.ba = wl.get(p + "ssm_ba.weight", {E, 2 * Hv_});
-        }
-        // GGUF stores [C, K]; HF's Conv1d weight is [C, 1, K].
-        const SourceTensor* c = src->find(p + "ssm_conv1d.weight");
-        if (c && c->n_dims == 3)
-          w.conv = wl.get(p + "ssm_conv1d.weight", {conv_k_, 1, conv_dim_}).view({conv_k_, conv_dim_, 1, 1});
-        else
-          w.conv = wl.get(p + "ssm_conv1d.weight", {conv_k_, conv_dim_});
-        w.a = wl.get(p + "ssm_a", {Hv_});
-        w.dt = wl.get(p + "ssm_dt.bias", {Hv_});
-        w.norm = wl.get(p + "ssm_norm.weight", {Dv_});
-        w.out = wl.get(p + "ssm_out.weight", {Hv_ * Dv_, E});
-        require_f32(path, {&w.conv, &w.a, &w.dt, &w.norm});
-      } else {
-        GatedAttentionWeights& w = L.attn;
-        w.wq = wl.get(p + "attn_q.weight", {E, H * 2 * D});
-        w.wk = wl.get(p + "attn_k.weight", {E, Hkv * D});
-        w.wv = wl.get(p + "attn_v.weight", {E, Hkv * D});
-        w.wo = wl.get(p + "attn_output.weight", {H * D, E});
-        w.q_norm = wl.get(p + "attn_q_norm.weight", {D});
-        w.k_norm = wl.get(p + "attn_k_norm.weight", {D});
-        require_f32(path, {&w.q_norm, &w.k_norm});
-      }
-      L.sparse = wl.has(p + "ffn_gate_inp.weight");
-      if (L.sparse) {
-        if (n_expert <= 0 || F_exp <= 0 || moe_.n_expert_used <= 0 || moe_.n_expert_used > n_expert)
-          throw Error(path + ": " + p + "ffn_gate_inp.weight needs " + a + "expert_count, " + a +
-                      "expert_used_count (1.." + a + "expert_count) and " + a + "expert_feed_forward_length");
-        L.moe.gate_inp = wl.get(p + "ffn_gate_inp.weight", {E, n_expert});
-        L.moe.gate_exps = wl.get(p + "ffn_gate_exps.weight", {E, F_exp, n_expert});
-        L.moe.up_exps = wl.get(p + "ffn_up_exps.weight", {E, F_exp, n_expert});
-        L.moe.down_exps = wl.get(p + "ffn_down_exps.weight", {F_exp, E, n_expert});
-        if (wl.has(p + "ffn_gate_shexp.weight")) {
-          if (F_sh <= 0) throw Error(path + ": " + p + "ffn_gate_shexp.weight needs " + a + "expert_shared_feed_forward_length");
-          load_moe_shared(wl, p, E, F_sh, n_expert, L.moe);
-          if (!L.moe.gate_inp_shexp) throw Error(path + ": " + p + "ffn_gate_inp_shexp.weight is missing (the shared expert's gate)");
-        }
-      } else {
-        if (hp_.n_ff <= 0)
-          throw Error(path + ": " + p + "ffn_gate_inp.weight is missing, and a dense layer needs " + a +
-                      "feed_forward_length");
-        L.mlp.gate = wl.get(p + "ffn_gate.weight", {E, hp_.n_ff});
-        L.mlp.up = wl.get(p + "ffn_up.weight", {E, hp_.n_ff});
-        L.mlp.down = wl.get(p + "ffn_down.weight", {hp_.n_ff, E});
-      }
-      require_f32(path, {&L.attn_norm, &L.post_norm});
-    }
+    for (int64_t il = 0; il < hp_.n_layer; ++il) load_layer(wl.layer(il), layers_[il]);
     load_mtp(wl, n_nextn);
-    require_f32(path, {&output_norm_});
     rope_ = load_rope_scaling(*src, wl, hp_, /*neox=*/true);
-    wl.finish();
-    weight_bytes_ = wl.bytes();
-    hp_.n_params = wl.n_params();
+    finish_loading(wl);
+  }
+
+  void load_layer(const WeightScope& blk, Layer& L) {
+    const int64_t E = hp_.n_embd, D = hp_.head_dim, H = hp_.n_head, Hkv = hp_.n_head_kv;
+    L.attn_norm = blk.get("attn_norm.weight", {E});
+    L.post_norm = blk.get("post_attention_norm.weight", {E});
+    require_f32(blk.path(), {&L.attn_norm, &L.post_norm});
+    L.recurrent = blk.has("ssm_a");
+    if (L.recurrent) {
+      DeltaNetWeights& w = L.ssm;
+      if (blk.has("attn_qkv.weight")) {
+        w.qkv = blk.get("attn_qkv.weight", {E, conv_dim_});
+        w.gate = blk.get("attn_gate.weight", {E, Hv_ * Dv_});
+      } else {
+        w.in = blk.get("ssm_in.weight", {E, 2 * Hk_ * Dk_ + 2 * Hv_ * Dv_});
+      }
+      if (blk.has("ssm_beta.weight")) {
+        w.beta = blk.get("ssm_beta.weight", {E, Hv_});
+        w.alpha = blk.get("ssm_alpha.weight", {E, Hv_});
+      } else {
+        w.ba = blk.get("ssm_ba.weight", {E, 2 * Hv_});
+      }
+      // GGUF stores [C, K]; HF's Conv1d weight is [C, 1, K].
+      const SourceTensor* c = blk.find("ssm_conv1d.weight");
+      if (c && c->n_dims == 3)
+        w.conv = blk.get("ssm_conv1d.weight", {conv_k_, 1, conv_dim_}).view({conv_k_, conv_dim_, 1, 1});
+      else
+        w.conv = blk.get("ssm_conv1d.weight", {conv_k_, conv_dim_});
+      w.a = blk.get("ssm_a", {Hv_});
+      w.dt = blk.get("ssm_dt.bias", {Hv_});
+      w.norm = blk.get("ssm_norm.weight", {Dv_});
+      w.out = blk.get("ssm_out.weight", {Hv_ * Dv_, E});
+      require_f32(blk.path(), {&w.conv, &w.a, &w.dt, &w.norm});
+    } else {
+      GatedAttentionWeights& w = L.attn;
+      w.wq = blk.get("attn_q.weight", {E, H * 2 * D});
+      w.wk = blk.get("attn_k.weight", {E, Hkv * D});
+      w.wv = blk.get("attn_v.weight", {E, Hkv * D});
+      w.wo = blk.get("attn_output.weight", {H * D, E});
+      w.q_norm = blk.get("attn_q_norm.weight", {D});
+      w.k_norm = blk.get("attn_k_norm.weight", {D});
+      require_f32(blk.path(), {&w.q_norm, &w.k_norm});
+    }
+    L.sparse = blk.has("ffn_gate_inp.weight");
+    if (!L.sparse) {
+      if (hp_.n_ff <= 0)
+        throw Error(blk.path() + ": " + blk.name("ffn_gate_inp.weight") + " is missing, and a dense layer needs " +
+                    hp_.arch + ".feed_forward_length");
+      L.mlp.gate = blk.get("ffn_gate.weight", {E, hp_.n_ff});  // normed by post_attention_norm
+      L.mlp.up = blk.get("ffn_up.weight", {E, hp_.n_ff});
+      L.mlp.down = blk.get("ffn_down.weight", {hp_.n_ff, E});
+      return;
+    }
+    require_experts(*source_, hp_, moe_, blk.name("ffn_gate_inp.weight"));
+    L.moe = load_moe_weights(blk, E, moe_.n_ff_exp, moe_.n_expert, /*norm=*/"");
+    if (blk.has("ffn_gate_shexp.weight")) {
+      if (moe_.n_ff_shexp <= 0)
+        throw Error(blk.path() + ": " + blk.name("ffn_gate_shexp.weight") + " needs " + hp_.arch +
+                    ".expert_shared_feed_forward_length");
+      load_moe_shared(blk, E, moe_.n_ff_shexp, moe_.n_expert, L.moe);
+      if (!L.moe.gate_inp_shexp)
+        throw Error(blk.path() + ": " + blk.name("ffn_gate_inp_shexp.weight") + " is missing (the shared expert's gate)");
+    }
   }
 
   /// The multi-token prediction layers the file carries (none for HF
@@ -263,127 +244,73 @@ class Qwen3Next final : public Model {
   }
 
  private:
-  // Index tensors for ops::get_rows that pick columns of every token's row:
-  // the row (n_units values of u floats each) is seen as n_units rows of u,
-  // and part p lists, per token, the units it takes. The gathered rows hold
-  // part 0 for every token, then part 1 for every token, ... Uploaded once
-  // per (layout, n) and kept on the device.
-  struct Layout {
-    int64_t n_units = 0;
-    std::vector<std::vector<int32_t>> parts;
-  };
-  const Tensor& gather_ids(int which, const Layout& lay, int64_t n) {
-    if (auto it = ids_cache_.find({which, n}); it != ids_cache_.end()) return it->second;
-    // Bounded: batch sizes are few (the micro-batch, its remainder, 1), but
-    // a server sees many; past kMaxIdSets they are dropped and uploaded again.
-    if (ids_cache_.size() >= kMaxIdSets) ids_cache_.clear();
-    Tensor& t = ids_cache_[{which, n}];
-    std::vector<int32_t> ids;
-    for (const auto& part : lay.parts)
-      for (int64_t tok = 0; tok < n; ++tok)
-        for (int32_t u : part) ids.push_back(static_cast<int32_t>(tok * lay.n_units + u));
-    t = ops::from_host(ids.data(), DType::I32, {static_cast<int64_t>(ids.size()), 1, 1, 1}, device_);
-    return t;
-  }
-  // x [n, n_units · u] → its parts' values, gathered as described above.
-  Tensor gather(int which, const Layout& lay, int64_t u, const Tensor& x) {
-    const int64_t n = x.n_rows();
-    return ops::get_rows(x.view({u, n * lay.n_units, 1, 1}), gather_ids(which, lay, n));
-  }
-  // Rows [r0, r0 + rows) of a gathered [_, u] tensor as shape ne.
-  static Tensor part(const Tensor& g, int64_t r0, int64_t rows, std::array<int64_t, 4> ne) {
-    return g.rows(r0, r0 + rows).view(ne);
-  }
-
+  // The columns of each token's row are picked by strided views
+  // (ops::view) and copied together by ops::cont where an op needs them
+  // contiguous: the same values as the layouts below, no index tensors.
   Tensor delta_net(const DeltaNetWeights& w, RecurrentLayer& st, const BatchIds& b, const Tensor& h) {
-    const int64_t n = b.n, r = Hv_ / Hk_, C = conv_dim_, Z = Hv_ * Dv_;
+    const int64_t n = b.n, r = Hv_ / Hk_, C = conv_dim_;
+    constexpr size_t F = sizeof(float);  // strides and offsets are in bytes
     Tensor qkv, z;
     if (w.in) {
-      // Per key head: [q (Dk) | k (Dk) | v (r·Dv) | z (r·Dv)], in units of u.
-      const int64_t u = std::gcd(Dk_, r * Dv_), kq = Dk_ / u, kv = r * Dv_ / u, blk = 2 * kq + 2 * kv;
-      if (!lay_in_.n_units) {
-        lay_in_.n_units = Hk_ * blk;
-        lay_in_.parts.resize(2);
-        for (int64_t off : {int64_t{0}, kq, 2 * kq})  // all q, then all k, then all v: the conv's order
-          for (int64_t hk = 0; hk < Hk_; ++hk)
-            for (int64_t i = 0; i < (off == 2 * kq ? kv : kq); ++i)
-              lay_in_.parts[0].push_back(static_cast<int32_t>(hk * blk + off + i));
-        for (int64_t hk = 0; hk < Hk_; ++hk)
-          for (int64_t i = 0; i < kv; ++i) lay_in_.parts[1].push_back(static_cast<int32_t>(hk * blk + 2 * kq + kv + i));
-      }
-      const Tensor g = gather(0, lay_in_, u, ops::matmul(h, w.in));
-      qkv = part(g, 0, n * C / u, {C, n, 1, 1});
-      z = part(g, n * C / u, n * Z / u, {Dv_, Hv_ * n, 1, 1});
+      // Per key head: [q (Dk) | k (Dk) | v (r·Dv) | z (r·Dv)], Wh floats.
+      const int64_t Wh = 2 * Dk_ + 2 * r * Dv_;
+      const Tensor y = ops::matmul(h, w.in);  // [n, Hk·Wh]
+      const size_t row = y.nb[1], head = Wh * F;
+      // The convolution's order, per token: every head's q, every head's k, every head's v.
+      const Tensor qk = ops::cont(ops::view(y, {Dk_, Hk_, 2, n}, {F, head, Dk_ * F, row}));  // [n, 2, Hk, Dk]
+      const Tensor v = ops::cont(ops::view(y, {r * Dv_, Hk_, n, 1}, {F, head, row, row * n}, 2 * Dk_ * F));
+      qkv = ops::concat(qk.view({2 * Hk_ * Dk_, n, 1, 1}), v.view({Hv_ * Dv_, n, 1, 1}));  // [n, C]
+      z = ops::view(y, {r * Dv_, Hk_, n, 1}, {F, head, row, row * n}, (2 * Dk_ + r * Dv_) * F);  // [n, Hk, r·Dv]
     } else {
       std::vector<Tensor> y = ops::matmul_multi(h, {&w.qkv, &w.gate});
       qkv = y[0];
-      z = y[1].view({Dv_, Hv_ * n, 1, 1});
+      z = y[1];
     }
-    Tensor b_raw, a_raw;  // [n, Hv]
+    Tensor b_raw, a_raw, dt = w.dt, A = w.a;  // [n, Hv], or views [n, Hk, r]
     if (w.beta) {  // qwen35: apart, in value-head order
       std::vector<Tensor> y = ops::matmul_multi(h, {&w.beta, &w.alpha});
       b_raw = y[0];
       a_raw = y[1];
-    } else {  // qwen3next: per key head [b (r) | a (r)], units of r
-      if (!lay_ba_.n_units) {
-        lay_ba_.n_units = 2 * Hk_;
-        lay_ba_.parts.resize(2);
-        for (int64_t hk = 0; hk < Hk_; ++hk) {
-          lay_ba_.parts[0].push_back(static_cast<int32_t>(2 * hk));
-          lay_ba_.parts[1].push_back(static_cast<int32_t>(2 * hk + 1));
-        }
-      }
-      const Tensor ba = gather(1, lay_ba_, r, ops::matmul(h, w.ba));
-      b_raw = part(ba, 0, n * Hk_, {Hv_, n, 1, 1});
-      a_raw = part(ba, n * Hk_, n * Hk_, {Hv_, n, 1, 1});
+    } else {  // qwen3next: per key head [b (r) | a (r)]
+      const Tensor ba = ops::matmul(h, w.ba);  // [n, 2·Hv]
+      b_raw = ops::view(ba, {r, Hk_, n, 1}, {F, 2 * r * F, ba.nb[1], ba.nb[1] * n});
+      a_raw = ops::view(ba, {r, Hk_, n, 1}, {F, 2 * r * F, ba.nb[1], ba.nb[1] * n}, r * F);
+      dt = w.dt.view({r, Hk_, 1, 1});
+      A = w.a.view({r, Hk_, 1, 1});
     }
-    const Tensor beta = ops::sigmoid(b_raw);                                          // [n, Hv]
-    const Tensor g = ops::mul(ops::softplus(ops::add(a_raw, w.dt)), w.a);
+    const Tensor beta = ops::sigmoid(b_raw).view({Hv_, n, 1, 1});                      // [n, Hv]
+    const Tensor g = ops::mul(ops::softplus(ops::add(a_raw, dt)), A).view({Hv_, n, 1, 1});
     // The short convolution over [q | k | v], then q, k, v apart.
-    const Tensor xc = ops::silu(ops::ssm_conv(qkv, w.conv, st.conv, b.seq, b.pos));                // [n, C]
-    const int64_t u = std::gcd(Dk_, Dv_), qk_units = Hk_ * Dk_ / u, v_units = Hv_ * Dv_ / u;
-    if (!lay_qkv_.n_units) {  // q of every token, then k of every token (one L2 norm for both), then v
-      lay_qkv_.n_units = 2 * qk_units + v_units;
-      lay_qkv_.parts.resize(3);
-      for (int64_t i = 0; i < qk_units; ++i) {
-        lay_qkv_.parts[0].push_back(static_cast<int32_t>(i));
-        lay_qkv_.parts[1].push_back(static_cast<int32_t>(qk_units + i));
-      }
-      for (int64_t i = 0; i < v_units; ++i) lay_qkv_.parts[2].push_back(static_cast<int32_t>(2 * qk_units + i));
-    }
-    const Tensor parts = gather(2, lay_qkv_, u, xc);
+    const Tensor xc = ops::silu(ops::ssm_conv(qkv, w.conv, st.conv, b.seq, b.pos));  // [n, C]
+    // q of every token, then k of every token (one L2 norm for both), then v.
+    const Tensor qk_in = ops::cont(ops::view(xc, {Dk_, Hk_, n, 2}, {F, Dk_ * F, C * F, Hk_ * Dk_ * F}));
     // L2 norm (eps 1e-6 on the sum of squares, as transformers' l2norm) of
     // every q and k head: RMSNorm with eps/Dk, divided by √Dk.
-    const Tensor qk = ops::scale(
-        ops::rms_norm(part(parts, 0, 2 * n * qk_units, {Dk_, 2 * n * Hk_, 1, 1}), Tensor{}, 1e-6f / Dk_),
-        1.0f / std::sqrt(static_cast<float>(Dk_)));  // [2, n, Hk, Dk]
+    const Tensor qk = ops::scale(ops::rms_norm(qk_in.view({Dk_, 2 * n * Hk_, 1, 1}), Tensor{}, 1e-6f / Dk_),
+                                 1.0f / std::sqrt(static_cast<float>(Dk_)));  // [2, n, Hk, Dk]
     const Tensor q = qk.rows(0, n * Hk_).view({Dk_, Hk_, n, 1});
     const Tensor k = qk.rows(n * Hk_, 2 * n * Hk_).view({Dk_, Hk_, n, 1});
-    const Tensor v = part(parts, 2 * n * qk_units, n * v_units, {Dv_, Hv_, n, 1});
+    const Tensor v = ops::cont(ops::view(xc, {Dv_, Hv_, n, 1}, {F, Dv_ * F, C * F, C * F * n}, 2 * Hk_ * Dk_ * F));
     DeltaRuleParams dp;
     dp.scale = 1.0f / std::sqrt(static_cast<float>(Dk_));
     dp.chunk = n > 1 ? kDeltaChunk : 0;
     dp.tiled_heads = tiled_heads_;
     const Tensor o = ops::gated_delta_rule(q, k, v, g, beta, st.ssm, b.seq, b.pos, dp);  // [n, Hv, Dv]
     // Gated RMSNorm per value head, then the output projection.
-    const Tensor y = ops::mul(ops::rms_norm(o.view({Dv_, Hv_ * n, 1, 1}), w.norm, hp_.norm_eps), ops::silu(z));
+    const Tensor y = ops::mul(ops::rms_norm(o.view({Dv_, Hv_ * n, 1, 1}), w.norm, hp_.norm_eps),
+                              ops::silu(z).view({Dv_, Hv_ * n, 1, 1}));
     return ops::matmul(y.view({Hv_ * Dv_, n, 1, 1}), w.out);
   }
 
   Tensor gated_attention(const GatedAttentionWeights& w, KVLayer& cache, const BatchIds& b, const Tensor& h) {
     const int64_t n = b.n, D = hp_.head_dim, H = hp_.n_head, Hkv = hp_.n_head_kv;
+    constexpr size_t F = sizeof(float);
     std::vector<Tensor> y = ops::matmul_multi(h, {&w.wq, &w.wk, &w.wv});
-    if (!lay_q_.n_units) {
-      lay_q_.n_units = 2 * H;
-      lay_q_.parts.resize(2);
-      for (int64_t i = 0; i < H; ++i) {
-        lay_q_.parts[0].push_back(static_cast<int32_t>(2 * i));
-        lay_q_.parts[1].push_back(static_cast<int32_t>(2 * i + 1));
-      }
-    }
-    const Tensor qg = gather(3, lay_q_, D, y[0]);
-    Tensor q = ops::rms_norm(part(qg, 0, n * H, {D, H, n, 1}), w.q_norm, hp_.norm_eps);
-    const Tensor gate = part(qg, n * H, n * H, {H * D, n, 1, 1});
+    // Per head [q (D) | gate (D)].
+    const size_t row = y[0].nb[1];
+    const Tensor q_raw = ops::view(y[0], {D, H, n, 1}, {F, 2 * D * F, row, row * n});
+    const Tensor gate = ops::view(y[0], {D, H, n, 1}, {F, 2 * D * F, row, row * n}, D * F);
+    Tensor q = ops::rms_norm(ops::cont(q_raw), w.q_norm, hp_.norm_eps);
     Tensor k = ops::rms_norm(y[1].view({D, Hkv, n, 1}), w.k_norm, hp_.norm_eps);
     q = ops::rope(q, b.pos, rope_params_);
     k = ops::rope(k, b.pos, rope_params_);
@@ -391,7 +318,7 @@ class Qwen3Next final : public Model {
     ops::kv_store(cache.v, y[2], b.seq, b.pos, cache.slots);
     const Tensor a = ops::attention(q, cache.k, cache.v, b.seq, b.pos,
                                     {1.0f / std::sqrt(static_cast<float>(D)), 0, cache.slots});
-    return ops::matmul(ops::mul(a.view({H * D, n, 1, 1}), ops::sigmoid(gate)), w.wo);
+    return ops::matmul(ops::mul(a.view({H * D, n, 1, 1}), ops::sigmoid(gate).view({H * D, n, 1, 1})), w.wo);
   }
 
   // h: the post-attention norm's output [n, n_embd].
@@ -416,13 +343,13 @@ class Qwen3Next final : public Model {
   void load_mtp(WeightLoader& wl, int64_t n_nextn) {
     const int64_t E = hp_.n_embd, first = hp_.n_layer - n_nextn;
     for (int64_t il = first; il < hp_.n_layer; ++il) {
-      const std::string p = "blk." + std::to_string(il) + ".nextn.";
+      const WeightScope nextn = wl.layer(il).sub("nextn");
       Mtp& m = mtp_.emplace_back();
       m.layer = std::move(layers_[il]);
-      m.eh_proj = wl.get(p + "eh_proj.weight", {2 * E, E});
-      m.enorm = wl.get(p + "enorm.weight", {E});
-      m.hnorm = wl.get(p + "hnorm.weight", {E});
-      m.head_norm = wl.get_optional(p + "shared_head_norm.weight", {E});
+      m.eh_proj = nextn.get("eh_proj.weight", {2 * E, E});
+      m.enorm = nextn.get("enorm.weight", {E});
+      m.hnorm = nextn.get("hnorm.weight", {E});
+      m.head_norm = nextn.get_optional("shared_head_norm.weight", {E});
     }
     layers_.resize(first);
     hp_.n_layer = first;
@@ -434,11 +361,9 @@ class Qwen3Next final : public Model {
   int64_t conv_k_ = 0, Dk_ = 0, Dv_ = 0, Hk_ = 0, Hv_ = 0, conv_dim_ = 0;
   int32_t snapshot_every_ = kDefaultSnapshotEvery;
   bool tiled_heads_ = false;  // qwen35: value head h reads key head h % Hk (llama.cpp's order)
-  MoeParams moe_;
+  MoeHParams moe_;
   RopeScaling rope_;
   RopeParams rope_params_;
-  Layout lay_in_, lay_ba_, lay_qkv_, lay_q_;
-  std::map<std::pair<int, int64_t>, Tensor> ids_cache_;
 };
 
 // ---- HF checkpoints (transformers' Qwen3NextForCausalLM, Qwen3_5ForCausalLM,
@@ -496,10 +421,9 @@ void delta_net_config(const std::string& a, const nlohmann::json& cfg, HfConfig&
     md[a + ".rope.dimension_sections"] = sections;
   }
   if (a == "qwen35") return;  // a dense MLP in every layer
-  md[a + ".expert_count"] = config_int(cfg, "num_experts");
-  md[a + ".expert_used_count"] = config_int(cfg, "num_experts_per_tok");
-  md[a + ".expert_feed_forward_length"] = config_int(cfg, "moe_intermediate_size");
-  md[a + ".expert_shared_feed_forward_length"] = config_int(cfg, "shared_expert_intermediate_size", 0);
+  hf_moe(a, cfg, out);
+  out.set(a + ".expert_shared_feed_forward_length", "shared_expert_intermediate_size",
+          config_int(cfg, "shared_expert_intermediate_size", 0));
   // Qwen3.5's router always renormalises its top-k (transformers' Qwen3_5MoeTopKRouter).
   if (a == "qwen3next" && !config_bool(cfg, "norm_topk_prob", true)) md["kvad.moe.norm_topk_prob"] = int64_t{0};
   if (config_int(cfg, "decoder_sparse_step", 1) != 1 && config_int(cfg, "num_experts") > 0)
@@ -535,16 +459,11 @@ bool hf_tensor(const std::string& hf, TensorRename& r) {
       {"linear_attn.dt_bias", "ssm_dt.bias", T::ToF32},
       {"linear_attn.norm.weight", "ssm_norm.weight", T::ToF32},  // applied as w (not 1 + w)
       {"linear_attn.out_proj.weight", "ssm_out.weight", T::None},
-      {"mlp.gate.weight", "ffn_gate_inp.weight", T::None},
-      {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight", T::None},
-      {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight", T::None},
-      {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight", T::None},
-      {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight", T::None},
   };
   if (hf == "lm_head.weight") return r.name = "output.weight", r.transform = T::None, true;
   int64_t il;
   std::string rest;
-  if (hf_layer_tensor(hf, il, rest) && hf_expert_tensor(rest, "blk." + std::to_string(il) + ".", r)) return true;
+  if (hf_layer_tensor(hf, il, rest) && hf_moe_tensor(rest, "blk." + std::to_string(il) + ".", r)) return true;
   return hf_decoder_tensor(hf, T::ToF32PlusOne, kLayer, std::size(kLayer), r);
 }
 

@@ -280,6 +280,7 @@ TEST(Matmul, MatchesReferenceDots) {
         wt.name = "w";
         wt.type = t;
         wt.ne = {n, n_out, 1, 1};
+        wt.set_contiguous_strides();
         wt.data = w.q.data();
         std::vector<float> y(n_tok * n_out);
         cpu::matmul(pool, wt, x.data(), n_tok, y.data());
@@ -327,6 +328,7 @@ TEST(Matmul, MultiEqualsSeparateMatmuls) {
         for (size_t i = 0; i < g.size(); ++i) {
           ts[i].type = g[i];
           ts[i].ne = {n, ws[i].rows, 1, 1};
+          ts[i].set_contiguous_strides();
           ts[i].data = ws[i].q.data();
           y1[i].assign(n_tok * ws[i].rows, 0.0f);
           y2[i].assign(n_tok * ws[i].rows, 1.0f);

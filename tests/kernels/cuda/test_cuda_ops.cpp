@@ -69,6 +69,7 @@ HostWeight make_weight(std::mt19937& rng, DType type, int64_t n_in, int64_t n_ou
   for (int64_t r = 0; r < n_out; ++r) k.to_float_ref(w.bytes.data() + r * rb, &w.deq[r * n_in], n_in);
   w.t.type = type;
   w.t.ne = {n_in, n_out, 1, 1};
+  w.t.set_contiguous_strides();
   w.t.data = w.bytes.data();
   return w;
 }
