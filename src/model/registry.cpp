@@ -45,7 +45,8 @@ constexpr OpSet kMoe = {Op::MoeRoute, Op::MatmulId, Op::MoeSum};
 constexpr OpSet kGemma = {Op::GetRows, Op::RmsNorm, Op::Matmul, Op::Rope,  Op::KvStore,
                           Op::Attention, Op::Add, Op::Scale, Op::Geglu};
 // Gated DeltaNet layers beside gated attention (qwen3next.cpp).
-constexpr OpSet kDeltaNet = {Op::Mul, Op::Scale, Op::Silu, Op::Sigmoid, Op::Softplus, Op::SsmConv, Op::GatedDeltaRule};
+constexpr OpSet kDeltaNet = {Op::Cont,     Op::Mul,     Op::Scale,  Op::Silu,
+                             Op::Sigmoid, Op::Softplus, Op::SsmConv, Op::GatedDeltaRule};
 
 // llama's GGUF architecture also holds Mixtral: layers with experts
 // (blk.N.ffn_gate_inp.weight) run the MoE ops.
@@ -69,10 +70,11 @@ const std::vector<ArchEntry>& architectures() {
       {.name = "qwen2moe", .ops = kDecoder | kMoe | OpSet{Op::Sigmoid}, .load = &load_llama, .hf = &kQwen2MoeHfNames},
       // MLA: latent attention for decode, attention_seq for the expanded prefill.
       {.name = "deepseek2",
-       .ops = kMoe | OpSet{Op::GetRows, Op::RmsNorm, Op::Matmul, Op::Rope, Op::KvStore, Op::Add, Op::Swiglu,
-                           Op::Concat, Op::Slice, Op::AttentionLatent, Op::AttentionSeq},
+       .ops = kMoe | OpSet{Op::GetRows, Op::RmsNorm, Op::Matmul, Op::MatmulBatched, Op::Cont, Op::Rope, Op::KvStore,
+                           Op::Add, Op::Swiglu, Op::Concat, Op::Slice, Op::AttentionLatent, Op::AttentionSeq},
        .load = &load_deepseek2, .hf = &kDeepseek2HfNames},
-      {.name = "qwen3next", .ops = kDecoder | kDeltaNet | kMoe, .load = &load_qwen3next, .hf = &kQwen3NextHfNames},
+      {.name = "qwen3next", .ops = kDecoder | kDeltaNet | kMoe | OpSet{Op::Concat}, .load = &load_qwen3next,
+       .hf = &kQwen3NextHfNames},
       {.name = "qwen35", .ops = kDecoder | kDeltaNet, .load = &load_qwen3next, .hf = &kQwen35HfNames},
       {.name = "qwen35moe", .ops = kDecoder | kDeltaNet | kMoe, .load = &load_qwen3next, .hf = &kQwen35MoeHfNames},
       {.name = "phi3", .ops = kDecoder, .load = &load_llama, .hf = &kPhi3HfNames},
