@@ -1,4 +1,4 @@
-// bench_cuda_ops: the op table of issue 7 part 6, for matmul (the op that
+// bench_cuda_ops: CPU against GPU for matmul (the op that
 // matters): per shape and weight format,
 //   CPU µs            cpu::matmul on all cores (median of reps)
 //   GPU sync µs       Offload::try_matmul + wait(): upload x, compute, download, copy into y

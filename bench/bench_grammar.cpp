@@ -1,4 +1,4 @@
-// Decode speed with and without grammar-constrained sampling (issue 16):
+// Decode speed with and without grammar-constrained sampling:
 // SmolLM2 through the Scheduler (one slot), the same prompt unconstrained,
 // with response_format json_object, and with a JSON schema. Prints decode
 // tok/s (tokens after the first over the time after it, median of the

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Whole-process load time of an HF checkpoint with --quant (issue 13): the
+# Whole-process load time of an HF checkpoint with --quant: the
 # first load (quantizing into the quantize-once cache), the cached load, and
 # the plain-GGUF load of the cache file itself (the same model as a GGUF),
 # each the median of N runs of `kvad run -n 1`: wall seconds and CPU seconds

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Soak of `kvad serve` (issue 15; a benchmark, not a test).
+"""Soak of `kvad serve` (a benchmark, not a test).
 
 Starts `kvad serve` on loopback (or uses --url) and runs --clients client
 threads for --seconds (default 8 clients, 600 s), each looping over a mix of

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Do kvad's quantized outputs load and run in llama.cpp? (issue 14's last check)
+"""Do kvad's quantized outputs load and run in llama.cpp?
 
 For every tiny checkpoint in tests/fixtures/hf_tiny/ (made by make_tiny_hf.py):
   - the quantize-once cache GGUF kvad writes from the HF checkpoint

@@ -33,8 +33,7 @@ Shapes (tied embeddings unless said; head_dim = n_embd / n_head = 64 unless said
 
 qwen2.5-0.5b-rand has Qwen2.5-0.5B's body in the qwen2 architecture (q/k/v
 biases, f32, N(0, 0.02^2); NeoX rotary as llama.cpp's qwen2) with a 50,000-token
-vocabulary instead of the real 151,936, as the performance issue's table
-states it ("Qwen2.5-0.5B (50k vocab)").
+vocabulary instead of the real 151,936 ("Qwen2.5-0.5B (50k vocab)").
 llama3.2-1b-rand has the real 128,256-token vocabulary but no llama3 rope
 scaling (no rope_freqs tensor); the speed is the same.
 qwen3moe-30b-a3b-rand has Qwen3-30B-A3B's layers exactly (32 q heads and 4 kv

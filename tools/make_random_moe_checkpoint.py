@@ -3,7 +3,7 @@
 bf16: 8 layers of 48 experts, hidden 512, moe_intermediate 384), with
 SmolLM2's tokenizer files so that `kvad run -m DIR` takes it. Not a test
 fixture (nothing is committed); it measured the quantize-once cache hit and
---quant none loads of issue 14 (zero-copy experts):
+--quant none loads (zero-copy experts):
 
     ~/.cache/kvad/torch-venv/bin/python tools/make_random_moe_checkpoint.py /tmp/moe \
         ~/.cache/kvad/hf-cache/models--HuggingFaceTB--SmolLM2-135M-Instruct

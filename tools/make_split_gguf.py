@@ -6,7 +6,7 @@ kvad's tools/random_gguf/make_random_gguf: `build/make_random_gguf tiny
 tests/fixtures/gguf_split/tiny.gguf --seed 3`) with gguf.GGUFReader and writes
 the same metadata and tensors with gguf.GGUFWriter(split_max_tensors=N) as
 tiny-00001-of-0000K.gguf ... (split.no, split.count, split.tensors.count as
-gguf-py and llama.cpp's gguf-split write them). tests/io/test_gguf_split.cpp
+gguf-py and llama.cpp's gguf-split write them). tests/engine/test_gguf_split.cpp
 loads the parts as one model and compares its logits with tiny.gguf's.
 
     ~/.cache/kvad/bench-venv/bin/python tools/make_split_gguf.py   # needs gguf, numpy

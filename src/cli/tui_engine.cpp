@@ -81,10 +81,11 @@ std::vector<Form> make_forms(bool checkpoint, const std::string& arch, const std
   }
   std::string gpu_why = backend_unavailable("cuda");
   if (gpu_why.empty()) {
-    bool has = false;
-    for (const ArchEntry& e : architectures())
-      if (e.name == arch) has = std::find(e.backends.begin(), e.backends.end(), "cuda") != e.backends.end();
-    if (!has) gpu_why = "architecture " + arch + " has no CUDA backend (cuda runs: " + supported_architectures("cuda") + ")";
+    const ArchEntry* e = find_architecture(arch);
+    if (!e || !missing_ops(*e, DeviceType::CUDA).empty())
+      gpu_why = "architecture " + arch + " does not run on cuda" +
+                (e ? ", whose row has no " + missing_ops(*e, DeviceType::CUDA).str() : std::string()) +
+                " (cuda runs: " + supported_architectures("cuda") + ")";
   }
   for (const char* q : {"none", "q8_0", "q4_0"}) {
     const std::string name = std::string(q) == "none" ? dtype : q;

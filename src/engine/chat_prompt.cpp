@@ -66,7 +66,7 @@ ChatPrompt ChatPrompt::from_tokenizer(const Tokenizer& tok, const std::string& o
 namespace {
 
 // What the template's limits stop is the size of the conversation: a client's
-// fault, answered 4xx (issue 15, finding 10).
+// fault, which the server answers with a 4xx, not a 5xx.
 bool is_limit(const ChatTemplateError& e) {
   const std::string& m = e.message();
   return m.find("evaluation steps") != std::string::npos || m.find("bytes exceeds the limit") != std::string::npos ||

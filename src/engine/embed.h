@@ -1,4 +1,4 @@
-// Sentence embeddings (issue 16 part 5): token ids through a model's last
+// Sentence embeddings: token ids through a model's last
 // hidden state (Model::hidden), pooled and optionally L2-normalised, as
 // sentence-transformers' Transformer → Pooling → Normalize modules do
 // (sentence_transformers/models/Pooling.py, Normalize.py). Works for encoder

@@ -46,9 +46,9 @@ class Session {
   /// Most tokens per model forward call: the activation buffers of one call
   /// ([n_tok, n_embd] and [n_tok, n_ff] rows, about
   /// 4·(3·n_embd + 2·q_dim + 2·kv_dim + 2·n_ff) + n_embd + n_ff bytes per token)
-  /// are kept under kActivationBudget, so that peak memory stays near weights
-  /// + KV cache (issue 4: + 64 MiB in all). At least 64, at most 512, a
-  /// multiple of 8 (the CPU GEMM's token tile).
+  /// are kept under kActivationBudget, so that peak memory stays within
+  /// weights + KV cache + 64 MiB. At least 64, at most 512, a multiple of 8
+  /// (the CPU GEMM's token tile).
   static constexpr size_t kActivationBudget = 16u << 20;  // bytes
   static int64_t ubatch_tokens(const HParams& hp);
 

@@ -83,9 +83,12 @@ DType kv_cache_type(const std::string& name, const std::string& flag);
 class LayerCaches final : public Cache {
  public:
   /// Allocates every layer on `d`, keys and values in the formats `types`
-  /// names. Throws kvad::Error for sizes <= 0 (a negative window or
-  /// snapshot interval), recurrent layers with different snapshot
-  /// intervals, or a K/V format other than f16 and f32.
+  /// names. Throws kvad::Error for a K/V format other than f16 and f32, for
+  /// n_ctx, n_seq or n_batch <= 0, for a layer whose spec lacks its kind's
+  /// sizes (key/value: k_dim, v_dim > 0 and window >= 0; latent:
+  /// kv_lora_rank > 0 and rope_dim >= 0; recurrent: conv_elems, ssm_elems > 0
+  /// and snapshot_every >= 0), for recurrent layers with different snapshot
+  /// intervals, and as ops::empty when the device is out of memory.
   ///
   /// Recurrent layers: a state absorbs every token it reads and cannot give
   /// one back, so a rewind lands on a snapshot. With N = snapshot_every > 0

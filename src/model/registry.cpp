@@ -6,6 +6,7 @@
 #include "io/tensor_source.h"
 #include "model/cache.h"
 #include "model/hf.h"
+#include "tensor/backend.h"
 #include "tensor/ops.h"
 
 namespace kvad {
@@ -32,44 +33,108 @@ const char* model_kind_name(ModelKind k) {
   return "?";
 }
 
+namespace {
+
+// The ops each architecture's forward pass runs (tests/model/test_registry.cpp
+// checks every set against the ops a forward pass of its tiny checkpoints
+// calls, both ways). Which devices run it follows from the rows.
+// A Llama-style decoder: RMSNorm, RoPE, causal attention, SwiGLU.
+constexpr OpSet kDecoder = {Op::GetRows, Op::RmsNorm, Op::Matmul, Op::Rope,
+                            Op::KvStore, Op::Attention, Op::Add, Op::Swiglu};
+constexpr OpSet kMoe = {Op::MoeRoute, Op::MatmulId, Op::MoeSum};
+// Gemma: GeGLU, the embeddings scaled by sqrt(n_embd).
+constexpr OpSet kGemma = {Op::GetRows, Op::RmsNorm, Op::Matmul, Op::Rope,  Op::KvStore,
+                          Op::Attention, Op::Add, Op::Scale, Op::Geglu};
+// Gated DeltaNet layers beside gated attention (qwen3next.cpp).
+constexpr OpSet kDeltaNet = {Op::Cont,     Op::Mul,     Op::Scale,  Op::Silu,
+                             Op::Sigmoid, Op::Softplus, Op::SsmConv, Op::GatedDeltaRule};
+
+// llama's GGUF architecture also holds Mixtral: layers with experts
+// (blk.N.ffn_gate_inp.weight) run the MoE ops.
+OpSet llama_checkpoint_ops(const TensorSource& src) {
+  for (const SourceTensor& t : src.tensors())
+    if (t.name.size() > 20 && t.name.compare(t.name.size() - 20, 20, ".ffn_gate_inp.weight") == 0) return kMoe;
+  return {};
+}
+
+}  // namespace
+
 const std::vector<ArchEntry>& architectures() {
   static const std::vector<ArchEntry> archs = {
-      {"llama", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kLlamaHfNames},
-      {"qwen2", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kQwen2HfNames},
-      {"qwen3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kQwen3HfNames},
-      {"gemma3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gemma3, &kGemma3HfNames},
-      // MoE's ops (moe_route, matmul_id, moe_sum) have no CUDA row yet.
-      {"qwen3moe", ModelKind::Text, {"cpu", "sim"}, &load_llama, &kQwen3MoeHfNames},
-      {"qwen2moe", ModelKind::Text, {"cpu", "sim"}, &load_llama, &kQwen2MoeHfNames},
-      // MLA's latent attention and slice, and the MoE ops, have no CUDA row yet.
-      {"deepseek2", ModelKind::Text, {"cpu", "sim"}, &load_deepseek2, &kDeepseek2HfNames},
-      // Gated DeltaNet layers: ssm_conv, gated_delta_rule, sigmoid, softplus have no CUDA row yet.
-      {"qwen3next", ModelKind::Text, {"cpu", "sim"}, &load_qwen3next, &kQwen3NextHfNames},
-      {"qwen35", ModelKind::Text, {"cpu", "sim"}, &load_qwen3next, &kQwen35HfNames},
-      {"qwen35moe", ModelKind::Text, {"cpu", "sim"}, &load_qwen3next, &kQwen35MoeHfNames},
-      {"phi3", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_llama, &kPhi3HfNames},
-      {"gpt2", ModelKind::Text, {"cpu", "sim", "cuda"}, &load_gpt2, &kGpt2HfNames},
-      // MoE ops, attention sinks and the clamped SwiGLU have no CUDA row yet.
-      {"gpt-oss", ModelKind::Text, {"cpu", "sim"}, &load_gpt_oss, &kGptOssHfNames},
-      // The CUDA row has no bidirectional attention or exact GELU yet.
-      {"bert", ModelKind::Embedding, {"cpu", "sim"}, &load_bert, &kBertHfNames},
-      // Gemma 2's attention logit soft-capping has no CUDA row yet (gemma3.cpp).
-      {"gemma2", ModelKind::Text, {"cpu", "sim"}, &load_gemma3, &kGemma2HfNames},
+      {.name = "llama", .ops = kDecoder, .load = &load_llama, .hf = &kLlamaHfNames,
+       .checkpoint_ops = &llama_checkpoint_ops},
+      {.name = "qwen2", .ops = kDecoder, .load = &load_llama, .hf = &kQwen2HfNames},
+      {.name = "qwen3", .ops = kDecoder, .load = &load_llama, .hf = &kQwen3HfNames},
+      {.name = "gemma3", .ops = kGemma, .load = &load_gemma3, .hf = &kGemma3HfNames},
+      {.name = "qwen3moe", .ops = kDecoder | kMoe, .load = &load_llama, .hf = &kQwen3MoeHfNames},
+      // The shared expert's gate is a sigmoid.
+      {.name = "qwen2moe", .ops = kDecoder | kMoe | OpSet{Op::Sigmoid}, .load = &load_llama, .hf = &kQwen2MoeHfNames},
+      // MLA: latent attention for decode, attention_seq for the expanded prefill.
+      {.name = "deepseek2",
+       .ops = kMoe | OpSet{Op::GetRows, Op::RmsNorm, Op::Matmul, Op::MatmulBatched, Op::Cont, Op::Rope, Op::KvStore,
+                           Op::Add, Op::Swiglu, Op::Concat, Op::Slice, Op::AttentionLatent, Op::AttentionSeq},
+       .load = &load_deepseek2, .hf = &kDeepseek2HfNames},
+      {.name = "qwen3next", .ops = kDecoder | kDeltaNet | kMoe | OpSet{Op::Concat}, .load = &load_qwen3next,
+       .hf = &kQwen3NextHfNames},
+      {.name = "qwen35", .ops = kDecoder | kDeltaNet, .load = &load_qwen3next, .hf = &kQwen35HfNames},
+      {.name = "qwen35moe", .ops = kDecoder | kDeltaNet | kMoe, .load = &load_qwen3next, .hf = &kQwen35MoeHfNames},
+      {.name = "phi3", .ops = kDecoder, .load = &load_llama, .hf = &kPhi3HfNames},
+      {.name = "gpt2", .ops = {Op::GetRows, Op::LayerNorm, Op::Matmul, Op::KvStore, Op::Attention, Op::Add, Op::Gelu},
+       .load = &load_gpt2, .hf = &kGpt2HfNames},
+      // Attention sinks, the clamped SwiGLU in its experts.
+      {.name = "gpt-oss",
+       .ops = kMoe | OpSet{Op::GetRows, Op::RmsNorm, Op::Matmul, Op::Rope, Op::KvStore, Op::Attention,
+                           Op::AttentionSinks, Op::Add, Op::SwigluOai},
+       .load = &load_gpt_oss, .hf = &kGptOssHfNames},
+      // An encoder: bidirectional attention, exact GELU.
+      {.name = "bert", .kind = ModelKind::Embedding,
+       .ops = {Op::GetRows, Op::LayerNorm, Op::Matmul, Op::KvStore, Op::AttentionBidirectional, Op::Add,
+               Op::GeluErf},
+       .load = &load_bert, .hf = &kBertHfNames},
+      // Gemma 3's ops and attention logit soft-capping.
+      {.name = "gemma2", .ops = kGemma | OpSet{Op::AttentionSoftcap}, .load = &load_gemma3, .hf = &kGemma2HfNames},
   };
   return archs;
 }
 
 ModelKind model_kind(const Model& m) {
-  for (const auto& a : architectures())
-    if (a.name == m.hparams().arch) return a.kind;
-  return ModelKind::Text;
+  const ArchEntry* a = find_architecture(m.hparams().arch);
+  return a ? a->kind : ModelKind::Text;
+}
+
+const ArchEntry* find_architecture(const std::string& arch) {
+  for (const ArchEntry& a : architectures())
+    if (a.name == arch) return &a;
+  return nullptr;
+}
+
+OpSet missing_ops(const ArchEntry& a, DeviceType t, const TensorSource* src) {
+  OpSet need = a.ops;
+  if (src && a.checkpoint_ops) need = need | a.checkpoint_ops(*src);
+  const BackendOps* row = find_backend(t);
+  return row ? need - row_ops(*row) : need;
+}
+
+std::vector<std::string> arch_devices(const ArchEntry& a, const TensorSource* src) {
+  std::vector<std::string> out;
+  for (int i = 0; i < kDeviceTypes; ++i) {
+    const auto t = static_cast<DeviceType>(i);
+    if (find_backend(t) && missing_ops(a, t, src).empty()) out.push_back(find_backend(t)->name);
+  }
+  return out;
 }
 
 std::string supported_architectures(const std::string& backend) {
+  Device d;
+  try {
+    d = Device::parse(backend);
+  } catch (const Error&) {
+    return "";
+  }
+  if (!find_backend(d.type)) return "";
   std::string s;
   for (const auto& a : architectures())
-    for (const auto& b : a.backends)
-      if (b == backend) s += (s.empty() ? "" : ", ") + a.name;
+    if (missing_ops(a, d.type).empty()) s += (s.empty() ? "" : ", ") + a.name;
   return s;
 }
 
@@ -88,19 +153,24 @@ std::unique_ptr<Model> load_model(std::shared_ptr<const TensorSource> src, const
   if (arch.empty()) throw Error(src->path() + ": no general.architecture key; is this a model file?");
   if (const std::string why = backend_unavailable(o.device); !why.empty()) throw Error(why);
   const Device d = Device::parse(o.device);
-  const std::string type = d.type == DeviceType::CPU ? "cpu" : d.type == DeviceType::Sim ? "sim" : "cuda";
-  for (const auto& a : architectures()) {
-    if (a.name != arch) continue;
-    for (const auto& b : a.backends)
-      if (b == type) {
-        // Format conversions at load split their rows over the cores.
-        ThreadPool pool(0);
-        ops::PoolScope scope(pool);
-        return a.load(std::move(src), o);
-      }
+  const std::string type = find_backend(d.type)->name;
+  const ArchEntry* a = find_architecture(arch);
+  if (!a) {
+    std::string known;
+    for (const ArchEntry& e : architectures()) known += (known.empty() ? "" : ", ") + e.name;
+    throw Error(src->path() + ": architecture '" + arch + "' is not supported (kvad runs: " + known + ")");
   }
-  throw Error(src->path() + ": architecture '" + arch + "' is not supported on " + type +
-              " (supported: " + supported_architectures(type) + ")");
+  if (const OpSet missing = missing_ops(*a, d.type, src.get()); !missing.empty()) {
+    std::string devices;
+    for (const std::string& t : arch_devices(*a, src.get())) devices += (devices.empty() ? "" : ", ") + t;
+    throw Error(src->path() + ": architecture '" + arch + "' is not supported on " + type + ", whose row has no " +
+                missing.str() + " (" + arch + " runs on: " + (devices.empty() ? "none" : devices) + "; " + type +
+                " runs: " + supported_architectures(type) + ")");
+  }
+  // Format conversions at load split their rows over the cores.
+  ThreadPool pool(0);
+  ops::PoolScope scope(pool);
+  return a->load(std::move(src), o);
 }
 
 std::unique_ptr<Model> load_model(std::shared_ptr<const gguf::File> f, const DeviceOptions& o) {

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "model/model.h"
+#include "tensor/device.h"
+#include "tensor/op_set.h"
 
 namespace kvad {
 
@@ -41,11 +43,17 @@ const char* model_kind_name(ModelKind k);
 struct ArchEntry {
   std::string name;                    ///< general.architecture value
   ModelKind kind = ModelKind::Text;
-  std::vector<std::string> backends;   ///< device types it runs on: "cpu", "sim", "cuda"
+  /// The ops its forward pass runs on every checkpoint (tensor/op_set.h).
+  /// The devices it runs on are not listed anywhere: they are the
+  /// registered rows that provide all of these (arch_devices).
+  OpSet ops;
   /// Builds the model from a checkpoint, its weights on o.device.
   std::unique_ptr<Model> (*load)(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
   /// How it reads an HF checkpoint (model/hf.h), or nullptr when it reads GGUF only.
   const HfNames* hf = nullptr;
+  /// The ops a particular checkpoint runs beyond `ops` (llama's layers with
+  /// experts: the MoE ops), or nullptr for none.
+  OpSet (*checkpoint_ops)(const TensorSource& src) = nullptr;
 };
 
 /// Every architecture kvad knows, in a stable order.
@@ -55,7 +63,24 @@ const std::vector<ArchEntry>& architectures();
 /// Text for an architecture the registry does not list.
 ModelKind model_kind(const Model& m);
 
-/// Comma-separated names of the architectures a backend supports.
+/// The registry entry named `arch` (general.architecture), or nullptr.
+const ArchEntry* find_architecture(const std::string& arch);
+
+/// The ops of `a` that device type t's row (tensor/backend.h find_backend)
+/// does not provide: row_ops(row) subtracted from a.ops and, when `src` is
+/// given, from a.checkpoint_ops(*src) too. Everything when this build has
+/// no row for t.
+OpSet missing_ops(const ArchEntry& a, DeviceType t, const TensorSource* src = nullptr);
+
+/// The device types ("cpu", "cuda", "sim": the rows' names, in DeviceType
+/// order) whose registered row provides every op of `a` (and of `src`'s
+/// checkpoint_ops when given). Only rows this build has count; whether the
+/// device is present on this machine is backend_unavailable's question.
+std::vector<std::string> arch_devices(const ArchEntry& a, const TensorSource* src = nullptr);
+
+/// Comma-separated names of the architectures whose ops the row of device
+/// type `backend` ("cpu", "sim", "cuda") provides; "" for an unknown type or
+/// one this build has no row for.
 std::string supported_architectures(const std::string& backend);
 
 /// Empty when `device` can run here; else why not: "kvad was built without
@@ -63,9 +88,10 @@ std::string supported_architectures(const std::string& backend);
 std::string backend_unavailable(const std::string& device);
 
 /// Loads the model a checkpoint holds on the device o.device names. Throws
-/// kvad::Error naming the architecture and the supported ones when it is
-/// unknown or unsupported there, backend_unavailable()'s reason when the
-/// device cannot run here, or the checkpoint's problem (missing/unused
+/// kvad::Error naming the architecture when it is unknown; when the device's
+/// row lacks ops it runs, naming them, the devices that run it and the
+/// architectures that run on that device; backend_unavailable()'s reason when
+/// the device cannot run here; or the checkpoint's problem (missing/unused
 /// tensor, bad shape).
 std::unique_ptr<Model> load_model(std::shared_ptr<const TensorSource> src, const DeviceOptions& o);
 /// The same for a GGUF file.

@@ -116,7 +116,8 @@ Server::Impl::Prepared Server::Impl::prepare(const httplib::Request& req, Comple
     r.gen.grammar = std::move(g);
   }
   try {
-    // prefix-cache isolation (issue 15, finding 6): the key, whichever header carried it
+    // Prefix-cache isolation: a cached prefix is reused only by requests with the same key, whichever
+    // header carried it
     r.gen.tenant = req.get_header_value("Authorization") + "|" + req.get_header_value("x-api-key");
     // Harmony's channels are control tokens the parser reads with or without tools.
     r.gen.special_text = (p.fmt.tools || p.fmt.format == ToolFormat::harmony) && markers_are_control;

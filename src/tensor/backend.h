@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 
+#include "tensor/op_set.h"
 #include "tensor/tensor.h"
 
 namespace kvad {
@@ -111,6 +112,12 @@ struct BackendOps {
   bool (*available)(std::string* why) = nullptr;
   /// True when matmul and get_rows read weights stored in this format.
   bool (*has_format)(DType t) = nullptr;
+  /// Variants of filled entries that this row does not compute (op_set.h;
+  /// e.g. Op::AttentionSinks beside a set `attention`): ops.cpp refuses them
+  /// with an error naming the op before calling the entry, and row_ops, the
+  /// registry's answer of what runs where, leaves them out. An empty entry
+  /// needs no mention here: it is missing by itself.
+  OpSet refuses{};
 
   // Memory. alloc throws kvad::Error when the device is out of memory.
   void* (*alloc)(size_t bytes) = nullptr;

@@ -92,6 +92,11 @@ const F& entry(const F& f, Device d, const char* op) {
   return f;
 }
 
+// A variant of an entry that the row refuses (BackendOps::refuses).
+void need_variant(const BackendOps& r, Op v, Device d, const char* op) {
+  if (r.refuses.has(v)) fail(op, std::string(op_name(v)) + " is not implemented on " + d.str());
+}
+
 }  // namespace
 
 ThreadPool* current_pool() { return t_pool; }
@@ -471,15 +476,17 @@ Tensor softmax(const Tensor& x) {
 }
 
 namespace {
-Tensor unary(Unary op, const char* name, const Tensor& x) {
+Tensor unary(Unary op, Op v, const char* name, const Tensor& x) {
   const Device d = same_device(name, {&x});
   need_type(name, x, DType::F32, "x");
+  need_variant(row(d, name), v, d, name);
   Tensor out = f32_like(x, x.ne);
   entry(row(d, name).unary, d, name)(op, x, out);
   return out;
 }
-Tensor glu(Unary op, const char* name, const Tensor& g, const Tensor& u) {
+Tensor glu(Unary op, Op v, const char* name, const Tensor& g, const Tensor& u) {
   const Device d = same_device(name, {&g, &u});
+  need_variant(row(d, name), v, d, name);
   need_type(name, g, DType::F32, "gate");
   need_type(name, u, DType::F32, "up");
   KVAD_NEED(name, g.ne == u.ne, "gate " + shape_str(g) + " and up " + shape_str(u) + " differ");
@@ -489,13 +496,13 @@ Tensor glu(Unary op, const char* name, const Tensor& g, const Tensor& u) {
 }
 }  // namespace
 
-Tensor silu(const Tensor& x) { return unary(Unary::SiLU, "silu", x); }
-Tensor gelu(const Tensor& x) { return unary(Unary::GELU_tanh, "gelu", x); }
-Tensor gelu_erf(const Tensor& x) { return unary(Unary::GELU_erf, "gelu_erf", x); }
-Tensor sigmoid(const Tensor& x) { return unary(Unary::Sigmoid, "sigmoid", x); }
-Tensor softplus(const Tensor& x) { return unary(Unary::Softplus, "softplus", x); }
-Tensor swiglu(const Tensor& g, const Tensor& u) { return glu(Unary::SiLU, "swiglu", g, u); }
-Tensor geglu(const Tensor& g, const Tensor& u) { return glu(Unary::GELU_tanh, "geglu", g, u); }
+Tensor silu(const Tensor& x) { return unary(Unary::SiLU, Op::Silu, "silu", x); }
+Tensor gelu(const Tensor& x) { return unary(Unary::GELU_tanh, Op::Gelu, "gelu", x); }
+Tensor gelu_erf(const Tensor& x) { return unary(Unary::GELU_erf, Op::GeluErf, "gelu_erf", x); }
+Tensor sigmoid(const Tensor& x) { return unary(Unary::Sigmoid, Op::Sigmoid, "sigmoid", x); }
+Tensor softplus(const Tensor& x) { return unary(Unary::Softplus, Op::Softplus, "softplus", x); }
+Tensor swiglu(const Tensor& g, const Tensor& u) { return glu(Unary::SiLU, Op::Swiglu, "swiglu", g, u); }
+Tensor geglu(const Tensor& g, const Tensor& u) { return glu(Unary::GELU_tanh, Op::Geglu, "geglu", g, u); }
 
 Tensor swiglu_oai(const Tensor& g, const Tensor& u, float alpha, float limit) {
   const Device d = same_device("swiglu_oai", {&g, &u});
@@ -570,8 +577,12 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
     KVAD_NEED("attention", p.sinks.n_elements() == H,
               "sinks " + shape_str(p.sinks) + " are not one value per head of q " + shape_str(q));
   }
+  const BackendOps& r = row(d, "attention");
+  if (!p.causal) need_variant(r, Op::AttentionBidirectional, d, "attention");
+  if (p.sinks) need_variant(r, Op::AttentionSinks, d, "attention");
+  if (p.softcap > 0) need_variant(r, Op::AttentionSoftcap, d, "attention");
   Tensor out = f32_like(q, q.ne);
-  entry(row(d, "attention").attention, d, "attention")(q, k, v, seq, pos, p, out);
+  entry(r.attention, d, "attention")(q, k, v, seq, pos, p, out);
   return out;
 }
 

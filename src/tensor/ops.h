@@ -7,8 +7,11 @@
 // Shapes are ggml order: [n_tok, n] in a comment means ne = {n, n_tok}, n_tok
 // rows of n contiguous values. Activations are f32 unless said otherwise.
 // Every op throws kvad::Error, naming the op and the shapes, when inputs are
-// on different devices, have the wrong shapes or formats, or the device has
-// no row for the op.
+// on different devices, have the wrong shapes or formats, or the device's row
+// lacks the op: an empty entry, or a variant it refuses (BackendOps::refuses:
+// attention with sinks, say). Which rows have which ops is the rows' own data,
+// read by the registry through tensor/op_set.h's row_ops; nothing here
+// restates it.
 //
 // Strided inputs (tensor/tensor.h; views from permute, transpose, view): an
 // op's comment says "Strided: ..." when it takes them; every other op
@@ -178,8 +181,7 @@ Tensor softmax(const Tensor& x);
 Tensor silu(const Tensor& x);
 Tensor gelu(const Tensor& x);
 /// Exact GELU, 0.5·x·(1 + erf(x/√2)) (Hendrycks & Gimpel 2016; BERT's
-/// "gelu", torch.nn.GELU()), element-wise. The CUDA row has no kernel for
-/// it yet and throws.
+/// "gelu", torch.nn.GELU()), element-wise.
 Tensor gelu_erf(const Tensor& x);
 /// Logistic sigmoid 1/(1 + e^-x) and softplus log(1 + e^x) (x above 20
 /// passes through, as torch's F.softplus), element-wise.
@@ -192,7 +194,7 @@ Tensor geglu(const Tensor& gate, const Tensor& up);
 /// gpt-oss's clamped SwiGLU (transformers' GptOssExperts._apply_gate, ggml's
 /// swiglu_oai), element-wise: g = min(gate, limit), u = clamp(up, -limit,
 /// limit), out = (u + 1) · g·σ(alpha·g). gate, up: same shape, f32. gpt-oss
-/// uses alpha 1.702, limit 7. The CUDA row has no kernel for it yet and throws.
+/// uses alpha 1.702, limit 7.
 Tensor swiglu_oai(const Tensor& gate, const Tensor& up, float alpha, float limit);
 /// Rows of a and b joined: [rows, na] and [rows, nb] → [rows, na + nb],
 /// rows = n_rows() of each (row r of a strided input: its dims 1..3 in
@@ -202,7 +204,7 @@ Tensor concat(const Tensor& a, const Tensor& b);
 
 /// Columns [off, off + n) of each row: x [rows, m] f32 → [rows, n], 0 <=
 /// off, off + n <= m (ggml_view_2d + ggml_cont; the q_nope | q_pe and
-/// c_kv | k_pe splits of MLA). The CUDA row has no kernel for it yet and throws.
+/// c_kv | k_pe splits of MLA).
 Tensor slice(const Tensor& x, int64_t off, int64_t n);
 
 /// Stores rows of x ([n_tok, n], f32) into a cache tensor ([n_seq·slots, n],
@@ -220,13 +222,13 @@ void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Ten
 /// sees). With p.causal false (encoders: BERT) every token of sequence s sees
 /// positions [0, last_s] instead, last_s the highest position of s among
 /// this call's tokens (so a call holding whole sequences attends over each
-/// of them bidirectionally); window must then be 0. The CUDA row does not
-/// do causal = false yet and throws. p.sinks (optional, [n_head] f32): one
-/// extra logit per head in the softmax's denominator (gpt-oss); the CUDA row
-/// has none yet and throws. p.softcap c > 0: each score s = scale · q·k
-/// becomes c · tanh(s / c) before the softmax (Gemma 2's attention logit
-/// soft-capping; must be finite and >= 0); the CUDA row has none yet and
-/// throws. out: [n_tok, n_head, head_dim].
+/// of them bidirectionally); window must then be 0. p.sinks (optional,
+/// [n_head] f32): one extra logit per head in the softmax's denominator
+/// (gpt-oss). p.softcap c > 0: each score s = scale · q·k becomes
+/// c · tanh(s / c) before the softmax (Gemma 2's attention logit
+/// soft-capping; must be finite and >= 0). Each of the three is an op of its
+/// own to the rows (Op::AttentionBidirectional, AttentionSinks,
+/// AttentionSoftcap), which a row may refuse. out: [n_tok, n_head, head_dim].
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
                  const AttentionOpParams& p);
 
@@ -238,7 +240,7 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 /// same rows (c_kv): out_h = softmax(scale · q_h·Cᵀ) · C[:, :n_v]. q: [n_tok,
 /// n_head, d_k] (W_UK already folded into its nope part); causal, with
 /// p.window and p.slots as attention's (p.causal must be true). out: [n_tok,
-/// n_head, n_v]. The CUDA row has no kernel for it yet and throws.
+/// n_head, n_v].
 Tensor attention_latent(const Tensor& q, const Tensor& cache, const Tensor& seq, const Tensor& pos,
                         const AttentionOpParams& p, int64_t n_v);
 
@@ -247,8 +249,7 @@ Tensor attention_latent(const Tensor& q, const Tensor& cache, const Tensor& seq,
 /// t sees positions [0, pos[t]]: out_h = softmax(scale · q_h·K_hᵀ) · V_h.
 /// q: [n_tok, n_head, d_k]; k: [n_kv, n_head, d_k]; v: [n_kv, n_head, d_v];
 /// pos: [n_tok] i32 in [0, n_kv); out: [n_tok, n_head, d_v]. MLA's expanded
-/// prefill (K and V decompressed from the latent cache). The CUDA row has
-/// no kernel for it yet and throws.
+/// prefill (K and V decompressed from the latent cache).
 Tensor attention_seq(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, float scale);
 
 // ---- mixture of experts ----------------------------------------------------

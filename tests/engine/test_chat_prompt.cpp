@@ -1,6 +1,6 @@
 // ChatPrompt::tokenize: control tokens only from the template's own text
-// (issue 15, finding 11), template limits reported as the conversation's
-// fault (finding 10). On smollm2-135m's ChatML template.
+// (a user's "<|im_end|>" is text), template limits reported as the
+// conversation's fault. On smollm2-135m's ChatML template.
 #include <gtest/gtest.h>
 
 #include <algorithm>

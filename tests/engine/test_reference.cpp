@@ -20,8 +20,7 @@
 //    every other step, and free-running greedy continuations must agree up
 //    to the first such near-tie. At least min_exact (5) prompts must agree on
 //    all 32 tokens free-running (8 of 24 do on an AVX2 machine with the
-//    tiled GEMM, 7 of 16 did before it; 5 is the
-//    bar the engine-core issue set).
+//    tiled GEMM, 7 of 16 did before it).
 // The checks themselves are shared with the other reference tests
 // (reference_check.h).
 #include <gtest/gtest.h>

@@ -97,7 +97,7 @@ TEST(Sampler, RepeatPenaltyDemotesSeenTokens) {
   EXPECT_EQ(s.sample(l.data(), 3), 1);
 }
 
-// Issue 15, finding 13: NaN / +inf logits are an error for the request that
+// NaN / +inf logits are an error for the request that
 // sampled them (the scheduler ends only that request); -inf is a masked token.
 TEST(Sampler, NanAndInfLogitsThrow) {
   for (int32_t top_k : {0, 2}) {

@@ -348,7 +348,7 @@ TEST_F(SchedulerTest, SeededSamplingIsReproducibleUnderBatching) {
   drain(*z);
 }
 
-// Issue 15, finding 12: a request whose sampling fails (here NaN logits from
+// A request whose sampling fails (here NaN logits from
 // a NaN penalty) ends alone; the request batched next to it is untouched.
 TEST_F(SchedulerTest, AFailingRequestEndsOnlyItself) {
   Scheduler sched(m_->model, m_->tok, opts(2));
@@ -369,7 +369,7 @@ TEST_F(SchedulerTest, AFailingRequestEndsOnlyItself) {
   EXPECT_EQ(sched.metrics().active_slots, 0);
 }
 
-// Issue 15, finding 6: a cached prefix is reused only by the same tenant.
+// A cached prefix is reused only by the same tenant.
 TEST_F(SchedulerTest, PrefixCacheIsPerTenant) {
   const std::vector<int32_t> p = ids("The history of the Roman Empire begins with the founding of Rome");
   for (bool reuse_all : {false, true}) {
@@ -391,7 +391,7 @@ TEST_F(SchedulerTest, PrefixCacheIsPerTenant) {
   }
 }
 
-// Issue 15, finding 4: cancel() ends a request within one step, while it
+// cancel() ends a request within one step, while it
 // decodes and while its prompt is still being evaluated in chunks.
 TEST_F(SchedulerTest, CancelTakesEffectWithinOneStep) {
   {
@@ -443,7 +443,7 @@ std::shared_ptr<Tokenizer> plain_tokenizer(int n) {
 
 }  // namespace
 
-// Issue 15, finding 12: n_vocab against the tokenizer at load. More
+// n_vocab against the tokenizer at load. More
 // tokenizer ids than logits is refused; more logits than ids (padded
 // embeddings) never samples an id the tokenizer lacks.
 TEST_F(SchedulerTest, VocabularySizesCheckedAtLoad) {

@@ -77,7 +77,7 @@ double check_source(const char* name, const char* label, std::shared_ptr<const k
                     int32_t n_ctx = 64, kvad::KVTypes kv = {});
 
 /// The HF checkpoint at --quant none against transformers (f32 throughout):
-/// with an f32 KV cache to the 1e-4 (`tol32`, looser where noted),
+/// with an f32 KV cache to 1e-4 (`tol32`, looser where noted),
 /// and with the default f16 cache, whose rounding of K and V alone moves the
 /// logits by up to ~9e-4 (transformers with K/V rounded to f16 gives 8.6e-4 on
 /// phi3_long), to 1e-3.

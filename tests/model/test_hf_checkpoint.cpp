@@ -127,8 +127,8 @@ TEST(HfCheckpoint, ListOnlyViewListsWithoutCopying) {
   fs::remove_all(cache);
 }
 
-// The same on CUDA where this machine has it (the CUDA row has every op these
-// use; qwen3moe's MoE ops are cpu/sim only). 5e-3: the GPU's f32 products
+// The same on CUDA where this machine has it, for fixtures of architectures
+// whose ops the CUDA row has (test_registry.cpp). 5e-3: the GPU's f32 products
 // sum in another order; a wrong rope factor or q/k/v view is of order 1e-1.
 TEST(HfCheckpoint, CudaMatchesTransformers) {
   if (const std::string why = kvad::backend_unavailable("cuda"); !why.empty()) GTEST_SKIP() << why;

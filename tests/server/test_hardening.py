@@ -1,4 +1,4 @@
-"""Hostile clients against the real server (issue 15, the HTTP layer): each
+"""Hostile clients against the real server (the HTTP layer): each
 attack is bigger than the bound it meets, and the test asserts the status,
 the time taken and, where memory is the point, the server's RSS before and
 after (from /proc/PID/status). Loopback only; every loop and wait is bounded."""

@@ -1,4 +1,4 @@
-"""Issue 15, findings 4 and 6 against the real server: a client that leaves
+"""Cancellation and prefix-cache isolation against the real server: a client that leaves
 stops its generation at once in every mode (streaming, whole response,
 queued, prefilling), and one client never reuses (nor learns the size of)
 another client's cached prompt prefix."""
@@ -124,7 +124,7 @@ def chat_prompt_tokens(server, content):
 
 
 def test_special_token_text_in_messages_is_plain_text(server):
-    # Issue 15, finding 11: parsed as control tokens each would be one token
+    # Parsed as control tokens each would be one token
     # and close the user's turn; as text each is several tokens.
     n = 20
     base = chat_prompt_tokens(server, "Hi")

@@ -573,7 +573,7 @@ TEST(TokenizerJson, MutationsNeverCrash) {
 
 }  // namespace
 
-// Issue 15: the thread-local scratch buffers of the pre-tokenizers, normalizers
+// The thread-local scratch buffers of the pre-tokenizers, normalizers
 // and decoders do not keep the size a huge input gave them.
 TEST(TokenizerJson, ScratchBuffersDoNotKeepTheirPeak) {
   for (const char* name : {"gpt2", "llama3", "bert"}) {

@@ -23,7 +23,7 @@
 //
 // Status: compiles with nvcc 13 for sm_90; UNVERIFIED ON A GPU in this build.
 // tests/tensor/test_ops.cpp runs every entry against the CPU row, and
-// tests/kernels_cuda/test_cuda_model.cpp whole models, on a GPU machine
+// tests/kernels/cuda/test_cuda_model.cpp whole models, on a GPU machine
 // (scripts/device-check).
 #include "kernels/cuda/backend.h"
 #include "kernels/cuda/strided.h"
@@ -269,13 +269,10 @@ void softmax_op(const Tensor& x, const Tensor& o) {
   written(o);
 }
 
+// GELU_erf, Sigmoid, Softplus: refused (kCudaRow.refuses), never called.
 void unary(Unary op, const Tensor& x, const Tensor& o) {
   static constexpr const char* kNames[] = {"silu", "gelu", "gelu_erf", "sigmoid", "softplus"};
   need_contiguous(kNames[static_cast<int>(op)], {&x});
-  if (op == Unary::GELU_erf) throw Error("gelu_erf: the CUDA row has no exact-GELU kernel yet (run on cpu)");
-  if (op == Unary::Sigmoid || op == Unary::Softplus)
-    throw Error(std::string(op == Unary::Sigmoid ? "sigmoid" : "softplus") +
-                ": the CUDA row has no kernel for it yet (qwen3next runs on cpu and sim)");
   if (op == Unary::SiLU) silu(in(x), x.n_elements(), out(o));
   else gelu(in(x), x.n_elements(), out(o));
   written(o);
@@ -307,12 +304,9 @@ void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Ten
   written(cache);
 }
 
+// Causal, without sinks or soft-capping: the rest is refused (kCudaRow.refuses).
 void attention_op(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
                   const AttentionOpParams& p, const Tensor& o) {
-  if (!p.causal) throw Error("attention: the CUDA row has no bidirectional (causal = false) attention yet (run on cpu)");
-  if (p.sinks) throw Error("attention: the CUDA row has no attention sinks (gpt-oss) yet (run on cpu)");
-  if (p.softcap != 0)
-    throw Error("attention: the CUDA row has no attention logit soft-capping (Gemma 2) yet (run on cpu)");
   const int64_t D = q.ne[0], H = q.ne[1], n_tok = q.ne[2];
   attention(in(q), k.raw(), k.type == DType::F32, v.raw(), v.type == DType::F32, ids(seq), ids(pos), n_tok, H,
             k.ne[0] / D, D, p.slots, k.n_rows() / p.slots, p.scale, p.window, out(o));
@@ -323,6 +317,11 @@ constexpr BackendOps kCudaRow = {
     .name = "cuda",
     .available = &available,
     .has_format = &has_kernels,
+    // Entries it fills without these variants: no exact-GELU, sigmoid or
+    // softplus kernel behind unary; attention only causal, without sinks or
+    // soft-capping.
+    .refuses = {Op::GeluErf, Op::Sigmoid, Op::Softplus, Op::AttentionBidirectional, Op::AttentionSinks,
+                Op::AttentionSoftcap},
     .alloc = &cuda_alloc,
     .release = &cuda_release,
     .write = &cuda_write,

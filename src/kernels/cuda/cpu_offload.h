@@ -1,5 +1,5 @@
-// Eager offload of a CPU session's large matmuls to the GPU (issue 7 part 5;
-// DESIGN.md seam 3). cpu::matmul offers each op to a hook
+// Eager offload of a CPU session's large matmuls to the GPU (DESIGN.md
+// seam 3). cpu::matmul offers each op to a hook
 // (cpu::set_matmul_offload); this one sends it to a process-wide Offload
 // (offload.h, 4 slots) when the work gate admits it, and waits for the
 // result before returning (the CPU model reads y at once). With every slot

@@ -7,7 +7,7 @@
 //
 // The math of each op is the CPU reference's (kernels/cpu/host_kernels.h, the format
 // kernels in kernels/cpu/quants_ref.cpp and kquants_ref.cpp, which port
-// ggml's); tests/kernels_cuda/test_cuda_ops.cpp compares them.
+// ggml's); tests/kernels/cuda/test_cuda_ops.cpp compares them.
 // Status: compiles for sm_90; UNVERIFIED ON A GPU in this build.
 //
 // Shapes in ggml order: [n_tok, n] is n_tok rows of n contiguous values.

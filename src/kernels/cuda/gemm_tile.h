@@ -3,7 +3,7 @@
 // memory, where each warp's wmma fragments start, and which thread stores
 // which output element. Every function here is one thread's share of a
 // step, written for the device (nvcc) and the host (g++), so
-// tests/kernels_cuda/test_cuda_units.cpp runs the kernel's own loaders and
+// tests/kernels/cuda/test_cuda_units.cpp runs the kernel's own loaders and
 // stores for all 128 threads on the host, with the tensor-core multiply
 // replaced by a loop that follows wmma's documented semantics (row-major A,
 // column-major B, row-major C store, leading dimensions as passed), on every

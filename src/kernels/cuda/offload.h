@@ -1,5 +1,4 @@
-// Eager offload of CPU-side matmuls to the GPU (DESIGN.md seam 3; issue 7
-// parts 2 and 5): a bounded set of in-flight slots, each with grow-only
+// Eager offload of CPU-side matmuls to the GPU (DESIGN.md seam 3): a bounded set of in-flight slots, each with grow-only
 // device buffers and page-locked staging, joined across the upload, compute
 // and download streams by reusable events.
 //

@@ -9,7 +9,7 @@
 // with the same roundings: products rounded separately (mul_rn/sub_rn), so
 // nvcc cannot contract `d·q - m` into one FMA. The header compiles for the
 // device (nvcc, kernels.cu) and for the host (g++):
-// tests/kernels_cuda/test_cuda_units.cpp checks every unit bit for bit
+// tests/kernels/cuda/test_cuda_units.cpp checks every unit bit for bit
 // against the CPU references on this machine, GPU or not.
 // Block layouts: kernels/cpu/quant_blocks.h (ggml's, byte for byte).
 #pragma once

@@ -144,9 +144,6 @@ class Llama final : public Model {
       L.ffn = blk.has("ffn_gate.weight") ? load_mlp_weights(blk, E, F) : load_fused_mlp_weights(blk, E, F);
       return;
     }
-    if (device_.type == DeviceType::CUDA)  // moe_route, matmul_id, moe_sum: no CUDA row yet
-      throw Error(blk.path() + ": " + hp_.arch + " with experts (" + blk.name("ffn_gate_inp.weight") +
-                  ") is not supported on cuda yet; use --device cpu");
     require_experts(*source_, hp_, m, blk.name("ffn_gate_inp.weight"));
     L.moe = load_moe_weights(blk, E, m.n_ff_exp, m.n_expert);
     if (hp_.arch == "qwen2moe") {  // the gated shared expert, as llama.cpp requires it
