@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "hf_checkpoint_util.h"
 #include "io/gguf.h"
 #include "io/tensor_source.h"
 #include "model/hf.h"
@@ -50,31 +51,7 @@ std::string load_error(const char* fixture, const nlohmann::json& config) {
   return what;
 }
 
-// A source with one integer key set (or added) over another.
-class WithInt final : public kvad::TensorSource {
- public:
-  WithInt(std::shared_ptr<const kvad::TensorSource> src, std::string key, int64_t value)
-      : src_(std::move(src)), key_(std::move(key)), value_(value) {}
-  const std::string& path() const override { return src_->path(); }
-  const std::vector<kvad::SourceTensor>& tensors() const override { return src_->tensors(); }
-  const kvad::SourceTensor* find(std::string_view name) const override { return src_->find(name); }
-  std::shared_ptr<const void> keepalive() const override { return src_->keepalive(); }
-  bool has(std::string_view key) const override { return key == key_ || src_->has(key); }
-  int64_t get_int(std::string_view key, int64_t def) const override {
-    return key == key_ ? value_ : src_->get_int(key, def);
-  }
-  int64_t require_int(std::string_view key) const override { return key == key_ ? value_ : src_->require_int(key); }
-  double get_float(std::string_view key, double def) const override { return src_->get_float(key, def); }
-  std::string get_string(std::string_view key, const std::string& def) const override {
-    return src_->get_string(key, def);
-  }
-  std::vector<bool> get_bool_array(std::string_view key) const override { return src_->get_bool_array(key); }
-
- private:
-  std::shared_ptr<const kvad::TensorSource> src_;
-  std::string key_;
-  int64_t value_;
-};
+using kvad::hf_test::WithInt;
 
 std::string gguf_error(const char* fixture, const std::string& key, int64_t value) {
   auto gguf = kvad::gguf_source(kvad::gguf::File::open((kDir / fixture / "llama.cpp-f32.gguf").string()));
