@@ -22,13 +22,17 @@
 
 namespace kvad {
 
-/// Element-wise activations (ops.h: silu, gelu, swiglu, geglu).
+/// Element-wise activations and functions (ops.h: silu .. quick_gelu, swiglu, geglu, geglu_erf).
 enum class Unary : uint8_t {
   SiLU,       ///< x·σ(x)
   GELU_tanh,  ///< 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
   GELU_erf,   ///< 0.5·x·(1 + erf(x/√2)) (exact GELU: BERT, torch's nn.GELU())
   Sigmoid,    ///< 1 / (1 + e^-x)
   Softplus,   ///< log(1 + e^x) (x itself above 20, as torch's F.softplus)
+  Tanh,       ///< tanh x
+  Sin,        ///< sin x (x in radians)
+  Cos,        ///< cos x (x in radians)
+  QuickGELU,  ///< x·σ(1.702·x) (CLIP's quick_gelu)
 };
 /// Element-wise binary ops (ops.h: add, mul).
 enum class Binary : uint8_t { Add, Mul };
@@ -66,6 +70,12 @@ struct AttentionOpParams {
   /// attn_logit_softcapping, llama.cpp's attn_soft_cap): each score
   /// s = scale · q·k becomes c · tanh(s / c) before the mask and softmax.
   float softcap = 0;
+};
+
+/// 2-D convolution's geometry (ops.h: conv2d). Dilation 1, groups 1.
+struct Conv2dParams {
+  int64_t stride_w = 1, stride_h = 1;  ///< pixels between output positions (torch's stride)
+  int64_t pad_w = 0, pad_h = 0;        ///< zeros on each side (torch's padding)
 };
 
 /// How a MoE router turns logits into expert weights (ops.h: moe_route).
@@ -162,6 +172,20 @@ struct BackendOps {
   /// Causal attention over one sequence's f32 keys and values (ops.h: attention_seq).
   void (*attention_seq)(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, float scale,
                         const Tensor& out) = nullptr;
+  // Images ({C, W, H, N}, ops.h group_norm .. concat along a dimension).
+  /// w, b: nullptr or [C] f32.
+  void (*group_norm)(const Tensor& x, int64_t n_groups, const Tensor* w, const Tensor* b, float eps,
+                     const Tensor& out) = nullptr;
+  void (*upsample_nearest2d)(const Tensor& x, int64_t factor, const Tensor& out) = nullptr;
+  /// out = x with lo[i] zeros before dimension i's values (and zeros after, up to out.ne[i]).
+  void (*pad)(const Tensor& x, const int64_t* lo, const Tensor& out) = nullptr;
+  /// Strided: a and b (any strides), joined along `dim` into out.
+  void (*concat_dim)(const Tensor& a, const Tensor& b, int dim, const Tensor& out) = nullptr;
+  /// bias: nullptr or [OC] f32; shapes and formats as ops.h conv2d checks them.
+  void (*conv2d)(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv2dParams& p,
+                 const Tensor& out) = nullptr;
+  /// Strided: q, k, v with nb[0] = 4 (ops.h sdpa).
+  void (*sdpa)(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const Tensor& out) = nullptr;
   // Mixture of experts (ops.h moe_route, matmul_id, moe_sum).
   void (*moe_route)(const Tensor& logits, const MoeRouteParams& p, const Tensor& ids, const Tensor& weights) = nullptr;
   void (*matmul_id)(const Tensor& x, const Tensor& w, const Tensor& ids, const Tensor& out) = nullptr;

@@ -23,8 +23,13 @@ const char* op_name(Op op) {
     case Op::GeluErf: return "gelu_erf";
     case Op::Sigmoid: return "sigmoid";
     case Op::Softplus: return "softplus";
+    case Op::Tanh: return "tanh";
+    case Op::Sin: return "sin";
+    case Op::Cos: return "cos";
+    case Op::QuickGelu: return "quick_gelu";
     case Op::Swiglu: return "swiglu";
     case Op::Geglu: return "geglu";
+    case Op::GegluErf: return "geglu_erf";
     case Op::SwigluOai: return "swiglu_oai";
     case Op::Concat: return "concat";
     case Op::Slice: return "slice";
@@ -35,6 +40,12 @@ const char* op_name(Op op) {
     case Op::AttentionSoftcap: return "attention_softcap";
     case Op::AttentionLatent: return "attention_latent";
     case Op::AttentionSeq: return "attention_seq";
+    case Op::GroupNorm: return "group_norm";
+    case Op::UpsampleNearest2d: return "upsample_nearest2d";
+    case Op::Pad: return "pad";
+    case Op::ConcatDim: return "concat_dim";
+    case Op::Conv2d: return "conv2d";
+    case Op::Sdpa: return "sdpa";
     case Op::MoeRoute: return "moe_route";
     case Op::MatmulId: return "matmul_id";
     case Op::MoeSum: return "moe_sum";
@@ -72,9 +83,14 @@ bool has_entry(const BackendOps& r, Op op) {
     case Op::Gelu:
     case Op::GeluErf:
     case Op::Sigmoid:
-    case Op::Softplus: return r.unary;
+    case Op::Softplus:
+    case Op::Tanh:
+    case Op::Sin:
+    case Op::Cos:
+    case Op::QuickGelu: return r.unary;
     case Op::Swiglu:
-    case Op::Geglu: return r.glu;
+    case Op::Geglu:
+    case Op::GegluErf: return r.glu;
     case Op::SwigluOai: return r.swiglu_oai;
     case Op::Concat: return r.concat;
     case Op::Slice: return r.slice;
@@ -85,6 +101,12 @@ bool has_entry(const BackendOps& r, Op op) {
     case Op::AttentionSoftcap: return r.attention;
     case Op::AttentionLatent: return r.attention_latent;
     case Op::AttentionSeq: return r.attention_seq;
+    case Op::GroupNorm: return r.group_norm;
+    case Op::UpsampleNearest2d: return r.upsample_nearest2d;
+    case Op::Pad: return r.pad;
+    case Op::ConcatDim: return r.concat_dim;
+    case Op::Conv2d: return r.conv2d;
+    case Op::Sdpa: return r.sdpa;
     case Op::MoeRoute: return r.moe_route;
     case Op::MatmulId: return r.matmul_id;
     case Op::MoeSum: return r.moe_sum;

@@ -34,8 +34,13 @@ enum class Op : uint8_t {
   GeluErf,                 ///< gelu_erf (entry unary)
   Sigmoid,                 ///< sigmoid (entry unary)
   Softplus,                ///< softplus (entry unary)
+  Tanh,                    ///< tanh (entry unary)
+  Sin,                     ///< sin (entry unary)
+  Cos,                     ///< cos (entry unary)
+  QuickGelu,               ///< quick_gelu (entry unary)
   Swiglu,                  ///< swiglu (entry glu)
   Geglu,                   ///< geglu (entry glu)
+  GegluErf,                ///< geglu_erf, geglu_split (entry glu)
   SwigluOai,               ///< swiglu_oai
   Concat,                  ///< concat
   Slice,                   ///< slice
@@ -46,6 +51,12 @@ enum class Op : uint8_t {
   AttentionSoftcap,        ///< attention with softcap > 0 (entry attention)
   AttentionLatent,         ///< attention_latent
   AttentionSeq,            ///< attention_seq
+  GroupNorm,               ///< group_norm
+  UpsampleNearest2d,       ///< upsample_nearest2d
+  Pad,                     ///< pad
+  ConcatDim,               ///< concat along a chosen dimension (entry concat_dim)
+  Conv2d,                  ///< conv2d
+  Sdpa,                    ///< sdpa: attention without a mask or cache
   MoeRoute,                ///< moe_route
   MatmulId,                ///< matmul_id
   MoeSum,                  ///< moe_sum

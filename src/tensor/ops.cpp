@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "tensor/ops_detail.h"
 
 namespace kvad {
 
@@ -24,6 +25,8 @@ MatmulOffloadFn matmul_offload() { return g_offload.load(); }
 
 namespace kvad::ops {
 
+using namespace detail;
+
 namespace {
 
 thread_local ThreadPool* t_pool = nullptr;
@@ -32,70 +35,6 @@ struct Counters {
   std::atomic<int64_t> to_device{0}, to_device_bytes{0}, to_host{0}, to_host_bytes{0};
 };
 Counters g_counts[kDeviceTypes];
-
-[[noreturn]] void fail(const char* op, const std::string& why) { throw Error(std::string(op) + ": " + why); }
-
-const BackendOps& row(Device d, const char* op) {
-  const BackendOps* r = find_backend(d.type);
-  if (!r) fail(op, "no kernels for device " + d.str() + " in this build");
-  return *r;
-}
-
-// The device every (non-empty) input lives on; throws when they differ.
-Device same_device(const char* op, std::initializer_list<const Tensor*> ts) {
-  const Tensor* first = nullptr;
-  for (const Tensor* t : ts) {
-    if (!t || !*t) continue;
-    if (!first) first = t;
-    else if (!(t->device() == first->device()))
-      fail(op, "inputs on different devices (" + first->device().str() + " and " + t->device().str() + ")");
-  }
-  return first ? first->device() : Device::cpu();
-}
-
-// The one check of strided inputs: every op that does not take them (ops.h
-// says which do) passes its tensors here, and a non-contiguous one is an
-// error naming the op and the shape, never a silent copy.
-void need_contiguous(const char* op, std::initializer_list<const Tensor*> ts) {
-  for (const Tensor* t : ts)
-    if (t && *t && !t->is_contiguous())
-      fail(op, "input " + (t->name.empty() ? std::string() : t->name + " ") + shape_str(*t) +
-                   " is strided, and " + op + " takes contiguous inputs only (ops::cont copies it)");
-}
-
-// same_device for an op that takes contiguous inputs only.
-Device dense_inputs(const char* op, std::initializer_list<const Tensor*> ts) {
-  need_contiguous(op, ts);
-  return same_device(op, ts);
-}
-
-void need_type(const char* op, const Tensor& t, DType ty, const char* what) {
-  if (t.type != ty)
-    fail(op, std::string(what) + " must be " + dtype_name(ty) + ", is " + dtype_name(t.type) + " " + shape_str(t));
-}
-
-// A KV cache tensor: f16 or f32 (--cache-type-k / --cache-type-v).
-void need_kv_type(const char* op, const Tensor& t, const char* what) {
-  if (t.type != DType::F16 && t.type != DType::F32)
-    fail(op, std::string(what) + " must be f16 or f32, is " + dtype_name(t.type) + " " + shape_str(t));
-}
-
-// Checks cost nothing on success: the message is only built on failure.
-#define KVAD_NEED(op, ok, why) \
-  do {                         \
-    if (!(ok)) fail(op, why);  \
-  } while (0)
-
-template <class F>
-const F& entry(const F& f, Device d, const char* op) {
-  if (!f) fail(op, std::string("not implemented on ") + d.str());
-  return f;
-}
-
-// A variant of an entry that the row refuses (BackendOps::refuses).
-void need_variant(const BackendOps& r, Op v, Device d, const char* op) {
-  if (r.refuses.has(v)) fail(op, std::string(op_name(v)) + " is not implemented on " + d.str());
-}
 
 }  // namespace
 
@@ -293,8 +232,6 @@ Tensor cont(const Tensor& t) {
 // ---- ops -----------------------------------------------------------------
 
 namespace {
-
-Tensor f32_like(const Tensor& x, std::array<int64_t, 4> ne) { return empty(DType::F32, ne, x.device()); }
 
 void check_matmul(const Tensor& x, const Tensor& w, Device d) {
   need_type("matmul", x, DType::F32, "x");
@@ -503,6 +440,22 @@ Tensor sigmoid(const Tensor& x) { return unary(Unary::Sigmoid, Op::Sigmoid, "sig
 Tensor softplus(const Tensor& x) { return unary(Unary::Softplus, Op::Softplus, "softplus", x); }
 Tensor swiglu(const Tensor& g, const Tensor& u) { return glu(Unary::SiLU, Op::Swiglu, "swiglu", g, u); }
 Tensor geglu(const Tensor& g, const Tensor& u) { return glu(Unary::GELU_tanh, Op::Geglu, "geglu", g, u); }
+Tensor geglu_erf(const Tensor& g, const Tensor& u) { return glu(Unary::GELU_erf, Op::GegluErf, "geglu_erf", g, u); }
+Tensor tanh(const Tensor& x) { return unary(Unary::Tanh, Op::Tanh, "tanh", x); }
+Tensor sin(const Tensor& x) { return unary(Unary::Sin, Op::Sin, "sin", x); }
+Tensor cos(const Tensor& x) { return unary(Unary::Cos, Op::Cos, "cos", x); }
+Tensor quick_gelu(const Tensor& x) { return unary(Unary::QuickGELU, Op::QuickGelu, "quick_gelu", x); }
+
+Tensor geglu_split(const Tensor& x) {
+  need_contiguous("geglu_split", {&x});
+  need_type("geglu_split", x, DType::F32, "x");
+  KVAD_NEED("geglu_split", x.ne[0] % 2 == 0, "x " + shape_str(x) + " has an odd ne[0]: no two halves");
+  const int64_t F = x.ne[0] / 2;
+  const std::array<int64_t, 4> ne = {F, x.ne[1], x.ne[2], x.ne[3]};
+  const Tensor hidden = view(x, ne, x.nb, 0);
+  const Tensor gate = view(x, ne, x.nb, static_cast<size_t>(F) * sizeof(float));
+  return glu(Unary::GELU_erf, Op::GegluErf, "geglu_split", gate, hidden);
+}
 
 Tensor swiglu_oai(const Tensor& g, const Tensor& u, float alpha, float limit) {
   const Device d = same_device("swiglu_oai", {&g, &u});

@@ -144,8 +144,10 @@ Tensor matmul_batched(const Tensor& x, const Tensor& w);
 /// in each dimension a and b have the same size, or one of them has size 1
 /// and is repeated (stride 0) over the other's; the output has the larger
 /// size in each (e.g. a [n, m] with b [m] (one row), [n, 1] (one value per
-/// row) or [1] (one value)). Strided: a and b (the CUDA row: contiguous a,
-/// and b of a's shape or one row; else it throws).
+/// row) or [1] (one value)). Per-channel broadcasting of image tensors is
+/// the same rule: a bias [C] over an image {C, W, H, N} (this op layer's
+/// layout, see conv2d) is one row; a per-sample [N, C] (ne {C, 1, 1, N})
+/// repeats over W and H. Strided: a and b, on every row.
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
 /// x · s. Strided: x (the CUDA row: contiguous only, else it throws).
@@ -174,9 +176,10 @@ Tensor get_rows(const Tensor& table, const Tensor& ids);
 
 /// Softmax of each row (max-subtracted).
 Tensor softmax(const Tensor& x);
-/// The element-wise activations below (silu .. softplus, and the GLUs after
-/// them). Strided: every input (output contiguous, of the same shape; the
-/// CUDA row: contiguous only, else it throws).
+/// The element-wise activations below (silu .. quick_gelu, and the GLUs
+/// after them). Strided: every input (output contiguous, of the same shape;
+/// the CUDA row: contiguous only, and for the GLUs also evenly spaced
+/// contiguous rows, such as column halves; else it throws).
 /// x·σ(x) (SiLU) and tanh-GELU, element-wise.
 Tensor silu(const Tensor& x);
 Tensor gelu(const Tensor& x);
@@ -187,10 +190,28 @@ Tensor gelu_erf(const Tensor& x);
 /// passes through, as torch's F.softplus), element-wise.
 Tensor sigmoid(const Tensor& x);
 Tensor softplus(const Tensor& x);
+/// tanh x, sin x and cos x (radians), element-wise (torch.tanh, torch.sin,
+/// torch.cos; the sinusoidal timestep embedding of diffusers'
+/// get_timestep_embedding is sin/cos of scaled steps).
+Tensor tanh(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+/// x·σ(1.702·x) (Hendrycks & Gimpel 2016's sigmoid approximation; CLIP's
+/// "quick_gelu", transformers' QuickGELUActivation), element-wise.
+Tensor quick_gelu(const Tensor& x);
 /// silu(gate) ⊙ up (SwiGLU) and gelu(gate) ⊙ up (GeGLU), Shazeer 2020.
 /// gate, up: the same shape, each with any strides.
 Tensor swiglu(const Tensor& gate, const Tensor& up);
 Tensor geglu(const Tensor& gate, const Tensor& up);
+/// gelu_erf(gate) ⊙ up: GeGLU with the exact GELU (diffusers' GEGLU, whose
+/// F.gelu has approximate="none"). gate, up: the same shape, any strides.
+Tensor geglu_erf(const Tensor& gate, const Tensor& up);
+/// diffusers' GEGLU after its projection (diffusers.models.activations.GEGLU:
+/// hidden_states, gate = proj(x).chunk(2, dim=-1); hidden_states ⊙
+/// F.gelu(gate)): x [rows, 2F] → [rows, F], out = x[:, :F] ⊙ gelu_erf(x[:,
+/// F:]). x contiguous f32 with an even ne[0] (else kvad::Error); the halves
+/// are views, no copy.
+Tensor geglu_split(const Tensor& x);
 /// gpt-oss's clamped SwiGLU (transformers' GptOssExperts._apply_gate, ggml's
 /// swiglu_oai), element-wise: g = min(gate, limit), u = clamp(up, -limit,
 /// limit), out = (u + 1) · g·σ(alpha·g). gate, up: same shape, f32. gpt-oss
@@ -251,6 +272,87 @@ Tensor attention_latent(const Tensor& q, const Tensor& cache, const Tensor& seq,
 /// pos: [n_tok] i32 in [0, n_kv); out: [n_tok, n_head, d_v]. MLA's expanded
 /// prefill (K and V decompressed from the latent cache).
 Tensor attention_seq(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, float scale);
+
+// ---- images (UNet, VAE) ----------------------------------------------------
+// An image is ne = {C, W, H, N} (ggml order): a pixel's C channel values are
+// contiguous, W pixels make a row, H rows an image, N images a batch --
+// PyTorch's NCHW tensor in its channels_last memory format (NHWC). So a 1×1
+// convolution is a matmul over pixels, an image is a [N·H·W, C] token matrix
+// for attention with no permute, a per-channel bias is one row (add), and
+// the UNet's skip connections join channels (concat along dim 0).
+
+/// GroupNorm (Wu & He 2018; torch.nn.GroupNorm, F.group_norm): the C
+/// channels fall into n_groups groups of C / n_groups consecutive channels;
+/// per image and group, y = (x - mean) / √(var + eps) ⊙ w[c] + b[c], mean and
+/// (biased) variance over the group's C/n_groups · W · H values. The UNet's
+/// and VAE's GroupNorm32 is n_groups = 32, eps 1e-5 (UNet) or 1e-6 (VAE).
+/// x: {C, W, H, N} f32, contiguous; w, b: empty or [C] f32; out: x's shape.
+/// Throws kvad::Error naming the shapes when n_groups does not divide C or
+/// w/b are not [C].
+Tensor group_norm(const Tensor& x, int64_t n_groups, const Tensor& w, const Tensor& b, float eps);
+
+/// Nearest-neighbour upsampling by an integer factor in W and H
+/// (F.interpolate(x, scale_factor=factor, mode="nearest"); diffusers'
+/// Upsample2D with factor 2): out[c, ox, oy, n] = x[c, ox / f, oy / f, n].
+/// x: {C, W, H, N} f32, contiguous; out: {C, W·f, H·f, N}. Throws for
+/// factor < 1.
+Tensor upsample_nearest2d(const Tensor& x, int64_t factor);
+
+/// Zero padding (F.pad(x, ..., mode="constant", value=0)): lo[i] zeros before
+/// and hi[i] after the values of dimension i (ggml order), for each i.
+/// x: any f32 tensor, contiguous; out: ne[i] + lo[i] + hi[i]. Throws for a
+/// negative amount. (diffusers' Downsample2D pads {0, 1, 0, 1} in W and H,
+/// i.e. lo = {0, 0, 0, 0}, hi = {0, 1, 1, 0} here, when it pads by itself.)
+Tensor pad(const Tensor& x, std::array<int64_t, 4> lo, std::array<int64_t, 4> hi);
+
+/// torch.cat([a, b], dim) with dim in ggml order (0: the innermost,
+/// contiguous dimension; for images {C, W, H, N}: 0 joins channels, 3
+/// batches): a and b have the same sizes except in `dim`; out has a.ne[dim] +
+/// b.ne[dim] there. f32. Strided: a and b, on every row. Throws for shapes
+/// that differ elsewhere or dim outside 0..3.
+Tensor concat(const Tensor& a, const Tensor& b, int dim);
+
+/// 2-D convolution (torch.nn.functional.conv2d with dilation 1 and groups 1;
+/// diffusers' and ldm's nn.Conv2d), zero padding:
+///   out[n, oy, ox, o] = bias[o] + Σ_{ky, kx, c} w[o, ky, kx, c] ·
+///                       x[n, oy·stride_h + ky - pad_h, ox·stride_w + kx - pad_w, c]
+/// x: {C, W, H, N} f32, contiguous; w: {C, KW, KH, OC} -- torch's weight
+/// [OC, C, KH, KW] with its input channels moved innermost (conv2d_weight
+/// makes it) -- in f32, f16, bf16, or a block format the device's matmul
+/// reads (q8_0, ...; C must then be a whole number of its blocks); bias:
+/// empty or [OC] f32; out: {OC, OW, OH, N}, OW = (W + 2·pad_w - KW) /
+/// stride_w + 1, OH likewise. On the CPU, output pixels are computed in tiles
+/// whose im2col rows take at most about 1 MiB (so a 128×128 latent needs no
+/// unbounded scratch), each tile one matmul of the device's GEMMs (weights
+/// split over threads); a 1×1 convolution with stride 1 and no padding is
+/// one matmul over the pixels, no im2col. Throws kvad::Error naming the
+/// shapes for a weight that does not match x, a stride < 1, padding < 0, a
+/// kernel larger than the padded image, or a format the device cannot
+/// compute with.
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dParams& p = {});
+/// torch's conv2d weight [OC, C, KH, KW] (ne {KW, KH, C, OC}, f32, f16 or
+/// bf16, as a checkpoint stores it) in conv2d's layout {C, KW, KH, OC}: a
+/// permuted contiguous copy on its device, once at load (the same bytes,
+/// re-shaped, when C = 1 or KW = KH = 1). Quantize after this, not before.
+Tensor conv2d_weight(const Tensor& w_torch);
+
+/// Scaled dot-product attention without a mask or cache
+/// (F.scaled_dot_product_attention(q, k, v, scale=scale) per image and head;
+/// diffusers' Attention with AttnProcessor2_0: the UNet's self-attention over
+/// spatial tokens and its cross-attention over text tokens, the VAE's
+/// mid-block attention): out_h = softmax(scale · q_h · K_hᵀ) · V_h.
+/// q: [N, n_q, H, D] (ne {D, H, n_q, N}); k, v: [N, n_kv, H, D], n_kv any
+/// (cross-attention: n_q ≠ n_kv); out: [N, n_q, H, D] contiguous; f32. On the
+/// CPU, tiles of up to 16 queries of one head stream over blocks of 32 keys
+/// with an online softmax (Milakov & Gimelshein 2018; FlashAttention's
+/// tiling, Dao et al. 2022), so no n_q × n_kv score matrix exists (the AVX2
+/// kernel for D % 8 == 0 and D <= 256: 40, 64, 80, 160; else the scalar
+/// reference, one row of n_kv scores at a time); threads split images ×
+/// heads × query tiles. Strided: q, k and v with contiguous head vectors
+/// (nb[0] = 4; e.g. views into one fused projection), k and v with the same
+/// token stride nb[2]. Throws kvad::Error naming the shapes when they do not
+/// fit.
+Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, float scale);
 
 // ---- mixture of experts ----------------------------------------------------
 

@@ -89,11 +89,15 @@ BackendOps recording_row() {
       case kvad::Unary::GELU_erf: g_used.add(Op::GeluErf); break;
       case kvad::Unary::Sigmoid: g_used.add(Op::Sigmoid); break;
       case kvad::Unary::Softplus: g_used.add(Op::Softplus); break;
+      case kvad::Unary::Tanh: g_used.add(Op::Tanh); break;
+      case kvad::Unary::Sin: g_used.add(Op::Sin); break;
+      case kvad::Unary::Cos: g_used.add(Op::Cos); break;
+      case kvad::Unary::QuickGELU: g_used.add(Op::QuickGelu); break;
     }
     g_sim->unary(op, x, o);
   };
   r.glu = [](kvad::Unary op, const Tensor& g, const Tensor& u, const Tensor& o) {
-    g_used.add(op == kvad::Unary::SiLU ? Op::Swiglu : Op::Geglu);
+    g_used.add(op == kvad::Unary::SiLU ? Op::Swiglu : op == kvad::Unary::GELU_erf ? Op::GegluErf : Op::Geglu);
     g_sim->glu(op, g, u, o);
   };
   r.concat = [](const Tensor& a, const Tensor& b, const Tensor& o) {
@@ -348,7 +352,7 @@ TEST(Registry, TheCudaAnswerIsTheCudaRows) {
                              "gemma2"})
       EXPECT_FALSE(has(kvad::arch_devices(*kvad::find_architecture(arch)), "cuda")) << arch;
     EXPECT_TRUE(kvad::missing_ops(*kvad::find_architecture("gpt-oss"), DeviceType::CUDA).has(Op::AttentionSinks));
-    EXPECT_TRUE(kvad::missing_ops(*kvad::find_architecture("bert"), DeviceType::CUDA).has(Op::GeluErf));
+    EXPECT_TRUE(kvad::missing_ops(*kvad::find_architecture("bert"), DeviceType::CUDA).has(Op::AttentionBidirectional));
     EXPECT_EQ(kvad::missing_ops(*kvad::find_architecture("gemma2"), DeviceType::CUDA), OpSet{Op::AttentionSoftcap});
   } else {
     EXPECT_EQ(kvad::supported_architectures("cuda"), "");

@@ -112,4 +112,34 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   });
 }
 
+// Every query of image n, head h sees all n_kv keys of (n, h): rows
+// [0, n_kv - 1] of K/V seen from head h's offset with a row stride of
+// k.nb[2] bytes (a key's heads side by side; any stride when views).
+void sdpa(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const Tensor& o) {
+  const int64_t D = q.ne[0], H = q.ne[1], n_q = q.ne[2], N = q.ne[3], n_kv = k.ne[2];
+  constexpr int64_t kTile = AttentionRows::kMax;
+  const int64_t n_tiles = (n_q + kTile - 1) / kTile;
+  const auto* pq = static_cast<const uint8_t*>(q.raw());
+  const auto* pk = static_cast<const uint8_t*>(k.raw());
+  const auto* pv = static_cast<const uint8_t*>(v.raw());
+  float* po = out(o);
+  const int64_t kv_stride = n_kv > 1 ? static_cast<int64_t>(k.nb[2] / sizeof(float)) : 0;  // ops.cpp: k's = v's
+  pool().parallel_for(N * H * n_tiles, 1, [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t tile = i % n_tiles, h = (i / n_tiles) % H, n = i / (n_tiles * H);
+      AttentionRows rows;
+      rows.n = static_cast<int>(std::min(kTile, n_q - tile * kTile));
+      for (int r = 0; r < rows.n; ++r) {
+        const int64_t t = tile * kTile + r;
+        rows.q[r] = reinterpret_cast<const float*>(pq + n * q.nb[3] + t * q.nb[2] + h * q.nb[1]);
+        rows.out[r] = po + ((n * n_q + t) * H + h) * D;
+        rows.first[r] = 0;
+        rows.last[r] = n_kv - 1;
+      }
+      const KVRows kr{pk + n * k.nb[3] + h * k.nb[1], true}, vr{pv + n * v.nb[3] + h * v.nb[1], true};
+      attention_rows(rows, kr, vr, kv_stride, D, scale);
+    }
+  });
+}
+
 }  // namespace kvad::cpu

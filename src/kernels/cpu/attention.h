@@ -13,5 +13,8 @@ namespace kvad::cpu {
 void kv_store(const Tensor& cache, const Tensor& x, const Tensor& seq, const Tensor& pos, int64_t slots);
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& seq, const Tensor& pos,
                const AttentionOpParams& p, const Tensor& o);
+/// Attention without a mask or cache (ops.h sdpa): tiles of up to
+/// AttentionRows::kMax queries of one image and head over all its keys.
+void sdpa(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const Tensor& o);
 
 }  // namespace kvad::cpu

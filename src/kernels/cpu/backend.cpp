@@ -25,6 +25,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/format_ops.h"
+#include "kernels/cpu/image_ops.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/mla.h"
 #include "kernels/cpu/moe.h"
@@ -133,6 +134,12 @@ constexpr BackendOps kCpuRow = {
     .attention = &attention,
     .attention_latent = &cpu::attention_latent,
     .attention_seq = &cpu::attention_seq,
+    .group_norm = &cpu::group_norm,
+    .upsample_nearest2d = &cpu::upsample_nearest2d,
+    .pad = &cpu::pad,
+    .concat_dim = &cpu::concat_dim,
+    .conv2d = &cpu::conv2d,
+    .sdpa = &cpu::sdpa,
     .moe_route = &cpu::moe_route,
     .matmul_id = &cpu::matmul_id,
     .moe_sum = &cpu::moe_sum,

@@ -8,6 +8,7 @@
 #include "kernels/cpu/host_kernels.h"
 #include "kernels/cpu/row_util.h"
 #include "kernels/cpu/strided.h"
+#include "kernels/cpu/vec.h"
 
 namespace kvad::cpu {
 
@@ -88,8 +89,15 @@ void unary(Unary op, const Tensor& x, const Tensor& o) {
   elementwise(x.n_elements(), [&](int64_t b, int64_t e) {
     if (op == Unary::SiLU) {
       for (int64_t i = b; i < e; ++i) po[i] = px[i] / (1.0f + std::exp(-px[i]));
-    } else if (op == Unary::GELU_erf) {
-      for (int64_t i = b; i < e; ++i) po[i] = 0.5f * px[i] * (1.0f + std::erf(px[i] * 0.70710678118654752f));
+    } else if (op == Unary::GELU_erf || op == Unary::QuickGELU) {
+      if (po != px) std::memcpy(po + b, px + b, static_cast<size_t>(e - b) * sizeof(float));
+      (op == Unary::GELU_erf ? vec_ops().gelu_erf : vec_ops().quick_gelu)(po + b, e - b);
+    } else if (op == Unary::Tanh) {
+      for (int64_t i = b; i < e; ++i) po[i] = std::tanh(px[i]);
+    } else if (op == Unary::Sin) {
+      for (int64_t i = b; i < e; ++i) po[i] = std::sin(px[i]);
+    } else if (op == Unary::Cos) {
+      for (int64_t i = b; i < e; ++i) po[i] = std::cos(px[i]);
     } else if (op == Unary::Sigmoid) {
       for (int64_t i = b; i < e; ++i) po[i] = 1.0f / (1.0f + std::exp(-px[i]));
     } else if (op == Unary::Softplus) {  // torch's threshold 20: above it log(1 + e^x) is x in f32
@@ -101,7 +109,34 @@ void unary(Unary op, const Tensor& x, const Tensor& o) {
   });
 }
 
+namespace {
+// Row r (dims 1..3 in order) of t, whose rows are contiguous (nb[0] = 4).
+const float* row_at(const Tensor& t, int64_t r) {
+  const int64_t i1 = r % t.ne[1], i2 = (r / t.ne[1]) % t.ne[2], i3 = r / (t.ne[1] * t.ne[2]);
+  return reinterpret_cast<const float*>(static_cast<const uint8_t*>(t.raw()) + i1 * t.nb[1] + i2 * t.nb[2] +
+                                        i3 * t.nb[3]);
+}
+}  // namespace
+
 void glu(Unary op, const Tensor& g, const Tensor& u, const Tensor& o) {
+  const bool rows_dense = (g.ne[0] == 1 || g.nb[0] == sizeof(float)) && (u.ne[0] == 1 || u.nb[0] == sizeof(float));
+  if (rows_dense && (!g.is_contiguous() || !u.is_contiguous())) {
+    // Views whose rows are contiguous (the halves of geglu_split): row by
+    // row where they lie, no gathered copy.
+    const int64_t F = g.ne[0];
+    float* po = out(o);
+    pool().parallel_for(g.n_rows(), 4, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r) {
+        float* orow = po + r * F;
+        std::memcpy(orow, row_at(g, r), static_cast<size_t>(F) * sizeof(float));
+        const float* urow = row_at(u, r);
+        if (op == Unary::SiLU) cpu::swiglu(orow, urow, F);
+        else if (op == Unary::GELU_erf) vec_ops().geglu_erf(orow, urow, F);
+        else cpu::geglu(orow, urow, F);
+      }
+    });
+    return;
+  }
   if (!u.is_contiguous()) {
     thread_local std::vector<float> up;
     up.resize(static_cast<size_t>(u.n_elements()));
@@ -121,6 +156,7 @@ void glu(Unary op, const Tensor& g, const Tensor& u, const Tensor& o) {
     const int64_t n = (t1 - t0) * F;
     if (po != pg) std::memcpy(po + t0 * F, pg + t0 * F, static_cast<size_t>(n) * sizeof(float));
     if (op == Unary::SiLU) cpu::swiglu(po + t0 * F, pu + t0 * F, n);
+    else if (op == Unary::GELU_erf) vec_ops().geglu_erf(po + t0 * F, pu + t0 * F, n);
     else cpu::geglu(po + t0 * F, pu + t0 * F, n);
   });
 }

@@ -33,8 +33,19 @@ static void geglu_ref(float* g, const float* u, int64_t n) {
   }
 }
 
+static void gelu_erf_ref(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678118654752f));
+}
+static void geglu_erf_ref(float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) g[i] = 0.5f * g[i] * (1.0f + std::erf(g[i] * 0.70710678118654752f)) * u[i];
+}
+static void quick_gelu_ref(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / (1.0f + std::exp(-1.702f * x[i]));
+}
+
 const VecOps& vec_ops_ref() {
-  static const VecOps ops{dot_f16_f32_ref, axpy_f16_ref, f32_to_f16_ref, swiglu_ref, geglu_ref};
+  static const VecOps ops{dot_f16_f32_ref, axpy_f16_ref, f32_to_f16_ref, swiglu_ref, geglu_ref,
+                          gelu_erf_ref,    geglu_erf_ref, quick_gelu_ref};
   return ops;
 }
 

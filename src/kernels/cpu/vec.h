@@ -15,6 +15,14 @@ struct VecOps {
   void (*swiglu)(float* g, const float* u, int64_t n);
   /// g[i] = gelu_tanh(g[i]) * u[i], gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
   void (*geglu)(float* g, const float* u, int64_t n);
+  /// x[i] = gelu_erf(x[i]) = 0.5 x (1 + erf(x / sqrt 2)), in place. The AVX2
+  /// version evaluates erfc by Numerical Recipes' erfcc (fractional error
+  /// < 1.2e-7) with avx2::exp_ps: within ~4e-7 of the reference's std::erf.
+  void (*gelu_erf)(float* x, int64_t n);
+  /// g[i] = gelu_erf(g[i]) * u[i]
+  void (*geglu_erf)(float* g, const float* u, int64_t n);
+  /// x[i] = x[i] / (1 + e^(-1.702 x[i])), in place (CLIP's quick_gelu)
+  void (*quick_gelu)(float* x, int64_t n);
 };
 
 /// Scalar references.

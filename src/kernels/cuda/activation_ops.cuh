@@ -152,6 +152,40 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * x * (1.0f + kA * x * x)));
 }
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float gelu_erf_f(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+
+// f(x) of activation() (device_kernels.h Act), as the CPU row computes it.
+__device__ __forceinline__ float act_f(Act f, float x) {
+  switch (f) {
+    case Act::SiLU: return silu_f(x);
+    case Act::GELU_tanh: return gelu_tanh(x);
+    case Act::GELU_erf: return gelu_erf_f(x);
+    case Act::Sigmoid: return 1.0f / (1.0f + expf(-x));
+    case Act::Softplus: return x > 20.0f ? x : log1pf(expf(x));
+    case Act::Tanh: return tanhf(x);
+    case Act::Sin: return sinf(x);
+    case Act::Cos: return cosf(x);
+    case Act::QuickGELU: return x / (1.0f + expf(-1.702f * x));
+  }
+  return x;
+}
+
+__global__ void activation_kernel(Act f, const float* x, int64_t n, float* out) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = act_f(f, x[i]);
+}
+
+// out[r·n + c] = f(gate[r·gs + c]) · up[r·us + c].
+__global__ void glu_rows_kernel(Act f, const float* gate, int64_t gs, const float* up, int64_t us, int64_t n_rows,
+                                int64_t n, float* out) {
+  const int64_t total = n_rows * n;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / n, c = i % n;
+    out[i] = act_f(f, gate[r * gs + c]) * up[r * us + c];
+  }
+}
 
 enum class Ew { Add, Mul, Scale, SiLU, GELU, SwiGLU, GeGLU };
 
@@ -390,6 +424,23 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
 void geglu(const float* gate, const float* up, int64_t n, float* out) {
   launch_elementwise<Ew::GeGLU>("geglu", gate, up, 0.0f, n, n, out);
 }
+void activation(Act f, const float* x, int64_t n, float* out) {
+  if (n <= 0) return;
+  Stream st = stream_for("activation");
+  activation_kernel<<<capped_blocks(n, 256), 256, 0, st>>>(f, x, n, out);
+  Context::get().check("activation");
+}
+
+void glu_rows(Act f, const float* gate, int64_t gate_stride, const float* up, int64_t up_stride, int64_t n_rows,
+              int64_t n, float* out) {
+  if (f != Act::SiLU && f != Act::GELU_tanh && f != Act::GELU_erf)
+    throw Error("cuda::glu_rows: no gated form of this activation");
+  if (n_rows <= 0 || n <= 0) return;
+  Stream st = stream_for("glu");
+  glu_rows_kernel<<<capped_blocks(n_rows * n, 256), 256, 0, st>>>(f, gate, gate_stride, up, up_stride, n_rows, n, out);
+  Context::get().check("glu");
+}
+
 void swiglu(float* gate, const float* up, int64_t n) { swiglu(gate, up, n, gate); }
 void geglu(float* gate, const float* up, int64_t n) { geglu(gate, up, n, gate); }
 void add(float* x, const float* y, int64_t n) { add(x, y, n, n, x); }

@@ -30,6 +30,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <initializer_list>
@@ -40,6 +41,7 @@
 #include "base/error.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/device_kernels.h"
+#include "kernels/cuda/image_kernels.h"
 #include "tensor/backend.h"
 
 namespace kvad::cuda {
@@ -182,18 +184,14 @@ void need_contiguous(const char* op, std::initializer_list<const Tensor*> ts) {
                   " (ops::cont first)");
 }
 
+StridedLayout layout_of(const Tensor& t);
+
 void cont_op(const Tensor& x, const Tensor& o) {
   const DTypeInfo& ti = dtype_info(x.type);
   if (ti.block_elems != 1)
     throw Error(std::string("cont: the CUDA row copies element formats only, not ") + dtype_name(x.type) + " " +
                 shape_str(x));
-  StridedLayout l{};
-  for (int i = 0; i < 4; ++i) {
-    l.ne[i] = x.ne[i];
-    l.nb[i] = static_cast<int64_t>(x.nb[i]);
-  }
-  l.elem = static_cast<int>(ti.block_bytes);
-  cont(x.raw(), l, o.raw());
+  cont(x.raw(), layout_of(x), o.raw());
   written(o);
 }
 
@@ -225,12 +223,25 @@ bool row_broadcast(const Tensor& b) {
   return true;
 }
 
+StridedLayout layout_of(const Tensor& t) {
+  StridedLayout l{};
+  for (int i = 0; i < 4; ++i) {
+    l.ne[i] = t.ne[i];
+    l.nb[i] = static_cast<int64_t>(t.nb[i]);
+  }
+  l.elem = static_cast<int>(dtype_info(t.type).block_bytes);
+  return l;
+}
+
+// Contiguous a with b of its shape or one row: the flat kernels; any other
+// strides (broadcast per channel, views): the strided kernel.
 void binary(Binary op, const Tensor& a, const Tensor& b, const Tensor& o) {
-  const char* name = op == Binary::Add ? "add" : "mul";
   const int64_t nb = b.is_contiguous() ? b.n_elements() : row_broadcast(b) ? b.ne[0] : -1;
-  if (!a.is_contiguous() || nb < 0)
-    throw Error(std::string(name) + ": the CUDA row takes contiguous a, and b of its shape or one row, not a " +
-                shape_str(a) + " and b " + shape_str(b) + " (ops::cont first)");
+  if (!a.is_contiguous() || nb < 0) {
+    binary_strided(op == Binary::Mul, a.raw(), layout_of(a), b.raw(), layout_of(b), out(o));
+    written(o);
+    return;
+  }
   if (op == Binary::Add) add(in(a), in(b), a.n_elements(), nb, out(o));
   else mul(in(a), in(b), a.n_elements(), nb, out(o));
   written(o);
@@ -269,19 +280,48 @@ void softmax_op(const Tensor& x, const Tensor& o) {
   written(o);
 }
 
-// GELU_erf, Sigmoid, Softplus: refused (kCudaRow.refuses), never called.
+Act act_of(Unary op) {
+  switch (op) {
+    case Unary::SiLU: return Act::SiLU;
+    case Unary::GELU_tanh: return Act::GELU_tanh;
+    case Unary::GELU_erf: return Act::GELU_erf;
+    case Unary::Sigmoid: return Act::Sigmoid;
+    case Unary::Softplus: return Act::Softplus;
+    case Unary::Tanh: return Act::Tanh;
+    case Unary::Sin: return Act::Sin;
+    case Unary::Cos: return Act::Cos;
+    case Unary::QuickGELU: return Act::QuickGELU;
+  }
+  throw Error("cuda: unknown activation");
+}
+
 void unary(Unary op, const Tensor& x, const Tensor& o) {
-  static constexpr const char* kNames[] = {"silu", "gelu", "gelu_erf", "sigmoid", "softplus"};
+  static constexpr const char* kNames[] = {"silu", "gelu", "gelu_erf", "sigmoid", "softplus",
+                                           "tanh", "sin",  "cos",      "quick_gelu"};
   need_contiguous(kNames[static_cast<int>(op)], {&x});
-  if (op == Unary::SiLU) silu(in(x), x.n_elements(), out(o));
-  else gelu(in(x), x.n_elements(), out(o));
+  activation(act_of(op), in(x), x.n_elements(), out(o));
   written(o);
 }
 
+// The row stride (in elements) of t when its rows are contiguous and evenly
+// spaced over dims 1..3 (a contiguous tensor, or a column range of one such
+// as geglu_split's halves); -1 otherwise.
+int64_t even_row_stride(const Tensor& t) {
+  if (t.ne[0] > 1 && t.nb[0] != sizeof(float)) return -1;
+  const int64_t s1 = static_cast<int64_t>(t.nb[1]);
+  if ((t.ne[2] > 1 && static_cast<int64_t>(t.nb[2]) != s1 * t.ne[1]) ||
+      (t.ne[3] > 1 && static_cast<int64_t>(t.nb[3]) != s1 * t.ne[1] * t.ne[2]))
+    return -1;
+  return t.ne[1] * t.ne[2] * t.ne[3] == 1 ? t.ne[0] : s1 / static_cast<int64_t>(sizeof(float));
+}
+
 void glu(Unary op, const Tensor& g, const Tensor& u, const Tensor& o) {
-  need_contiguous(op == Unary::SiLU ? "swiglu" : "geglu", {&g, &u});
-  if (op == Unary::SiLU) swiglu(in(g), in(u), g.n_elements(), out(o));
-  else geglu(in(g), in(u), g.n_elements(), out(o));
+  const int64_t gs = even_row_stride(g), us = even_row_stride(u);
+  if (gs < 0 || us < 0)
+    throw Error(std::string(op == Unary::SiLU ? "swiglu" : "geglu") +
+                ": the CUDA row takes contiguous inputs only, or evenly spaced contiguous rows, not " + shape_str(g) +
+                " and " + shape_str(u) + " (ops::cont first)");
+  glu_rows(act_of(op), in(g), gs, in(u), us, g.n_rows(), g.ne[0], out(o));
   written(o);
 }
 
@@ -313,15 +353,78 @@ void attention_op(const Tensor& q, const Tensor& k, const Tensor& v, const Tenso
   written(o);
 }
 
+// ---- images ({C, W, H, N}) ------------------------------------------------------------
+
+void group_norm_op(const Tensor& x, int64_t n_groups, const Tensor* w, const Tensor* b, float eps, const Tensor& o) {
+  group_norm(in(x), x.ne[0], x.ne[1] * x.ne[2], x.ne[3], n_groups, w ? in(*w) : nullptr, b ? in(*b) : nullptr, eps,
+             out(o));
+  written(o);
+}
+
+void upsample_op(const Tensor& x, int64_t f, const Tensor& o) {
+  upsample_nearest2d(in(x), x.ne[0], x.ne[1], x.ne[2], x.ne[3], f, out(o));
+  written(o);
+}
+
+void pad_op(const Tensor& x, const int64_t* lo, const Tensor& o) {
+  pad(in(x), x.ne.data(), lo, o.ne.data(), out(o));
+  written(o);
+}
+
+void concat_dim_op(const Tensor& a, const Tensor& b, int dim, const Tensor& o) {
+  concat_dim(a.raw(), layout_of(a), b.raw(), layout_of(b), dim, o.ne.data(), out(o));
+  written(o);
+}
+
+// im2col over tiles of pixels + the matmul kernels when a weight row is
+// whole 32-element units of a format they read (every UNet/VAE convolution
+// but the 4-channel ones); the direct kernel (f32, f16 weights) otherwise.
+void conv2d_op(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv2dParams& p, const Tensor& o) {
+  const ConvGeom g{x.ne[0], x.ne[1], x.ne[2], x.ne[3], w.ne[1], w.ne[2], w.ne[3], o.ne[1], o.ne[2],
+                   p.stride_w, p.stride_h, p.pad_w, p.pad_h};
+  const int64_t K = g.C * g.KW * g.KH, n_pix = g.N * g.OH * g.OW;
+  if (K % 32 == 0 && has_kernels(w.type)) {
+    const DeviceMatrix m{w.type, K, g.OC, w.raw()};
+    const bool pointwise = g.KW == 1 && g.KH == 1 && p.stride_w == 1 && p.stride_h == 1 && p.pad_w == 0 && p.pad_h == 0;
+    if (pointwise) {
+      cuda::matmul(m, in(x), n_pix, out(o));
+    } else {
+      constexpr size_t kColBytes = size_t{256} << 20;  // im2col scratch per tile (device memory)
+      const int64_t tile = std::max<int64_t>(64, static_cast<int64_t>(kColBytes / (static_cast<size_t>(K) * 4)) / 64 * 64);
+      auto* col = static_cast<float*>(Context::get().scratch(3, static_cast<size_t>(std::min(tile, n_pix) * K) * 4));
+      for (int64_t p0 = 0; p0 < n_pix; p0 += tile) {
+        const int64_t np = std::min(tile, n_pix - p0);
+        im2col(in(x), g, p0, np, col);
+        cuda::matmul(m, col, np, out(o) + p0 * g.OC);
+      }
+    }
+    if (bias) add(out(o), in(*bias), n_pix * g.OC, g.OC, out(o));
+  } else if (w.type == DType::F32 || w.type == DType::F16) {
+    conv2d_direct(in(x), w.raw(), w.type == DType::F16, bias ? in(*bias) : nullptr, g, out(o));
+  } else {
+    throw Error(std::string("conv2d: the CUDA row reads ") + dtype_name(w.type) + " weights only when C·KW·KH (" +
+                std::to_string(K) + ") is a multiple of 32 (weight " + shape_str(w) + ")");
+  }
+  written(o);
+}
+
+AttnStrides strides_of(const Tensor& t) {
+  return {static_cast<int64_t>(t.nb[1] / 4), static_cast<int64_t>(t.nb[2] / 4), static_cast<int64_t>(t.nb[3] / 4)};
+}
+
+void sdpa_op(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const Tensor& o) {
+  sdpa(in(q), strides_of(q), in(k), strides_of(k), in(v), strides_of(v), q.ne[3], q.ne[2], k.ne[2], q.ne[1], q.ne[0],
+       scale, out(o));
+  written(o);
+}
+
 constexpr BackendOps kCudaRow = {
     .name = "cuda",
     .available = &available,
     .has_format = &has_kernels,
-    // Entries it fills without these variants: no exact-GELU, sigmoid or
-    // softplus kernel behind unary; attention only causal, without sinks or
-    // soft-capping.
-    .refuses = {Op::GeluErf, Op::Sigmoid, Op::Softplus, Op::AttentionBidirectional, Op::AttentionSinks,
-                Op::AttentionSoftcap},
+    // Entries it fills without these variants: attention only causal,
+    // without sinks or soft-capping.
+    .refuses = {Op::AttentionBidirectional, Op::AttentionSinks, Op::AttentionSoftcap},
     .alloc = &cuda_alloc,
     .release = &cuda_release,
     .write = &cuda_write,
@@ -342,6 +445,12 @@ constexpr BackendOps kCudaRow = {
     .concat = &concat_op,
     .kv_store = &kv_store,
     .attention = &attention_op,
+    .group_norm = &group_norm_op,
+    .upsample_nearest2d = &upsample_op,
+    .pad = &pad_op,
+    .concat_dim = &concat_dim_op,
+    .conv2d = &conv2d_op,
+    .sdpa = &sdpa_op,
 };
 
 // Registration touches no CUDA API: a program that never asks for the GPU

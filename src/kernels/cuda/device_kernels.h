@@ -160,6 +160,17 @@ void gelu(const float* x, int64_t n, float* out);
 /// 2020, n elements (out may alias gate).
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 void geglu(const float* gate, const float* up, int64_t n, float* out);
+/// The element-wise functions of `activation` and `glu_rows` (tensor/backend.h
+/// Unary, whose CPU definitions are kernels/cpu/elementwise.cpp and vec.cpp).
+enum class Act : uint8_t { SiLU, GELU_tanh, GELU_erf, Sigmoid, Softplus, Tanh, Sin, Cos, QuickGELU };
+/// out = f(x) over n elements (out may alias x).
+void activation(Act f, const float* x, int64_t n, float* out);
+/// out row r = f(gate row r) ⊙ up row r, n_rows rows of n values: gate row r
+/// at gate + r·gate_stride, up row r at up + r·up_stride (strides in
+/// elements: the halves of one [n_rows, 2n] tensor have stride 2n), out
+/// contiguous [n_rows, n]. f: SiLU, GELU_tanh or GELU_erf (else kvad::Error).
+void glu_rows(Act f, const float* gate, int64_t gate_stride, const float* up, int64_t up_stride, int64_t n_rows,
+              int64_t n, float* out);
 /// In-place forms: gate = swiglu(gate, up), gate = geglu(gate, up), x += y, x *= s.
 void swiglu(float* gate, const float* up, int64_t n);
 void geglu(float* gate, const float* up, int64_t n);

@@ -375,3 +375,6 @@ void dequantize(const DeviceMatrix& w, uint16_t* dst, bool bf16) {
 #include "kernels/cuda/activation_ops.cuh"
 // The kernels on strided tensors (cont): the same translation unit.
 #include "kernels/cuda/strided_ops.cuh"
+// The image ops (group_norm, upsample, pad, concat along a dimension, ...):
+// the same translation unit.
+#include "kernels/cuda/image_ops.cuh"

@@ -19,4 +19,10 @@ struct StridedLayout {
 /// kvad::Error for an element size it has no kernel for.
 void cont(const void* src, const StridedLayout& l, void* dst);
 
+/// out (contiguous f32, la's shape) = a + b (mul false) or a ⊙ b (mul true),
+/// a and b f32 laid out as la and lb: the same ne, any byte strides (0 where
+/// broadcast; the CPU reference is kernels/cpu/strided.cpp binary_strided).
+void binary_strided(bool mul, const void* a, const StridedLayout& la, const void* b, const StridedLayout& lb,
+                    float* out);
+
 }  // namespace kvad::cuda

@@ -24,7 +24,34 @@ __global__ void cont_kernel(const uint8_t* __restrict__ src, StridedLayout l, in
   }
 }
 
+__global__ void binary_strided_kernel(bool mul, const uint8_t* __restrict__ a, StridedLayout la,
+                                      const uint8_t* __restrict__ b, StridedLayout lb, int64_t n,
+                                      float* __restrict__ out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t r = i;
+    const int64_t i0 = r % la.ne[0];
+    r /= la.ne[0];
+    const int64_t i1 = r % la.ne[1];
+    r /= la.ne[1];
+    const int64_t i2 = r % la.ne[2], i3 = r / la.ne[2];
+    const float x = *reinterpret_cast<const float*>(a + i0 * la.nb[0] + i1 * la.nb[1] + i2 * la.nb[2] + i3 * la.nb[3]);
+    const float y = *reinterpret_cast<const float*>(b + i0 * lb.nb[0] + i1 * lb.nb[1] + i2 * lb.nb[2] + i3 * lb.nb[3]);
+    out[i] = mul ? x * y : x + y;
+  }
+}
+
 }  // namespace
+
+void binary_strided(bool mul, const void* a, const StridedLayout& la, const void* b, const StridedLayout& lb,
+                    float* out) {
+  const int64_t n = la.ne[0] * la.ne[1] * la.ne[2] * la.ne[3];
+  if (n <= 0) return;
+  Stream st = stream_for(mul ? "mul (strided)" : "add (strided)");
+  binary_strided_kernel<<<capped_blocks(n, 256), 256, 0, st>>>(mul, static_cast<const uint8_t*>(a), la,
+                                                                static_cast<const uint8_t*>(b), lb, n, out);
+  Context::get().check(mul ? "mul (strided)" : "add (strided)");
+}
 
 void cont(const void* src, const StridedLayout& l, void* dst) {
   const int64_t n = l.ne[0] * l.ne[1] * l.ne[2] * l.ne[3];
