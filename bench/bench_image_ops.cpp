@@ -9,7 +9,7 @@
 // Each row: the median of `reps` timed runs (after one warm-up) in ms, and
 // GFLOP/s (conv2d: 2·N·OH·OW·OC·C·KH·KW; sdpa: 4·N·H·n_q·n_kv·D, the two
 // products; group_norm: GB/s of its three passes over x and one write).
-// Run: build/bench/bench_image_ops [threads=2] [reps=5]
+// Run: build/bench/bench_image_ops [threads=2] [reps=5] [conv2d|sdpa|group_norm: that op only]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -65,6 +65,9 @@ Timing median_ms(int reps, const std::function<void()>& f) {
 // units: flop (or bytes); printed per second of wall time, and per
 // core-second of CPU time (all threads' CPU time, spin-waits included: on a
 // loaded machine, what the threads reached while they ran).
+std::string g_filter;
+bool wanted(const char* op) { return g_filter.empty() || g_filter == op; }
+
 void row(const std::string& name, Timing t, double units, const char* unit) {
   std::printf("%-52s %9.2f ms %8.1f %s  %8.1f per core-second\n", name.c_str(), t.wall_ms,
               units / (t.wall_ms * 1e6), unit, units / (t.cpu_ms * 1e6));
@@ -75,6 +78,7 @@ void row(const std::string& name, Timing t, double units, const char* unit) {
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   const int reps = argc > 2 ? std::atoi(argv[2]) : 5;
+  if (argc > 3) g_filter = argv[3];
   ThreadPool pool(threads);
   ops::PoolScope scope(pool);
   std::printf("bench_image_ops: %d threads, median of %d runs\n", threads, reps);
@@ -83,6 +87,7 @@ int main(int argc, char** argv) {
     int64_t hw, c;
   };
   for (const Conv& s : {Conv{64, 320}, Conv{32, 640}, Conv{16, 1280}}) {
+    if (!wanted("conv2d")) break;
     const Tensor x = randn({s.c, s.hw, s.hw, 2}, 1.0f, 1);
     const Tensor w32 = randn({s.c, 3, 3, s.c}, 0.02f, 2);
     const Tensor b = randn({s.c, 1, 1, 1}, 0.1f, 3);
@@ -95,13 +100,13 @@ int main(int argc, char** argv) {
           ms, flop, "GFLOP/s");
     }
   }
-  {
+  if (wanted("conv2d")) {
     const Tensor x = randn({320, 64, 64, 2}, 1.0f, 4);
     const Tensor w = ops::convert(randn({320, 1, 1, 320}, 0.05f, 5), DType::F16);
     const Timing ms = median_ms(reps, [&] { (void)ops::conv2d(x, w, Tensor{}); });
     row("conv2d 1x1 64x64x320 -> 320 N=2 f16", ms, 2.0 * 2 * 4096 * 320 * 320, "GFLOP/s");
   }
-  {
+  if (wanted("sdpa")) {
     const int64_t N = 2, H = 8, D = 40, n_q = 4096;
     const Tensor q = randn({D, H, n_q, N}, 1.0f, 6), k = randn({D, H, n_q, N}, 1.0f, 7),
                  v = randn({D, H, n_q, N}, 1.0f, 8);
@@ -112,7 +117,7 @@ int main(int argc, char** argv) {
     const Timing ms2 = median_ms(reps, [&] { (void)ops::sdpa(q, kc, vc, scale); });
     row("sdpa cross 4096 over 77 tokens, 8 heads of 40, N=2", ms2, 4.0 * N * H * n_q * 77 * D, "GFLOP/s");
   }
-  {
+  if (wanted("group_norm")) {
     const Tensor x = randn({320, 64, 64, 2}, 1.0f, 11), w = randn({320, 1, 1, 1}, 0.1f, 12),
                  b = randn({320, 1, 1, 1}, 0.1f, 13);
     const Timing ms = median_ms(reps, [&] { (void)ops::group_norm(x, 32, w, b, 1e-5f); });

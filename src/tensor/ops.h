@@ -343,11 +343,11 @@ Tensor conv2d_weight(const Tensor& w_torch);
 /// mid-block attention): out_h = softmax(scale · q_h · K_hᵀ) · V_h.
 /// q: [N, n_q, H, D] (ne {D, H, n_q, N}); k, v: [N, n_kv, H, D], n_kv any
 /// (cross-attention: n_q ≠ n_kv); out: [N, n_q, H, D] contiguous; f32. On the
-/// CPU, tiles of up to 16 queries of one head stream over blocks of 32 keys
-/// with an online softmax (Milakov & Gimelshein 2018; FlashAttention's
-/// tiling, Dao et al. 2022), so no n_q × n_kv score matrix exists (the AVX2
-/// kernel for D % 8 == 0 and D <= 256: 40, 64, 80, 160; else the scalar
-/// reference, one row of n_kv scores at a time); threads split images ×
+/// CPU with AVX2 and D % 8 == 0, D <= 256 (40, 64, 80, 160), tiles of up to
+/// 64 queries of one head stream over blocks of 32 keys with an online
+/// softmax (Milakov & Gimelshein 2018; FlashAttention's tiling, Dao et al.
+/// 2022), so no n_q × n_kv score matrix exists; otherwise the scalar
+/// reference, one row of n_kv scores at a time. Threads split images ×
 /// heads × query tiles. Strided: q, k and v with contiguous head vectors
 /// (nb[0] = 4; e.g. views into one fused projection), k and v with the same
 /// token stride nb[2]. Throws kvad::Error naming the shapes when they do not

@@ -424,6 +424,7 @@ TEST(ImageOps, Sdpa) {
       {1, 20, 300, 1, 160}, // SD 1.5's deepest level head size, keys past several blocks
       {2, 9, 13, 2, 12},    // a head size the AVX2 kernel does not take: the reference
       {1, 5, 1, 4, 8},      // one key
+      {1, 131, 65, 2, 40},  // more than one 64-query tile, an odd last one; a partial last key block
   };
   for (const Case& c : cases) {
     const Tensor q = rand_f32(rng, {c.D, c.H, c.n_q, c.N}), k = rand_f32(rng, {c.D, c.H, c.n_kv, c.N}),

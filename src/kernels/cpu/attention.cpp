@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "base/cpu_features.h"
 #include "base/error.h"
 #include "kernels/cpu/host_kernels.h"
 #include "kernels/cpu/row_util.h"
@@ -117,7 +118,9 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
 // k.nb[2] bytes (a key's heads side by side; any stride when views).
 void sdpa(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const Tensor& o) {
   const int64_t D = q.ne[0], H = q.ne[1], n_q = q.ne[2], N = q.ne[3], n_kv = k.ne[2];
-  constexpr int64_t kTile = AttentionRows::kMax;
+  static const bool avx2 = cpu_features().has_avx2_fma();
+  const bool fast = avx2 && D % 8 == 0 && D <= 256;
+  const int64_t kTile = fast ? kSdpaMaxRows : AttentionRows::kMax;
   const int64_t n_tiles = (n_q + kTile - 1) / kTile;
   const auto* pq = static_cast<const uint8_t*>(q.raw());
   const auto* pk = static_cast<const uint8_t*>(k.raw());
@@ -127,17 +130,30 @@ void sdpa(const Tensor& q, const Tensor& k, const Tensor& v, float scale, const 
   pool().parallel_for(N * H * n_tiles, 1, [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t tile = i % n_tiles, h = (i / n_tiles) % H, n = i / (n_tiles * H);
-      AttentionRows rows;
-      rows.n = static_cast<int>(std::min(kTile, n_q - tile * kTile));
-      for (int r = 0; r < rows.n; ++r) {
+      const int n_rows = static_cast<int>(std::min(kTile, n_q - tile * kTile));
+      const float* qr[kSdpaMaxRows];
+      float* orow[kSdpaMaxRows];
+      for (int r = 0; r < n_rows; ++r) {
         const int64_t t = tile * kTile + r;
-        rows.q[r] = reinterpret_cast<const float*>(pq + n * q.nb[3] + t * q.nb[2] + h * q.nb[1]);
-        rows.out[r] = po + ((n * n_q + t) * H + h) * D;
+        qr[r] = reinterpret_cast<const float*>(pq + n * q.nb[3] + t * q.nb[2] + h * q.nb[1]);
+        orow[r] = po + ((n * n_q + t) * H + h) * D;
+      }
+      const uint8_t* kb = pk + n * k.nb[3] + h * k.nb[1];
+      const uint8_t* vb = pv + n * v.nb[3] + h * v.nb[1];
+      if (fast) {
+        sdpa_tile_avx2(qr, orow, n_rows, reinterpret_cast<const float*>(kb), reinterpret_cast<const float*>(vb),
+                       kv_stride, n_kv, D, scale);
+        continue;
+      }
+      AttentionRows rows;
+      rows.n = n_rows;
+      for (int r = 0; r < n_rows; ++r) {
+        rows.q[r] = qr[r];
+        rows.out[r] = orow[r];
         rows.first[r] = 0;
         rows.last[r] = n_kv - 1;
       }
-      const KVRows kr{pk + n * k.nb[3] + h * k.nb[1], true}, vr{pv + n * v.nb[3] + h * v.nb[1], true};
-      attention_rows(rows, kr, vr, kv_stride, D, scale);
+      attention_rows_ref(rows, KVRows{kb, true}, KVRows{vb, true}, kv_stride, D, scale);
     }
   });
 }
