@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -28,7 +29,10 @@ namespace ops = kvad::ops;
 using namespace kvad::op_test;
 
 json fixture(const std::string& name) {
-  const std::string path = std::string(KVAD_SOURCE_DIR) + "/tests/fixtures/image_ops/" + name + ".json";
+  // KVAD_SOURCE_DIR from the environment first (a packed binary run from another tree).
+  const char* env = std::getenv("KVAD_SOURCE_DIR");
+  const std::string root = env && *env ? env : KVAD_SOURCE_DIR;
+  const std::string path = root + "/tests/fixtures/image_ops/" + name + ".json";
   std::ifstream f(path);
   EXPECT_TRUE(f) << "missing " << path;
   std::stringstream ss;
