@@ -4,10 +4,14 @@
 // one-line kvad::Error saying what is wrong.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "ldm_names_input.h"
 
@@ -71,4 +75,52 @@ TEST(LdmNames, BrokenSeeds) {
     } catch (const kvad::Error&) {
     }
   }
+}
+
+// The real lists, mutated as a fuzzer would (lines dropped, repeated, cut, a
+// digit or a character changed): each is read or refused with a kvad::Error,
+// never a crash. KVAD_LDM_MUTATIONS sets the count (default 300 per list).
+TEST(LdmNames, MutatedListsAreReadOrRefused) {
+  const char* env = std::getenv("KVAD_LDM_MUTATIONS");
+  const int n = env ? std::atoi(env) : 300;
+  std::mt19937 rng(1234);
+  int read_ok = 0, refused = 0;
+  for (const char* name : {"sd15.txt", "sdxl.txt"}) {
+    std::vector<std::string> lines;
+    std::istringstream in(read(seeds() / name));
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    for (int i = 0; i < n; ++i) {
+      std::vector<std::string> m = lines;
+      for (int k = 0; k < 1 + static_cast<int>(rng() % 3); ++k) {
+        const size_t at = rng() % m.size();
+        switch (rng() % 5) {
+          case 0:
+            m.erase(m.begin() + at);
+            break;
+          case 1:
+            m.insert(m.begin() + at, m[rng() % m.size()]);
+            break;
+          case 2:
+            m[at] = m[at].substr(0, rng() % (m[at].size() + 1));
+            break;
+          case 3:
+            for (char& c : m[at])
+              if (c >= '0' && c <= '9' && rng() % 4 == 0) c = static_cast<char>('0' + rng() % 10);
+            break;
+          default:
+            if (!m[at].empty()) m[at][rng() % m[at].size()] = static_cast<char>(32 + rng() % 95);
+        }
+      }
+      std::string text;
+      for (const std::string& l : m) text += l + "\n";
+      try {
+        kvad::fuzz::ldm_names_input(text);
+        ++read_ok;
+      } catch (const kvad::Error&) {
+        ++refused;
+      }
+    }
+  }
+  EXPECT_EQ(read_ok + refused, 2 * n);
+  EXPECT_GT(refused, 0);
 }
