@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "hub/select.h"
 #include "io/mapped_source.h"
 #include "io/tensor_source.h"
 
@@ -81,67 +82,22 @@ Index parse_index(const json& j, const std::string& name) {
   return ix;
 }
 
-// A weights file of a component folder: NAME[.VARIANT].safetensors, or an
-// index NAME.safetensors.index[.VARIANT].json.
-struct WeightsFile {
-  std::string file, variant;
-  bool index = false;
-};
-
-bool is_shard(const std::string& f) {
-  // diffusers' and transformers' shards: NAME-00001-of-00002[.VARIANT].safetensors
-  const size_t of = f.find("-of-");
-  return of != std::string::npos && of >= 6 && f[of - 6] == '-';
-}
-
-std::vector<WeightsFile> weights_files(const fs::path& dir) {
-  std::vector<WeightsFile> out;
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    if (!e.is_regular_file(ec)) continue;  // follows the HF cache's symlinks
-    const std::string f = e.path().filename().string();
-    WeightsFile w{f, "", false};
-    if (const size_t at = f.find(".safetensors.index"); at != std::string::npos && f.ends_with(".json")) {
-      w.index = true;
-      const std::string rest = f.substr(at + 18);  // "" + ".json" or "." + variant + ".json"
-      if (rest != ".json") w.variant = rest.substr(1, rest.size() - 6);
-    } else if (f.ends_with(".safetensors") && !is_shard(f)) {
-      const std::string stem = f.substr(0, f.size() - 12);
-      if (const size_t dot = stem.rfind('.'); dot != std::string::npos) w.variant = stem.substr(dot + 1);
-    } else {
-      continue;
-    }
-    out.push_back(std::move(w));
-  }
-  std::sort(out.begin(), out.end(), [](const WeightsFile& a, const WeightsFile& b) { return a.file < b.file; });
-  return out;
-}
-
-// The weights of a component folder for `variant` (see PipelineOptions).
+// The weights of a component folder for `variant` (PipelineOptions), by the
+// rule `kvad pull` fetches them with (hub::pick_component_weights).
 std::shared_ptr<const TensorSource> component_weights(const fs::path& dir, const std::string& variant) {
-  const std::vector<WeightsFile> files = weights_files(dir);
-  if (files.empty()) throw Error(dir.string() + ": no .safetensors weights (kvad does not read .bin files)");
-  auto of = [&](const std::string& v) {
-    std::vector<const WeightsFile*> idx, one;
-    for (const WeightsFile& f : files)
-      if (f.variant == v) (f.index ? idx : one).push_back(&f);
-    return idx.empty() ? one : idx;
-  };
-  std::vector<const WeightsFile*> pick = of(variant);
-  if (pick.empty() && !variant.empty()) pick = of("");
-  if (pick.empty()) {
-    std::vector<std::string> variants;
-    for (const WeightsFile& f : files)
-      if (std::find(variants.begin(), variants.end(), f.variant) == variants.end()) variants.push_back(f.variant);
-    if (variants.size() == 1) pick = of(variants[0]);
-  }
-  if (pick.size() != 1) {
-    std::string list;
-    for (const WeightsFile& f : files) list += (list.empty() ? "" : ", ") + f.file;
-    throw Error(dir.string() + ": " + (pick.empty() ? "no weights" : "several weights files") + " for variant '" +
-                variant + "' among " + list);
-  }
-  return safetensors_source((dir / pick[0]->file).string());
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) names.push_back(e.path().filename().string());  // follows the HF cache's links
+  std::sort(names.begin(), names.end());
+  const std::vector<std::string> pick = hub::pick_component_weights(names, variant);
+  if (pick.size() == 1) return safetensors_source((dir / pick[0]).string());
+  std::string list;
+  for (const std::string& f : names)
+    if (f.find(".safetensors") != std::string::npos) list += (list.empty() ? "" : ", ") + f;
+  if (list.empty()) throw Error(dir.string() + ": no .safetensors weights (kvad does not read .bin files)");
+  throw Error(dir.string() + ": " + (pick.empty() ? "no weights" : "several weights files") + " for variant '" +
+              variant + "' among " + list);
 }
 
 std::string dims(const std::vector<int64_t>& d) {
