@@ -28,6 +28,7 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     for (const std::string& n : ignored) used[n] = 1;
     owned_.reserve(rules.size() + synthetic.size());  // pointers into owned_ stay valid
     std::map<std::string, std::vector<std::pair<int64_t, const SourceTensor*>>> stacks;
+    std::map<std::string, int64_t> chunked;  // base → its chunk count
     for (const TensorRename& r : rules) {
       const SourceTensor* b = base_->find(r.base);
       if (!b) throw Error(base_->path() + ": missing tensor " + r.base + " (for " + r.name + ")");
@@ -38,6 +39,7 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
       if (seen == 2 || (seen == 3 && (!split || !lanes_.insert({r.base, piece}).second)))
         throw Error(base_->path() + ": tensor " + r.base + " named twice");
       if (split) lanes_.insert({r.base, piece});
+      if (r.chunks > 1) chunked[r.base] = r.chunks;
       used[r.base] = split ? 3 : 2;
       if (r.transform == TensorTransform::Fp8BlockScaled) {
         const SourceTensor* sc = base_->find(r.scale);
@@ -84,6 +86,12 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
       tensors_.push_back(std::move(t));
     }
     for (auto& [name, parts] : stacks) tensors_.push_back(stack(name, parts));
+    // A tensor cut into chunks is read only when every chunk is (the unread-tensor guard).
+    for (const auto& [base, n] : chunked)
+      for (int64_t c = 0; c < n; ++c)
+        if (!lanes_.count({base, c}))
+          throw Error(base_->path() + ": chunk " + std::to_string(c) + " of " + std::to_string(n) + " of tensor " +
+                      base + " is not used by architecture " + get_string("general.architecture", "?"));
     for (const SourceTensor& b : base_->tensors())
       if (!used.count(b.name))
         throw Error(base_->path() + ": tensor " + b.name + " is not used by architecture " +

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "base/error.h"
@@ -253,4 +254,39 @@ TEST(ImagePipeline, SingleFileWithAnotherVae) {
                       ->tensors()
                       .size()
                 : 0);
+}
+
+// A VAE saved before diffusers 0.14 names its mid-block attention
+// query/key/value/proj_attn; it is read as to_q/to_k/to_v/to_out.0.
+TEST(ImagePipeline, OldVaeAttentionNames) {
+  Scratch s("sd15");
+  const fs::path f = s.dir / "vae" / "diffusion_pytorch_model.safetensors";
+  std::string bytes;
+  {
+    std::ifstream in(f, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  nlohmann::ordered_json h = nlohmann::ordered_json::parse(bytes.substr(8, n)), old = nlohmann::ordered_json::object();
+  int renamed = 0;
+  for (auto& [k, v] : h.items()) {
+    std::string name = k;
+    for (auto [now, was] :
+         {std::pair{"to_q.", "query."}, {"to_k.", "key."}, {"to_v.", "value."}, {"to_out.0.", "proj_attn."}})
+      if (const size_t at = name.find(std::string("attentions.0.") + now); at != std::string::npos)
+        name.replace(at + 13, std::strlen(now), was), ++renamed;
+    old[name] = v;
+  }
+  EXPECT_EQ(renamed, 16);  // encoder and decoder: q, k, v, out, weight and bias
+  std::string head = old.dump();
+  while (head.size() % 8) head += ' ';
+  const uint64_t m = head.size();  // data offsets count from the data's start: unchanged
+  write(f, std::string(reinterpret_cast<const char*>(&m), 8) + head + bytes.substr(8 + n));
+  const Pipeline p = open_pipeline(s.dir.string());
+  const SourceTensor* q = p.weights->find("vae.decoder.mid_block.attentions.0.to_q.weight");
+  ASSERT_NE(q, nullptr);
+  EXPECT_NE(p.weights->tensor_name("vae.decoder.mid_block.attentions.0.to_q.weight").find("query.weight"),
+            std::string::npos);
+  EXPECT_EQ(p.weights->find("vae.decoder.mid_block.attentions.0.query.weight"), nullptr);
 }
