@@ -61,6 +61,23 @@ std::string Compiler::gen(const oj& s, const std::string& path, int depth) {
       branches.push_back(mg_.merge(rest, d, path, depth));
     return gen_branches(branches, "not", path, depth);
   }
+  if (s.contains("dependentSchemas")) {
+    // dependentSchemas {a: S}: an object without a, or with a and valid
+    // under S (non-objects pass); one entry at a time.
+    const oj& ds = s["dependentSchemas"];
+    if (!ds.is_object()) refuse("dependentSchemas", path, "must be an object");
+    oj rest = s;
+    if (ds.size() <= 1) rest.erase("dependentSchemas");
+    else rest["dependentSchemas"].erase(ds.begin().key());
+    if (ds.empty()) return gen(rest, path, depth + 1);
+    const std::string a = ds.begin().key();
+    const std::string at = path + "/dependentSchemas/" + a;
+    std::vector<oj> branches{
+        mg_.merge(rest, oj{{"type", {"null", "boolean", "number", "string", "array"}}}, at, depth),
+        mg_.merge(rest, oj{{"type", "object"}, {"properties", {{a, false}}}}, at, depth),
+        mg_.merge(mg_.merge(rest, oj{{"type", "object"}, {"required", {a}}}, at, depth), ds.begin().value(), at, depth)};
+    return gen_branches(branches, "dependentSchemas", path, depth);
+  }
   if (s.contains("if")) {
     // (I ∧ T) ∨ (¬I ∧ E), each merged with the rest of s.
     oj rest = s;

@@ -244,6 +244,9 @@ oj Merger::merge(const oj& a0, const oj& b0, const std::string& path, int depth)
     } else if (k == "x-kvad-notValues") {
       if (!u.is_array() || !v.is_array()) refuse(k, path, "must be an array");
       for (auto& x : v) if (std::find(u.begin(), u.end(), x) == u.end()) u.push_back(x);
+    } else if (k == "dependentSchemas") {
+      if (!u.is_object() || !v.is_object()) refuse(k, path, "must be an object");
+      for (auto& [name, sub] : v.items()) u[name] = u.contains(name) ? merge(u[name], sub, path + "/dependentSchemas", depth + 1) : sub;
     } else if (k == "dependentRequired") {
       if (!u.is_object() || !v.is_object()) refuse(k, path, "must be an object");
       for (auto& [name, list] : v.items()) {

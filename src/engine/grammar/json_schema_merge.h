@@ -25,7 +25,7 @@ inline const std::set<std::string> kSupportedKeywords = {
     "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref", "not", "if", "then",
     "else", "contains", "minContains", "maxContains", "minProperties", "maxProperties", "dependentRequired",
-    "propertyNames", "patternProperties", "unevaluatedProperties", "unevaluatedItems",
+    "propertyNames", "patternProperties", "unevaluatedProperties", "unevaluatedItems", "dependentSchemas",
     // written by the negation (json_schema_logic.h)
     "x-kvad-notValues", "x-kvad-fraction"};
 /// The most values of one enum, properties of one object, and branches of

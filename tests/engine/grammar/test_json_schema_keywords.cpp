@@ -222,6 +222,15 @@ TEST(JsonSchemaKeywords, PropertyCountsAndDependencies) {
   EXPECT_FALSE(accepts(ga, R"({"b":1})"));
 }
 
+TEST(JsonSchemaKeywords, DependentSchemas) {
+  auto g = compile(R"({"properties": {"card": {"type": "string"}},
+                       "dependentSchemas": {"card": {"required": ["billing"]}}})");
+  EXPECT_TRUE(accepts(g, R"({"x":1})"));
+  EXPECT_TRUE(accepts(g, R"({"card":"1234","billing":"here"})"));
+  EXPECT_FALSE(accepts(g, R"({"card":"1234"})"));
+  EXPECT_TRUE(accepts(g, "\"not an object\""));
+}
+
 TEST(JsonSchemaKeywords, PropertyNamesAndAnchors) {
   auto n = compile(R"({"type": "object", "propertyNames": {"maxLength": 2}})");
   EXPECT_TRUE(accepts(n, R"({"ab":1,"c":2})"));
