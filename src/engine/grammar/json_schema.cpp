@@ -323,19 +323,29 @@ std::string Compiler::gen_types(const oj& s, const std::string& path, int depth)
       if (shi >= 0 && shi < slo) continue;
       alts.push_back(key_except(no_str, path, "not", slo, shi));
     } else if ((t == "integer" || t == "number") && (fraction || !no_int.empty())) {
-      for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
-        if (s.contains(k)) refuse("not", path, std::string("a negated type or value next to '") + k + "' is not supported");
+      // Integer bounds: the ranges between the excluded integers within them.
+      std::optional<int64_t> blo, bhi;
+      for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}) {
+        if (!s.contains(k)) continue;
+        if (t == "number" || fraction || k == std::string("multipleOf"))
+          refuse("not", path, std::string("a negated type or value next to '") + k + "' is not supported");
+        const bool up = std::string(k).find("inimum") != std::string::npos;  // a lower bound
+        const int64_t b = integer_bound(bound(s, k, path), k[0] == 'e', up);
+        if (up) blo = blo ? std::max(*blo, b) : b;
+        else bhi = bhi ? std::min(*bhi, b) : b;
+      }
       const std::string frac_num = "( \"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) \".\" [0-9]{0,15} [1-9] [0-9]{0,15} )";
       if (t == "number") alts.push_back(frac_num);
       if (fraction) continue;
       std::sort(no_int.begin(), no_int.end());
       no_int.erase(std::unique(no_int.begin(), no_int.end()), no_int.end());
-      std::optional<int64_t> lo;
+      std::optional<int64_t> lo = blo;
       for (int64_t x : no_int) {
+        if ((blo && x < *blo) || (bhi && x > *bhi)) continue;
         if (!lo || *lo <= x - 1) alts.push_back(schema_text::int_range(lo, x - 1) + " " + izero_);
         lo = x + 1;
       }
-      alts.push_back(schema_text::int_range(lo, std::nullopt) + " " + izero_);
+      if (!lo || !bhi || *lo <= *bhi) alts.push_back(schema_text::int_range(lo, bhi) + " " + izero_);
     } else if (t == "integer" || t == "number") alts.push_back(gen_number(s, path, t == "integer"));
     else if (t == "array") alts.push_back(gen_array(s, path, depth));
     else alts.push_back(gen_object(s, path, depth));

@@ -193,7 +193,8 @@ void check_bounds(const oj& root) {
   std::vector<std::pair<const oj*, std::string>> todo{{&root, ""}};
   size_t seen = 0;
   while (!todo.empty()) {
-    auto [s, path] = todo.back();
+    const oj* s = todo.back().first;
+    const std::string path = todo.back().second;
     todo.pop_back();
     if (!s->is_object() || ++seen > 1000000) continue;
     auto num = [&](const char* k) { return s->contains(k) && (*s)[k].is_number(); };

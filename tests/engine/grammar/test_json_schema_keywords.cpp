@@ -165,6 +165,9 @@ TEST(JsonSchemaKeywords, NotOverTypesConstsAndEnums) {
   EXPECT_TRUE(accepts(i, "10"));
   EXPECT_FALSE(accepts(i, "0"));
   EXPECT_FALSE(accepts(i, "0.0"));
+  auto ib = compile(R"({"type": "integer", "minimum": 0, "exclusiveMaximum": 10, "not": {"enum": [0, 5, 12]}})");
+  for (int v = -2; v < 14; ++v)
+    EXPECT_EQ(accepts(ib, std::to_string(v)), v > 0 && v < 10 && v != 5) << v;
   auto n = compile(R"({"not": {"type": "integer"}})");
   EXPECT_TRUE(accepts(n, "1.5"));
   EXPECT_FALSE(accepts(n, "1"));
