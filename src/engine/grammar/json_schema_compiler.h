@@ -88,6 +88,9 @@ class Compiler : public schema_struct::RuleSink {
   std::string run() {
     schema_logic::check_bounds(root_);
     const std::string r = gen(root_, "", 0);
+    // A schema no value satisfies (false, {"not": {}}, contradictory
+    // branches): nothing could be generated, so it is the client's error.
+    if (r == kNever) throw SchemaError("", "", "the schema allows no value, so nothing can be generated");
     std::string out = "root ::= " + r + "\n" + base_;
     for (auto& [name, body] : rules_) {
       if (body.empty()) throw SchemaError("$ref", "", "internal: rule " + name + " left undefined");

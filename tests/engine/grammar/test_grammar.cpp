@@ -251,6 +251,12 @@ TEST(JsonSchemaApi, IntegerBoundsBeyondDoubleAreExact) {
         }
       return true;
     };
+    bool some = false;
+    for (i128 v = static_cast<i128>(std::min(lo, lo2)) - 2; v <= static_cast<i128>(hi) + 2; ++v) some |= holds(v);
+    if (!some && std::string(type) == "integer") {  // a schema no value satisfies is refused
+      EXPECT_THROW(json_schema_grammar(schema), SchemaError) << schema.dump();
+      continue;
+    }
     auto g = json_schema_grammar(schema);
     for (i128 v = static_cast<i128>(std::min(lo, lo2)) - 2; v <= static_cast<i128>(hi) + 2; ++v)
       EXPECT_EQ(accepts(g, text(v)), holds(v)) << schema.dump() << " " << text(v);
