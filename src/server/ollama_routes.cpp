@@ -134,7 +134,7 @@ json model_info(const ServerOptions& o, const HParams& hp, bool verbose) {
     return info;
   }
   using VT = gguf::ValueType;
-  for (const gguf::Value& v : o.gguf->metadata()) {
+  for (const gguf::Value& v : o.gguf->metadata()) try {
     switch (v.type()) {
       case VT::STRING: info[v.key()] = v.as_string(); break;
       case VT::BOOL: info[v.key()] = v.as_bool(); break;
@@ -156,6 +156,8 @@ json model_info(const ServerOptions& o, const HParams& hp, bool verbose) {
       case VT::UINT64: info[v.key()] = v.as_uint(); break;
       default: info[v.key()] = v.as_int(); break;
     }
+  } catch (const std::exception&) {
+    info[v.key()] = nullptr;  // a value no JSON number holds (an array of u64 past 2^63)
   }
   if (!info.contains("general.parameter_count")) info["general.parameter_count"] = hp.n_params;
   return info;
