@@ -1,5 +1,6 @@
 // libFuzzer: request bodies for /v1/chat/completions, /v1/completions,
-// /v1/messages (Anthropic) and /v1/responses.
+// /v1/messages (Anthropic), /v1/responses, ollama's /api/chat and
+// /api/generate, and llama.cpp's /completion and /infill.
 // Parsing must succeed or throw server::ApiError (an HTTP 4xx answer);
 // any other exception, a crash or a sanitizer report is a bug.
 #include <cstdint>
@@ -8,6 +9,8 @@
 #include <string>
 
 #include "server/anthropic.h"
+#include "server/llamacpp_api.h"
+#include "server/ollama_api.h"
 #include "server/openai.h"
 #include "server/responses.h"
 
@@ -34,6 +37,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } catch (const kvad::server::ApiError& e) {
       if (e.status < 400 || e.status >= 500) std::abort();
       (void)kvad::server::dump(kvad::server::anthropic_error_body(e));
+    } catch (const std::exception&) {
+      std::abort();
+    }
+  }
+  for (bool flag : {true, false}) {
+    try {
+      kvad::server::OllamaRequest r = kvad::server::parse_ollama_request(body, flag, kvad::server::openai_sampling_defaults());
+      (void)r;
+    } catch (const kvad::server::ApiError& e) {
+      if (e.status < 400 || e.status >= 500) std::abort();
+      (void)kvad::server::dump(kvad::server::ollama_error_body(e));
+    } catch (const std::exception&) {
+      std::abort();
+    }
+    try {
+      kvad::server::LlamaCompletion r = kvad::server::parse_llamacpp_completion(body, flag, kvad::server::openai_sampling_defaults());
+      (void)r;
+    } catch (const kvad::server::ApiError& e) {
+      if (e.status < 400 || e.status >= 500) std::abort();
     } catch (const std::exception&) {
       std::abort();
     }

@@ -9,7 +9,10 @@ set(KVAD_GRAMMAR_SOURCES
   ${PROJECT_SOURCE_DIR}/src/engine/grammar/gbnf.cpp
   ${PROJECT_SOURCE_DIR}/src/engine/grammar/grammar_matcher.cpp
   ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_merge.cpp
-  ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_text.cpp)
+  ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_text.cpp
+  ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_logic.cpp
+  ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_struct.cpp
+  ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_compound.cpp)
 foreach(t fuzz_gbnf fuzz_json_schema)
   add_executable(${t} ${CMAKE_CURRENT_LIST_DIR}/${t}.cpp ${KVAD_GRAMMAR_SOURCES})
   target_include_directories(${t} PRIVATE ${PROJECT_SOURCE_DIR}/src)

@@ -1,6 +1,8 @@
 # fuzz_openai_request: libFuzzer target for the request parsers of
 # /v1/chat/completions, /v1/completions (src/server/openai.h), /v1/messages
-# (anthropic.h) and /v1/responses (responses.h). Included from fuzz/CMakeLists.txt (after its clang
+# (anthropic.h), /v1/responses (responses.h), ollama's /api/chat and
+# /api/generate (ollama_api.h) and llama.cpp's /completion and /infill
+# (llamacpp_api.h). Included from fuzz/CMakeLists.txt (after its clang
 # check); openai.cpp is compiled into the target for coverage. Seed corpus:
 # tests/fixtures/server/requests.
 find_package(nlohmann_json CONFIG REQUIRED)
@@ -8,6 +10,7 @@ add_executable(fuzz_openai_request ${CMAKE_CURRENT_LIST_DIR}/fuzz_openai_request
   ${PROJECT_SOURCE_DIR}/src/server/openai.cpp ${PROJECT_SOURCE_DIR}/src/server/anthropic.cpp
   ${PROJECT_SOURCE_DIR}/src/server/responses.cpp ${PROJECT_SOURCE_DIR}/src/server/chat_output.cpp
   ${PROJECT_SOURCE_DIR}/src/server/tool_calls.cpp ${PROJECT_SOURCE_DIR}/src/server/json_parse.cpp
+  ${PROJECT_SOURCE_DIR}/src/server/ollama_api.cpp ${PROJECT_SOURCE_DIR}/src/server/llamacpp_api.cpp
   # response_format / grammar compile here (400 on a refused schema)
   ${PROJECT_SOURCE_DIR}/src/engine/grammar/gbnf.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/grammar_matcher.cpp
   ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_merge.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_text.cpp)

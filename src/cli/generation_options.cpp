@@ -56,8 +56,29 @@ void add_threads_option(CLI::App* c, int& threads) {
 }
 
 void CacheTypeOptions::add_to(CLI::App* c) {
-  c->add_option("--cache-type-k", k, "KV cache format of keys: f16 or f32 (llama.cpp's -ctk)")->capture_default_str();
-  c->add_option("--cache-type-v", v, "KV cache format of values: f16 or f32 (llama.cpp's -ctv)")->capture_default_str();
+  // A bad value is a usage error (status 2) with kv_cache_type's message,
+  // before any model is read. -ctk / -ctv are llama.cpp's spellings
+  // (rewritten by llama_flag_alias; CLI11 takes no multi-letter short names,
+  // so the help shows them beside the type).
+  auto check = [](const std::string& flag) {
+    return CLI::Validator(
+        [flag](std::string& value) -> std::string {
+          try {
+            (void)kv_cache_type(value, flag);
+            return "";
+          } catch (const std::exception& e) {
+            const std::string m = e.what();
+            return m.rfind(flag + ": ", 0) == 0 ? m.substr(flag.size() + 2) : m;
+          }
+        },
+        "");
+  };
+  c->add_option("--cache-type-k", k, "KV cache format of keys: f16 (default) or f32; -ctk is the same flag (llama.cpp's)")
+      ->option_text("{f16,f32}  (-ctk)")
+      ->check(check("--cache-type-k"));
+  c->add_option("--cache-type-v", v, "KV cache format of values: f16 (default) or f32; -ctv is the same flag (llama.cpp's)")
+      ->option_text("{f16,f32}  (-ctv)")
+      ->check(check("--cache-type-v"));
 }
 
 KVTypes CacheTypeOptions::types() const {

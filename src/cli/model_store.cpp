@@ -67,6 +67,16 @@ ResolvedModel resolve_model_full(const std::string& arg) {
     const bool ckpt = r.selection.kind == hub::Selection::Kind::Checkpoint;
     return {r.path, ckpt, hub::parse_repo_spec(name).repo, r.commit};
   }
+  if (fs::is_directory(name, ec)) {
+    // A folder that is neither a checkpoint nor in the store's layout.
+    std::string ggufs;
+    for (const auto& e : fs::directory_iterator(name, ec))
+      if (e.path().extension() == ".gguf") ggufs += (ggufs.empty() ? "" : ", ") + e.path().filename().string();
+    if (!ggufs.empty())
+      throw Error("model '" + name + "' is a directory; give one of its GGUF files: " + ggufs);
+    throw Error("model '" + name + "' is a directory with no model files (no *.gguf, no config.json of an HF "
+                "checkpoint)");
+  }
   const std::string dir = model_store_dir();
   const std::string in_store = dir + "/" + name + ".gguf";
   if (name.find('/') == std::string::npos && fs::is_regular_file(in_store, ec)) return {in_store, false, in_store, "local"};

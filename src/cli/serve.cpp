@@ -46,6 +46,7 @@ struct ServeOptions {
   bool quiet = false;
   bool embeddings = false;  ///< serve /v1/embeddings for a text model too
   std::string pooling;      ///< "": the model's (engine/embed.h)
+  bool no_pull = false;     ///< refuse POST /api/pull
 };
 
 std::atomic<int> g_signal{0};
@@ -90,6 +91,9 @@ void serve(const ServeOptions& o) {
       o.model.find_first_of("@:") == std::string::npos)
     so.model_id = o.model;
   so.model_kind = model_kind_name(model_kind(*m.model));
+  so.model_path = m.path;
+  so.gguf = m.file;
+  so.allow_pull = !o.no_pull;
   if (model_kind(*m.model) == ModelKind::Embedding || o.embeddings) {
     EmbeddingConfig ec = embedding_config(*m.model, m.file ? "" : m.path);
     if (!o.pooling.empty()) ec.pooling = parse_pooling(o.pooling);
@@ -126,7 +130,7 @@ void serve(const ServeOptions& o) {
   const int port = srv.bind();
   std::fprintf(stderr,
                "kvad serve: model %s (%s), %d slots x %d tokens, chat template: %s\n"
-               "kvad serve: listening on http://%s:%d (chat page at /, OpenAI API at /v1)%s\n",
+               "kvad serve: listening on http://%s:%d (chat page at /, OpenAI API at /v1, ollama's at /api)%s\n",
                so.model_id.c_str(), m.path.c_str(), so.sched.n_slots, so.sched.n_ctx,
                so.chat ? "the model's" : ("none (" + so.chat_error + ")").c_str(),
                o.host.c_str(), port, so.api_key.empty() ? "" : ", API key required");
@@ -197,6 +201,7 @@ void add_serve(CLI::App& app) {
   c->add_flag("-q,--quiet", o->quiet, "Do not log each request");
   c->add_flag("--embeddings", o->embeddings,
               "Also serve POST /v1/embeddings with a text model (an embedding model always serves it)");
+  c->add_flag("--no-pull", o->no_pull, "Refuse ollama's POST /api/pull (which downloads models from the Hub)");
   c->add_option("--pooling", o->pooling, "Embedding pooling instead of the model's: mean, cls or last")
       ->check(CLI::IsMember({"mean", "cls", "last"}));
   c->callback([o] { serve(*o); });

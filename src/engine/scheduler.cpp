@@ -146,6 +146,8 @@ Scheduler::Scheduler(std::shared_ptr<Model> model, std::shared_ptr<const Tokeniz
     slots_.back()->id = i;
   }
   metrics_.n_slots = opts_.n_slots;
+  metrics_.slot_busy.assign(static_cast<size_t>(opts_.n_slots), 0);
+  metrics_.slot_cached.assign(static_cast<size_t>(opts_.n_slots), 0);
   metrics_.n_ctx = opts_.n_ctx;
   metrics_.kv_bytes_per_token = session_->cache().bytes_per_token();
   metrics_.kv_bytes = session_->cache().bytes();
@@ -308,6 +310,8 @@ void Scheduler::admit(Slot& slot, std::shared_ptr<Job> job) {
   slot.admitted = use_clock_;
   slot.job = std::move(job);
   ++metrics_.active_slots;
+  metrics_.slot_busy[static_cast<size_t>(slot.id)] = 1;
+  metrics_.slot_cached[static_cast<size_t>(slot.id)] = landed;
   ++metrics_.requests_total;
   metrics_.prompt_tokens_total += prompt.size();
   metrics_.cached_tokens_total += static_cast<uint64_t>(landed);
@@ -335,6 +339,7 @@ void Scheduler::finish(Slot& slot, const std::string& reason, const std::string&
     // Before the last event: whoever sees it finds the slot free.
     std::lock_guard<std::mutex> lk(mu_);
     --metrics_.active_slots;
+    metrics_.slot_busy[static_cast<size_t>(slot.id)] = 0;
   }
   job->push(std::move(ev));
 }
@@ -496,6 +501,7 @@ void Scheduler::loop() {
           best->dec.reset();
           best->tokens.resize(static_cast<size_t>(session_->truncate(best->id, 0)));
           if (counted) --metrics_.active_slots;
+          metrics_.slot_busy[static_cast<size_t>(best->id)] = 0;
           GenEvent ev;
           ev.done = true;
           ev.finish_reason = "error";

@@ -200,6 +200,8 @@ struct SchedulerMetrics {
   size_t state_bytes = 0;                 ///< Session::cache().state_bytes(): recurrent layers' live states
   size_t snapshot_bytes = 0;              ///< Session::cache().snapshot_bytes() (after the last step)
   int64_t n_snapshots = 0;                ///< Session::cache().n_snapshots() (after the last step)
+  std::vector<char> slot_busy;            ///< per slot: 1 while a request holds it
+  std::vector<int32_t> slot_cached;       ///< per slot: prompt tokens its last request reused from a cache
 };
 
 class Scheduler {

@@ -152,6 +152,8 @@ std::optional<Resolved> resolve_hf(const RepoSpec& spec, const std::string& cach
     std::string why;
     if (!checkpoint_complete(r.snapshot_dir, files, why)) return no(why);
     r.path = r.snapshot_dir;
+  } else if (r.selection.kind == Selection::Kind::Pipeline) {
+    r.path = r.snapshot_dir;  // the diffusers folder
   } else {
     r.path = (fs::path(r.snapshot_dir) / r.selection.entry).string();
   }

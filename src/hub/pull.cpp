@@ -371,7 +371,9 @@ PullResult pull(const RepoSpec& spec, const HubOptions& opt_in, PullObserver* ob
   res.resolved.commit = info.commit;
   res.resolved.snapshot_dir = snapshot.string();
   res.resolved.selection = sel;
-  res.resolved.path = sel.kind == Selection::Kind::Checkpoint ? snapshot.string() : (snapshot / sel.entry).string();
+  res.resolved.path = sel.kind == Selection::Kind::Checkpoint || sel.kind == Selection::Kind::Pipeline
+                          ? snapshot.string()
+                          : (snapshot / sel.entry).string();
   return res;
 }
 

@@ -175,9 +175,123 @@ bool is_checkpoint_support_file(const std::string& name) {
   return kNames.count(name) > 0;
 }
 
+const std::vector<std::string>& pipeline_components() {
+  static const std::vector<std::string> kNames = {"unet",      "vae",         "text_encoder", "text_encoder_2",
+                                                  "tokenizer", "tokenizer_2", "scheduler"};
+  return kNames;
+}
+
+namespace {
+
+// A weights file of a component folder: NAME[.VARIANT].safetensors or
+// NAME.safetensors.index[.VARIANT].json; false for anything else (shards
+// NAME-00001-of-00002[.VARIANT].safetensors included).
+bool weights_variant(const std::string& f, std::string& variant, bool& index) {
+  variant.clear();
+  if (const size_t at = f.find(".safetensors.index"); at != std::string::npos && ends_with(f, ".json")) {
+    index = true;
+    const std::string rest = f.substr(at + 18);
+    if (rest != ".json") variant = rest.substr(1, rest.size() - 6);
+    return true;
+  }
+  if (!ends_with(f, ".safetensors")) return false;
+  const size_t of = f.find("-of-");
+  if (of != std::string::npos && of >= 6 && f[of - 6] == '-') return false;  // a shard
+  index = false;
+  const std::string stem = f.substr(0, f.size() - 12);
+  if (const size_t dot = stem.rfind('.'); dot != std::string::npos) variant = stem.substr(dot + 1);
+  return true;
+}
+
+bool is_shard_of(const std::string& shard, const std::string& index_name) {
+  // NAME.safetensors.index[.V].json → NAME-0000k-of-0000n[.V].safetensors
+  const std::string name = index_name.substr(0, index_name.find(".safetensors.index"));
+  return starts_with(shard, name + "-") && ends_with(shard, ".safetensors") && shard.find("-of-") != std::string::npos;
+}
+
+bool is_tokenizer_file(const std::string& f) {
+  return f == "vocab.json" || f == "merges.txt" || f == "tokenizer_config.json" || f == "special_tokens_map.json" ||
+         f == "tokenizer.json" || f == "added_tokens.json";
+}
+
+}  // namespace
+
+std::vector<std::string> pick_component_weights(const std::vector<std::string>& names, const std::string& variant) {
+  auto of = [&](const std::string& v) {
+    std::vector<std::string> idx, one;
+    for (const std::string& f : names) {
+      std::string fv;
+      bool index = false;
+      if (weights_variant(f, fv, index) && fv == v) (index ? idx : one).push_back(f);
+    }
+    return idx.empty() ? one : idx;
+  };
+  std::vector<std::string> pick = of(variant);
+  if (pick.empty() && !variant.empty()) pick = of("");
+  if (pick.empty() && variant.empty()) {
+    std::set<std::string> variants;
+    for (const std::string& f : names) {
+      std::string fv;
+      bool index = false;
+      if (weights_variant(f, fv, index)) variants.insert(fv);
+    }
+    if (variants.size() == 1) pick = of(*variants.begin());
+  }
+  return pick;
+}
+
+namespace {
+
+Selection pipeline_selection(const std::vector<std::string>& files, const std::string& variant, const std::string& repo) {
+  Selection s;
+  s.kind = Selection::Kind::Pipeline;
+  s.files.push_back("model_index.json");
+  for (const std::string& comp : pipeline_components()) {
+    std::vector<std::string> names;
+    for (const std::string& f : files)
+      if (starts_with(f, comp + "/") && f.find('/', comp.size() + 1) == std::string::npos)
+        names.push_back(f.substr(comp.size() + 1));
+    if (names.empty()) continue;
+    for (const std::string& n : names)
+      if (n == "config.json" || n == "scheduler_config.json" || (starts_with(comp, "tokenizer") && is_tokenizer_file(n)))
+        s.files.push_back(comp + "/" + n);
+    if (comp == "scheduler" || starts_with(comp, "tokenizer")) continue;
+    const std::vector<std::string> pick = pick_component_weights(names, variant);
+    if (pick.size() != 1)
+      throw Error(repo + ": " + comp + "/ has " + (pick.empty() ? "no .safetensors weights" : "several weights files") +
+                  " for variant '" + variant + "' (has: " + list_files(names) + ")");
+    s.files.push_back(comp + "/" + pick[0]);
+    if (pick[0].find(".safetensors.index") != std::string::npos)
+      for (const std::string& n : names)
+        if (is_shard_of(n, pick[0])) s.files.push_back(comp + "/" + n);
+  }
+  std::sort(s.files.begin(), s.files.end());
+  return s;
+}
+
+}  // namespace
+
 Selection select_model_files(const std::vector<std::string>& files, const std::string& selector,
                              const std::string& repo) {
   const std::vector<GgufUnit> units = gguf_units(files);
+
+  // A diffusers pipeline: "" or a variant its weights carry.
+  if (std::find(files.begin(), files.end(), "model_index.json") != files.end() &&
+      std::find(files.begin(), files.end(), selector) == files.end()) {
+    if (selector.empty()) return pipeline_selection(files, "", repo);
+    bool variant = selector.find_first_of("./") == std::string::npos;
+    if (variant) {
+      variant = false;
+      for (const std::string& f : files) {
+        std::string fv;
+        bool index = false;
+        if (weights_variant(basename(f), fv, index) && fv == selector) variant = true;
+      }
+    }
+    if (variant) return pipeline_selection(files, selector, repo);
+    if (selector.find_first_of("./") == std::string::npos)
+      throw Error(repo + " is a diffusers pipeline without weights of variant '" + selector + "'");
+  }
 
   if (selector.empty()) {
     std::vector<std::string> shards;

@@ -9,7 +9,8 @@ namespace kvad::hub {
 
 /// What a selector picked out of a repo's file list.
 struct Selection {
-  enum class Kind { Checkpoint, Gguf, File };
+  /// Pipeline: a diffusers pipeline repo (model_index.json at its root), loaded from the snapshot folder.
+  enum class Kind { Checkpoint, Gguf, File, Pipeline };
   Kind kind = Kind::File;
   /// Files to fetch, repo-relative, sorted. For Gguf, all split parts.
   std::vector<std::string> files;
@@ -44,8 +45,29 @@ std::string gguf_quant_tag(const std::string& name);
 /// chat_template.jinja, chat_template.json), at the repo root.
 bool is_checkpoint_support_file(const std::string& name);
 
+/// The component folders of a diffusers pipeline that kvad's image models
+/// read (model/image/pipeline.h): unet, vae, text_encoder, text_encoder_2,
+/// tokenizer, tokenizer_2, scheduler. Others (safety_checker,
+/// feature_extractor, ONNX/OpenVINO exports) are never fetched.
+const std::vector<std::string>& pipeline_components();
+
+/// Of the file names in one component folder (no folder part), the weights
+/// to read for `variant` ("" or "fp16", diffusers' NAME.<variant>.safetensors
+/// and NAME.safetensors.index.<variant>.json): the variant's index or single
+/// file, else the plain one (no variant), else -- for variant "" -- the
+/// only variant there is. Shards of an index are not listed (the index
+/// names them). Empty when there is none; more than one when it is
+/// ambiguous (the caller says so).
+std::vector<std::string> pick_component_weights(const std::vector<std::string>& names, const std::string& variant);
+
 /// Picks the files of the model `selector` names from `files` (every file of
 /// the repo, repo-relative; validated by the caller):
+///  - "" or a variant ("fp16") of a repo with model_index.json at its root:
+///    a diffusers pipeline -- model_index.json and, of each folder of
+///    pipeline_components() there is, its config.json /
+///    scheduler_config.json, tokenizer files and the weights
+///    pick_component_weights chooses (with an index: the shards it names,
+///    read by the caller; here: every NAME-0000k-of-0000n shard beside it);
 ///  - "" : a safetensors checkpoint when the root has *.safetensors (the
 ///    support files above, the shards and model.safetensors.index.json;
 ///    `consolidated*.safetensors` left out when other shards exist), else the

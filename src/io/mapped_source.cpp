@@ -28,15 +28,19 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
     for (const std::string& n : ignored) used[n] = 1;
     owned_.reserve(rules.size() + synthetic.size());  // pointers into owned_ stay valid
     std::map<std::string, std::vector<std::pair<int64_t, const SourceTensor*>>> stacks;
+    std::map<std::string, int64_t> chunked;  // base → its chunk count
     for (const TensorRename& r : rules) {
       const SourceTensor* b = base_->find(r.base);
       if (!b) throw Error(base_->path() + ": missing tensor " + r.base + " (for " + r.name + ")");
-      // 2: named by a rule; 3: named by rules taking lanes of it, one each.
+      // 2: named by a rule; 3: named by rules taking lanes (or chunks) of it, one each.
+      const bool split = r.lanes > 1 || r.chunks > 1;
+      const int64_t piece = r.lanes > 1 ? r.lane : r.chunk;
       const int seen = used.count(r.base) ? used[r.base] : 0;
-      if (seen == 2 || (seen == 3 && (r.lanes <= 1 || !lanes_.insert({r.base, r.lane}).second)))
+      if (seen == 2 || (seen == 3 && (!split || !lanes_.insert({r.base, piece}).second)))
         throw Error(base_->path() + ": tensor " + r.base + " named twice");
-      if (r.lanes > 1) lanes_.insert({r.base, r.lane});
-      used[r.base] = r.lanes > 1 ? 3 : 2;
+      if (split) lanes_.insert({r.base, piece});
+      if (r.chunks > 1) chunked[r.base] = r.chunks;
+      used[r.base] = split ? 3 : 2;
       if (r.transform == TensorTransform::Fp8BlockScaled) {
         const SourceTensor* sc = base_->find(r.scale);
         if (!sc) throw Error(base_->path() + ": missing tensor " + r.scale + " (the block scales of " + r.base + ")");
@@ -53,7 +57,9 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
       }
       SourceTensor t = *b;
       t.name = r.name;
-      if (r.transform == TensorTransform::Fp8BlockScaled) {
+      if (r.chunks > 1) {
+        t = chunk(*b, r);
+      } else if (r.transform == TensorTransform::Fp8BlockScaled) {
         // dequantized above
       } else if (r.transform == TensorTransform::Mxfp4) {
         const SourceTensor* sc = base_->find(r.scale);
@@ -80,6 +86,12 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
       tensors_.push_back(std::move(t));
     }
     for (auto& [name, parts] : stacks) tensors_.push_back(stack(name, parts));
+    // A tensor cut into chunks is read only when every chunk is (the unread-tensor guard).
+    for (const auto& [base, n] : chunked)
+      for (int64_t c = 0; c < n; ++c)
+        if (!lanes_.count({base, c}))
+          throw Error(base_->path() + ": chunk " + std::to_string(c) + " of " + std::to_string(n) + " of tensor " +
+                      base + " is not used by architecture " + get_string("general.architecture", "?"));
     for (const SourceTensor& b : base_->tensors())
       if (!used.count(b.name))
         throw Error(base_->path() + ": tensor " + b.name + " is not used by architecture " +
@@ -187,6 +199,22 @@ class MappedSource final : public TensorSource, public std::enable_shared_from_t
   }
 
   // Parts 0..n-1 of one name, each [ne0, ne1] of one format, as [n, ne1, ne0].
+  // Chunk r.chunk of r.chunks along the outermost stored dim, in place.
+  SourceTensor chunk(const SourceTensor& b, const TensorRename& r) {
+    const int outer = b.n_dims - 1;
+    if (r.transform != TensorTransform::None || r.lanes > 1 || r.chunk < 0 || r.chunk >= r.chunks ||
+        b.ne[outer] % r.chunks != 0 || !b.supported)
+      throw Error(base_->path() + ": tensor " + b.name + " (" + std::to_string(b.ne[outer]) + " rows) cannot be cut into " +
+                  std::to_string(r.chunks) + " equal parts for " + r.name);
+    SourceTensor t = b;
+    t.name = r.name;
+    t.ne[outer] /= r.chunks;
+    t.n_bytes = b.n_bytes / r.chunks;
+    if (b.data) t.data = static_cast<const uint8_t*>(b.data) + t.n_bytes * r.chunk;
+    if (!t.shape.empty()) t.shape[0] = t.ne[outer];
+    return t;
+  }
+
   SourceTensor stack(const std::string& name, std::vector<std::pair<int64_t, const SourceTensor*>>& parts) {
     std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     const SourceTensor& p0 = *parts[0].second;

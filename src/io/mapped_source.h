@@ -65,6 +65,12 @@ struct TensorRename {
   /// rules may then name the same base, one per lane. Copied once into
   /// memory the view owns; f32, f16 and bf16 only.
   int64_t lanes = 1, lane = 0;
+  /// chunks > 1: the base's outermost stored dim holds `chunks` equal
+  /// tensors one after another, and this rule takes chunk `chunk`, in place
+  /// (no copy): OpenCLIP's fused attention in_proj_weight [3·n, n] as
+  /// transformers' q_proj, k_proj, v_proj [n, n]. Several rules may name
+  /// the same base, one per chunk. Only with TensorTransform::None.
+  int64_t chunks = 1, chunk = 0;
   /// Fp8BlockScaled and Mxfp4: the scale tensor's name in the base;
   /// Fp8BlockScaled: the block.
   std::string scale{};
@@ -128,5 +134,18 @@ std::shared_ptr<const TensorSource> mapped_source(std::shared_ptr<const TensorSo
 /// The metadata of a view made by mapped_source (nullptr for other sources),
 /// for writers that carry it into a GGUF (the quantize-once cache).
 const Metadata* mapped_metadata(const TensorSource& s);
+
+}  // namespace kvad
+
+namespace kvad {
+
+/// Several sources as one, each part's tensors under its prefix
+/// ("unet." + "conv_in.weight"): the components of an image pipeline, each
+/// from its own folder, as one checkpoint whose every tensor a loader must
+/// take (seam 7). `path` names the whole for errors; tensor_name() gives
+/// the part's own name and file. Metadata: none. Throws kvad::Error when
+/// two parts give the same name.
+std::shared_ptr<const TensorSource> prefixed_source(
+    std::vector<std::pair<std::string, std::shared_ptr<const TensorSource>>> parts, std::string path);
 
 }  // namespace kvad

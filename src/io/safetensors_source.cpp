@@ -143,7 +143,10 @@ std::shared_ptr<const TensorSource> safetensors_source(const std::string& path) 
       return sharded(path, (dir / "model.safetensors.index.json").string());
     throw Error(path + ": a directory with neither model.safetensors nor model.safetensors.index.json");
   }
-  if (path.ends_with(".index.json")) return sharded(path, path);
+  // diffusers names a variant's index NAME.safetensors.index.<variant>.json.
+  const std::string file = fs::path(path).filename().string();
+  if (path.ends_with(".index.json") || (file.find(".safetensors.index.") != std::string::npos && path.ends_with(".json")))
+    return sharded(path, path);
   return single(path, path);
 }
 

@@ -127,7 +127,8 @@ std::shared_ptr<const gguf::File> gguf_file(const TensorSource& s);
 /// A safetensors checkpoint as a TensorSource (src/io/safetensors_source.cpp).
 /// `path` is one of:
 ///  - a `.safetensors` file;
-///  - a `*.safetensors.index.json` file: its weight_map's shards, in its directory;
+///  - a `*.safetensors.index.json` file (or diffusers' variant index
+///    `*.safetensors.index.<variant>.json`): its weight_map's shards, in its directory;
 ///  - a directory holding `model.safetensors` (used when present, as
 ///    transformers does) or else `model.safetensors.index.json`.
 /// Tensors keep their checkpoint names as stored (no mapping to GGUF names);

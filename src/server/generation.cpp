@@ -175,7 +175,7 @@ bool Server::Impl::collect(Prepared& p, httplib::Response& res, std::string* tex
 }
 
 void Server::Impl::stream(Prepared p, httplib::Response& res, std::shared_ptr<StreamEmitter> em, bool logprobs,
-                          size_t offset0) {
+                          size_t offset0, const char* content_type, LogprobsFormat lp_format) {
   // One provider call per event; the provider returns false to drop the
   // connection (client gone), and the releaser cancels whatever is still
   // running.
@@ -189,16 +189,21 @@ void Server::Impl::stream(Prepared p, httplib::Response& res, std::shared_ptr<St
   };
   auto st = std::make_shared<State>(State{p.job, OutputStream(p.fmt), std::move(em)});
   st->text_offset = offset0;
-  auto piece = piece_fn();
-  const bool chat = p.chat;
+  if (!lp_format) {
+    auto piece = piece_fn();
+    const bool chat = p.chat;
+    lp_format = [piece, chat](const std::vector<GenTokenLogprobs>& t, size_t* off) {
+      return logprobs_json(chat, t, piece, off);
+    };
+  }
   ++open_streams;
   const int fd = p.fd;
   const bool stop_after_call = p.fmt.stop_after_call;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, st, fd, stop_after_call, logprobs, piece, chat](size_t, httplib::DataSink& sink) -> bool {
+      content_type,
+      [this, st, fd, stop_after_call, logprobs, lp_format](size_t, httplib::DataSink& sink) -> bool {
         auto send = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
         auto drop = [&] {
           st->job->cancel();
@@ -214,8 +219,7 @@ void Server::Impl::stream(Prepared p, httplib::Response& res, std::shared_ptr<St
         // Logprobs ride on the next delta that sends text.
         auto attach = [&] {
           if (!logprobs || st->pending.empty()) return;
-          st->em->set_logprobs(logprobs_json(chat, st->pending, piece,
-                                             &st->text_offset));
+          st->em->set_logprobs(lp_format(st->pending, &st->text_offset));
           st->pending.clear();
         };
         if (!ev->text.empty()) {

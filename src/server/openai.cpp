@@ -224,15 +224,44 @@ json error_body(const ApiError& e) {
   return json{{"error", err}};
 }
 
-std::shared_ptr<const Grammar> json_object_grammar() {
-  static const std::shared_ptr<const Grammar> g = Grammar::parse(json_any_gbnf(true));
-  return g;
+std::shared_ptr<const Grammar> json_object_grammar(const JsonSchemaOptions& opt) {
+  auto make = [](JsonSchemaOptions::Whitespace ws) {
+    JsonSchemaOptions o;
+    o.whitespace = ws;
+    o.max_string_length = kDefaultJsonMaxString;
+    return Grammar::parse(json_any_gbnf(true, o));
+  };
+  static const std::shared_ptr<const Grammar> compact = make(JsonSchemaOptions::Whitespace::kCompact);
+  static const std::shared_ptr<const Grammar> pretty = make(JsonSchemaOptions::Whitespace::kPretty);
+  if (opt.max_string_length != kDefaultJsonMaxString) return Grammar::parse(json_any_gbnf(true, opt));
+  return opt.whitespace == JsonSchemaOptions::Whitespace::kPretty ? pretty : compact;
+}
+
+JsonSchemaOptions json_schema_options(const json& body) {
+  JsonSchemaOptions opt;
+  // Strings the schema leaves unbounded end within 512 characters by
+  // default, so that a reply under a schema finishes (a schema's own
+  // maxLength or minLength wins; kvad.json_max_string_length 0 lifts it).
+  opt.max_string_length = kDefaultJsonMaxString;
+  const json* k = field(body, "kvad");
+  if (!k) return opt;
+  if (!k->is_object()) bad_type("kvad", "an object", *k);
+  if (const json* ws = field(*k, "json_whitespace")) {
+    if (!ws->is_string()) bad_type("kvad.json_whitespace", "a string", *ws);
+    const std::string v = ws->get<std::string>();
+    if (v == "pretty") opt.whitespace = JsonSchemaOptions::Whitespace::kPretty;
+    else if (v != "compact")
+      bad_value("kvad.json_whitespace", "expected 'compact' or 'pretty', got '" + v.substr(0, 40) + "'.");
+  }
+  opt.max_string_length = static_cast<uint32_t>(integer_in(*k, "json_max_string_length", 0, 10000, kDefaultJsonMaxString));
+  return opt;
 }
 
 // response_format (OpenAI) and grammar / json_schema (llama.cpp's server):
 // the grammar that constrains the output, or null. A schema or grammar the
 // compiler refuses is a 400 naming the keyword (never ignored).
 static std::shared_ptr<const Grammar> parse_grammar_fields(const json& body) {
+  const JsonSchemaOptions opt = json_schema_options(body);
   std::shared_ptr<const Grammar> out;
   std::string from;
   auto set = [&](const std::string& param, auto make) {
@@ -255,7 +284,7 @@ static std::shared_ptr<const Grammar> parse_grammar_fields(const json& body) {
     if (!t || !t->is_string()) bad_type("response_format.type", "a string", t ? *t : json());
     const std::string type = t->get<std::string>();
     if (type == "json_object") {
-      set("response_format", [] { return json_object_grammar(); });
+      set("response_format", [&] { return json_object_grammar(opt); });
     } else if (type == "json_schema") {
       const json* js = field(*rf, "json_schema");
       if (!js || !js->is_object()) bad_type("response_format.json_schema", "an object", js ? *js : json());
@@ -267,7 +296,7 @@ static std::shared_ptr<const Grammar> parse_grammar_fields(const json& body) {
       if (!schema) throw ApiError(400, "Missing required parameter: 'response_format.json_schema.schema'.",
                                   "invalid_request_error", "response_format.json_schema.schema",
                                   "missing_required_parameter");
-      set("response_format.json_schema.schema", [&] { return json_schema_grammar(*schema); });
+      set("response_format.json_schema.schema", [&] { return json_schema_grammar(*schema, opt); });
     } else if (type != "text") {
       unsupported("response_format", "response_format '" + type + "' is not supported; use 'text', 'json_object' or 'json_schema'.");
     }
@@ -276,7 +305,7 @@ static std::shared_ptr<const Grammar> parse_grammar_fields(const json& body) {
     if (!gr->is_string()) bad_type("grammar", "a string", *gr);
     set("grammar", [&] { return Grammar::parse(gr->get<std::string>()); });
   }
-  if (const json* js = field(body, "json_schema")) set("json_schema", [&] { return json_schema_grammar(*js); });
+  if (const json* js = field(body, "json_schema")) set("json_schema", [&] { return json_schema_grammar(*js, opt); });
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "engine/grammar/json_schema.h"
 #include "engine/scheduler.h"
 #include "server/tool_calls.h"
 
@@ -147,8 +148,20 @@ const J* field(const J& o, const char* key) {
 }
 
 /// The grammar of any JSON object (response_format / text.format
-/// {"type": "json_object"}), built once.
-std::shared_ptr<const Grammar> json_object_grammar();
+/// {"type": "json_object"}) under opt's whitespace and string bounds (the
+/// request defaults built once).
+std::shared_ptr<const Grammar> json_object_grammar(const JsonSchemaOptions& opt = {});
+
+/// Characters of strings whose schema gives no maxLength, by default.
+inline constexpr int64_t kDefaultJsonMaxString = 512;
+
+/// The schema compiler's options a request sets in its kvad extension:
+/// {"kvad": {"json_whitespace": "compact" (default) | "pretty",
+///           "json_max_string_length": characters of strings whose schema
+///           gives no maxLength, 0..10000, 0: unbounded (default 512)}}.
+/// Throws ApiError 400 for a bad value; other kvad fields are left to
+/// their readers.
+JsonSchemaOptions json_schema_options(const nlohmann::ordered_json& body);
 
 /// The nesting depth of arrays and objects in JSON `text` (outside
 /// strings) once it exceeds `limit`, else 0; linear, allocates nothing.

@@ -181,13 +181,13 @@ CompletionRequest parse_responses_request(const std::string& body_text, Response
       // naming the keyword.
       try {
         if (*ty == "json_object") {
-          r.gen.grammar = json_object_grammar();
+          r.gen.grammar = json_object_grammar(json_schema_options(body));
         } else if (*ty == "json_schema") {
           const json* schema = field(*f, "schema");
           if (!schema) bad("text.format.schema", "text.format json_schema needs a schema.", "missing_required_parameter");
           if (const json* name = field(*f, "name"); name && !name->is_string())
             bad("text.format.name", "expected a string.", "invalid_type");
-          r.gen.grammar = json_schema_grammar(*schema);
+          r.gen.grammar = json_schema_grammar(*schema, json_schema_options(body));
         } else if (*ty != "text") {
           throw ApiError(400, "text.format '" + ty->get<std::string>().substr(0, 40) +
                                   "' is not supported; use 'text', 'json_object' or 'json_schema'.",

@@ -23,6 +23,7 @@
 #include "server/guard.h"
 #include "server/metrics.h"
 #include "server/anthropic.h"
+#include "server/ollama_api.h"
 #include "server/openai.h"
 #include "server/responses.h"
 #include "server/stream.h"
@@ -94,19 +95,31 @@ namespace {
 
 std::string endpoint_label(const std::string& path) {
   for (const char* known : {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses",
-                            "/v1/embeddings", "/v1/models", "/health", "/metrics", "/"})
+                            "/v1/embeddings", "/v1/models", "/health", "/metrics", "/", "/api/chat",
+                            "/api/generate", "/api/embed", "/api/embeddings", "/api/tags", "/api/show", "/api/ps",
+                            "/api/version", "/api/pull", "/completion", "/completions", "/infill", "/tokenize",
+                            "/detokenize", "/apply-template", "/props", "/slots"})
     if (path == known) return known;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   return "other";
 }
 
-/// Anthropic's clients read errors in Anthropic's shape.
-bool anthropic_path(const std::string& path) { return path == "/v1/messages"; }
+/// Each API's clients read errors in their API's shape: Anthropic's for
+/// /v1/messages, ollama's {"error": "..."} for /api/*, OpenAI's elsewhere.
+enum class ErrorShape { openai, anthropic, ollama };
+ErrorShape error_shape(const std::string& path) {
+  if (path == "/v1/messages") return ErrorShape::anthropic;
+  if (path.rfind("/api/", 0) == 0) return ErrorShape::ollama;
+  return ErrorShape::openai;
+}
 
-void send_error(httplib::Response& res, const ApiError& e, bool anthropic = false) {
+void send_error(httplib::Response& res, const ApiError& e, ErrorShape shape = ErrorShape::openai) {
   res.status = e.status;
   if (e.status == 429) res.set_header("Retry-After", "1");
-  res.set_content(dump(anthropic ? anthropic_error_body(e) : error_body(e)), "application/json");
+  const json body = shape == ErrorShape::anthropic ? anthropic_error_body(e)
+                    : shape == ErrorShape::ollama  ? ollama_error_body(e)
+                                                   : error_body(e);
+  res.set_content(dump(body), "application/json");
 }
 
 // Set by the pre-routing handler when it refused a request whose body (if
@@ -127,7 +140,7 @@ httplib::Server::HandlerResponse Server::Impl::front_door(const httplib::Request
   using HR = httplib::Server::HandlerResponse;
   t_close_after_answer = false;
   auto refuse = [&](const ApiError& e) {
-    send_error(res, e, anthropic_path(req.path));
+    send_error(res, e, error_shape(req.path));
     res.set_header("Connection", "close");
     t_close_after_answer = true;
     return HR::Handled;
@@ -198,7 +211,13 @@ httplib::Server::HandlerResponse Server::Impl::front_door(const httplib::Request
     if (!has_length)
       return refuse(ApiError(411, "A POST needs a Content-Length.", "invalid_request_error", "", "length_required"));
     const std::string ct = req.get_header_value("Content-Type");
-    if (ct.rfind("application/json", 0) != 0)
+    // ollama's documented examples are `curl -d '{...}'`, which sends
+    // application/x-www-form-urlencoded; its clients' bodies are JSON all
+    // the same. (A browser's cross-site form post carries an Origin and is
+    // refused above.)
+    const bool form_ok = error_shape(req.path) == ErrorShape::ollama &&
+                         ct.rfind("application/x-www-form-urlencoded", 0) == 0;
+    if (ct.rfind("application/json", 0) != 0 && !form_ok)
       return refuse(ApiError(415, "Content-Type must be application/json, got '" + sanitize_for_log(ct, 64) + "'.",
                              "invalid_request_error", "", "unsupported_media_type"));
   }
@@ -229,27 +248,30 @@ void Server::Impl::routes() {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // our own JSON error
     if (res.status == 404) {
       send_error(res, ApiError(404, "Unknown request URL: " + req.method + " " + req.path + ".",
-                               "invalid_request_error", "", "unknown_url"));
+                               "invalid_request_error", "", "unknown_url"), error_shape(req.path));
     } else if (res.status == 413) {
-      send_error(res, ApiError(413, "The request body is too large.", "invalid_request_error", "", "payload_too_large"));
+      send_error(res, ApiError(413, "The request body is too large.", "invalid_request_error", "", "payload_too_large"),
+                 error_shape(req.path));
     } else if (res.status == 499) {
       return httplib::Server::HandlerResponse::Unhandled;
     } else {
       send_error(res, ApiError(res.status, "HTTP error " + std::to_string(res.status) + ".",
-                               res.status >= 500 ? "server_error" : "invalid_request_error"));
+                               res.status >= 500 ? "server_error" : "invalid_request_error"), error_shape(req.path));
     }
     return httplib::Server::HandlerResponse::Handled;
   }));
 
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+    const ErrorShape shape = error_shape(req.path);
     try {
       std::rethrow_exception(ep);
     } catch (const ApiError& e) {
-      send_error(res, e);
+      send_error(res, e, shape);
     } catch (const std::exception& e) {
-      send_error(res, ApiError(500, std::string("Internal error: ") + e.what(), "server_error", "", "internal_error"));
+      send_error(res, ApiError(500, std::string("Internal error: ") + e.what(), "server_error", "", "internal_error"),
+                 shape);
     } catch (...) {
-      send_error(res, ApiError(500, "Internal error.", "server_error", "", "internal_error"));
+      send_error(res, ApiError(500, "Internal error.", "server_error", "", "internal_error"), shape);
     }
   });
 
@@ -272,14 +294,14 @@ void Server::Impl::routes() {
   auto guarded = [this](auto fn) {
     return [this, fn](const httplib::Request& req, httplib::Response& res) {
       watchdog.busy(req.remote_addr, req.remote_port);  // generating: no deadline until the answer is written
-      const bool anthropic = anthropic_path(req.path);
+      const ErrorShape shape = error_shape(req.path);
       try {
         fn(req, res);
       } catch (const ApiError& e) {
-        send_error(res, e, anthropic);
+        send_error(res, e, shape);
       } catch (const std::exception& e) {
         send_error(res, ApiError(500, std::string("Internal error: ") + e.what(), "server_error", "", "internal_error"),
-                   anthropic);
+                   shape);
       }
     };
   };
@@ -292,26 +314,11 @@ void Server::Impl::routes() {
     if (!o.embedder)
       throw ApiError(400, "The model '" + o.model_id + "' (kind " + o.model_kind + ") is not serving embeddings; "
                      "start kvad serve with --embeddings.", "invalid_request_error", "model", "model_not_supported");
-    if (stopping) throw ApiError(503, "The server is shutting down.", "server_error", "", "server_shutting_down");
-    // Bounded as generation's queue is: one running and --queue waiting
-    // (they take turns batch by batch, Embedder); more is a 429.
-    const int limit = static_cast<int>(o.sched.max_queue) + 1;
-    struct InFlight {
-      std::atomic<int>& n;
-      ~InFlight() { --n; }
-    } in_flight{metrics.embedding_requests};
-    if (++metrics.embedding_requests > limit)
-      throw ApiError(429, "Too many embedding requests at once (" + std::to_string(limit) + " are running or "
-                     "waiting); retry later.", "rate_limit_error", "", "rate_limit_exceeded");
-    const int fd = find_connection_fd(req);
-    try {
-      res.set_content(embeddings_response(req.body, o.model_id, *o.embedder,
-                                          [this, fd] { return stopping.load() || peer_closed(fd); }),
-                      "application/json");
-    } catch (const EmbedCancelled&) {
-      if (stopping) throw ApiError(503, "The server is shutting down.", "server_error", "", "server_shutting_down");
-      res.status = 499;  // the client left; nobody reads it
-    }
+    const EmbeddingsModel m = embeddings_model(o.model_id, *o.embedder);
+    EmbeddingsRequest r;
+    std::vector<float> vecs;
+    if (run_embeddings(req, res, [&] { return (r = parse_embeddings_request(req.body, m)).inputs; }, &vecs))
+      res.set_content(embeddings_response_body(r, vecs, m), "application/json");
   }));
   for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses", "/v1/embeddings"})
     http.Get(p, [](const httplib::Request& req, httplib::Response& res) {
@@ -343,6 +350,37 @@ void Server::Impl::routes() {
   http.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(kChatPageHtml, "text/html; charset=utf-8");
   });
+  ollama_routes();
+  llamacpp_routes();
+}
+
+bool Server::Impl::run_embeddings(const httplib::Request& req, httplib::Response& res,
+                                  const std::function<std::vector<std::vector<int32_t>>()>& inputs,
+                                  std::vector<float>* out) {
+  if (!o.embedder)
+    throw ApiError(400, "The model '" + o.model_id + "' (kind " + o.model_kind + ") is not serving embeddings; "
+                   "start kvad serve with --embeddings.", "invalid_request_error", "model", "model_not_supported");
+  if (stopping) throw ApiError(503, "The server is shutting down.", "server_error", "", "server_shutting_down");
+  // Bounded as generation's queue is: one running and --queue waiting
+  // (they take turns batch by batch, Embedder); more is a 429.
+  const int limit = static_cast<int>(o.sched.max_queue) + 1;
+  struct InFlight {
+    std::atomic<int>& n;
+    ~InFlight() { --n; }
+  } in_flight{metrics.embedding_requests};
+  if (++metrics.embedding_requests > limit)
+    throw ApiError(429, "Too many embedding requests at once (" + std::to_string(limit) + " are running or "
+                   "waiting); retry later.", "rate_limit_error", "", "rate_limit_exceeded");
+  const std::vector<std::vector<int32_t>> ids = inputs();
+  const int fd = find_connection_fd(req);
+  try {
+    *out = o.embedder->embed(ids, [this, fd] { return stopping.load() || peer_closed(fd); });
+  } catch (const EmbedCancelled&) {
+    if (stopping) throw ApiError(503, "The server is shutting down.", "server_error", "", "server_shutting_down");
+    res.status = 499;  // the client left; nobody reads it
+    return false;
+  }
+  return true;
 }
 
 // ---------------------------------------------------------------- Server

@@ -11,6 +11,10 @@
 //   GET  /health     {"status": "ok"} (503 while shutting down)
 //   GET  /metrics    Prometheus text format (server/metrics.h)
 //   GET  /           the chat page (server/chat_page.html)
+//   ollama's API at /api/* (server/ollama_api.h): chat, generate, embed,
+//   embeddings, tags, show, ps, version, pull; errors {"error": "..."}
+//   llama.cpp's own endpoints (server/llamacpp_api.h): POST /completion,
+//   /infill, /tokenize, /detokenize, /apply-template; GET /props, /slots
 // With an API key, every request except GET /health needs
 // `Authorization: Bearer KEY` or `x-api-key: KEY` (compared in constant time).
 // /v1/messages answers errors in Anthropic's shape (anthropic_error_body).
@@ -66,6 +70,7 @@ class ChatPrompt;
 class Embedder;
 class Model;
 class Tokenizer;
+namespace gguf { class File; }
 }
 
 namespace kvad::server {
@@ -102,6 +107,15 @@ struct ServerOptions {
   /// with 400 model_not_supported.
   std::shared_ptr<Embedder> embedder;
   std::string model_kind = "text";  ///< model_kind_name() of the model (model/registry.h)
+  /// The model's file or checkpoint folder, as loaded (llama.cpp's GET
+  /// /props model_path, ollama's /api/show and /api/tags).
+  std::string model_path;
+  /// The GGUF the model came from (null for an HF checkpoint): its metadata
+  /// for ollama's /api/show model_info and the fill-in-the-middle tokens of
+  /// llama.cpp's /infill (tokenizer.ggml.fim_*_token_id).
+  std::shared_ptr<const gguf::File> gguf;
+  /// POST /api/pull downloads from the Hub (hub::HubOptions::from_env()).
+  bool allow_pull = true;
 };
 
 class Server {

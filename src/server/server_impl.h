@@ -15,11 +15,13 @@
 #include "engine/chat_prompt.h"
 #include "server/embeddings.h"
 #include "server/guard.h"
+#include "server/llamacpp_api.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/server.h"
 #include "server/stream.h"
 #include "server/tool_prompt.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvad::server {
@@ -37,10 +39,11 @@ int find_connection_fd(const httplib::Request& req);
 bool peer_closed(int fd);
 
 struct Server::Impl {
-  Impl(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> t, ServerOptions opts)
+  Impl(std::shared_ptr<Model> m, std::shared_ptr<const Tokenizer> t, ServerOptions opts)
       : o(std::move(opts)),
         tok(std::move(t)),
-        sched(std::move(model), tok, o.sched),
+        model(std::move(m)),
+        sched(model, tok, o.sched),
         watchdog(std::chrono::milliseconds(o.request_timeout_ms), std::chrono::milliseconds(100),
                  http_threads() > 8 ? http_threads() - 4 : http_threads()),
         created(static_cast<int64_t>(std::time(nullptr))) {
@@ -52,6 +55,7 @@ struct Server::Impl {
       longest = std::max({longest, tok->token_text(id).size(), tok->token_to_piece(id, true).size()});
     max_token_bytes = longest;
     if (o.chat) tools_caps = probe_template(o.chat->chat_template());
+    fim = find_fim_tokens(o.gguf.get(), *tok);
     // Replies with tools are decoded with control tokens' text only when
     // the format's markers are control tokens (<|python_tag|>, DeepSeek's);
     // otherwise a stray control token stays out of the content as before.
@@ -68,6 +72,21 @@ struct Server::Impl {
                               : static_cast<size_t>(o.sched.n_slots) + o.sched.max_queue + 64;
   }
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  /// ollama's /api/* (ollama_routes.cpp) and llama.cpp's own endpoints
+  /// (llamacpp_routes.cpp), registered by routes().
+  void ollama_routes();
+  void llamacpp_routes();
+  void ollama_generate(const httplib::Request& req, httplib::Response& res, bool chat);
+  void ollama_pull(const httplib::Request& req, httplib::Response& res);
+  void ollama_embed(const httplib::Request& req, httplib::Response& res, bool legacy);
+  void llamacpp_completion(const httplib::Request& req, httplib::Response& res, bool infill);
+  /// Embeddings for /v1/embeddings and ollama's: one request runs and
+  /// --queue wait (more: ApiError 429; stopping: 503; no Embedder: 400).
+  /// Once admitted, `inputs()` validates the request and gives its token
+  /// ids (throwing ApiError), whose vectors go to *out ([n, dim] f32).
+  /// False when the client left (res is 499).
+  bool run_embeddings(const httplib::Request& req, httplib::Response& res,
+                      const std::function<std::vector<std::vector<int32_t>>()>& inputs, std::vector<float>* out);
   void anthropic_messages(const httplib::Request& req, httplib::Response& res);
   void responses(const httplib::Request& req, httplib::Response& res);
   std::vector<int32_t> tokenize(const CompletionRequest& r, OutputFormat* fmt) const;
@@ -99,14 +118,18 @@ struct Server::Impl {
     std::shared_ptr<const Tokenizer> t = tok;
     return [t](int32_t id) { return t->token_to_piece(id, /*special=*/true); };
   }
-  /// Streams the reply through `em`.
-  /// Streams the reply through `em`; with `logprobs`, each token's logprobs
-  /// go with the delta that carries its text (text_offset from `offset0`).
+  /// A `logprobs` object for tokens (advancing *text_offset), in an API's shape.
+  using LogprobsFormat = std::function<nlohmann::ordered_json(const std::vector<GenTokenLogprobs>&, size_t*)>;
+  /// Streams the reply through `em` as `content_type` (server-sent events,
+  /// or ollama's NDJSON); with `logprobs`, each token's logprobs go with the
+  /// delta that carries its text (text_offset from `offset0`), shaped by
+  /// `lp_format` (default: logprobs_json, OpenAI's).
   void stream(Prepared p, httplib::Response& res, std::shared_ptr<StreamEmitter> em, bool logprobs = false,
-              size_t offset0 = 0);
+              size_t offset0 = 0, const char* content_type = "text/event-stream", LogprobsFormat lp_format = nullptr);
 
   ServerOptions o;
   std::shared_ptr<const Tokenizer> tok;
+  std::shared_ptr<Model> model;  ///< its hparams for /api/show and /props
   Scheduler sched;
   Metrics metrics;
   httplib::Server http;
@@ -117,6 +140,7 @@ struct Server::Impl {
   size_t max_token_bytes = 1;
   bool markers_are_control = false;  ///< the tool-call markers are control tokens
   TemplateTools tools_caps;  ///< what the chat template does with tools (probed once)
+  FimTokens fim;             ///< the model's fill-in-the-middle tokens (llamacpp_api.h)
   int64_t created;
   httplib::Server::HandlerResponse front_door(const httplib::Request& req, httplib::Response& res);
 };

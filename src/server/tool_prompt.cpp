@@ -290,6 +290,8 @@ std::shared_ptr<const Grammar> forced_call_grammar(const CompletionRequest& r, c
     try {
       JsonSchemaOptions opt;
       opt.prefix = pre;
+      // Models write their calls' arguments with spaces ({"city": "Paris"}).
+      opt.whitespace = JsonSchemaOptions::Whitespace::kPretty;
       rules += json_schema_to_gbnf(params, opt) + "\n";
     } catch (const SchemaError& e) {
       size_t idx = 0;

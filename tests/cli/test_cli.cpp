@@ -211,18 +211,49 @@ TEST(Cli, QuantOnACpuGgufIsAClearError) {
 
 // --cache-type-k/-ctk and --cache-type-v/-ctv (llama.cpp's flags): a value
 // other than f16 or f32 is one error line naming the flag and the accepted
-// values, before any model is read, on every command that makes a cache.
+// values, before any model is read, on every command that makes a cache,
+// with the usage-error status 2 as every other bad flag value.
 TEST(Cli, CacheTypeOtherThanF16OrF32IsOneLineError) {
   for (const char* sub : {"run --prompt hi", "chat", "bench", "perplexity -f /dev/null", "serve"}) {
-    for (const char* flag : {"--cache-type-k q8_0", "-ctv q4_0"}) {
+    for (const char* flag : {"--cache-type-k q8_0", "-ctv q4_0", "--cache-type-k q9", "-ctk q9"}) {
       Out r = run_kvad(std::string(sub) + " " + flag + " --model /nonexistent/model.gguf", "hi\n");
-      EXPECT_EQ(r.status, 1) << sub << " " << flag;
+      EXPECT_EQ(r.status, 2) << sub << " " << flag;
       EXPECT_TRUE(one_error_line(r.err)) << r.err;
-      const std::string name = flag[1] == 'c' ? "--cache-type-v" : "--cache-type-k";
+      const std::string f = flag;
+      const std::string name = f.find("-ctv") == 0 || f.find("--cache-type-v") == 0 ? "--cache-type-v" : "--cache-type-k";
       EXPECT_NE(r.err.find("kvad: error: " + name + ": '"), std::string::npos) << r.err;
       EXPECT_NE(r.err.find("accepted: f16 (default), f32"), std::string::npos) << r.err;
     }
   }
+}
+
+// llama.cpp's spellings -ctk / -ctv are in the help of every command that
+// takes the cache flags.
+TEST(Cli, CacheTypeAliasesAreInHelp) {
+  for (const char* sub : {"run", "chat", "bench", "perplexity", "serve"}) {
+    Out r = run_kvad(std::string(sub) + " --help");
+    EXPECT_EQ(r.status, 0) << sub;
+    for (const char* want : {"--cache-type-k {f16,f32}  (-ctk)", "--cache-type-v {f16,f32}  (-ctv)"})
+      EXPECT_NE(r.out.find(want), std::string::npos) << sub << ": " << r.out;
+  }
+}
+
+// A directory given as --model that holds no model says so, rather than
+// "not found"; one holding GGUF files names them.
+TEST(Cli, DirectoryWithoutModelFilesSaysSo) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / ("kvad_empty_model_dir_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  Out r = run_kvad("run --model " + dir.string() + " -p hi");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(one_error_line(r.err)) << r.err;
+  EXPECT_NE(r.err.find("is a directory with no model files"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("not found"), std::string::npos) << r.err;
+  std::ofstream(dir / "a.gguf") << "x";
+  r = run_kvad("run --model " + dir.string() + " -p hi");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("give one of its GGUF files: a.gguf"), std::string::npos) << r.err;
+  fs::remove_all(dir);
 }
 
 // An f32 cache holds twice the bytes per token of the default f16 one (the

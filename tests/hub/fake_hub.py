@@ -86,6 +86,32 @@ def _rand(seed, n):
     return random.Random(seed).randbytes(n)
 
 
+PIPELINE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "image_pipelines", "sdxl")
+
+
+def pipeline_files():
+    """The tiny SDXL pipeline of tests/fixtures/image_pipelines as a diffusers repo, with what such
+    repos carry beside it that a pipeline does not need: the safety checker's and ONNX exports'
+    folders, .bin copies, a single-file checkpoint at the root, and an fp16 variant of the UNet."""
+    files = []
+    for d, _, names in os.walk(PIPELINE):
+        for n in names:
+            rel = os.path.relpath(os.path.join(d, n), PIPELINE).replace(os.sep, "/")
+            files.append(RepoFile(rel, path=os.path.join(d, n), lfs=n.endswith(".safetensors")))
+    files += [
+        RepoFile("README.md", b"# tiny-sdxl\n"),
+        RepoFile("sd_xl_base_1.0.safetensors", _rand(20, 5000), lfs=True),
+        RepoFile("unet/diffusion_pytorch_model.fp16.safetensors", _rand(21, 4000), lfs=True),
+        RepoFile("unet/diffusion_pytorch_model.bin", _rand(22, 3000), lfs=True),
+        RepoFile("safety_checker/config.json", b"{}"),
+        RepoFile("safety_checker/model.safetensors", _rand(23, 3000), lfs=True),
+        RepoFile("feature_extractor/preprocessor_config.json", b"{}"),
+        RepoFile("vae_decoder/model.onnx", _rand(24, 3000), lfs=True),
+        RepoFile("vae_1_0/diffusion_pytorch_model.safetensors", _rand(25, 3000), lfs=True),
+    ]
+    return files
+
+
 def default_repos(store_gguf=None):
     """The repos the tests use. `store_gguf`: a real GGUF to serve as
     kvad-test/SmolLM2-135M-Instruct-GGUF (Q4_1), or None."""
@@ -129,6 +155,7 @@ def default_repos(store_gguf=None):
                                         RepoFile("model.safetensors", _rand(10, 1000), lfs=True)],
              hostile_etag=True),
     ]
+    repos.append(Repo("kvad-test/tiny-sdxl", pipeline_files()))
     if store_gguf:
         repos.append(Repo("kvad-test/SmolLM2-135M-Instruct-GGUF", [
             RepoFile("README.md", b"# SmolLM2-135M-Instruct, Q4_1\n"),

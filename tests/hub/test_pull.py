@@ -329,3 +329,34 @@ class socket_closed_port:
 
     def __exit__(self, *a):
         return False
+
+
+SDXL = "kvad-test/tiny-sdxl"
+# Every file of the fixture pipeline is one a pipeline reads.
+SDXL_FILES = [p for p in tree(fake_hub.PIPELINE) if not os.path.isdir(os.path.join(fake_hub.PIPELINE, p))]
+
+
+def files_of(snapshot):
+    return [p for p in tree(snapshot) if not os.path.isdir(os.path.join(snapshot, p))]
+
+
+def test_pull_diffusers_pipeline(env):
+    """Only what a pipeline reads: model_index.json, each component's config, tokenizer files and
+    weights; not the safety checker, ONNX or .bin files, other VAEs or the root single file."""
+    p = env.kvad("pull", SDXL)
+    assert p.returncode == 0, p.stderr
+    snap = env.snapshot(SDXL)
+    assert p.stdout.strip() == snap
+    assert files_of(snap) == SDXL_FILES
+    for name in SDXL_FILES:
+        check_pointer(env, SDXL, name)
+
+
+def test_pull_diffusers_pipeline_variant(env):
+    """:fp16 takes each component's fp16 file where it has one and its plain file elsewhere."""
+    p = env.kvad("pull", SDXL + ":fp16")
+    assert p.returncode == 0, p.stderr
+    want = sorted(f.replace("unet/diffusion_pytorch_model.safetensors", "unet/diffusion_pytorch_model.fp16.safetensors")
+                  for f in SDXL_FILES)
+    assert files_of(env.snapshot(SDXL)) == want
+    assert "without weights of variant 'bf16'" in error_line(env.kvad("pull", SDXL + ":bf16"))

@@ -3,6 +3,8 @@
 // tags as llama.cpp's -hf picks them, and the helpers under them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "hub/http.h"
 #include "hub/repo_spec.h"
@@ -175,6 +177,44 @@ TEST(Select, Checkpoint) {
   EXPECT_EQ(select_model_files(files, "README.md", "o/m").files, std::vector<std::string>{"README.md"});
   EXPECT_THROW(select_model_files(files, "nope.json", "o/m"), Error);
   EXPECT_THROW(select_model_files({"README.md", "pytorch_model.bin"}, "", "o/m"), Error);
+}
+
+// A diffusers pipeline repo: model_index.json and the component folders kvad
+// reads, each with its config, tokenizer files and one weights choice.
+TEST(Select, DiffusersPipeline) {
+  const std::vector<std::string> files = {
+      "model_index.json", "README.md", "v1-5-pruned-emaonly.safetensors",
+      "unet/config.json", "unet/diffusion_pytorch_model.safetensors", "unet/diffusion_pytorch_model.fp16.safetensors",
+      "unet/diffusion_pytorch_model.bin", "unet/diffusion_flax_model.msgpack",
+      "vae/config.json", "vae/diffusion_pytorch_model.safetensors.index.json",
+      "vae/diffusion_pytorch_model-00001-of-00002.safetensors", "vae/diffusion_pytorch_model-00002-of-00002.safetensors",
+      "text_encoder/config.json", "text_encoder/model.fp16.safetensors",
+      "tokenizer/vocab.json", "tokenizer/merges.txt", "tokenizer/tokenizer_config.json",
+      "scheduler/scheduler_config.json", "safety_checker/config.json", "safety_checker/model.safetensors",
+      "feature_extractor/preprocessor_config.json", "vae_decoder/model.onnx"};
+  const Selection s = select_model_files(files, "", "o/sd");
+  EXPECT_EQ(s.kind, Selection::Kind::Pipeline);
+  const std::vector<std::string> common = {"model_index.json", "scheduler/scheduler_config.json",
+                                           "text_encoder/config.json", "text_encoder/model.fp16.safetensors",
+                                           "tokenizer/merges.txt", "tokenizer/tokenizer_config.json",
+                                           "tokenizer/vocab.json", "unet/config.json"};
+  std::vector<std::string> want = common;
+  for (const char* f : {"unet/diffusion_pytorch_model.safetensors", "vae/config.json",
+                        "vae/diffusion_pytorch_model-00001-of-00002.safetensors",
+                        "vae/diffusion_pytorch_model-00002-of-00002.safetensors",
+                        "vae/diffusion_pytorch_model.safetensors.index.json"})
+    want.push_back(f);
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(s.files, want);
+  const Selection f16 = select_model_files(files, "fp16", "o/sd");
+  EXPECT_NE(std::find(f16.files.begin(), f16.files.end(), "unet/diffusion_pytorch_model.fp16.safetensors"),
+            f16.files.end());
+  EXPECT_EQ(std::find(f16.files.begin(), f16.files.end(), "unet/diffusion_pytorch_model.safetensors"), f16.files.end());
+  EXPECT_THROW(select_model_files(files, "bf16", "o/sd"), Error);
+  // A file of the repo is still a file.
+  EXPECT_EQ(select_model_files(files, "v1-5-pruned-emaonly.safetensors", "o/sd").kind, Selection::Kind::File);
+  EXPECT_EQ(pick_component_weights({"a.safetensors", "b.safetensors"}, "").size(), 2u);
+  EXPECT_TRUE(pick_component_weights({"model.bin"}, "").empty());
 }
 
 }  // namespace

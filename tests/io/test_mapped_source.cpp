@@ -158,3 +158,40 @@ TEST(MappedSource, SyntheticTensors) {
 }
 
 }  // namespace
+
+namespace {
+kvad::TensorRename chunk_rule(const std::string& name, const std::string& base, int64_t chunks, int64_t chunk) {
+  kvad::TensorRename r;
+  r.name = name;
+  r.base = base;
+  r.chunks = chunks;
+  r.chunk = chunk;
+  return r;
+}
+}  // namespace
+
+// OpenCLIP's fused in_proj [3·n, n] as three [n, n] tensors, in place; every
+// chunk must be named once, and the rows must divide.
+TEST(MappedSource, CutsChunksInPlace) {
+  const std::string p = write_safetensors({{"qkv", {3, 2}, {1, 2, 3, 4, 5, 6}}, {"odd", {4}, {1, 2, 3, 4}}});
+  auto base = kvad::safetensors_source(p);
+  auto m = kvad::mapped_source(
+      base, {chunk_rule("q", "qkv", 3, 0), chunk_rule("k", "qkv", 3, 1), chunk_rule("v", "qkv", 3, 2), {"o", "odd"}}, {});
+  const kvad::SourceTensor* k = m->find("k");
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->ne[0], 2);
+  EXPECT_EQ(k->ne[1], 1);
+  EXPECT_EQ(k->shape, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(floats(k)[0], 3);
+  EXPECT_EQ(floats(k)[1], 4);
+  EXPECT_EQ(k->data, static_cast<const uint8_t*>(base->find("qkv")->data) + 8);  // no copy
+  EXPECT_EQ(m->tensor_name("k"), "k (qkv)");
+  // q twice; a chunk of rows that do not divide; qkv's v never named.
+  EXPECT_THROW(kvad::mapped_source(base, {chunk_rule("q", "qkv", 3, 0), chunk_rule("q2", "qkv", 3, 0),
+                                          chunk_rule("v", "qkv", 3, 2), {"o", "odd"}}, {}),
+               kvad::Error);
+  EXPECT_THROW(kvad::mapped_source(base, {chunk_rule("a", "odd", 3, 0), {"c", "qkv"}}, {}), kvad::Error);
+  EXPECT_THROW(kvad::mapped_source(base, {chunk_rule("q", "qkv", 3, 0), chunk_rule("k", "qkv", 3, 1), {"o", "odd"}}, {}),
+               kvad::Error);
+  fs::remove(p);
+}

@@ -38,7 +38,7 @@ def model_path():
 class Server:
     """A running `kvad serve`; .url is http://127.0.0.1:PORT."""
 
-    def __init__(self, args, log_path):
+    def __init__(self, args, log_path, env=None):
         binary = os.environ.get("KVAD_BINARY")
         if not binary or not os.path.exists(binary):
             pytest.skip("KVAD_BINARY not set or missing (run through ctest)")
@@ -46,7 +46,8 @@ class Server:
         cmd = [binary, "serve"] + model + ["--port", "0", "-t", "2"] + list(args)
         self.log_path = log_path
         self.log = open(log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.PIPE, text=True,
+                                     env=None if env is None else {**os.environ, **env})
         self.port = None
         self._lines = []
         deadline = time.time() + 60
@@ -122,13 +123,14 @@ class Server:
 
 @pytest.fixture
 def start_server(request, tmp_path):
-    """start_server(*args) -> Server; every server started is stopped after the test."""
+    """start_server(*args, env=None) -> Server; every server started is stopped after
+    the test. `env`: variables added to the server's environment."""
     if model_path() is None:
         pytest.skip("model %s not installed (run scripts/setup)" % MODEL_NAME)
     servers = []
 
-    def start(*args):
-        s = Server(args, str(tmp_path / ("server%d.log" % len(servers))))
+    def start(*args, env=None):
+        s = Server(args, str(tmp_path / ("server%d.log" % len(servers))), env=env)
         servers.append(s)
         return s
 

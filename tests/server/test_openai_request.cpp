@@ -170,14 +170,18 @@ TEST(OpenAIRequest, ResponseFormatAndGrammar) {
   };
   const auto obj = parse_completion_request(chat(R"("response_format": {"type": "json_object"})"), true);
   ASSERT_NE(obj.gen.grammar, nullptr);
-  EXPECT_TRUE(accepts(obj, R"({"a": [1, {"b": null}]})"));
+  EXPECT_TRUE(accepts(obj, R"({"a":[1,{"b":null}]})"));
+  EXPECT_FALSE(accepts(obj, R"({"a": 1})"));  // compact unless kvad.json_whitespace is "pretty"
+  const auto pretty = parse_completion_request(
+      chat(R"("response_format": {"type": "json_object"}, "kvad": {"json_whitespace": "pretty"})"), true);
+  EXPECT_TRUE(accepts(pretty, R"({"a": [1, {"b": null}]})"));
   EXPECT_FALSE(accepts(obj, "[1]"));
   const auto sch = parse_completion_request(
       chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true,
            "schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
                       "additionalProperties": false}}})"),
       true);
-  EXPECT_TRUE(accepts(sch, R"({"n": 3})"));
+  EXPECT_TRUE(accepts(sch, R"({"n":3})"));
   EXPECT_FALSE(accepts(sch, R"({"n": "3"})"));
   const auto gr = parse_completion_request(R"({"model": "m", "prompt": "x", "grammar": "root ::= [ab]+"})", false);
   EXPECT_TRUE(accepts(gr, "abba"));
@@ -185,7 +189,7 @@ TEST(OpenAIRequest, ResponseFormatAndGrammar) {
   // The refused keyword is named in the message.
   try {
     parse_completion_request(chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
-        "schema": {"type": "object", "patternProperties": {"^a": {}}}}})"), true);
+        "schema": {"type": "object", "patternProperties": {"^a": {"type": "integer"}}}}})"), true);
     ADD_FAILURE() << "no error";
   } catch (const ApiError& e) {
     EXPECT_NE(std::string(e.what()).find("'patternProperties'"), std::string::npos) << e.what();

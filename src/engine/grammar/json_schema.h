@@ -2,8 +2,10 @@
 // OpenAI's response_format json_schema and for tool-call arguments.
 //
 // The grammar accepts JSON text of values valid under the schema: compact,
-// or with up to 20 whitespace characters ([ \t\n\r]) around structural
-// characters; no whitespace before or after the whole value; strings as
+// or (JsonSchemaOptions::whitespace) with one space or one newline and a
+// bounded indent around structural characters; no whitespace before or
+// after the whole value; numbers with at most 16 digits before and after
+// the point unless the schema's bounds need more; strings as
 // Python's json.dumps writes them (no \u escapes but for control
 // characters, in the keys of additional properties). Keys of an object come
 // as JsonSchemaOptions::key_order says. Numbers with bounds are written
@@ -13,7 +15,9 @@
 //   prefixItems, minItems, maxItems, uniqueItems: false, minLength,
 //   maxLength, pattern (an ECMA-262 regex subset: literals, escapes, classes,
 //   \d \w \s, ., groups, |, * + ? {m} {m,} {m,n}, ^ and $ at the ends),
-//   format (date-time, date, time, uuid, email, ipv4), minimum, maximum,
+//   format (date-time, date, time, duration, uuid, email, ipv4, ipv6,
+//   hostname, uri, uri-reference, iri, iri-reference, uri-template,
+//   json-pointer, relative-json-pointer), minimum, maximum,
 //   exclusiveMinimum, exclusiveMaximum (integers, and numbers with integer
 //   bounds), multipleOf (integer divisors of integers), anyOf, oneOf
 //   (branches of disjoint types or values), allOf (when the branches merge),
@@ -24,6 +28,7 @@
 //   supported one in a form the grammar cannot enforce, throws SchemaError
 //   naming it: a schema is never silently weakened.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -60,6 +65,16 @@ struct JsonSchemaOptions {
   ///   json_schema_to_gbnf(tool_call_schema(tools), {.prefix = "call-"}).
   /// Letters, digits, '-' and '_', starting with a letter.
   std::string prefix;
+  /// Whitespace outside strings: none (compact, as OpenAI's structured
+  /// outputs look), or one space or one newline with an indent of at most
+  /// 20 spaces or tabs at each place JSON allows whitespace (pretty, what
+  /// json.dumps(indent=...) and json.dumps with separators ", " ": " write).
+  enum class Whitespace { kCompact, kPretty };
+  Whitespace whitespace = Whitespace::kCompact;
+  /// Strings whose schema gives no maxLength (and no pattern, format or
+  /// enum), and keys of additional properties: at most this many
+  /// characters, raised to the schema's minLength (0: unbounded).
+  uint32_t max_string_length = 0;
 };
 
 /// GBNF text (start rule opt.prefix + "root") for JSON values valid under
@@ -85,7 +100,8 @@ nlohmann::ordered_json tool_call_schema(const nlohmann::ordered_json& tools, con
                                         const std::string& args_key = "arguments");
 
 /// GBNF for any JSON value (`object_only`: any JSON object, OpenAI's
-/// response_format {"type": "json_object"}).
-std::string json_any_gbnf(bool object_only);
+/// response_format {"type": "json_object"}), with opt's whitespace, digit
+/// and string bounds.
+std::string json_any_gbnf(bool object_only, const JsonSchemaOptions& opt = {});
 
 }  // namespace kvad

@@ -50,7 +50,34 @@ const oj& Merger::resolve(const oj& ref, const std::string& path, std::string& p
       dec += r[i];
     }
   }
-  if (!dec.empty() && dec[0] != '/') refuse("$ref", path, "anchors ('#name') are not supported");
+  if (!dec.empty() && dec[0] != '/') {
+    // A plain-name fragment: the subschema whose $anchor it is, within the
+    // root's resource (not inside a subschema with its own $id).
+    const oj* found = nullptr;
+    std::vector<std::pair<const oj*, std::string>> todo{{&root_, ""}};
+    std::string where;
+    size_t seen = 0;
+    while (!todo.empty()) {
+      auto [x, at] = todo.back();
+      todo.pop_back();
+      if (++seen > 1000000) break;
+      if (x->is_object()) {
+        if (x != &root_ && x->contains("$id")) continue;
+        if (auto it = x->find("$anchor"); it != x->end() && *it == oj(dec)) {
+          if (found) refuse("$anchor", path, "anchor '" + dec + "' is defined twice");
+          found = x;
+          where = at;
+        }
+        for (auto& [k, v] : x->items())
+          if (k != "enum" && k != "const" && k != "default" && k != "examples") todo.emplace_back(&v, at + "/" + k);
+      } else if (x->is_array()) {
+        for (size_t i = 0; i < x->size(); ++i) todo.emplace_back(&(*x)[i], at + "/" + std::to_string(i));
+      }
+    }
+    if (!found) refuse("$ref", path, "'" + r + "' names no $anchor in this document");
+    ptr = "#" + where;
+    return *found;
+  }
   const oj* cur = &root_;
   size_t i = 0;
   while (i < dec.size()) {
@@ -84,6 +111,26 @@ oj Merger::inline_ref(const oj& s, const std::string& path, int depth) const {
   return merge(rest, target, path, depth + 1);
 }
 
+oj settle_unevaluated(const oj& s, const std::string& path) {
+  if (!s.is_object() || (!s.contains("unevaluatedProperties") && !s.contains("unevaluatedItems"))) return s;
+  const char* kw = s.contains("unevaluatedProperties") ? "unevaluatedProperties" : "unevaluatedItems";
+  for (const char* k : {"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref", "dependentSchemas", "$dynamicRef"})
+    if (s.contains(k))
+      refuse(kw, path, std::string("next to '") + k + "' in the same subschema is not supported");
+  oj r = s;
+  if (r.contains("unevaluatedProperties")) {
+    if (r.contains("patternProperties")) refuse("unevaluatedProperties", path, "next to patternProperties is not supported");
+    if (!r.contains("additionalProperties")) r["additionalProperties"] = r["unevaluatedProperties"];
+    r.erase("unevaluatedProperties");
+  }
+  if (r.contains("unevaluatedItems")) {
+    if (r.contains("contains")) refuse("unevaluatedItems", path, "next to contains is not supported");
+    if (!r.contains("items")) r["items"] = r["unevaluatedItems"];
+    r.erase("unevaluatedItems");
+  }
+  return r;
+}
+
 int compare_numbers(const oj& a, const oj& b) {
   using i128 = __int128;
   auto integer = [](const oj& v) -> i128 {
@@ -111,8 +158,21 @@ oj Merger::merge(const oj& a0, const oj& b0, const std::string& path, int depth)
   if (a0.is_boolean()) return a0.get<bool>() ? inline_ref(b0, path, depth) : a0;
   if (b0.is_boolean()) return b0.get<bool>() ? inline_ref(a0, path, depth) : b0;
   if (!a0.is_object() || !b0.is_object()) refuse("allOf", path, "a schema must be an object or a boolean");
-  const oj a = inline_ref(a0, path, depth), b = inline_ref(b0, path, depth);
+  oj a = inline_ref(a0, path, depth), b = inline_ref(b0, path, depth);
+  // b is a subschema of a's scope (an allOf branch, a $ref target, an
+  // anyOf branch): its own unevaluated* see only itself.
+  b = settle_unevaluated(b, path);
   if (a.is_boolean() || b.is_boolean()) return merge(a, b, path, depth + 1);
+  // Keywords that act only with a sibling (then/else with if, min/maxContains
+  // with contains) do nothing alone, and must not pair with another
+  // branch's sibling once merged.
+  for (oj* x : {&a, &b}) {
+    if (!x->contains("if")) { x->erase("then"); x->erase("else"); }
+    if (!x->contains("contains")) { x->erase("minContains"); x->erase("maxContains"); }
+  }
+  for (const char* k : {"if", "contains"})
+    if (a.contains(k) && b.contains(k) && (a[k] != b[k] || k == std::string("if")))
+      refuse(k, path, std::string("two '") + k + "' in allOf cannot be combined");
   // `items` applies past its own schema's prefixItems: merged next to a
   // longer prefixItems it would constrain fewer elements.
   auto plen = [](const oj& x) { return x.contains("prefixItems") && x["prefixItems"].is_array() ? x["prefixItems"].size() : size_t{0}; };
@@ -151,10 +211,10 @@ oj Merger::merge(const oj& a0, const oj& b0, const std::string& path, int depth)
       }
       if (out.empty()) return oj(false);
       u = out;
-    } else if (k == "minimum" || k == "exclusiveMinimum" || k == "minLength" || k == "minItems") {
+    } else if (k == "minimum" || k == "exclusiveMinimum" || k == "minLength" || k == "minItems" || k == "minProperties") {
       if (!u.is_number() || !v.is_number()) refuse(k, path, "must be a number");
       if (compare_numbers(v, u) > 0) u = v;
-    } else if (k == "maximum" || k == "exclusiveMaximum" || k == "maxLength" || k == "maxItems") {
+    } else if (k == "maximum" || k == "exclusiveMaximum" || k == "maxLength" || k == "maxItems" || k == "maxProperties") {
       if (!u.is_number() || !v.is_number()) refuse(k, path, "must be a number");
       if (compare_numbers(v, u) < 0) u = v;
     } else if (k == "required") {
@@ -170,16 +230,49 @@ oj Merger::merge(const oj& a0, const oj& b0, const std::string& path, int depth)
     } else if (k == "const") {
       return oj(false);
     } else if (k == "items") {
-      u = merge(u, v, path + "/items", depth + 1);
+      u = merge(settle_unevaluated(u, path), v, path + "/items", depth + 1);
     } else if (k == "prefixItems") {
       if (!u.is_array() || !v.is_array() || u.size() != v.size())
         refuse(k, path, "prefixItems of different lengths in allOf cannot be combined");
-      for (size_t i = 0; i < u.size(); ++i) u[i] = merge(u[i], v[i], path + "/prefixItems", depth + 1);
+      for (size_t i = 0; i < u.size(); ++i) u[i] = merge(settle_unevaluated(u[i], path), v[i], path + "/prefixItems", depth + 1);
     } else if (k == "allOf") {
       for (auto& x : v) u.push_back(x);
+    } else if (k == "not") {
+      u = oj{{"anyOf", oj::array({u, v})}};  // ¬A ∧ ¬B = ¬(A ∨ B)
+    } else if (k == "propertyNames") {
+      u = merge(settle_unevaluated(u, path), v, path + "/propertyNames", depth + 1);
+    } else if (k == "x-kvad-notValues") {
+      if (!u.is_array() || !v.is_array()) refuse(k, path, "must be an array");
+      for (auto& x : v) if (std::find(u.begin(), u.end(), x) == u.end()) u.push_back(x);
+    } else if (k == "dependentSchemas") {
+      if (!u.is_object() || !v.is_object()) refuse(k, path, "must be an object");
+      for (auto& [name, sub] : v.items()) u[name] = u.contains(name) ? merge(u[name], sub, path + "/dependentSchemas", depth + 1) : sub;
+    } else if (k == "dependentRequired") {
+      if (!u.is_object() || !v.is_object()) refuse(k, path, "must be an object");
+      for (auto& [name, list] : v.items()) {
+        if (!u.contains(name)) { u[name] = list; continue; }
+        if (!u[name].is_array() || !list.is_array()) refuse(k, path, "must map names to arrays");
+        for (auto& x : list) if (std::find(u[name].begin(), u[name].end(), x) == u[name].end()) u[name].push_back(x);
+      }
     } else {
       refuse(k, path, "two different '" + k + "' values in allOf cannot be combined");
     }
+  }
+  // patternProperties change which keys additionalProperties sees: merged
+  // only where they constrain nothing.
+  auto vacuous_patterns = [](const oj& x) {
+    if (!x.contains("patternProperties")) return true;
+    if (!x["patternProperties"].is_object()) return false;
+    for (auto& [p, sub] : x["patternProperties"].items())
+      if (!(sub == oj(true) || sub == oj::object())) return false;
+    return !x.contains("additionalProperties") || x["additionalProperties"] == oj(true);
+  };
+  if (!vacuous_patterns(a) || !vacuous_patterns(b)) {
+    const bool other_a = a.contains("properties") || a.contains("additionalProperties");
+    const bool other_b = b.contains("properties") || b.contains("additionalProperties");
+    if ((a.contains("patternProperties") && other_b) || (b.contains("patternProperties") && other_a) ||
+        (a.contains("patternProperties") && b.contains("patternProperties") && a["patternProperties"] != b["patternProperties"]))
+      refuse("patternProperties", path, "patternProperties in allOf next to other properties cannot be combined");
   }
   // properties / additionalProperties: a key declared on one side only is
   // also checked by the other side's additionalProperties.
@@ -191,11 +284,15 @@ oj Merger::merge(const oj& a0, const oj& b0, const std::string& path, int depth)
     const oj ta = a.contains("additionalProperties") ? a["additionalProperties"] : oj(true);
     const oj tb = b.contains("additionalProperties") ? b["additionalProperties"] : oj(true);
     oj props = oj::object();
-    for (auto& [k, v] : pa.items()) props[k] = pb.contains(k) ? merge(v, pb[k], path, depth + 1) : merge(v, tb, path, depth + 1);
-    for (auto& [k, v] : pb.items()) if (!pa.contains(k)) props[k] = merge(ta, v, path, depth + 1);
+    auto sub = [&](const oj& x, const oj& y) { return merge(settle_unevaluated(x, path), y, path, depth + 1); };
+    for (auto& [k, v] : pa.items()) props[k] = pb.contains(k) ? sub(v, pb[k]) : sub(v, tb);
+    for (auto& [k, v] : pb.items()) if (!pa.contains(k)) props[k] = sub(ta, v);
     if (!props.empty()) r["properties"] = props;
-    const oj add = merge(ta, tb, path, depth + 1);
-    if (!(add.is_boolean() && add.get<bool>())) r["additionalProperties"] = add;
+    const oj add = sub(ta, tb);
+    // Kept when written, even as true: it evaluates every member, which
+    // an unevaluatedProperties of the enclosing scope sees.
+    if (!(add.is_boolean() && add.get<bool>()) || a.contains("additionalProperties") || b.contains("additionalProperties"))
+      r["additionalProperties"] = add;
     else r.erase("additionalProperties");
   }
   return r;
@@ -212,6 +309,47 @@ void check_metaschema(const oj& v, const std::string& path) {
   if (!m.empty() && m.back() == '#') m.pop_back();
   if (!known.count(m)) refuse("$schema", path, "unknown metaschema " + v.dump());
 }
+
+namespace {
+// Objects told apart by one property: every branch that can match is of
+// type object, requires the property, and gives it const/enum values no
+// other branch gives (Pydantic's and OpenAPI's discriminated unions).
+template <class Key>
+bool discriminated(const std::vector<oj>& br, const Key& value_key) {
+  std::vector<const oj*> live;
+  for (const oj& b : br) {
+    if (b.is_boolean() && !b.get<bool>()) continue;
+    if (!b.is_object() || !b.contains("type") || !(b["type"] == oj("object") || b["type"] == oj::array({"object"})))
+      return false;
+    if (!b.contains("properties") || !b["properties"].is_object() || !b.contains("required") || !b["required"].is_array())
+      return false;
+    live.push_back(&b);
+  }
+  if (live.size() < 2) return true;
+  for (auto& [k, first] : (*live[0])["properties"].items()) {
+    std::unordered_set<std::string> seen;
+    bool ok = true;
+    for (const oj* b : live) {
+      const oj& req = (*b)["required"];
+      const oj& props = (*b)["properties"];
+      if (std::find(req.begin(), req.end(), oj(k)) == req.end() || !props.contains(k) || !props[k].is_object()) { ok = false; break; }
+      const oj& p = props[k];
+      oj vals;
+      if (p.contains("const")) vals = oj::array({p["const"]});
+      else if (p.contains("enum") && p["enum"].is_array()) vals = p["enum"];
+      else { ok = false; break; }
+      std::unordered_set<std::string> own;
+      for (auto& x : vals) {
+        const std::string key = value_key(x);
+        if (own.insert(key).second && !seen.insert(key).second) { ok = false; break; }
+      }
+      if (!ok) break;
+    }
+    if (ok) return true;
+  }
+  return false;
+}
+}  // namespace
 
 // oneOf is anyOf when no value can match two branches: shown here by
 // disjoint types, or by const/enum values no other branch lists.
@@ -261,6 +399,7 @@ void check_disjoint(const std::vector<oj>& br, const std::string& path) {
     }
     return "v" + x.dump();
   };
+  if (discriminated(br, value_key)) return;
   std::map<std::string, size_t> typed_by, valued_by;  // type -> first branch of that kind with it
   std::unordered_map<std::string, size_t> value_of;   // value -> branch
   for (size_t i = 0; i < br.size(); ++i) {

@@ -23,7 +23,11 @@ inline constexpr int kMaxDepth = 64;
 inline const std::set<std::string> kSupportedKeywords = {
     "type", "enum", "const", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems",
     "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
-    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref"};
+    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref", "not", "if", "then",
+    "else", "contains", "minContains", "maxContains", "minProperties", "maxProperties", "dependentRequired",
+    "propertyNames", "patternProperties", "unevaluatedProperties", "unevaluatedItems", "dependentSchemas",
+    // written by the negation (json_schema_logic.h)
+    "x-kvad-notValues", "x-kvad-fraction"};
 /// The most values of one enum, properties of one object, and branches of
 /// one anyOf / oneOf / allOf the compiler takes (SchemaError beyond).
 inline constexpr size_t kMaxEnumValues = 1024;
@@ -52,6 +56,15 @@ class Merger {
   mutable std::unordered_map<const oj*, std::unordered_map<std::string, const oj*>> index_;
   const oj* member(const oj& obj, const std::string& key) const;
 };
+
+/// `s` with unevaluatedProperties / unevaluatedItems written as what they
+/// mean when s has no in-place applicator (allOf, anyOf, oneOf, not, if,
+/// $ref, dependentSchemas): additionalProperties / items, or nothing where
+/// s already has those (they evaluate every member). Unchanged when s has
+/// neither keyword; throws SchemaError naming the keyword when s has an
+/// applicator next to it, or patternProperties / contains (annotations
+/// the rewriting does not track).
+oj settle_unevaluated(const oj& s, const std::string& path);
 
 /// -1, 0 or 1 as JSON numbers a < b, a == b, a > b, compared by value
 /// exactly: integers as int64 / uint64 (not rounded through double, which

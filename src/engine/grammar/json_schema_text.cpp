@@ -401,6 +401,69 @@ std::optional<std::string> format_to_gbnf(std::string_view f) {
     return "(" + n(8) + " \"-\" " + n(4) + " \"-\" " + n(4) + " \"-\" " + n(4) + " \"-\" " + n(12) + ")";
   }
   if (f == "ipv4") return ipv4();
+  if (f == "ipv6") return ipv6();
+  if (f == "hostname") {
+    // RFC 1123 labels; at most 8 labels of at most 30 characters, so that
+    // the name stays within the 253 characters DNS allows (a subset).
+    const std::string label = "([A-Za-z0-9] ([A-Za-z0-9-]{0,28} [A-Za-z0-9])?)";
+    return "(" + label + " (\".\" " + label + "){0,7})";
+  }
+  if (f == "json-pointer" || f == "relative-json-pointer") {
+    // RFC 6901: "/"-separated tokens, "~" only as ~0 or ~1; "/" and "~"
+    // written plainly (no \u escapes but for control characters).
+    const std::string tok = "([^\"\\\\\\x00-\\x1F/~] | \"\\\\\" [\"\\\\bfnrt] | \"\\\\u00\" [01] [0-9a-fA-F] | \"~\" [01])";
+    const std::string ptr = "(\"/\" " + tok + "*)*";
+    if (f == "json-pointer") return "(" + ptr + ")";
+    // draft-handrews-relative-json-pointer-01: a non-negative integer, then "#" or a pointer.
+    return "((\"0\" | [1-9] [0-9]{0,15}) (\"#\" | " + ptr + "))";
+  }
+  if (f == "duration") {
+    // RFC 3339 appendix A (ISO 8601 durations).
+    const std::string n = "[0-9]{1,9}";
+    const std::string sec = "(" + n + " \"S\")";
+    const std::string min = "(" + n + " \"M\" " + sec + "?)";
+    const std::string hour = "(" + n + " \"H\" " + min + "?)";
+    const std::string time = "(\"T\" (" + hour + " | " + min + " | " + sec + "))";
+    const std::string day = "(" + n + " \"D\")";
+    const std::string month = "(" + n + " \"M\" " + day + "?)";
+    const std::string year = "(" + n + " \"Y\" " + month + "?)";
+    return "(\"P\" ((" + day + " | " + month + " | " + year + ") " + time + "? | " + time + " | " + n + " \"W\"))";
+  }
+  if (f == "uri" || f == "uri-reference" || f == "iri" || f == "iri-reference") {
+    // RFC 3986 section 3 and 4.1 (RFC 3987 for IRIs: non-ASCII characters
+    // of ucschar where URIs have unreserved ones); "/" written plainly.
+    const bool iri = f[0] == 'i';
+    const std::string unreserved = std::string("([A-Za-z0-9._~-]") + (iri ? " | [\\U000000A0-\\U0000D7FF\\U0000F900-\\U0000FDCF\\U0000FDF0-\\U0000FFEF\\U00010000-\\U000EFFFD]" : "") + ")";
+    const std::string pct = "(\"%\" [0-9A-Fa-f] [0-9A-Fa-f])";
+    const std::string sub = "[!$&'()*+,;=]";
+    const std::string pchar = "(" + unreserved + " | " + pct + " | " + sub + " | [:@])";
+    const std::string seg = "(" + pchar + "*)", seg_nz = "(" + pchar + "+)";
+    const std::string seg_nc = "((" + unreserved + " | " + pct + " | " + sub + " | \"@\")+)";
+    const std::string abempty = "((\"/\" " + seg + ")*)";
+    const std::string absolute = "(\"/\" (" + seg_nz + " (\"/\" " + seg + ")*)?)";
+    const std::string rootless = "(" + seg_nz + " (\"/\" " + seg + ")*)";
+    const std::string noscheme = "(" + seg_nc + " (\"/\" " + seg + ")*)";
+    const std::string userinfo = "((" + unreserved + " | " + pct + " | " + sub + " | \":\")* \"@\")";
+    const std::string host = "(\"[\" " + ipv6() + " \"]\" | " + ipv4() + " | (" + unreserved + " | " + pct + " | " + sub + ")*)";
+    const std::string authority = "(" + userinfo + "? " + host + " (\":\" [0-9]{0,5})?)";
+    const std::string tail = "((\"?\" (" + pchar + " | [/?])*)? (\"#\" (" + pchar + " | [/?])*)?)";
+    const std::string scheme = "([A-Za-z] [A-Za-z0-9+.-]*)";
+    const std::string absolute_uri = "(" + scheme + " \":\" (\"//\" " + authority + " " + abempty + " | " + absolute + " | " +
+                                     rootless + " | \"\") " + tail + ")";
+    if (f == "uri" || f == "iri") return absolute_uri;
+    const std::string relative = "((\"//\" " + authority + " " + abempty + " | " + absolute + " | " + noscheme + " | \"\") " +
+                                 tail + ")";
+    return "(" + absolute_uri + " | " + relative + ")";
+  }
+  if (f == "uri-template") {
+    // RFC 6570 level 4: literals and {operator? varspec, ...} expressions.
+    const std::string pct = "(\"%\" [0-9A-Fa-f] [0-9A-Fa-f])";
+    const std::string literal = "([!#$&(-;=?-\\x5B\\x5D_a-z~] | [\\U000000A0-\\U0000D7FF\\U0000F900-\\U0000FDCF\\U0000FDF0-\\U0000FFEF\\U00010000-\\U000EFFFD] | " + pct + ")";
+    const std::string varchar = "([A-Za-z0-9_] | " + pct + ")";
+    const std::string varspec = "(" + varchar + " (\".\"? " + varchar + ")* (\":\" [1-9] [0-9]{0,3} | \"*\")?)";
+    const std::string expr = "(\"{\" [-+#./;?&=,!@|]? " + varspec + " (\",\" " + varspec + ")* \"}\")";
+    return "((" + literal + " | " + expr + ")*)";
+  }
   if (f == "email") {
     // dot-atom or quoted-string local part (RFC 5321 4.1.2; in JSON text the
     // quotes and backslashes are escaped), host name or address literal.
@@ -410,9 +473,11 @@ std::optional<std::string> format_to_gbnf(std::string_view f) {
     const std::string bs = R"("\\\\")";  // a backslash, escaped in JSON text
     const std::string qtext = R"([ !#-\x5B\x5D-~])";
     const std::string qchar = "(" + qtext + " | " + bs + " (" + qtext + " | " + q + " | " + bs + "))";
-    const std::string qlocal = "(" + q + " " + qchar + "* " + q + ")";
-    return "(((" + atext + ")+ (\".\" (" + atext + ")+)* | " + qlocal + ") \"@\" (" + label + " (\".\" " + label +
-           ")* | \"[\" " + ipv4() + " \"]\" | \"[IPv6:\" " + ipv6() + " \"]\"))";
+    const std::string qlocal = "(" + q + " " + qchar + "{0,64} " + q + ")";
+    // Bounded (a subset): atoms of at most 64 characters, at most 8 dots,
+    // a quoted local part of at most 64 characters.
+    return "(((" + atext + "){1,64} (\".\" (" + atext + "){1,64}){0,8} | " + qlocal + ") \"@\" (" + label +
+           " (\".\" " + label + "){0,8} | \"[\" " + ipv4() + " \"]\" | \"[IPv6:\" " + ipv6() + " \"]\"))";
   }
   return std::nullopt;
 }
@@ -453,7 +518,8 @@ std::string nonneg_range(uint64_t lo, std::optional<uint64_t> hi) {
     const uint64_t b = hi ? std::min(*hi, last) : last;
     if (a <= b) alts.push_back(same_len(std::to_string(a), std::to_string(b)));
   }
-  if (!hi) alts.push_back("[1-9] [0-9]{" + std::to_string(nlo) + ",}");
+  // Open above: at most 16 digits, or the lower bound's digits and one more.
+  if (!hi) alts.push_back("[1-9] [0-9]{" + std::to_string(nlo) + "," + std::to_string(std::max<size_t>(nlo, 15)) + "}");
   if (alts.empty()) return "[^\\x00-\\U0010FFFF]";
   std::string out = "(";
   for (size_t k = 0; k < alts.size(); ++k) out += (k ? " | " : "") + alts[k];
@@ -489,12 +555,12 @@ Frac frac_between(const std::string& f, bool sl, const std::optional<std::string
   const bool zero_ok = f.empty() && !sl;  // the lower bound lets 0 through
   if (g && g->empty()) {                  // at most 0: zeros only
     r.empty_ok = zero_ok && !sh;
-    r.nonempty = zero_ok && !sh ? "\"0\"+" : kNone;
+    r.nonempty = zero_ok && !sh ? "\"0\"{1,16}" : kNone;
     return r;
   }
   if (f.empty() && !g) {
     r.empty_ok = !sl;
-    r.nonempty = sl ? "\"0\"* [1-9] [0-9]*" : "[0-9]+";
+    r.nonempty = sl ? "\"0\"{0,15} [1-9] [0-9]{0,15}" : "[0-9]{1,16}";
     return r;
   }
   r.empty_ok = zero_ok;  // g is above 0 here
@@ -508,7 +574,7 @@ Frac frac_between(const std::string& f, bool sl, const std::optional<std::string
     if (!lo_tight && !hi_tight) {
       int e = c;  // a run of free digits
       while (e + 1 <= hg && !(g && e + 1 == hg)) ++e;
-      alts.push_back((c == e ? lit(digit) : "[" + digit + "-" + std::string(1, static_cast<char>('0' + e)) + "]") + " [0-9]*");
+      alts.push_back((c == e ? lit(digit) : "[" + digit + "-" + std::string(1, static_cast<char>('0' + e)) + "]") + " [0-9]{0,16}");
       c = e;
       continue;
     }
@@ -562,7 +628,7 @@ Dec parse_dec(const std::string& t) {
 std::string magnitude(const Dec& a, bool a_ex, const std::optional<Dec>& b, bool b_ex) {
   std::vector<std::string> alts;
   if (b && b->i < a.i) return kNone;
-  const std::string any_frac = "(\".\" [0-9]+)?";
+  const std::string any_frac = "(\".\" [0-9]{1,16})?";
   if (!b) alts.push_back(nonneg_range(a.i + 1, std::nullopt) + " " + any_frac);
   else if (b->i >= a.i + 2) alts.push_back(nonneg_range(a.i + 1, b->i - 1) + " " + any_frac);
   auto at = [&](uint64_t i, const Frac& f) {
@@ -690,7 +756,7 @@ std::string decimal_multiple_of(uint32_t K, uint32_t d) {
       defs += F(r, j) + " ::= " + join(fa) + "\n";
     }
   }
-  defs += F(0, d) + " ::= \"0\"*\n";
+  defs += F(0, d) + " ::= \"0\"{0,16}\n";
   // Leading digit: "0" or [1-9] (state c mod K).
   std::vector<std::string> first{"\"0\" " + E(0)};
   for (auto& a : steps(0, 1, [&](uint32_t t) { return I(t); })) first.push_back(a);

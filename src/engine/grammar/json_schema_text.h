@@ -18,8 +18,12 @@ std::string lit(std::string_view bytes);
 std::string regex_to_gbnf(std::string_view pattern, const std::string& jchar);
 
 /// GBNF for the content of a string of `format` (date-time, date, time,
-/// uuid, email, ipv4 per RFC 3339, RFC 4122, RFC 5321 dot-atoms, RFC 2673
-/// dotted quads); nullopt for another format. Uses the rule `frac`
+/// duration, uuid, email, ipv4, ipv6, hostname, uri, uri-reference, iri,
+/// iri-reference, uri-template, json-pointer, relative-json-pointer per RFC
+/// 3339, RFC 4122, RFC 5321 dot-atoms, RFC 2673 dotted quads, RFC 4291 as
+/// RFC 3986 writes it, RFC 1123 (at most 8 labels of 30), RFC 3986, RFC
+/// 3987, RFC 6570, RFC 6901; "/" and "~" written plainly); nullopt for
+/// another format. Uses the rule `frac`
 /// (an optional fraction of a second: ( "." [0-9]+ )?).
 std::optional<std::string> format_to_gbnf(std::string_view format);
 
@@ -27,7 +31,8 @@ std::optional<std::string> format_to_gbnf(std::string_view format);
 /// [lo, hi]; nullopt bounds are open. |bounds| < 1e18.
 std::string int_range(std::optional<int64_t> lo, std::optional<int64_t> hi);
 
-/// GBNF for non-negative decimal integers in [lo, hi] (hi nullopt: open).
+/// GBNF for non-negative decimal integers in [lo, hi] (hi nullopt: open
+/// above, up to 16 digits or one more than lo has).
 std::string nonneg_range(uint64_t lo, std::optional<uint64_t> hi);
 
 /// GBNF for JSON numbers without an exponent in the range from `lo` to
