@@ -58,6 +58,7 @@ GenerateStats generate(Session& s, const Tokenizer& tok, Sampler& sampler,
   for (int32_t t : prompt) sampler.accept(t);
   double t0 = now_s();
   const std::vector<float>* logits = &prefill(s, rest, opts.seq, opts.n_batch);
+  if (opts.proposer) opts.proposer->begin(prompt);
   st.prefill_s = now_s() - t0;
   st.n_prompt = static_cast<int32_t>(rest.size());
   if (opts.held) opts.held->insert(opts.held->end(), rest.begin(), rest.end());

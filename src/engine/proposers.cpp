@@ -1,6 +1,7 @@
 #include "engine/proposers.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 
 #include "base/error.h"
@@ -42,23 +43,44 @@ DraftProposer::DraftProposer(Session& draft, const SamplerParams& sp, int32_t n_
   if (n_vocab_ <= 0) throw Error("draft: no shared vocabulary");
 }
 
-void DraftProposer::propose(const std::vector<int32_t>& ctx, int32_t max_k, Proposal& out) {
-  out.clear();
-  if (ctx.empty()) return;
-  for (int32_t t : ctx)
-    if (t >= n_vocab_) return;  // a token the draft does not know: no guess
-  // Follow the context: keep the common prefix (at least one token to
-  // evaluate, for logits), evaluate the rest.
+size_t DraftProposer::follow(const std::vector<int32_t>& ctx) {
+  // Keep the common prefix with what the draft holds (at most all but the
+  // last token, which is evaluated for the logits).
   const size_t keep = std::min(common_prefix(held_, ctx), ctx.size() - 1);
   const int32_t land = s_.truncate(seq_, static_cast<int32_t>(keep));
   if (land < 0 || static_cast<size_t>(land) > keep) throw Error("draft: truncate landed past the common prefix");
   held_.resize(land);
+  return static_cast<size_t>(land);
+}
+
+void DraftProposer::begin(const std::vector<int32_t>& prompt) {
+  if (prompt.size() < 2 || static_cast<int32_t>(prompt.size()) >= s_.n_ctx()) return;
+  for (int32_t t : prompt)
+    if (t >= n_vocab_) return;
+  const size_t land = follow(prompt);
+  if (land + 1 >= prompt.size()) return;
+  const std::vector<int32_t> rest(prompt.begin() + static_cast<std::ptrdiff_t>(land), prompt.end() - 1);
+  prefill(s_, rest, seq_, 512);
+  held_.insert(held_.end(), rest.begin(), rest.end());
+}
+
+void DraftProposer::propose(const std::vector<int32_t>& ctx, int32_t max_k, Proposal& out) {
+  out.clear();
+  catch_up_s_ = 0;
+  if (ctx.empty()) return;
+  for (int32_t t : ctx)
+    if (t >= n_vocab_) return;  // a token the draft does not know: no guess
   const int32_t room = s_.n_ctx() - static_cast<int32_t>(ctx.size());
   if (room <= 0) return;
   max_k = std::min(max_k, room);
-  const std::vector<int32_t> rest(ctx.begin() + land, ctx.end());
+  // After a step the draft lacks one or two tokens (the last accepted one it
+  // never evaluated, the target's own); more is catching up.
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t land = follow(ctx);
+  const std::vector<int32_t> rest(ctx.begin() + static_cast<std::ptrdiff_t>(land), ctx.end());
   const std::vector<float>* logits = &prefill(s_, rest, seq_, 512);
   held_.insert(held_.end(), rest.begin(), rest.end());
+  if (rest.size() > 2) catch_up_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const bool greedy = sampler_.params().temp <= 0.0f;
   for (int32_t i = 0; i < max_k; ++i) {
     row_.assign(logits->end() - s_.n_vocab(), logits->end());

@@ -43,9 +43,15 @@ class DraftProposer final : public Proposer {
  public:
   DraftProposer(Session& draft, const SamplerParams& sp, int32_t n_vocab, int seq = 0);
   void propose(const std::vector<int32_t>& context, int32_t max_k, Proposal& out) override;
+  void begin(const std::vector<int32_t>& prompt) override;
+  double catch_up_s() const override { return catch_up_s_; }
   std::string name() const override { return "draft"; }
 
  private:
+  /// Rewinds the draft to its longest common prefix with ctx (all of ctx
+  /// but its last token at most); returns where it landed.
+  size_t follow(const std::vector<int32_t>& ctx);
+  double catch_up_s_ = 0;
   Session& s_;
   Sampler sampler_;
   int32_t n_vocab_;

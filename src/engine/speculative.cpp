@@ -79,7 +79,7 @@ int32_t SpecDecoder::next_k() const {
   if (!proposer_) return 0;
   if (!o_.adaptive) return o_.draft_max;
   if (t_plain_ < 0) return 0;  // measure a plain step first
-  if (off_ && off_steps_ < 32) return 0;
+  if (off_ && off_steps_ < off_interval_) return 0;
   const int32_t lo = std::max(1, o_.draft_min);
   if (t_extra_ < 0 || t_draft_ < 0) return std::max(lo, std::min(o_.draft_max, 4));
   const double a = std::clamp(alpha_, 0.0, 0.999);
@@ -92,8 +92,8 @@ int32_t SpecDecoder::next_k() const {
     const double rate = tokens / (t_plain_ + k * (t_extra_ + t_draft_));
     if (k >= lo && rate > best_rate * 1.02) best = k, best_rate = rate;
   }
-  // Off: probe with the smallest k now and then (off_steps_ >= 32), so that
-  // a change in acceptance is seen.
+  // Off: probe with the smallest k now and then (after off_interval_ plain
+  // steps), so that a change in acceptance is seen.
   return best > 0 ? best : (off_ ? lo : 0);
 }
 
@@ -108,10 +108,15 @@ void SpecDecoder::observe(int32_t k, int32_t accepted, double verify_s, double p
   ema(alpha_, static_cast<double>(accepted) / (accepted + (accepted < k ? 1 : 0)), 0.2);
   if (t_plain_ > 0) ema(t_extra_, std::max(0.0, (verify_s - t_plain_) / k));
   ema(t_draft_, propose_s / k);
-  // Whether the next step would still speculate decides on/off.
+  // Whether the next step would still speculate decides on/off; each
+  // failed probe doubles the wait before the next (32 .. 1024 plain steps),
+  // since a probe costs a draft its catch-up on the skipped tokens.
+  const bool was_off = off_;
   off_ = false;
   off_ = next_k() == 0;
   off_steps_ = 0;
+  if (!off_) off_interval_ = 32;
+  else if (was_off) off_interval_ = std::min(2 * off_interval_, 1024);
 }
 
 bool SpecDecoder::step(std::vector<int32_t>& context, Sampler& sampler, TokenGrammar* grammar, int32_t max_new,
@@ -173,7 +178,7 @@ bool SpecDecoder::step(std::vector<int32_t>& context, Sampler& sampler, TokenGra
     st_.n_accepted += n_acc;
     proposer_->accepted(n_acc);
   }
-  observe(n_prop, n_acc, t2 - t1, t1 - t0);
+  observe(n_prop, n_acc, t2 - t1, std::max(0.0, t1 - t0 - (k > 0 ? proposer_->catch_up_s() : 0.0)));
 
   // The session must hold context minus its (new) last token: the pending
   // token and the accepted proposals before the last chosen one.

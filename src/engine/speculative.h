@@ -44,6 +44,13 @@ class Proposer {
   virtual void propose(const std::vector<int32_t>& context, int32_t max_k, Proposal& out) = 0;
   /// How many tokens of the last proposal the target accepted (a prefix).
   virtual void accepted(int32_t n) { (void)n; }
+  /// Called once before decoding with the prompt (generate() counts it as
+  /// prefill): a draft model evaluates it here.
+  virtual void begin(const std::vector<int32_t>& prompt) { (void)prompt; }
+  /// Seconds of the last propose() spent catching up with context it had
+  /// not seen (a draft evaluating tokens in one batch after speculation was
+  /// off): left out of the per-token cost that adaptive k weighs.
+  virtual double catch_up_s() const { return 0.0; }
   /// A short name for logs and stats ("ngram", "draft").
   virtual std::string name() const = 0;
 };
@@ -133,6 +140,7 @@ class SpecDecoder {
   // (exponential moving averages; < 0: not measured yet).
   double alpha_ = 0.7, t_plain_ = -1, t_extra_ = -1, t_draft_ = -1;
   int32_t off_steps_ = 0;  // plain steps in a row since speculation was turned off
+  int32_t off_interval_ = 32;  // plain steps between probes while off
   bool off_ = false;
 };
 
