@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/generate.h"
+#include "engine/grammar/grammar.h"
 #include "engine/proposers.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
@@ -36,11 +37,12 @@ Loaded load(const std::string& name, const char* device = "cpu") {
 // Generated token ids (the text's, re-encoded is not enough: ids are kept
 // through a greedy sampler that records them).
 std::vector<int32_t> run(const Loaded& l, kvad::Session& s, const std::vector<int32_t>& prompt,
-                         kvad::Proposer* prop, kvad::GenerateStats* st_out) {
-  kvad::SamplerParams sp;
+                         kvad::Proposer* prop, kvad::GenerateStats* st_out, kvad::SamplerParams sp = {},
+                         kvad::TokenGrammar* grammar = nullptr) {
   sp.temp = 0;
   kvad::Sampler sampler(sp);
   kvad::GenerateOptions go;
+  go.grammar = grammar;
   go.max_tokens = 64;
   go.proposer = prop;
   go.spec.draft_max = 6;
@@ -88,6 +90,44 @@ void exact_on(const char* device, int n_prompts) {
 
 TEST(SpecSmolLM2, GreedyEqualsPlainDecodingCpu) { exact_on("cpu", 3); }
 TEST(SpecSmolLM2, GreedyEqualsPlainDecodingSim) { exact_on("sim", 1); }
+
+// The sampler's chain and a grammar compose with speculation: each position
+// is judged after the tokens before it were recorded (penalties) and
+// accepted (the grammar's state).
+TEST(SpecSmolLM2, PenaltiesAndGrammarGiveTheSameTokens) {
+  const Loaded l = load("smollm2-135m");
+  if (!l.m) GTEST_SKIP() << "model smollm2-135m not installed (run scripts/setup)";
+  kvad::Session s(l.m, 512, 1, 2);
+  kvad::Session ds(l.m, 512, 1, 2);
+  const std::vector<int32_t> ids = l.tok->encode("A list of numbers: 1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2,", true, false);
+  kvad::SamplerParams pen;
+  pen.repeat_penalty = 1.3f;
+  pen.presence_penalty = 0.5f;
+  pen.logit_bias = {{17, -5.0f}};
+  kvad::GenerateStats st;
+  const std::vector<int32_t> want = run(l, s, ids, nullptr, &st, pen);
+  kvad::NgramProposer ng(2);
+  EXPECT_EQ(run(l, s, ids, &ng, &st, pen), want) << "ngram, penalties";
+  EXPECT_GT(st.spec.n_proposed, 0);
+  kvad::SamplerParams dsp;
+  dsp.temp = 0;
+  kvad::DraftProposer dp(ds, dsp, l.m->hparams().n_vocab);
+  EXPECT_EQ(run(l, s, ids, &dp, &st, pen), want) << "draft, penalties";
+
+  auto g = kvad::Grammar::parse("root ::= \" \" [0-9] (\", \" [0-9])*\n");
+  auto trie = std::make_shared<kvad::TokenTrie>(*l.tok);
+  std::vector<int32_t> gwant;
+  {
+    kvad::TokenGrammar tg(g, trie);
+    gwant = run(l, s, ids, nullptr, &st, {}, &tg);
+  }
+  ASSERT_GT(gwant.size(), 16u);
+  for (kvad::Proposer* p : {static_cast<kvad::Proposer*>(&ng), static_cast<kvad::Proposer*>(&dp)}) {
+    kvad::TokenGrammar tg(g, trie);
+    EXPECT_EQ(run(l, s, ids, p, &st, {}, &tg), gwant) << p->name() << ", grammar";
+    EXPECT_GT(st.spec.n_proposed, 0) << p->name();
+  }
+}
 
 TEST(SpecSmolLM2, DraftWithAnotherVocabularyIsRefused) {
   const Loaded a = load("smollm2-135m");
