@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "cli/commands.h"
+#include "cli/bench_spec.h"
 #include "cli/generation_options.h"
 #include "cli/loaded_model.h"
 #include "io/tensor_source.h"
@@ -34,6 +35,8 @@ struct BenchOptions {
   bool json = false;
   DeviceOptions device;
   CacheTypeOptions cache_type;
+  SpecFlags spec;
+  std::string spec_prompt_file;
 };
 
 struct Result {
@@ -84,7 +87,17 @@ void bench(const BenchOptions& o) {
   if (o.reps < 1) throw Error("-r must be at least 1");
   if (o.n_prompt < 0 || o.n_gen < 0) throw Error("-p and -n must not be negative");
   const KVTypes kv = o.cache_type.types();
+  o.spec.check();
   LoadedModel m = load_for_cli(o.model, o.device);
+  if (o.spec.on()) {
+    const int32_t n_ctx = 4096;
+    Session s(m.model, n_ctx, 1, o.threads, kv);
+    SamplerParams sp;
+    sp.temp = 0;
+    const std::unique_ptr<Speculation> spec = make_speculation(o.spec, m, o.device, n_ctx, o.threads, kv, sp);
+    bench_spec(m, s, *spec, o.spec.spec, o.spec_prompt_file, o.n_gen, o.reps);
+    return;
+  }
   const std::string backend = o.device.device == "cpu" ? "CPU" : o.device.device == "sim" ? "sim" : "CUDA";
   const HParams& hp = m.model->hparams();
   const int32_t n_ctx = std::max(o.n_prompt, o.n_gen) + 1;
@@ -192,6 +205,9 @@ void add_bench(CLI::App& app) {
   c->add_flag("--json", o->json, "Print a JSON array with llama-bench's field names");
   add_device_options(c, o->device);
   o->cache_type.add_to(c);
+  o->spec.add_to(c);
+  c->add_option("--spec-prompt-file", o->spec_prompt_file,
+                "With --spec-ngram or --model-draft: the prompt to decode after (default: a built-in code edit)");
   c->callback([o] { bench(*o); });
 }
 

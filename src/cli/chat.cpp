@@ -21,6 +21,7 @@
 #include "cli/loaded_model.h"
 #include "cli/model_store.h"
 #include "cli/reply_output.h"
+#include "cli/speculation.h"
 #include "engine/generate.h"
 #include "engine/grammar/grammar.h"
 #include "engine/sampler.h"
@@ -43,6 +44,7 @@ struct ChatOptions : GenerationOptions {
   bool no_prefix_reuse = false;
   ReasoningOptions reasoning;
   GrammarOptions grammar;
+  SpecFlags spec;
 };
 
 using json = nlohmann::ordered_json;
@@ -54,7 +56,9 @@ class Chat {
     const HParams& hp = m_.model->hparams();
     n_ctx_ = o.context_size(hp);
     session_ = std::make_unique<Session>(m_.model, n_ctx_, 1, o.threads, o.cache_type.types());
-    sampler_ = std::make_unique<Sampler>(m_.sampler_params(o));
+    const SamplerParams sp = m_.sampler_params(o);
+    sampler_ = std::make_unique<Sampler>(sp);
+    spec_ = make_speculation(o.spec, m_, o.device, n_ctx_, o.threads, o.cache_type.types(), sp);
     trie_ = gbnf_ ? std::make_shared<TokenTrie>(*m_.tokenizer) : nullptr;
     set_system(o.system);
   }
@@ -102,6 +106,8 @@ class Chat {
     std::optional<TokenGrammar> grammar;
     if (gbnf_) grammar.emplace(gbnf_, trie_);
     go.grammar = grammar ? &*grammar : nullptr;
+    go.proposer = spec_ ? spec_->proposer.get() : nullptr;
+    go.spec = o_.spec.spec;
     ReplyPrinter out(&prompt_, *m_.tokenizer, rendered, o_.reasoning);
     go.special_text = out.special_text();
     g_interrupted.store(false);
@@ -122,9 +128,9 @@ class Chat {
     const double tg = last_.decode_s > 0 ? last_.n_decode_evals / last_.decode_s : 0;
     std::fprintf(stderr,
                  "[kvad] cached_tokens %d | prompt %d new tokens, prefill %.1f tok/s (%.3f s) | reply %d tokens, "
-                 "decode %.1f tok/s | context %d/%d\n",
+                 "decode %.1f tok/s | context %d/%d%s\n",
                  last_.n_cached, last_.n_prompt, pp, last_.prefill_s, last_.n_generated, tg,
-                 session_->cached(0), n_ctx_);
+                 session_->cached(0), n_ctx_, spec_stats_text(last_.spec).c_str());
   }
 
  private:
@@ -141,6 +147,7 @@ class Chat {
   int32_t n_ctx_ = 0;
   std::unique_ptr<Session> session_;
   std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<Speculation> spec_;
   std::string system_;
   json turns_ = json::array();
   std::vector<int32_t> held_;
@@ -211,7 +218,8 @@ void add_chat(CLI::App& app) {
               "Prefill the whole conversation every turn (for measuring what prefix reuse saves)");
   o->reasoning.add_to(c);
   o->grammar.add_to(c);
-  c->callback([o] { chat(*o); });
+  o->spec.add_to(c);
+  c->callback([o] { o->spec.check(); chat(*o); });
 }
 
 }  // namespace kvad::cli

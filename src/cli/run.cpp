@@ -11,6 +11,7 @@
 #include "cli/loaded_model.h"
 #include "cli/model_store.h"
 #include "cli/reply_output.h"
+#include "cli/speculation.h"
 #include "engine/generate.h"
 #include "engine/grammar/grammar.h"
 #include "engine/sampler.h"
@@ -29,10 +30,12 @@ struct RunOptions : GenerationOptions {
   bool raw = false;
   ReasoningOptions reasoning;
   GrammarOptions grammar;
+  SpecFlags spec;
 };
 
 void run(const RunOptions& o) {
   if (o.prompt.empty()) throw Error("--prompt is required and must not be empty");
+  o.spec.check();
   const KVTypes kv = o.cache_type.types();
   const std::shared_ptr<const Grammar> gbnf = o.grammar.parse();  // a bad grammar fails before the model loads
   LoadedModel m = load_for_cli(o.model, o.device);
@@ -65,12 +68,16 @@ void run(const RunOptions& o) {
     throw Error("prompt is " + std::to_string(ids.size()) + " tokens, longer than the context (" +
                 std::to_string(n_ctx) + " tokens; raise --ctx-size)");
 
-  Sampler sampler(m.sampler_params(o));
+  const SamplerParams sp = m.sampler_params(o);
+  Sampler sampler(sp);
+  const std::unique_ptr<Speculation> spec = make_speculation(o.spec, m, o.device, n_ctx, o.threads, kv, sp);
   ReplyPrinter out(chat ? &*chat : nullptr, *m.tokenizer, rendered, o.reasoning);
   GenerateOptions go;
   go.max_tokens = o.max_tokens;
   go.special_text = out.special_text();
   go.grammar = grammar.get();
+  go.proposer = spec ? spec->proposer.get() : nullptr;
+  go.spec = o.spec.spec;
   const GenerateStats st = generate(session, *m.tokenizer, sampler, ids, go, [&](const std::string& piece) {
     out.push(piece);
     return true;
@@ -80,10 +87,10 @@ void run(const RunOptions& o) {
   const double tg = st.decode_s > 0 ? st.n_decode_evals / st.decode_s : 0;
   std::fprintf(stderr,
                "[kvad] load %.2f s | prompt %d tokens, prefill %.1f tok/s | generated %d tokens, decode %.1f tok/s "
-               "| stop: %s | weights %.1f MiB | KV cache %zu B/token | peak RSS %.1f MiB\n",
+               "| stop: %s | weights %.1f MiB | KV cache %zu B/token | peak RSS %.1f MiB%s\n",
                m.load_s, st.n_prompt, pp, st.n_generated, tg, st.stop.c_str(),
                m.model->weight_bytes() / 1048576.0, session.cache().bytes_per_token(),
-               peak_rss_bytes() / 1048576.0);
+               peak_rss_bytes() / 1048576.0, spec_stats_text(st.spec).c_str());
   const Cache& c = session.cache();
   if (c.state_bytes() > 0)
     std::fprintf(stderr, "[kvad] recurrent state %.2f MiB | %lld snapshots, %.2f MiB | cache %.2f MiB in all\n",
@@ -101,6 +108,7 @@ void add_run(CLI::App& app) {
   c->add_flag("--raw", o->raw, "Send the prompt as is, without the chat template");
   o->reasoning.add_to(c);
   o->grammar.add_to(c);
+  o->spec.add_to(c);
   c->callback([o] { run(*o); });
 }
 

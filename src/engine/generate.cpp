@@ -58,6 +58,7 @@ GenerateStats generate(Session& s, const Tokenizer& tok, Sampler& sampler,
   for (int32_t t : prompt) sampler.accept(t);
   double t0 = now_s();
   const std::vector<float>* logits = &prefill(s, rest, opts.seq, opts.n_batch);
+  if (opts.proposer) opts.proposer->begin(prompt);
   st.prefill_s = now_s() - t0;
   st.n_prompt = static_cast<int32_t>(rest.size());
   if (opts.held) opts.held->insert(opts.held->end(), rest.begin(), rest.end());
@@ -67,26 +68,54 @@ GenerateStats generate(Session& s, const Tokenizer& tok, Sampler& sampler,
   std::vector<float> last(logits->end() - nv, logits->end());
   t0 = now_s();
   st.stop = "length";
-  for (int32_t i = 0; opts.max_tokens < 0 || i < opts.max_tokens; ++i) {
-    if (opts.grammar) opts.grammar->apply(last.data(), nv);  // throws GrammarError when nothing may follow
-    const int32_t id = sampler.sample(last.data(), nv);
+  // Records a chosen token; false when generation ends with it.
+  auto take = [&](int32_t id) {
     sampler.accept(id);
     ++st.n_generated;
-    if (tok.is_eog(id)) { st.stop = "eog"; break; }
+    if (tok.is_eog(id)) { st.stop = "eog"; return false; }
     if (opts.grammar && !opts.grammar->accept(id))
       throw Error("grammar: the sampled token " + std::to_string(id) + " is not allowed");
     const std::string piece = dec.push(id);
-    if (!piece.empty() && !on_text(piece)) { st.stop = "stopped"; break; }
-    if (opts.grammar && opts.grammar->finished()) { st.stop = "grammar"; break; }
-    if (opts.max_tokens >= 0 && i + 1 >= opts.max_tokens) break;
-    const int32_t pos = s.cached(opts.seq);
-    if (pos >= s.n_ctx()) { st.stop = "context"; break; }
-    Batch b;
-    b.add(id, pos, opts.seq, true);
-    const auto& l = s.forward(b);
-    ++st.n_decode_evals;
-    if (opts.held) opts.held->push_back(id);
-    last.assign(l.begin(), l.begin() + nv);
+    if (!piece.empty() && !on_text(piece)) { st.stop = "stopped"; return false; }
+    if (opts.grammar && opts.grammar->finished()) { st.stop = "grammar"; return false; }
+    return true;
+  };
+  if (opts.proposer && opts.max_tokens != 0) {
+    // The first token comes from the prompt's logits; then each step
+    // evaluates the last chosen token with the proposed ones.
+    if (opts.grammar) opts.grammar->apply(last.data(), nv);
+    const int32_t first = sampler.sample(last.data(), nv);
+    std::vector<int32_t> context = prompt;
+    context.push_back(first);
+    SpecDecoder spec(s, opts.seq, opts.proposer, opts.spec);
+    bool go_on = take(first);
+    while (go_on && (opts.max_tokens < 0 || st.n_generated < opts.max_tokens)) {
+      if (s.cached(opts.seq) >= s.n_ctx()) { st.stop = "context"; break; }
+      const int32_t left = opts.max_tokens < 0 ? s.n_ctx() : opts.max_tokens - st.n_generated;
+      const int32_t before = st.n_generated;
+      go_on = spec.step(context, sampler, opts.grammar, left, [&](int32_t id) {
+        const bool more = take(id);
+        return more && (opts.max_tokens < 0 || st.n_generated < opts.max_tokens);
+      });
+      st.n_decode_evals += st.n_generated - before;
+      if (opts.held) opts.held->assign(context.begin(), context.end() - 1);
+    }
+    st.spec = spec.stats();
+  } else {
+    for (int32_t i = 0; opts.max_tokens < 0 || i < opts.max_tokens; ++i) {
+      if (opts.grammar) opts.grammar->apply(last.data(), nv);  // throws GrammarError when nothing may follow
+      const int32_t id = sampler.sample(last.data(), nv);
+      if (!take(id)) break;
+      if (opts.max_tokens >= 0 && i + 1 >= opts.max_tokens) break;
+      const int32_t pos = s.cached(opts.seq);
+      if (pos >= s.n_ctx()) { st.stop = "context"; break; }
+      Batch b;
+      b.add(id, pos, opts.seq, true);
+      const auto& l = s.forward(b);
+      ++st.n_decode_evals;
+      if (opts.held) opts.held->push_back(id);
+      last.assign(l.begin(), l.begin() + nv);
+    }
   }
   const std::string tail = dec.flush();
   if (!tail.empty()) on_text(tail);

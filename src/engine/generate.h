@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/speculative.h"
+
 namespace kvad {
 
 class TokenGrammar;
@@ -19,7 +21,8 @@ struct GenerateStats {
   int32_t n_generated = 0;   ///< tokens sampled
   double prefill_s = 0;      ///< seconds in prompt evaluation
   double decode_s = 0;       ///< seconds in decode steps
-  int32_t n_decode_evals = 0;  ///< single-token forward calls in decode_s
+  int32_t n_decode_evals = 0;  ///< tokens the decode steps chose (one forward call each without speculation)
+  SpecStats spec;            ///< speculation's counters (zero without a proposer)
   std::string stop;          ///< "eog", "length", "stopped", "context"
 };
 
@@ -43,6 +46,11 @@ struct GenerateOptions {
   /// text is a whole sentence, and generation stops (stop "grammar") when no
   /// byte can follow. The caller owns it; it is advanced in place.
   TokenGrammar* grammar = nullptr;
+  /// When set, decoding speculates with it (engine/speculative.h): the same
+  /// tokens at temperature 0, the same distribution otherwise. The caller
+  /// owns it.
+  Proposer* proposer = nullptr;
+  SpecOptions spec;
 };
 
 /// Length of the longest common prefix of a and b.

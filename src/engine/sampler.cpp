@@ -74,7 +74,7 @@ std::vector<TokenLogprob> Sampler::top_logprobs(int32_t n) {
   return out;
 }
 
-int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
+size_t Sampler::prepare(const float* logits, int32_t n_vocab) {
   lse_valid_ = false;
   work_.assign(logits, logits + n_vocab);
   for (const auto& [t, bias] : p_.logit_bias)
@@ -103,8 +103,12 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
     if (l > mx) { mx = l; arg = i; }
   }
   if (arg < 0) throw Error("sampler: no token has a finite logit (n_vocab " + std::to_string(n_vocab) + ")");
-  if (p_.temp <= 0.0f) return arg;
-  if (p_.top_k <= 0 || p_.top_k >= n_vocab) return sample_unsorted(mx);
+  if (p_.temp <= 0.0f) {
+    idx_.assign(1, arg);
+    w_.assign(1, 1.0);
+    return 1;
+  }
+  if (p_.top_k <= 0 || p_.top_k >= n_vocab) return prepare_unsorted(mx);
   // Candidates sorted by logit, highest first (the top k).
   idx_.resize(n_vocab);
   for (int32_t i = 0; i < n_vocab; ++i) idx_[i] = i;
@@ -131,21 +135,54 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
     while (keep < n && prob[keep] >= floor_p) ++keep;
     n = keep;
   }
-  // Temperature, then draw.
-  std::vector<double> w(n);
+  // Temperature.
+  w_.resize(n);
+  for (int32_t i = 0; i < n; ++i) w_[i] = std::exp(static_cast<double>(work_[idx_[i]] - mx) / p_.temp);
+  return static_cast<size_t>(n);
+}
+
+int32_t Sampler::draw(size_t n) {
   double wsum = 0;
-  for (int32_t i = 0; i < n; ++i)
-    wsum += w[i] = std::exp(static_cast<double>(work_[idx_[i]] - mx) / p_.temp);
+  for (size_t i = 0; i < n; ++i) wsum += w_[i];
   std::uniform_real_distribution<double> u(0.0, wsum);
   double r = u(rng_);
-  for (int32_t i = 0; i < n; ++i) {
-    r -= w[i];
+  for (size_t i = 0; i < n; ++i) {
+    r -= w_[i];
     if (r <= 0) return idx_[i];
   }
   return idx_[n - 1];
 }
 
-int32_t Sampler::sample_unsorted(float mx) {
+int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
+  const size_t n = prepare(logits, n_vocab);
+  if (p_.temp <= 0.0f) return idx_[0];
+  return draw(n);
+}
+
+void Sampler::distribution(const float* logits, int32_t n_vocab, std::vector<TokenProb>& out) {
+  const size_t n = prepare(logits, n_vocab);
+  double wsum = 0;
+  for (size_t i = 0; i < n; ++i) wsum += w_[i];
+  out.resize(n);
+  for (size_t i = 0; i < n; ++i) out[i] = {idx_[i], w_[i] / wsum};
+}
+
+int32_t Sampler::draw(const std::vector<TokenProb>& dist) {
+  if (dist.empty()) throw Error("sampler: draw from an empty distribution");
+  double sum = 0;
+  for (const TokenProb& t : dist) sum += t.p;
+  std::uniform_real_distribution<double> u(0.0, sum);
+  double r = u(rng_);
+  for (const TokenProb& t : dist) {
+    r -= t.p;
+    if (r <= 0) return t.id;
+  }
+  return dist.back().id;
+}
+
+double Sampler::uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+
+size_t Sampler::prepare_unsorted(float mx) {
   // top_k off: no sort of the whole vocabulary. min_p is a threshold on the
   // weight relative to the best token; top-p keeps the smallest set of the
   // most likely tokens reaching p, found by selecting a growing number of
@@ -185,18 +222,11 @@ int32_t Sampler::sample_unsorted(float mx) {
       k = std::min(n, k * 8);
     }
   }
-  // Temperature, then draw (in index order when nothing was sorted: the
+  // Temperature (drawn in index order when nothing was sorted: the
   // distribution is the same).
-  double wsum = 0;
   w_.resize(n);
-  for (size_t i = 0; i < n; ++i) wsum += w_[i] = std::exp(static_cast<double>(work_[idx_[i]] - mx) / p_.temp);
-  std::uniform_real_distribution<double> u(0.0, wsum);
-  double r = u(rng_);
-  for (size_t i = 0; i < n; ++i) {
-    r -= w_[i];
-    if (r <= 0) return idx_[i];
-  }
-  return idx_[n - 1];
+  for (size_t i = 0; i < n; ++i) w_[i] = std::exp(static_cast<double>(work_[idx_[i]] - mx) / p_.temp);
+  return n;
 }
 
 }  // namespace kvad

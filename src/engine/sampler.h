@@ -39,6 +39,12 @@ struct GenerationConfig;
 /// false makes it greedy (temp 0), as transformers' generate() does.
 SamplerParams with_generation_config(SamplerParams base, const GenerationConfig& gc);
 
+/// A token and its probability.
+struct TokenProb {
+  int32_t id = -1;
+  double p = 0.0;
+};
+
 /// A token and its log-probability (natural log).
 struct TokenLogprob {
   int32_t id = -1;
@@ -57,6 +63,20 @@ class Sampler {
   /// With top_k off (<= 0) nothing sorts the whole vocabulary: O(n_vocab)
   /// plus a selection of the candidates that top-p keeps.
   int32_t sample(const float* logits, int32_t n_vocab);
+  /// The distribution sample() would draw from for these logits, with the
+  /// whole chain applied (bias, penalties, top-k/top-p/min-p, temperature):
+  /// its candidates and their probabilities (summing to 1), in no set order;
+  /// greedy (temp <= 0) is the argmax with probability 1. What speculative
+  /// decoding verifies against (engine/speculative.h). Does not draw, so the
+  /// random stream is untouched. Throws as sample().
+  void distribution(const float* logits, int32_t n_vocab, std::vector<TokenProb>& out);
+  /// A draw from `dist` (probabilities that need not sum to 1, all >= 0) with
+  /// this sampler's random stream. Throws kvad::Error for an empty one.
+  int32_t draw(const std::vector<TokenProb>& dist);
+  /// A uniform number in [0, 1) from this sampler's random stream.
+  double uniform();
+  /// The parameters it was made with.
+  const SamplerParams& params() const { return p_; }
   /// Records a token (prompt or generated) for the repetition penalty.
   void accept(int32_t token);
   /// Log-probabilities from the distribution the last sample() call drew
@@ -85,7 +105,11 @@ class Sampler {
   double lse_ = 0;          ///< log-sum-exp of work_, valid when lse_valid_
   bool lse_valid_ = false;
   void compute_lse();
-  int32_t sample_unsorted(float mx);  ///< top_k off; work_ holds the logits
+  /// The chain up to the draw: idx_[0, n) the candidates, w_[0, n) their
+  /// weights after temperature (unnormalized); returns n.
+  size_t prepare(const float* logits, int32_t n_vocab);
+  size_t prepare_unsorted(float mx);  ///< top_k off; work_ holds the logits
+  int32_t draw(size_t n);             ///< from idx_/w_
 };
 
 }  // namespace kvad

@@ -26,6 +26,12 @@ int32_t Session::truncate(int seq, int32_t n) {
   return cache_->truncate(seq, n);
 }
 
+void Session::snapshot(int seq) {
+  if (seq < 0 || seq >= cache_->n_seq()) throw Error("sequence " + std::to_string(seq) + " out of range");
+  ops::PoolScope scope(*pool_);
+  cache_->snapshot(seq);
+}
+
 bool Session::copy_prefix(int src, int dst, int32_t n) {
   ops::PoolScope scope(*pool_);
   return cache_->copy_prefix(src, dst, n);

@@ -60,6 +60,9 @@ class Session {
   /// Cache::copy_prefix: dst holds src's first n positions; false when the
   /// cache cannot (nothing changed).
   bool copy_prefix(int src, int dst, int32_t n);
+  /// Cache::snapshot: a later truncate(seq, n) with n >= cached(seq) lands
+  /// on n exactly (recurrent layers copy their states now).
+  void snapshot(int seq);
 
   const Model& model() const { return *model_; }
   const HParams& hparams() const { return model_->hparams(); }

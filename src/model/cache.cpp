@@ -17,7 +17,7 @@ DType kv_cache_type(const std::string& name, const std::string& flag) {
 LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, int n_seq, int64_t n_batch, Device d,
                          KVTypes types)
     : specs_(layers), kv_(layers.size()), latent_(layers.size()), n_ctx_(n_ctx), n_seq_(n_seq), n_batch_(n_batch),
-      n_cached_(n_seq, 0), rec_(layers.size()), snaps_(n_seq) {
+      n_cached_(n_seq, 0), rec_(layers.size()), snaps_(n_seq), extra_(n_seq, -1) {
   for (const DType t : {types.k, types.v})
     if (t != DType::F16 && t != DType::F32)
       throw Error(std::string("cache: KV cache type ") + dtype_name(t) + " is not supported; accepted: f16, f32");
@@ -126,13 +126,34 @@ void LayerCaches::commit(const BatchView& b) {
     const int s = b.seq[t];
     const int32_t at = n_cached_[s];
     if (b.pos[t] + 1 != at || at % snapshot_every_ != 0 || snaps_[s].count(at)) continue;
-    std::vector<Tensor>& snap = snaps_[s][at];
-    for (size_t il : rec_layers_)
-      for (const Tensor* st : {&rec_[il].conv, &rec_[il].ssm}) {
-        snap.push_back(ops::copy(st->rows(s, s + 1)));
-        snapshot_bytes_ += snap.back().n_bytes();
-      }
+    take_snapshot(s, at);
   }
+}
+
+void LayerCaches::take_snapshot(int s, int32_t at) {
+  std::vector<Tensor>& snap = snaps_[s][at];
+  for (size_t il : rec_layers_)
+    for (const Tensor* st : {&rec_[il].conv, &rec_[il].ssm}) {
+      snap.push_back(ops::copy(st->rows(s, s + 1)));
+      snapshot_bytes_ += snap.back().n_bytes();
+    }
+}
+
+void LayerCaches::snapshot(int seq) {
+  if (rec_layers_.empty()) return;
+  const int32_t at = n_cached_.at(seq);
+  auto& m = snaps_[seq];
+  if (extra_[seq] >= 0 && extra_[seq] != at) {
+    const auto e = m.find(extra_[seq]);
+    if (e != m.end()) {
+      for (const Tensor& t : e->second) snapshot_bytes_ -= t.n_bytes();
+      m.erase(e);
+    }
+    extra_[seq] = -1;
+  }
+  if (at == 0 || m.count(at)) return;  // position 0 is the zero state; a periodic copy is there already
+  take_snapshot(seq, at);
+  extra_[seq] = at;
 }
 
 // A full layer rewinds anywhere. A ring of S slots holds positions
@@ -173,6 +194,7 @@ int32_t LayerCaches::truncate(int seq, int32_t n) {
       for (const Tensor& t : e->second) snapshot_bytes_ -= t.n_bytes();
       e = m.erase(e);
     }
+    if (extra_[seq] > land) extra_[seq] = -1;
   }
   n_cached_[seq] = land;
   return land;
@@ -193,8 +215,10 @@ bool LayerCaches::copy_prefix(int src, int dst, int32_t n) {
     for (auto& [p, snap] : d)
       for (const Tensor& t : snap) snapshot_bytes_ -= t.n_bytes();
     d.clear();
+    extra_[dst] = -1;
     for (const auto& [p, snap] : snaps_[src]) {  // dst can rewind as src could
       if (p > n) break;
+      if (p == extra_[src]) continue;
       std::vector<Tensor>& c = d[p];
       for (const Tensor& t : snap) {
         c.push_back(ops::copy(t));

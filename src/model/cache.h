@@ -105,6 +105,11 @@ class LayerCaches final : public Cache {
   int32_t cached(int seq) const override { return n_cached_.at(seq); }
   int32_t truncate(int seq, int32_t n) override;
   bool copy_prefix(int src, int dst, int32_t n) override;
+  /// Cache::snapshot: with recurrent layers, copies seq's states at
+  /// cached(seq) (unless a snapshot is held there already), dropping the
+  /// previous copy this call made for seq; counted by n_snapshots() and
+  /// snapshot_bytes() while held. copy_prefix does not hand it on.
+  void snapshot(int seq) override;
   /// Allocated bytes: K/V, live recurrent states, and the snapshots held now.
   size_t bytes() const override { return bytes_ + rec_bytes_ + snapshot_bytes_; }
   size_t bytes_per_token() const override;
@@ -151,6 +156,9 @@ class LayerCaches final : public Cache {
   size_t rec_bytes_ = 0, snapshot_bytes_ = 0, state_bytes_per_seq_ = 0;
   // Per sequence: position → (conv, ssm) copies of every recurrent layer, in rec_layers_ order.
   std::vector<std::map<int32_t, std::vector<Tensor>>> snaps_;
+  // Per sequence: the position of the copy snapshot() made (-1: none).
+  std::vector<int32_t> extra_;
+  void take_snapshot(int seq, int32_t at);
 };
 
 }  // namespace kvad

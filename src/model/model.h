@@ -101,6 +101,15 @@ class Cache {
   /// what position n needs (a sliding-window ring that moved past it; a kind
   /// with no copy). vLLM's and llama.cpp's seq_cp serve the same purpose.
   virtual bool copy_prefix(int src, int dst, int32_t n) { (void)src, (void)dst, (void)n; return false; }
+  /// Makes a later truncate(seq, n) with n >= cached(seq) (now) land on n
+  /// exactly, for as long as the sequence does not rewind below that point:
+  /// a recurrent layer copies its states at cached(seq) (one such copy per
+  /// sequence; the next call replaces it), as speculative decoding needs
+  /// before it verifies proposed tokens. Key/value and latent layers rewind
+  /// anywhere already (a sliding-window ring keeps window + n_batch
+  /// positions, so a rewind of at most one batch lands exactly): nothing to
+  /// do, the default.
+  virtual void snapshot(int seq) { (void)seq; }
   /// Bytes of cache storage actually allocated.
   virtual size_t bytes() const = 0;
   /// Recurrent layers (model/cache.h): bytes of the live states (all

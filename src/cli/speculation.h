@@ -1,0 +1,58 @@
+// The speculative-decoding flags of run, chat and bench (engine/speculative.h):
+// --spec-ngram N, --model-draft M, --draft-max, --draft-min, --draft-fixed,
+// and what they load (a draft model with its own Session, or n-gram lookup).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cli/loaded_model.h"
+#include "engine/speculative.h"
+#include "model/model.h"
+#include "model/registry.h"
+
+namespace CLI { class App; }
+
+namespace kvad {
+class Session;
+}
+
+namespace kvad::cli {
+
+struct SpecFlags {
+  std::string model_draft;  ///< --model-draft: GGUF file or model-store name
+  int32_t ngram = 0;        ///< --spec-ngram N: longest suffix to look up (0: off)
+  SpecOptions spec;         ///< --draft-max, --draft-min, --draft-fixed (adaptive off)
+  /// Adds the flags to `c`. Out-of-range values are usage errors (exit 2):
+  /// --draft-max outside 1..256, --draft-min outside 0..256, --spec-ngram
+  /// outside 0..64.
+  void add_to(CLI::App* c);
+  bool on() const { return ngram > 0 || !model_draft.empty(); }
+  /// Throws CLI::ValidationError (exit 2) for --draft-min above --draft-max
+  /// or both --spec-ngram and --model-draft.
+  void check() const;
+};
+
+/// A loaded proposer: the draft model and its Session when there is one.
+struct Speculation {
+  LoadedModel draft;
+  std::unique_ptr<Session> draft_session;
+  std::unique_ptr<Proposer> proposer;
+  std::string describe;  ///< "ngram 3" or "draft <path>"
+};
+
+/// The proposer the flags ask for, or null when speculation is off. A draft
+/// loads on the target's device with `dev`, gets a Session of n_ctx
+/// positions and the target's KV formats, and samples with `sp`'s chain.
+/// Throws kvad::Error when the draft's tokenizer is not the target's
+/// (naming the difference) or when its weights are bigger than the
+/// target's (a draft that reads more bytes per token than the target
+/// cannot pay); warns on stderr when they are more than half the target's.
+std::unique_ptr<Speculation> make_speculation(const SpecFlags& f, const LoadedModel& target, const DeviceOptions& dev,
+                                              int32_t n_ctx, int threads, KVTypes kv, const SamplerParams& sp);
+
+/// " | spec ngram: proposed 120, accepted 96 (80.0%)" for a stats line, or
+/// "" when nothing was proposed.
+std::string spec_stats_text(const SpecStats& st);
+
+}  // namespace kvad::cli

@@ -1,0 +1,120 @@
+#include "engine/proposers.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
+#include "base/error.h"
+#include "engine/generate.h"
+#include "engine/session.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvad {
+
+NgramProposer::NgramProposer(int32_t n_max, int32_t n_min) : n_max_(n_max), n_min_(n_min) {
+  if (n_min < 1 || n_max < n_min || n_max > 64)
+    throw Error("--spec-ngram must be in 1..64 (the longest suffix to look up), got " + std::to_string(n_max));
+}
+
+void NgramProposer::propose(const std::vector<int32_t>& ctx, int32_t max_k, Proposal& out) {
+  out.clear();
+  const int64_t L = static_cast<int64_t>(ctx.size());
+  for (int32_t n = std::min<int64_t>(n_max_, L - 1); n >= n_min_; --n) {
+    const int32_t* suffix = ctx.data() + (L - n);
+    // The most recent earlier occurrence that has at least one token after it.
+    for (int64_t start = L - n - 1; start >= 0; --start) {
+      if (!std::equal(suffix, suffix + n, ctx.data() + start)) continue;
+      const int64_t from = start + n, to = std::min<int64_t>(L, from + max_k);
+      out.tokens.assign(ctx.begin() + from, ctx.begin() + to);
+      return;
+    }
+  }
+}
+
+DraftProposer::DraftProposer(Session& draft, const SamplerParams& sp, int32_t n_vocab, int seq)
+    : s_(draft), sampler_([&] {
+        SamplerParams d = sp;
+        d.repeat_penalty = 1.0f;  // q needs no history: any q keeps the target's distribution
+        d.presence_penalty = d.frequency_penalty = 0.0f;
+        d.seed = sp.seed ^ 0x9e3779b97f4a7c15ull;
+        return d;
+      }()),
+      n_vocab_(std::min<int32_t>(n_vocab, draft.n_vocab())), seq_(seq) {
+  if (n_vocab_ <= 0) throw Error("draft: no shared vocabulary");
+}
+
+size_t DraftProposer::follow(const std::vector<int32_t>& ctx) {
+  // Keep the common prefix with what the draft holds (at most all but the
+  // last token, which is evaluated for the logits).
+  const size_t keep = std::min(common_prefix(held_, ctx), ctx.size() - 1);
+  const int32_t land = s_.truncate(seq_, static_cast<int32_t>(keep));
+  if (land < 0 || static_cast<size_t>(land) > keep) throw Error("draft: truncate landed past the common prefix");
+  held_.resize(land);
+  return static_cast<size_t>(land);
+}
+
+void DraftProposer::begin(const std::vector<int32_t>& prompt) {
+  if (prompt.size() < 2 || static_cast<int32_t>(prompt.size()) >= s_.n_ctx()) return;
+  for (int32_t t : prompt)
+    if (t >= n_vocab_) return;
+  const size_t land = follow(prompt);
+  if (land + 1 >= prompt.size()) return;
+  const std::vector<int32_t> rest(prompt.begin() + static_cast<std::ptrdiff_t>(land), prompt.end() - 1);
+  prefill(s_, rest, seq_, 512);
+  held_.insert(held_.end(), rest.begin(), rest.end());
+}
+
+void DraftProposer::propose(const std::vector<int32_t>& ctx, int32_t max_k, Proposal& out) {
+  out.clear();
+  catch_up_s_ = 0;
+  if (ctx.empty()) return;
+  for (int32_t t : ctx)
+    if (t >= n_vocab_) return;  // a token the draft does not know: no guess
+  const int32_t room = s_.n_ctx() - static_cast<int32_t>(ctx.size());
+  if (room <= 0) return;
+  max_k = std::min(max_k, room);
+  // After a step the draft lacks one or two tokens (the last accepted one it
+  // never evaluated, the target's own); more is catching up.
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t land = follow(ctx);
+  const std::vector<int32_t> rest(ctx.begin() + static_cast<std::ptrdiff_t>(land), ctx.end());
+  const std::vector<float>* logits = &prefill(s_, rest, seq_, 512);
+  held_.insert(held_.end(), rest.begin(), rest.end());
+  if (rest.size() > 2) catch_up_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const bool greedy = sampler_.params().temp <= 0.0f;
+  for (int32_t i = 0; i < max_k; ++i) {
+    row_.assign(logits->end() - s_.n_vocab(), logits->end());
+    for (size_t t = static_cast<size_t>(n_vocab_); t < row_.size(); ++t) row_[t] = -std::numeric_limits<float>::infinity();
+    sampler_.distribution(row_.data(), static_cast<int32_t>(row_.size()), q_);
+    const int32_t id = greedy ? q_[0].id : sampler_.draw(q_);
+    out.tokens.push_back(id);
+    if (!greedy) out.q.push_back(q_);
+    if (i + 1 == max_k) break;
+    Batch b;
+    b.add(id, static_cast<int32_t>(held_.size()), seq_, true);
+    logits = &s_.forward(b);
+    held_.push_back(id);
+  }
+}
+
+std::string draft_vocab_mismatch(const Tokenizer& t, const Tokenizer& d) {
+  if (t.model() != d.model())
+    return "the draft's tokenizer is " + d.model() + ", the target's " + t.model();
+  if (t.n_vocab() != d.n_vocab())
+    return "the draft's vocabulary has " + std::to_string(d.n_vocab()) + " tokens, the target's " +
+           std::to_string(t.n_vocab());
+  for (int32_t i = 0; i < t.n_vocab(); ++i)
+    if (t.token_text(i) != d.token_text(i))
+      return "token " + std::to_string(i) + " is '" + t.token_text(i) + "' in the target's vocabulary, '" +
+             d.token_text(i) + "' in the draft's";
+  if (t.bos() != d.bos() || t.eos() != d.eos())
+    return "the special tokens differ (bos " + std::to_string(t.bos()) + "/" + std::to_string(d.bos()) + ", eos " +
+           std::to_string(t.eos()) + "/" + std::to_string(d.eos()) + ")";
+  std::vector<int32_t> a = t.eog_ids(), b = d.eog_ids();
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  if (a != b) return "the end-of-generation tokens differ";
+  return "";
+}
+
+}  // namespace kvad
