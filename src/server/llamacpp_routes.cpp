@@ -110,23 +110,7 @@ void Server::Impl::llamacpp_completion(const httplib::Request& req, httplib::Res
 }
 
 void Server::Impl::llamacpp_routes() {
-  auto guarded = [this](auto fn) {
-    return [this, fn](const httplib::Request& req, httplib::Response& res) {
-      watchdog.busy(req.remote_addr, req.remote_port);
-      try {
-        fn(req, res);
-      } catch (const ApiError& e) {
-        res.status = e.status;
-        if (e.status == 429) res.set_header("Retry-After", "1");
-        res.set_content(dump(error_body(e)), "application/json");
-      } catch (const std::exception& e) {
-        res.status = 500;
-        res.set_content(dump(error_body(ApiError(500, std::string("Internal error: ") + e.what(), "server_error", "",
-                                                 "internal_error"))),
-                        "application/json");
-      }
-    };
-  };
+  auto guarded = [this](auto fn) { return guarded_as(fn, [](const ApiError& e) { return error_body(e); }); };
   for (const char* path : {"/completion", "/completions"})
     http.Post(path, guarded([this](const auto& req, auto& res) { llamacpp_completion(req, res, false); }));
   http.Post("/infill", guarded([this](const auto& req, auto& res) { llamacpp_completion(req, res, true); }));

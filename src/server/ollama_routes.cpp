@@ -429,21 +429,7 @@ void Server::Impl::ollama_pull(const httplib::Request& req, httplib::Response& r
 }
 
 void Server::Impl::ollama_routes() {
-  auto guarded = [this](auto fn) {
-    return [this, fn](const httplib::Request& req, httplib::Response& res) {
-      watchdog.busy(req.remote_addr, req.remote_port);
-      try {
-        fn(req, res);
-      } catch (const ApiError& e) {
-        res.status = e.status;
-        if (e.status == 429) res.set_header("Retry-After", "1");
-        res.set_content(dump(ollama_error_body(e)), "application/json");
-      } catch (const std::exception& e) {
-        res.status = 500;
-        res.set_content(dump(json{{"error", std::string("internal error: ") + e.what()}}), "application/json");
-      }
-    };
-  };
+  auto guarded = [this](auto fn) { return guarded_as(fn, [](const ApiError& e) { return ollama_error_body(e); }); };
   http.Post("/api/chat", guarded([this](const auto& req, auto& res) { ollama_generate(req, res, true); }));
   http.Post("/api/generate", guarded([this](const auto& req, auto& res) { ollama_generate(req, res, false); }));
   http.Post("/api/embed", guarded([this](const auto& req, auto& res) { ollama_embed(req, res, false); }));

@@ -39,6 +39,29 @@ int find_connection_fd(const httplib::Request& req);
 bool peer_closed(int fd);
 
 struct Server::Impl {
+  /// A route handler for the ollama and llama.cpp routes: marks the
+  /// connection busy for the idle watchdog and answers any error itself
+  /// (cpp-httplib runs its own exception handler only when built for it),
+  /// as `body(ApiError)` spells that API's error JSON; 429 adds Retry-After.
+  template <class Fn, class Body>
+  auto guarded_as(Fn fn, Body body) {
+    return [this, fn, body](const httplib::Request& req, httplib::Response& res) {
+      watchdog.busy(req.remote_addr, req.remote_port);
+      auto answer = [&](const ApiError& e) {
+        res.status = e.status;
+        if (e.status == 429) res.set_header("Retry-After", "1");
+        res.set_content(dump(body(e)), "application/json");
+      };
+      try {
+        fn(req, res);
+      } catch (const ApiError& e) {
+        answer(e);
+      } catch (const std::exception& e) {
+        answer(ApiError(500, std::string("Internal error: ") + e.what(), "server_error", "", "internal_error"));
+      }
+    };
+  }
+
   Impl(std::shared_ptr<Model> m, std::shared_ptr<const Tokenizer> t, ServerOptions opts)
       : o(std::move(opts)),
         tok(std::move(t)),
