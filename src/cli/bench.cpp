@@ -201,7 +201,10 @@ void add_bench(CLI::App& app) {
   add_threads_option(c, o->threads);
   c->add_option("-p,--n-prompt", o->n_prompt, "Prompt tokens for the prefill test (0: skip)")->capture_default_str();
   c->add_option("-n,--n-gen", o->n_gen, "Tokens for the decode test (0: skip)")->capture_default_str();
-  c->add_option("-r,--repetitions", o->reps, "Repetitions per test")->capture_default_str();
+  c->add_option("-r,--repetitions", o->reps, "Repetitions per test")
+      ->check(integer_check())
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   c->add_flag("--json", o->json, "Print a JSON array with llama-bench's field names");
   add_device_options(c, o->device);
   o->cache_type.add_to(c);

@@ -25,6 +25,8 @@ const CLI::Validator kInteger(
     "INT");
 }  // namespace
 
+const CLI::Validator& integer_check() { return kInteger; }
+
 void GenerationOptions::add_to(CLI::App* c, const std::string& max_tokens_help) {
   c->add_option("-m,--model", model, "GGUF file or model-store name (default: " + std::string(kDefaultModel) + ")");
   c->add_option("-n,--max-tokens", max_tokens, max_tokens_help)->capture_default_str();

@@ -8,7 +8,7 @@
 #include "model/model.h"
 #include "model/registry.h"
 
-namespace CLI { class App; class Option; }
+namespace CLI { class App; class Option; class Validator; }
 
 namespace kvad {
 struct GenerationConfig;
@@ -19,6 +19,11 @@ namespace kvad::cli {
 
 /// Adds -t/--threads (0: all cores; an integer in [0, 4096]) to `c`.
 void add_threads_option(CLI::App* c, int& threads);
+
+/// A CLI11 check that a flag's value is an integer ("expects an integer, got
+/// 'abc'"); put it before CLI::Range, whose message for a non-number reads as
+/// if it were a number out of range.
+const CLI::Validator& integer_check();
 
 /// Adds --device cpu|cuda, --dtype bf16|f16|f32 and --quant
 /// none|q8_0|q4_0|q4_k|q6_k (registry.h DeviceOptions) to `c`.

@@ -1,4 +1,5 @@
 #include "cli/speculation.h"
+#include "cli/generation_options.h"
 
 #include <CLI/CLI.hpp>
 
@@ -16,16 +17,19 @@ void SpecFlags::add_to(CLI::App* c) {
   c->add_option("--spec-ngram", ngram,
                 "Speculative decoding by n-gram lookup: propose what followed the last N tokens where they occurred "
                 "before in the prompt or reply (1..64; 0: off)")
+      ->check(integer_check())
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   c->add_option("--model-draft", model_draft,
                 "Speculative decoding with a draft model (GGUF file or model-store name) that has the target's "
                 "tokenizer and fewer weight bytes");
   c->add_option("--draft-max", spec.draft_max, "Speculation: most tokens proposed per step (1..256)")
+      ->check(integer_check())
       ->check(CLI::Range(1, SpecOptions::kDraftMaxLimit))
       ->capture_default_str();
   c->add_option("--draft-min", spec.draft_min,
                 "Speculation: fewest proposed tokens worth verifying (0..--draft-max); adaptive k stays at or above it")
+      ->check(integer_check())
       ->check(CLI::Range(0, SpecOptions::kDraftMaxLimit))
       ->capture_default_str();
   c->add_flag("--draft-fixed", [this](int64_t) { spec.adaptive = false; },

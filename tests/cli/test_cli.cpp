@@ -285,7 +285,7 @@ TEST(Cli, CacheTypeF32DoublesTheKvBytes) {
 // would report "Value abc not in range"), and a number out of range names the
 // range; both before any model is read, with the usage-error status 2.
 TEST(Cli, NonIntegerFlagValueIsOneLineError) {
-  for (const char* flag : {"--state-snapshot-every abc", "-t 1.5", "-c 12k"}) {
+  for (const char* flag : {"--state-snapshot-every abc", "-t 1.5", "-c 12k", "--spec-ngram abc", "--draft-max x"}) {
     Out r = run_kvad(std::string("run --prompt hi --model /nonexistent/model.gguf ") + flag);
     EXPECT_EQ(r.status, 2) << flag;
     EXPECT_TRUE(one_error_line(r.err)) << r.err;
@@ -298,7 +298,7 @@ TEST(Cli, NonIntegerFlagValueIsOneLineError) {
   // Sampling values outside their range, and -t on every subcommand that has it.
   for (const char* args : {"run -p hi --top-p 2", "run -p hi --min-p -0.5", "run -p hi --top-k -1",
                            "chat --repeat-penalty -1", "bench -t -3", "serve -t 5000", "perplexity -f x -t -1",
-                           "embed -p x -t -2", "quantize a.gguf b.gguf --type q8_0 -t -4"}) {
+                           "embed -p x -t -2", "quantize a.gguf b.gguf --type q8_0 -t -4", "bench -r 0"}) {
     Out o = run_kvad(std::string(args) + " --model /nonexistent/model.gguf");
     EXPECT_EQ(o.status, 2) << args << ": " << o.err;
     EXPECT_NE(o.err.find("not in range"), std::string::npos) << args << ": " << o.err;
