@@ -1,0 +1,256 @@
+#include "model/image/vae.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "base/error.h"
+#include "tensor/ops.h"
+
+namespace kvad::image {
+
+namespace {
+
+constexpr float kEps = 1e-6f;  // every GroupNorm of diffusers' Encoder and Decoder (resnet_eps)
+
+// A vector weight as f32 (an fp16 variant stores norms and biases as f16).
+Tensor vec(const WeightScope& s, const std::string& name, int64_t n) {
+  Tensor t = s.get(name, {n});
+  return t.type == DType::F32 ? t : ops::convert(t, DType::F32);
+}
+
+// One image (sample n) of a batch: a view, no copy.
+Tensor sample(const Tensor& x, int64_t n) {
+  const int64_t px = x.ne[1] * x.ne[2];
+  return x.rows(n * px, (n + 1) * px).view({x.ne[0], x.ne[1], x.ne[2], 1});
+}
+
+// A decoded tile in host memory: {C, w, h} floats, w and h in pixels.
+struct Tile {
+  int64_t w = 0, h = 0;
+  std::vector<float> v;
+  float* at(int64_t C, int64_t x, int64_t y) { return v.data() + (y * w + x) * C; }
+};
+
+// diffusers' blend_v / blend_h: b's first e rows (columns) become a's last e
+// rows (columns) · (1 - y/e) + b's · y/e, e = min(a's, b's, extent). The
+// weights are rounded to f32 as torch does a Python float times an f32 tensor.
+void blend(Tile& a, Tile& b, int64_t extent, int64_t C, bool vertical) {
+  const int64_t e = std::min({vertical ? a.h : a.w, vertical ? b.h : b.w, extent});
+  for (int64_t y = 0; y < e; ++y) {
+    const float wa = static_cast<float>(1.0 - static_cast<double>(y) / static_cast<double>(e));
+    const float wb = static_cast<float>(static_cast<double>(y) / static_cast<double>(e));
+    const int64_t n = vertical ? b.w : b.h;  // the same for a: a tile's neighbour in its column (row)
+    for (int64_t i = 0; i < n; ++i) {
+      float* pb = vertical ? b.at(C, i, y) : b.at(C, y, i);
+      const float* pa = vertical ? a.at(C, i, a.h - e + y) : a.at(C, a.w - e + y, i);
+      for (int64_t c = 0; c < C; ++c) pb[c] = pa[c] * wa + pb[c] * wb;
+    }
+  }
+}
+
+}  // namespace
+
+AutoencoderKL::AutoencoderKL(const WeightScope& scope, const AutoencoderKLConfig& c) : c_(c), dev_(scope.device()) {
+  const std::vector<int64_t>& ch = c.block_out_channels;
+  const int64_t L = static_cast<int64_t>(ch.size());
+  if (L < 1 || c.latent_channels < 1 || c.in_channels < 1 || c.out_channels < 1 || c.layers_per_block < 1)
+    throw Error(scope.path() + ": AutoencoderKL config needs block_out_channels, latent_channels, in_channels, "
+                "out_channels and layers_per_block of at least 1");
+  f_ = int64_t{1} << (L - 1);
+  const auto conv = [](const WeightScope& m, const std::string& name, int64_t in, int64_t out, int64_t k) {
+    Conv cv;
+    cv.w = ops::conv2d_weight(m.get(name + ".weight", {k, k, in, out}));
+    cv.b = vec(m, name + ".bias", out);
+    return cv;
+  };
+  const auto norm = [](const WeightScope& m, const std::string& name, int64_t n) {
+    return Norm{vec(m, name + ".weight", n), vec(m, name + ".bias", n)};
+  };
+  const auto resnet = [&](const WeightScope& m, int64_t in, int64_t out) {
+    Resnet r;
+    r.norm1 = norm(m, "norm1", in);
+    r.conv1 = conv(m, "conv1", in, out, 3);
+    r.norm2 = norm(m, "norm2", out);
+    r.conv2 = conv(m, "conv2", out, out, 3);
+    if (in != out) r.shortcut = conv(m, "conv_shortcut", in, out, 1);
+    return r;
+  };
+  const auto mid = [&](const WeightScope& m, int64_t C) {
+    Mid md;
+    md.r0 = resnet(m.sub("resnets.0"), C, C);
+    if (c.mid_block_add_attention) {
+      const WeightScope a = m.sub("attentions.0");
+      Attention at;
+      at.norm = norm(a, "group_norm", C);
+      at.wq = a.get("to_q.weight", {C, C}), at.bq = vec(a, "to_q.bias", C);
+      at.wk = a.get("to_k.weight", {C, C}), at.bk = vec(a, "to_k.bias", C);
+      at.wv = a.get("to_v.weight", {C, C}), at.bv = vec(a, "to_v.bias", C);
+      at.wo = a.get("to_out.0.weight", {C, C}), at.bo = vec(a, "to_out.0.bias", C);
+      md.attn = std::move(at);
+    }
+    md.r1 = resnet(m.sub("resnets.1"), C, C);
+    return md;
+  };
+  const int64_t z = c.latent_channels, top = ch.back();
+
+  // Encoder (vae.py Encoder, double_z): down_blocks.i.resnets.j, .downsamplers.0.conv.
+  const WeightScope e = scope.sub("encoder");
+  enc_.conv_in = conv(e, "conv_in", c.in_channels, ch[0], 3);
+  for (int64_t i = 0; i < L; ++i) {
+    const WeightScope b = e.sub("down_blocks." + std::to_string(i));
+    Level lv;
+    for (int64_t j = 0; j < c.layers_per_block; ++j)
+      lv.resnets.push_back(resnet(b.sub("resnets." + std::to_string(j)), j == 0 && i > 0 ? ch[i - 1] : ch[i], ch[i]));
+    if (i < L - 1) lv.resample = conv(b, "downsamplers.0.conv", ch[i], ch[i], 3);
+    enc_.levels.push_back(std::move(lv));
+  }
+  enc_.mid = mid(e.sub("mid_block"), top);
+  enc_.norm_out = norm(e, "conv_norm_out", top);
+  enc_.conv_out = conv(e, "conv_out", top, 2 * z, 3);
+
+  // Decoder (vae.py Decoder): up_blocks.i over reversed(block_out_channels).
+  const WeightScope d = scope.sub("decoder");
+  dec_.conv_in = conv(d, "conv_in", z, top, 3);
+  dec_.mid = mid(d.sub("mid_block"), top);
+  for (int64_t i = 0; i < L; ++i) {
+    const WeightScope b = d.sub("up_blocks." + std::to_string(i));
+    const int64_t out = ch[L - 1 - i], prev = ch[i == 0 ? L - 1 : L - i];
+    Level lv;
+    for (int64_t j = 0; j <= c.layers_per_block; ++j)
+      lv.resnets.push_back(resnet(b.sub("resnets." + std::to_string(j)), j == 0 ? prev : out, out));
+    if (i < L - 1) lv.resample = conv(b, "upsamplers.0.conv", out, out, 3);
+    dec_.levels.push_back(std::move(lv));
+  }
+  dec_.norm_out = norm(d, "conv_norm_out", ch[0]);
+  dec_.conv_out = conv(d, "conv_out", ch[0], c.out_channels, 3);
+
+  if (c.use_quant_conv) quant_ = conv(scope, "quant_conv", 2 * z, 2 * z, 1);
+  if (c.use_post_quant_conv) post_quant_ = conv(scope, "post_quant_conv", z, z, 1);
+}
+
+// ResnetBlock2D with temb None and output_scale_factor 1 (resnet.py).
+Tensor AutoencoderKL::resnet(const Resnet& r, const Tensor& x) const {
+  const int64_t G = c_.norm_num_groups;
+  Tensor h = ops::silu(ops::group_norm(x, G, r.norm1.w, r.norm1.b, kEps));
+  h = ops::conv2d(h, r.conv1.w, r.conv1.b, {1, 1, 1, 1});
+  h = ops::silu(ops::group_norm(h, G, r.norm2.w, r.norm2.b, kEps));
+  h = ops::conv2d(h, r.conv2.w, r.conv2.b, {1, 1, 1, 1});
+  return ops::add(r.shortcut.w ? ops::conv2d(x, r.shortcut.w, r.shortcut.b) : x, h);
+}
+
+// Attention with one head of width C, group_norm first and the residual added
+// (AttnProcessor2_0 with residual_connection, rescale_output_factor 1).
+Tensor AutoencoderKL::attention(const Attention& a, const Tensor& x) const {
+  const int64_t C = x.ne[0], P = x.ne[1] * x.ne[2], N = x.ne[3];
+  const Tensor t = ops::group_norm(x, c_.norm_num_groups, a.norm.w, a.norm.b, kEps).view({C, P * N, 1, 1});
+  const std::vector<Tensor> qkv = ops::matmul_multi(t, {&a.wq, &a.wk, &a.wv});
+  const auto heads = [&](const Tensor& y, const Tensor& b) { return ops::add(y, b).view({C, 1, P, N}); };
+  const Tensor o = ops::sdpa(heads(qkv[0], a.bq), heads(qkv[1], a.bk), heads(qkv[2], a.bv),
+                             1.0f / std::sqrt(static_cast<float>(C)));
+  return ops::add(x, ops::matmul(o.view({C, P * N, 1, 1}), a.wo, &a.bo).view(x.ne));
+}
+
+// UNetMidBlock2D: resnet, (attention), resnet.
+Tensor AutoencoderKL::mid(const Mid& m, const Tensor& x) const {
+  Tensor h = resnet(m.r0, x);
+  if (m.attn) h = attention(*m.attn, h);
+  return resnet(m.r1, h);
+}
+
+void AutoencoderKL::check_input(const Tensor& t, int64_t channels, const char* what) const {
+  const std::string head = std::string("AutoencoderKL.") + what + ": ";
+  if (!t) throw Error(head + "no input tensor");
+  if (t.type != DType::F32) throw Error(head + "input " + shape_str(t) + " is " + dtype_name(t.type) + ", not f32");
+  if (t.device() != dev_)
+    throw Error(head + "input is on " + t.device().str() + ", the VAE's weights on " + dev_.str());
+  if (!t.is_contiguous()) throw Error(head + "input " + shape_str(t) + " is strided (ops::cont first)");
+  if (t.ne[0] != channels)
+    throw Error(head + "input " + shape_str(t) + " has " + std::to_string(t.ne[0]) + " channels, the config's " +
+                (std::string(what) == "decode" ? "latent_channels " : "in_channels ") + std::to_string(channels) +
+                " (ne {C, W, H, N})");
+}
+
+Tensor AutoencoderKL::decode_one(const Tensor& z) const {
+  Tensor h = post_quant_.w ? ops::conv2d(z, post_quant_.w, post_quant_.b) : z;
+  h = mid(dec_.mid, ops::conv2d(h, dec_.conv_in.w, dec_.conv_in.b, {1, 1, 1, 1}));
+  for (const Level& lv : dec_.levels) {
+    for (const Resnet& r : lv.resnets) h = resnet(r, h);
+    if (lv.resample.w)  // Upsample2D: nearest 2×, then conv 3×3
+      h = ops::conv2d(ops::upsample_nearest2d(h, 2), lv.resample.w, lv.resample.b, {1, 1, 1, 1});
+  }
+  h = ops::silu(ops::group_norm(h, c_.norm_num_groups, dec_.norm_out.w, dec_.norm_out.b, kEps));
+  return ops::conv2d(h, dec_.conv_out.w, dec_.conv_out.b, {1, 1, 1, 1});
+}
+
+Tensor AutoencoderKL::decode(const Tensor& z, const VaeTiling& tiling) const {
+  check_input(z, c_.latent_channels, "decode");
+  if (tiling.tile < 0 || tiling.overlap < 0 || (tiling.tile > 0 && tiling.overlap >= tiling.tile))
+    throw Error("AutoencoderKL.decode: tiling {tile " + std::to_string(tiling.tile) + ", overlap " +
+                std::to_string(tiling.overlap) + "} needs tile >= 0 and 0 <= overlap < tile");
+  const int64_t w = z.ne[1], h = z.ne[2], N = z.ne[3];
+  const bool tiled = tiling.tile > 0 && (w > tiling.tile || h > tiling.tile);  // as diffusers' _decode decides
+  const Tensor out = ops::empty(DType::F32, {c_.out_channels, w * f_, h * f_, N}, dev_);
+  const int64_t px = w * f_ * h * f_;
+  for (int64_t n = 0; n < N; ++n) {
+    const Tensor zn = sample(z, n);
+    const Tensor img = tiled ? decode_tiled(zn, tiling) : decode_one(zn);
+    ops::copy_into(out.rows(n * px, (n + 1) * px), img.view({c_.out_channels, px, 1, 1}));
+  }
+  return out;
+}
+
+// diffusers' tiled_decode for one image, a row of tiles at a time: each tile
+// decoded on the device, blended with the tile above it (kept from the last
+// row) and the one to its left, and its kept part copied into the image.
+Tensor AutoencoderKL::decode_tiled(const Tensor& z, const VaeTiling& t) const {
+  const int64_t C = c_.out_channels, zc = z.ne[0], w = z.ne[1], h = z.ne[2], T = t.tile, S = T - t.overlap;
+  const int64_t blend_px = t.overlap * f_, keep = S * f_, W = w * f_, H = h * f_;
+  std::vector<float> img(static_cast<size_t>(C * W * H));
+  std::vector<Tile> above, row;
+  for (int64_t i0 = 0, a = 0; i0 < h; i0 += S, ++a) {
+    row.clear();
+    for (int64_t j0 = 0, b = 0; j0 < w; j0 += S, ++b) {
+      const int64_t lw = std::min(T, w - j0), lh = std::min(T, h - i0);
+      const Tensor zt = ops::cont(ops::view(z, {zc, lw, lh, 1}, z.nb, static_cast<size_t>(i0 * w + j0) * z.nb[1]));
+      const Tensor dt = decode_one(zt);
+      Tile tile{lw * f_, lh * f_, std::vector<float>(static_cast<size_t>(dt.n_elements()))};
+      ops::to_host(dt, tile.v.data());
+      if (a > 0) blend(above[b], tile, blend_px, C, true);
+      if (b > 0) blend(row[b - 1], tile, blend_px, C, false);
+      const int64_t kw = std::min(keep, tile.w), kh = std::min(keep, tile.h);
+      for (int64_t y = 0; y < kh; ++y)
+        std::copy_n(tile.at(C, 0, y), kw * C, img.data() + ((a * keep + y) * W + b * keep) * C);
+      row.push_back(std::move(tile));
+    }
+    std::swap(above, row);
+  }
+  return ops::from_host(img.data(), DType::F32, {C, W, H, 1}, dev_);
+}
+
+Tensor AutoencoderKL::encode(const Tensor& x) const {
+  check_input(x, c_.in_channels, "encode");
+  if (x.ne[1] < f_ || x.ne[2] < f_)
+    throw Error("AutoencoderKL.encode: input " + shape_str(x) + " is smaller than " + std::to_string(f_) +
+                " pixels (the VAE's downscale) in W or H");
+  const int64_t z = c_.latent_channels;
+  Tensor out;
+  for (int64_t n = 0; n < x.ne[3]; ++n) {
+    Tensor h = ops::conv2d(sample(x, n), enc_.conv_in.w, enc_.conv_in.b, {1, 1, 1, 1});
+    for (const Level& lv : enc_.levels) {
+      for (const Resnet& r : lv.resnets) h = resnet(r, h);
+      if (lv.resample.w)  // Downsample2D(padding=0): F.pad (0, 1, 0, 1), conv 3×3 stride 2
+        h = ops::conv2d(ops::pad(h, {0, 0, 0, 0}, {0, 1, 1, 0}), lv.resample.w, lv.resample.b, {2, 2, 0, 0});
+    }
+    h = mid(enc_.mid, h);
+    h = ops::silu(ops::group_norm(h, c_.norm_num_groups, enc_.norm_out.w, enc_.norm_out.b, kEps));
+    h = ops::conv2d(h, enc_.conv_out.w, enc_.conv_out.b, {1, 1, 1, 1});
+    if (quant_.w) h = ops::conv2d(h, quant_.w, quant_.b);
+    // DiagonalGaussianDistribution: mean, logvar = moments.chunk(2, dim=1).
+    const Tensor mean = ops::slice(h.view({2 * z, h.ne[1] * h.ne[2], 1, 1}), 0, z).view({z, h.ne[1], h.ne[2], 1});
+    out = n == 0 ? mean : ops::concat(out, mean, 3);
+  }
+  return out;
+}
+
+}  // namespace kvad::image
