@@ -140,15 +140,27 @@ Tensor AutoencoderKL::resnet(const Resnet& r, const Tensor& x) const {
 }
 
 // Attention with one head of width C, group_norm first and the residual added
-// (AttnProcessor2_0 with residual_connection, rescale_output_factor 1).
+// (AttnProcessor2_0 with residual_connection, rescale_output_factor 1):
+// softmax(q kᵀ / √C) v by matmuls, a block of queries at a time, so that the
+// scores of a block take at most score_floats_ floats. (One head of 512 is past
+// the widths sdpa's tiled kernel takes; as two GEMMs it runs at their speed.)
 Tensor AutoencoderKL::attention(const Attention& a, const Tensor& x) const {
   const int64_t C = x.ne[0], P = x.ne[1] * x.ne[2], N = x.ne[3];
   const Tensor t = ops::group_norm(x, c_.norm_num_groups, a.norm.w, a.norm.b, kEps).view({C, P * N, 1, 1});
-  const std::vector<Tensor> qkv = ops::matmul_multi(t, {&a.wq, &a.wk, &a.wv});
-  const auto heads = [&](const Tensor& y, const Tensor& b) { return ops::add(y, b).view({C, 1, P, N}); };
-  const Tensor o = ops::sdpa(heads(qkv[0], a.bq), heads(qkv[1], a.bk), heads(qkv[2], a.bv),
-                             1.0f / std::sqrt(static_cast<float>(C)));
-  return ops::add(x, ops::matmul(o.view({C, P * N, 1, 1}), a.wo, &a.bo).view(x.ne));
+  const Tensor q = ops::scale(ops::matmul(t, a.wq, &a.bq), 1.0f / std::sqrt(static_cast<float>(C)));
+  const Tensor k = ops::matmul(t, a.wk, &a.bk), v = ops::matmul(t, a.wv, &a.bv);
+  const Tensor o = ops::empty(DType::F32, {C, P * N, 1, 1}, dev_);
+  const int64_t block = std::clamp(score_floats_ / P, int64_t{1}, P);
+  for (int64_t n = 0; n < N; ++n) {
+    const Tensor kn = k.rows(n * P, (n + 1) * P);                         // [P, C]
+    const Tensor vt = ops::cont(ops::transpose(v.rows(n * P, (n + 1) * P)));  // [C, P]
+    for (int64_t r0 = 0; r0 < P; r0 += block) {
+      const int64_t r1 = std::min(P, r0 + block);
+      const Tensor p = ops::softmax(ops::matmul(q.rows(n * P + r0, n * P + r1), kn));  // [r1 - r0, P]
+      ops::copy_into(o.rows(n * P + r0, n * P + r1), ops::matmul(p, vt));
+    }
+  }
+  return ops::add(x, ops::matmul(o, a.wo, &a.bo).view(x.ne));
 }
 
 // UNetMidBlock2D: resnet, (attention), resnet.
@@ -169,6 +181,11 @@ void AutoencoderKL::check_input(const Tensor& t, int64_t channels, const char* w
     throw Error(head + "input " + shape_str(t) + " has " + std::to_string(t.ne[0]) + " channels, the config's " +
                 (std::string(what) == "decode" ? "latent_channels " : "in_channels ") + std::to_string(channels) +
                 " (ne {C, W, H, N})");
+}
+
+void AutoencoderKL::set_attention_scores(int64_t floats) {
+  if (floats < 1) throw Error("AutoencoderKL: attention score bound " + std::to_string(floats) + " is below 1");
+  score_floats_ = floats;
 }
 
 Tensor AutoencoderKL::decode_one(const Tensor& z) const {

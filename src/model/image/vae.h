@@ -93,6 +93,11 @@ class AutoencoderKL {
   /// Throws kvad::Error as decode does for x, and for a side below f.
   Tensor encode(const Tensor& x) const;
 
+  /// Bounds the mid-block attention's scores (a block of queries × all
+  /// W·H keys of the image or tile) to `floats` floats, at least one query
+  /// row a block; default 16 Mi (64 MiB). Throws kvad::Error below 1.
+  void set_attention_scores(int64_t floats);
+
   int64_t downscale() const { return f_; }  ///< f = 2^(len(block_out_channels) - 1)
   const AutoencoderKLConfig& config() const { return c_; }
   Device device() const { return dev_; }
@@ -137,6 +142,7 @@ class AutoencoderKL {
   AutoencoderKLConfig c_;
   Device dev_;
   int64_t f_ = 1;
+  int64_t score_floats_ = int64_t{16} << 20;
   Coder enc_, dec_;
   Conv quant_, post_quant_;
 };

@@ -70,7 +70,7 @@ void expect_close(const Tensor& got, const std::string& name, const std::string&
     max_diff = std::max(max_diff, std::fabs(d));
   }
   const double psnr = se == 0 ? 999 : 10 * std::log10(peak * peak / (se / static_cast<double>(g.size())));
-  std::printf("%-28s PSNR %6.1f dB, max |diff| %.3g (peak %.3g)\n", what.c_str(), psnr, max_diff, peak);
+  std::printf("%-34s PSNR %6.1f dB, max |diff| %.3g (peak %.3g)\n", what.c_str(), psnr, max_diff, peak);
   EXPECT_GE(psnr, 100) << what;
 }
 
@@ -133,6 +133,13 @@ void check_pipeline(const std::string& kind) {
   EXPECT_GT(d, 1e-2) << "the tiled decode equals the untiled one";
   // A tile as large as the latent is no tiling (diffusers' _decode decides so).
   EXPECT_EQ(host(vae.decode(tz, {std::max(tz.ne[1], tz.ne[2]), 1})), b);
+  // The mid-block attention a few query rows at a time (its score bound) is the same attention.
+  const Loaded blocks((fixtures() / kind).string(), {});
+  const Tensor z = input(kind + ".z");
+  blocks.vae->set_attention_scores(7 * z.ne[1] * z.ne[2]);  // 7 query rows a block at the mid blocks (latent size)
+  expect_close(blocks.vae->decode(z), kind + ".decode", kind + " decode, attention by 7 rows");
+  expect_close(blocks.vae->encode(input(kind + ".x")), kind + ".mean", kind + " encode, attention by 7 rows");
+  EXPECT_THROW(blocks.vae->set_attention_scores(0), Error);
   // Every VAE tensor was taken.
   std::string left;
   try {
