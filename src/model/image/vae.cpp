@@ -54,9 +54,9 @@ void blend(Tile& a, Tile& b, int64_t extent, int64_t C, bool vertical) {
 AutoencoderKL::AutoencoderKL(const WeightScope& scope, const AutoencoderKLConfig& c) : c_(c), dev_(scope.device()) {
   const std::vector<int64_t>& ch = c.block_out_channels;
   const int64_t L = static_cast<int64_t>(ch.size());
-  if (L < 1 || c.latent_channels < 1 || c.in_channels < 1 || c.out_channels < 1 || c.layers_per_block < 1)
-    throw Error(scope.path() + ": AutoencoderKL config needs block_out_channels, latent_channels, in_channels, "
-                "out_channels and layers_per_block of at least 1");
+  if (L < 1 || L > 16 || c.latent_channels < 1 || c.in_channels < 1 || c.out_channels < 1 || c.layers_per_block < 1)
+    throw Error(scope.path() + ": AutoencoderKL config needs 1..16 block_out_channels and latent_channels, "
+                "in_channels, out_channels and layers_per_block of at least 1");
   f_ = int64_t{1} << (L - 1);
   const auto conv = [](const WeightScope& m, const std::string& name, int64_t in, int64_t out, int64_t k) {
     Conv cv;
@@ -264,8 +264,9 @@ Tensor AutoencoderKL::encode(const Tensor& x) const {
     h = ops::conv2d(h, enc_.conv_out.w, enc_.conv_out.b, {1, 1, 1, 1});
     if (quant_.w) h = ops::conv2d(h, quant_.w, quant_.b);
     // DiagonalGaussianDistribution: mean, logvar = moments.chunk(2, dim=1).
-    const Tensor mean = ops::slice(h.view({2 * z, h.ne[1] * h.ne[2], 1, 1}), 0, z).view({z, h.ne[1], h.ne[2], 1});
-    out = n == 0 ? mean : ops::concat(out, mean, 3);
+    const int64_t px = h.ne[1] * h.ne[2];
+    if (!out) out = ops::empty(DType::F32, {z, h.ne[1], h.ne[2], x.ne[3]}, dev_);
+    ops::copy_into(out.rows(n * px, (n + 1) * px), ops::slice(h.view({2 * z, px, 1, 1}), 0, z));
   }
   return out;
 }
