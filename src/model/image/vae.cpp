@@ -51,6 +51,12 @@ void blend(Tile& a, Tile& b, int64_t extent, int64_t C, bool vertical) {
 
 }  // namespace
 
+VaeTiling diffusers_tiling(const AutoencoderKLConfig& c) {
+  const int64_t L = static_cast<int64_t>(c.block_out_channels.size());
+  const int64_t tile = L >= 1 && L <= 16 ? c.sample_size / (int64_t{1} << (L - 1)) : 0;
+  return {tile, tile / 4};
+}
+
 AutoencoderKL::AutoencoderKL(const WeightScope& scope, const AutoencoderKLConfig& c) : c_(c), dev_(scope.device()) {
   const std::vector<int64_t>& ch = c.block_out_channels;
   const int64_t L = static_cast<int64_t>(ch.size());

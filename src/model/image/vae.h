@@ -58,6 +58,13 @@ struct VaeTiling {
   int64_t overlap = 0;  ///< latent overlap blended linearly (diffusers' tile_overlap_factor · tile)
 };
 
+/// The tiling of diffusers' enable_tiling() for config `c`: tile =
+/// sample_size / f (tile_latent_min_size), overlap = tile / 4
+/// (tile_overlap_factor 0.25); the same tiles and blending as diffusers when
+/// tile is a multiple of 4 (SD 1.5: {64, 16}, SDXL: {128, 32}). For memory
+/// bounded at any size, a smaller tile ({64, 16}) serves SDXL too.
+VaeTiling diffusers_tiling(const AutoencoderKLConfig& c);
+
 /// diffusers' AutoencoderKL: the Encoder and Decoder of the header comment.
 class AutoencoderKL {
  public:

@@ -167,6 +167,19 @@ TEST(Vae, WideAgainstDiffusers) {
   w.wl.finish();
 }
 
+// The tiny VAEs' sample_size 64 at f = 8: diffusers' default tiles of 8 latents, overlap 2, as sdxl.tiled used.
+TEST(Vae, DiffusersTiling) {
+  const Pipeline pl = open_pipeline((fixtures() / "sdxl").string());
+  const VaeTiling t = diffusers_tiling(pl.vae), want = tiling_of("sdxl");
+  EXPECT_EQ(t.tile, want.tile);
+  EXPECT_EQ(t.overlap, want.overlap);
+  AutoencoderKLConfig sd15;  // SD 1.5's own: sample_size 512, 4 levels
+  sd15.sample_size = 512;
+  sd15.block_out_channels = {128, 256, 512, 512};
+  EXPECT_EQ(diffusers_tiling(sd15).tile, 64);
+  EXPECT_EQ(diffusers_tiling(sd15).overlap, 16);
+}
+
 TEST(Vae, SingleFileEqualsFolder) {
   for (const std::string kind : {"sd15", "sdxl"}) {
     SCOPED_TRACE(kind);
