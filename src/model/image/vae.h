@@ -72,20 +72,20 @@ class AutoencoderKL {
   /// ...), e.g. WeightLoader.root().sub("vae"): encoder, decoder, quant_conv
   /// and post_quant_conv as the config has them. Throws kvad::Error as
   /// WeightLoader::get does for a missing tensor or a shape other than the
-  /// config's, and for a config kvad cannot run (no levels, latent_channels < 1).
+  /// config's, and for a config kvad cannot run (levels outside 1..16, a
+  /// channel count or layers_per_block below 1).
   AutoencoderKL(const WeightScope& scope, const AutoencoderKLConfig& c);
 
   /// z: ne {latent_channels, w, h, N} f32 on device(), contiguous, already
   /// divided by scaling_factor (the pipelines' vae.decode(latents /
   /// scaling_factor)). Returns the image ne {out_channels, w·f, h·f, N} f32
   /// on device(), not clamped (about [-1, 1]). Images are decoded one at a
-  /// time; without tiling (or when the latent fits one tile, as diffusers
-  /// decides) the whole image at once, whose activations take about
-  /// 3 · max_i(c_i · (w·2^i')·(h·2^i')) floats, i' the level's scale after
-  /// its upsampler (SD 1.5 at 512² (64² latent): ~1 GiB; SDXL at 1024²:
-  /// ~3 GiB). With tiling the activations are one tile's (the same bound with
-  /// w = h = tile: ~1 GiB for a 64 tile of SD's or SDXL's VAE, whatever the
-  /// image size), plus two rows of decoded tiles and the image itself in host
+  /// time. Without tiling (or when the latent fits one tile, as diffusers
+  /// decides) the whole image at once: the activations grow with its pixels
+  /// (SD 1.5's VAE at 512², a 64² latent: about 1.0 GiB in f32, bench_vae's
+  /// peak RSS less the weights). With tiling they are one tile's, whatever
+  /// the image size (a {64, 16} tiling of SD's or SDXL's VAE: that 1.0 GiB),
+  /// plus two rows of decoded tiles and the image itself in host
   /// memory (out_channels floats a pixel). Throws kvad::Error, naming the
   /// shapes, for a latent of another channel count, type or device, an
   /// empty one, or a tiling with tile < 0, overlap < 0 or overlap >= tile.
