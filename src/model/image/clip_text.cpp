@@ -21,8 +21,7 @@ Tensor vec(const WeightScope& s, const std::string& name, int64_t n) {
 }  // namespace
 
 Tensor clip_activation(const Tensor& x, const std::string& act) {
-  // Composed from existing ops until the op table has quick_gelu of its own.
-  if (act == "quick_gelu") return ops::mul(x, ops::sigmoid(ops::scale(x, 1.702f)));
+  if (act == "quick_gelu") return ops::quick_gelu(x);
   if (act == "gelu") return ops::gelu_erf(x);
   throw Error("CLIP hidden_act '" + act + "' is not one kvad runs (quick_gelu, gelu)");
 }
