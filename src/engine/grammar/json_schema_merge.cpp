@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "engine/grammar/json_schema.h"
+#include "engine/grammar/json_schema_uri.h"
 
 namespace kvad::schema_merge {
 
@@ -38,7 +39,22 @@ const oj* Merger::member(const oj& obj, const std::string& key) const {
 const oj& Merger::resolve(const oj& ref, const std::string& path, std::string& ptr) const {
   if (!ref.is_string()) refuse("$ref", path, "must be a string");
   std::string r = ref.get<std::string>();
-  if (r.empty() || r[0] != '#') refuse("$ref", path, "only references inside the document ('#...') are supported");
+  // An absolute URI (json_schema_uri.h rewrote every base-dependent
+  // reference so): a resource of this document, then the fragment in it.
+  const oj* start = &root_;
+  std::string start_ptr, resource;
+  if (r.empty() || r[0] != '#') {
+    if (!uris_) uris_ = schema_uri::index(root_);
+    const size_t hash = r.find('#');
+    resource = r.substr(0, hash);
+    auto it = uris_->resources.find(resource);
+    if (it == uris_->resources.end())
+      refuse("$ref", path, "'" + r + "' is outside the document: only references to the document itself and its "
+                           "$id resources are supported");
+    start = it->second.node;
+    start_ptr = it->second.ptr;
+    r = "#" + (hash == std::string::npos ? std::string() : r.substr(hash + 1));
+  }
   // Percent-decoding (URI fragment), then JSON pointer (RFC 6901).
   std::string dec;
   for (size_t i = 1; i < r.size(); ++i) {
@@ -49,6 +65,12 @@ const oj& Merger::resolve(const oj& ref, const std::string& path, std::string& p
     } else {
       dec += r[i];
     }
+  }
+  if (!dec.empty() && dec[0] != '/' && !resource.empty()) {
+    auto it = uris_->anchors.find({resource, dec});
+    if (it == uris_->anchors.end()) refuse("$ref", path, "'" + ref.get<std::string>() + "' names no $anchor");
+    ptr = "#" + it->second.ptr;
+    return *it->second.node;
   }
   if (!dec.empty() && dec[0] != '/') {
     // A plain-name fragment: the subschema whose $anchor it is, within the
@@ -78,7 +100,7 @@ const oj& Merger::resolve(const oj& ref, const std::string& path, std::string& p
     ptr = "#" + where;
     return *found;
   }
-  const oj* cur = &root_;
+  const oj* cur = start;
   size_t i = 0;
   while (i < dec.size()) {
     size_t j = dec.find('/', i + 1);
@@ -92,10 +114,10 @@ const oj& Merger::resolve(const oj& ref, const std::string& path, std::string& p
     if (const oj* next = cur->is_object() ? member(*cur, t) : nullptr) cur = next;
     else if (cur->is_array() && !t.empty() && t.find_first_not_of("0123456789") == std::string::npos && t.size() < 9 &&
              std::stoul(t) < cur->size()) cur = &(*cur)[std::stoul(t)];
-    else refuse("$ref", path, "'" + r + "' does not resolve in this document");
+    else refuse("$ref", path, "'" + ref.get<std::string>() + "' does not resolve in this document");
     i = j;
   }
-  ptr = "#" + dec;
+  ptr = "#" + start_ptr + dec;
   return *cur;
 }
 
