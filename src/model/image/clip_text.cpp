@@ -11,8 +11,7 @@
 namespace kvad::image {
 
 Tensor clip_activation(const Tensor& x, const std::string& act) {
-  // Composed from existing ops until the op table has quick_gelu of its own.
-  if (act == "quick_gelu") return ops::mul(x, ops::sigmoid(ops::scale(x, 1.702f)));
+  if (act == "quick_gelu") return ops::quick_gelu(x);
   if (act == "gelu") return ops::gelu_erf(x);
   throw Error("CLIP hidden_act '" + act + "' is not one kvad runs (quick_gelu, gelu)");
 }
@@ -95,12 +94,11 @@ ClipTextEncoder::Output ClipTextEncoder::encode(std::span<const int32_t> ids, La
 PromptEncoder::PromptEncoder(const Pipeline& pl, WeightLoader& wl)
     : xl_(pl.pipeline_class == PipelineClass::StableDiffusionXL),
       force_zeros_(pl.force_zeros_for_empty_prompt),
-      tok_(pl.tokenizer.empty() ? throw Error(pl.path + ": no tokenizer folder (a single file read without a config "
-                                                        "folder carries none)")
-                                : ClipTokenizer::from_folder(pl.tokenizer)),
+      // A single file carries no tokenizer: CLIP's, built into kvad.
+      tok_(pl.tokenizer.empty() ? ClipTokenizer::builtin("<|endoftext|>") : ClipTokenizer::from_folder(pl.tokenizer)),
       enc_(wl.root().sub("text_encoder"), pl.text_encoder) {
   if (xl_) {
-    tok_2_ = ClipTokenizer::from_folder(pl.tokenizer_2);
+    tok_2_ = pl.tokenizer_2.empty() ? ClipTokenizer::builtin("!") : ClipTokenizer::from_folder(pl.tokenizer_2);
     enc_2_.emplace(wl.root().sub("text_encoder_2"), *pl.text_encoder_2);
   }
 }
