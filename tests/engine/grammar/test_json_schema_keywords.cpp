@@ -283,6 +283,21 @@ TEST(JsonSchemaKeywords, ReferencesAgainstIdBaseUris) {
   EXPECT_EQ(refused_keyword(R"({"$ref": "https://json-schema.org/draft/2020-12/schema"})"), "$ref");
 }
 
+// A declared name that needs escapes, next to additional properties: no
+// other spelling of it passes as an additional key.
+TEST(JsonSchemaKeywords, EscapedNamesNextToAdditionalProperties) {
+  auto g = compile(R"({"properties": {"a\nb": {"type": "integer"}, "q\"": {"type": "null"}},
+                       "additionalProperties": {"type": "string"}})");
+  EXPECT_TRUE(accepts(g, R"({"a\nb":1})"));
+  EXPECT_FALSE(accepts(g, R"({"a\nb":"s"})"));
+  EXPECT_FALSE(accepts(g, R"({"a\u000ab":"s"})"));  // the same key, spelled otherwise
+  EXPECT_FALSE(accepts(g, R"({"a\u000Ab":"s"})"));
+  EXPECT_TRUE(accepts(g, R"({"a\tb":"s"})"));  // another key
+  EXPECT_TRUE(accepts(g, R"({"a\u000bb":"s"})"));
+  EXPECT_FALSE(accepts(g, R"({"q\"":"s"})"));
+  EXPECT_TRUE(accepts(g, R"({"q\"":null,"q\\":"s"})"));
+}
+
 TEST(JsonSchemaKeywords, MoreFormats) {
   auto f = [](const std::string& format) {
     return json_schema_grammar(oj{{"type", "string"}, {"format", format}});
