@@ -298,6 +298,22 @@ TEST(JsonSchemaKeywords, EscapedNamesNextToAdditionalProperties) {
   EXPECT_TRUE(accepts(g, R"({"q\"":null,"q\\":"s"})"));
 }
 
+// allOf of two multipleOf: multiples of their least common multiple.
+TEST(JsonSchemaKeywords, MultipleOfInAllOfIsTheLeastCommonMultiple) {
+  auto g = compile(R"({"type": "integer", "allOf": [{"multipleOf": 2}, {"multipleOf": 3}]})");
+  EXPECT_TRUE(accepts(g, "12"));
+  EXPECT_TRUE(accepts(g, "-18"));
+  EXPECT_FALSE(accepts(g, "4"));
+  EXPECT_FALSE(accepts(g, "9"));
+  auto d = compile(R"({"allOf": [{"multipleOf": 0.5}, {"multipleOf": 0.2}]})");  // 1
+  EXPECT_TRUE(accepts(d, "3"));
+  EXPECT_FALSE(accepts(d, "0.5"));
+  EXPECT_FALSE(accepts(d, "0.2"));
+  auto f = compile(R"({"allOf": [{"multipleOf": 0.25}, {"multipleOf": 0.1}]})");  // 0.5
+  EXPECT_TRUE(accepts(f, "1.5"));
+  EXPECT_FALSE(accepts(f, "0.25"));
+}
+
 TEST(JsonSchemaKeywords, MoreFormats) {
   auto f = [](const std::string& format) {
     return json_schema_grammar(oj{{"type", "string"}, {"format", format}});
