@@ -13,12 +13,6 @@ namespace {
 
 constexpr float kEps = 1e-6f;  // every GroupNorm of diffusers' Encoder and Decoder (resnet_eps)
 
-// A vector weight as f32 (an fp16 variant stores norms and biases as f16).
-Tensor vec(const WeightScope& s, const std::string& name, int64_t n) {
-  Tensor t = s.get(name, {n});
-  return t.type == DType::F32 ? t : ops::convert(t, DType::F32);
-}
-
 // One image (sample n) of a batch: a view, no copy.
 Tensor sample(const Tensor& x, int64_t n) {
   const int64_t px = x.ne[1] * x.ne[2];
@@ -64,38 +58,28 @@ AutoencoderKL::AutoencoderKL(const WeightScope& scope, const AutoencoderKLConfig
     throw Error(scope.path() + ": AutoencoderKL config needs 1..16 block_out_channels and latent_channels, "
                 "in_channels, out_channels and layers_per_block of at least 1");
   f_ = int64_t{1} << (L - 1);
+  const int64_t G = c.norm_num_groups;
   const auto conv = [](const WeightScope& m, const std::string& name, int64_t in, int64_t out, int64_t k) {
-    Conv cv;
-    cv.w = ops::conv2d_weight(m.get(name + ".weight", {k, k, in, out}));
-    cv.b = vec(m, name + ".bias", out);
-    return cv;
+    return Conv2d(m.sub(name), in, out, k, 1, k / 2);
   };
-  const auto norm = [](const WeightScope& m, const std::string& name, int64_t n) {
-    return Norm{vec(m, name + ".weight", n), vec(m, name + ".bias", n)};
+  const auto norm = [&](const WeightScope& m, const std::string& name, int64_t n) {
+    return GroupNorm(m.sub(name), G, n, kEps);
   };
   const auto resnet = [&](const WeightScope& m, int64_t in, int64_t out) {
-    Resnet r;
-    r.norm1 = norm(m, "norm1", in);
-    r.conv1 = conv(m, "conv1", in, out, 3);
-    r.norm2 = norm(m, "norm2", out);
-    r.conv2 = conv(m, "conv2", out, out, 3);
+    Resnet r{norm(m, "norm1", in), norm(m, "norm2", out), conv(m, "conv1", in, out, 3), conv(m, "conv2", out, out, 3),
+             std::nullopt};
     if (in != out) r.shortcut = conv(m, "conv_shortcut", in, out, 1);
     return r;
   };
   const auto mid = [&](const WeightScope& m, int64_t C) {
     Mid md;
-    md.r0 = resnet(m.sub("resnets.0"), C, C);
+    md.resnets.push_back(resnet(m.sub("resnets.0"), C, C));
     if (c.mid_block_add_attention) {
       const WeightScope a = m.sub("attentions.0");
-      Attention at;
-      at.norm = norm(a, "group_norm", C);
-      at.wq = a.get("to_q.weight", {C, C}), at.bq = vec(a, "to_q.bias", C);
-      at.wk = a.get("to_k.weight", {C, C}), at.bk = vec(a, "to_k.bias", C);
-      at.wv = a.get("to_v.weight", {C, C}), at.bv = vec(a, "to_v.bias", C);
-      at.wo = a.get("to_out.0.weight", {C, C}), at.bo = vec(a, "to_out.0.bias", C);
-      md.attn = std::move(at);
+      md.attn = Attention{norm(a, "group_norm", C), Linear(a.sub("to_q"), C, C, true), Linear(a.sub("to_k"), C, C, true),
+                          Linear(a.sub("to_v"), C, C, true), Linear(a.sub("to_out.0"), C, C, true)};
     }
-    md.r1 = resnet(m.sub("resnets.1"), C, C);
+    md.resnets.push_back(resnet(m.sub("resnets.1"), C, C));
     return md;
   };
   const int64_t z = c.latent_channels, top = ch.back();
@@ -108,7 +92,7 @@ AutoencoderKL::AutoencoderKL(const WeightScope& scope, const AutoencoderKLConfig
     Level lv;
     for (int64_t j = 0; j < c.layers_per_block; ++j)
       lv.resnets.push_back(resnet(b.sub("resnets." + std::to_string(j)), j == 0 && i > 0 ? ch[i - 1] : ch[i], ch[i]));
-    if (i < L - 1) lv.resample = conv(b, "downsamplers.0.conv", ch[i], ch[i], 3);
+    if (i < L - 1) lv.resample = Conv2d(b.sub("downsamplers.0.conv"), ch[i], ch[i], 3, 2, 0);  // after its own pad
     enc_.levels.push_back(std::move(lv));
   }
   enc_.mid = mid(e.sub("mid_block"), top);
@@ -136,13 +120,9 @@ AutoencoderKL::AutoencoderKL(const WeightScope& scope, const AutoencoderKLConfig
 }
 
 // ResnetBlock2D with temb None and output_scale_factor 1 (resnet.py).
-Tensor AutoencoderKL::resnet(const Resnet& r, const Tensor& x) const {
-  const int64_t G = c_.norm_num_groups;
-  Tensor h = ops::silu(ops::group_norm(x, G, r.norm1.w, r.norm1.b, kEps));
-  h = ops::conv2d(h, r.conv1.w, r.conv1.b, {1, 1, 1, 1});
-  h = ops::silu(ops::group_norm(h, G, r.norm2.w, r.norm2.b, kEps));
-  h = ops::conv2d(h, r.conv2.w, r.conv2.b, {1, 1, 1, 1});
-  return ops::add(r.shortcut.w ? ops::conv2d(x, r.shortcut.w, r.shortcut.b) : x, h);
+Tensor AutoencoderKL::Resnet::operator()(const Tensor& x) const {
+  const Tensor h = conv1(ops::silu(norm1(x)));
+  return ops::add(shortcut ? (*shortcut)(x) : x, conv2(ops::silu(norm2(h))));
 }
 
 // Attention with one head of width C, group_norm first and the residual added
@@ -152,9 +132,9 @@ Tensor AutoencoderKL::resnet(const Resnet& r, const Tensor& x) const {
 // the widths sdpa's tiled kernel takes; as two GEMMs it runs at their speed.)
 Tensor AutoencoderKL::attention(const Attention& a, const Tensor& x) const {
   const int64_t C = x.ne[0], P = x.ne[1] * x.ne[2], N = x.ne[3];
-  const Tensor t = ops::group_norm(x, c_.norm_num_groups, a.norm.w, a.norm.b, kEps).view({C, P * N, 1, 1});
-  const Tensor q = ops::scale(ops::matmul(t, a.wq, &a.bq), 1.0f / std::sqrt(static_cast<float>(C)));
-  const Tensor k = ops::matmul(t, a.wk, &a.bk), v = ops::matmul(t, a.wv, &a.bv);
+  const Tensor t = a.norm(x).view({C, P * N, 1, 1});
+  const Tensor q = ops::scale(a.to_q(t), 1.0f / std::sqrt(static_cast<float>(C)));
+  const Tensor k = a.to_k(t), v = a.to_v(t);
   const Tensor o = ops::empty(DType::F32, {C, P * N, 1, 1}, dev_);
   const int64_t block = std::clamp(score_floats_ / P, int64_t{1}, P);
   for (int64_t n = 0; n < N; ++n) {
@@ -166,14 +146,14 @@ Tensor AutoencoderKL::attention(const Attention& a, const Tensor& x) const {
       ops::copy_into(o.rows(n * P + r0, n * P + r1), ops::matmul(p, vt));
     }
   }
-  return ops::add(x, ops::matmul(o, a.wo, &a.bo).view(x.ne));
+  return ops::add(x, a.to_out(o).view(x.ne));
 }
 
 // UNetMidBlock2D: resnet, (attention), resnet.
 Tensor AutoencoderKL::mid(const Mid& m, const Tensor& x) const {
-  Tensor h = resnet(m.r0, x);
+  Tensor h = m.resnets[0](x);
   if (m.attn) h = attention(*m.attn, h);
-  return resnet(m.r1, h);
+  return m.resnets[1](h);
 }
 
 void AutoencoderKL::check_input(const Tensor& t, int64_t channels, const char* what) const {
@@ -195,15 +175,12 @@ void AutoencoderKL::set_attention_scores(int64_t floats) {
 }
 
 Tensor AutoencoderKL::decode_one(const Tensor& z) const {
-  Tensor h = post_quant_.w ? ops::conv2d(z, post_quant_.w, post_quant_.b) : z;
-  h = mid(dec_.mid, ops::conv2d(h, dec_.conv_in.w, dec_.conv_in.b, {1, 1, 1, 1}));
+  Tensor h = mid(dec_.mid, dec_.conv_in(post_quant_.w ? post_quant_(z) : z));
   for (const Level& lv : dec_.levels) {
-    for (const Resnet& r : lv.resnets) h = resnet(r, h);
-    if (lv.resample.w)  // Upsample2D: nearest 2×, then conv 3×3
-      h = ops::conv2d(ops::upsample_nearest2d(h, 2), lv.resample.w, lv.resample.b, {1, 1, 1, 1});
+    for (const Resnet& r : lv.resnets) h = r(h);
+    if (lv.resample.w) h = lv.resample(ops::upsample_nearest2d(h, 2));  // Upsample2D: nearest 2×, then conv 3×3
   }
-  h = ops::silu(ops::group_norm(h, c_.norm_num_groups, dec_.norm_out.w, dec_.norm_out.b, kEps));
-  return ops::conv2d(h, dec_.conv_out.w, dec_.conv_out.b, {1, 1, 1, 1});
+  return dec_.conv_out(ops::silu(dec_.norm_out(h)));
 }
 
 Tensor AutoencoderKL::decode(const Tensor& z, const VaeTiling& tiling) const {
@@ -259,16 +236,15 @@ Tensor AutoencoderKL::encode(const Tensor& x) const {
   const int64_t z = c_.latent_channels;
   Tensor out;
   for (int64_t n = 0; n < x.ne[3]; ++n) {
-    Tensor h = ops::conv2d(sample(x, n), enc_.conv_in.w, enc_.conv_in.b, {1, 1, 1, 1});
+    Tensor h = enc_.conv_in(sample(x, n));
     for (const Level& lv : enc_.levels) {
-      for (const Resnet& r : lv.resnets) h = resnet(r, h);
+      for (const Resnet& r : lv.resnets) h = r(h);
       if (lv.resample.w)  // Downsample2D(padding=0): F.pad (0, 1, 0, 1), conv 3×3 stride 2
-        h = ops::conv2d(ops::pad(h, {0, 0, 0, 0}, {0, 1, 1, 0}), lv.resample.w, lv.resample.b, {2, 2, 0, 0});
+        h = lv.resample(ops::pad(h, {0, 0, 0, 0}, {0, 1, 1, 0}));
     }
     h = mid(enc_.mid, h);
-    h = ops::silu(ops::group_norm(h, c_.norm_num_groups, enc_.norm_out.w, enc_.norm_out.b, kEps));
-    h = ops::conv2d(h, enc_.conv_out.w, enc_.conv_out.b, {1, 1, 1, 1});
-    if (quant_.w) h = ops::conv2d(h, quant_.w, quant_.b);
+    h = enc_.conv_out(ops::silu(enc_.norm_out(h)));
+    if (quant_.w) h = quant_(h);
     // DiagonalGaussianDistribution: mean, logvar = moments.chunk(2, dim=1).
     const int64_t px = h.ne[1] * h.ne[2];
     if (!out) out = ops::empty(DType::F32, {z, h.ne[1], h.ne[2], x.ne[3]}, dev_);

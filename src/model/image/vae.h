@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "model/image/configs.h"
+#include "model/image/layers.h"
 #include "model/weights.h"
 #include "tensor/tensor.h"
 
@@ -110,36 +111,31 @@ class AutoencoderKL {
   Device device() const { return dev_; }
 
  private:
-  struct Conv {
-    Tensor w, b;  ///< w in conv2d's layout {C, KW, KH, OC}; b [OC] f32
-  };
-  struct Norm {
-    Tensor w, b;  ///< [C] f32
-  };
   struct Resnet {
-    Norm norm1, norm2;
-    Conv conv1, conv2, shortcut;  ///< shortcut: 1×1, empty when in == out
+    GroupNorm norm1, norm2;
+    Conv2d conv1, conv2;
+    std::optional<Conv2d> shortcut;  ///< 1×1 when in ≠ out
+    Tensor operator()(const Tensor& x) const;
   };
   struct Attention {
-    Norm norm;
-    Tensor wq, bq, wk, bk, wv, bv, wo, bo;  ///< linears [C, C], biases [C]
+    GroupNorm norm;
+    Linear to_q, to_k, to_v, to_out;
   };
   struct Mid {
-    Resnet r0, r1;
+    std::vector<Resnet> resnets;  ///< two
     std::optional<Attention> attn;
   };
   struct Level {
     std::vector<Resnet> resnets;
-    Conv resample;  ///< Downsample2D / Upsample2D conv; empty on the last level
+    Conv2d resample;  ///< Downsample2D / Upsample2D conv; empty on the last level
   };
   struct Coder {
-    Conv conv_in, conv_out;
+    Conv2d conv_in, conv_out;
     std::vector<Level> levels;
     Mid mid;
-    Norm norm_out;
+    GroupNorm norm_out;
   };
 
-  Tensor resnet(const Resnet& r, const Tensor& x) const;
   Tensor attention(const Attention& a, const Tensor& x) const;
   Tensor mid(const Mid& m, const Tensor& x) const;
   Tensor decode_one(const Tensor& z) const;  // post_quant_conv + Decoder, one or more images
@@ -151,7 +147,7 @@ class AutoencoderKL {
   int64_t f_ = 1;
   int64_t score_floats_ = int64_t{16} << 20;
   Coder enc_, dec_;
-  Conv quant_, post_quant_;
+  Conv2d quant_, post_quant_;  ///< empty without use_quant_conv / use_post_quant_conv
 };
 
 }  // namespace kvad::image
