@@ -158,7 +158,7 @@ Tensor AutoencoderKL::mid(const Mid& m, const Tensor& x) const {
 
 void AutoencoderKL::check_input(const Tensor& t, int64_t channels, const char* what) const {
   const std::string head = std::string("AutoencoderKL.") + what + ": ";
-  if (!t) throw Error(head + "no input tensor");
+  if (!t || t.n_elements() == 0) throw Error(head + "empty input " + shape_str(t));
   if (t.type != DType::F32) throw Error(head + "input " + shape_str(t) + " is " + dtype_name(t.type) + ", not f32");
   if (t.device() != dev_)
     throw Error(head + "input is on " + t.device().str() + ", the VAE's weights on " + dev_.str());
