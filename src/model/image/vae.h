@@ -83,11 +83,11 @@ class AutoencoderKL {
   /// on device(), not clamped (about [-1, 1]). Images are decoded one at a
   /// time. Without tiling (or when the latent fits one tile, as diffusers
   /// decides) the whole image at once: the activations grow with its pixels
-  /// (SD 1.5's VAE at 512², a 64² latent: about 1.0 GiB in f32, bench_vae's
-  /// peak RSS less the weights). With tiling they are one tile's, whatever
-  /// the image size (a {64, 16} tiling of SD's or SDXL's VAE: that 1.0 GiB),
-  /// plus two rows of decoded tiles and the image itself in host
-  /// memory (out_channels floats a pixel). Throws kvad::Error, naming the
+  /// (SD's and SDXL's VAE in f32, bench_vae's peak RSS less the weights:
+  /// about 1.0 GiB at 512², 4.3 GiB at 1024²). With tiling they are one
+  /// tile's, whatever the image size (a {64, 16} tiling: 1024² in 1.1 GiB,
+  /// for 1.3× the compute), plus two rows of decoded tiles and the image
+  /// itself in host memory (out_channels floats a pixel). Throws kvad::Error, naming the
   /// shapes, for a latent of another channel count, type or device, an
   /// empty one, or a tiling with tile < 0, overlap < 0 or overlap >= tile.
   Tensor decode(const Tensor& z, const VaeTiling& tiling = {}) const;
