@@ -10,9 +10,52 @@
 #include "cli/commands.h"
 #include "cli/generation_options.h"
 
+namespace {
+
+// "--prompt needs a value ..." when a flag that takes a value is last or is
+// followed by another of the command's flags (CLI11 would take that flag as
+// the value: `--prompt --temp 1` ran the prompt "--temp"); "" otherwise. A
+// value that starts with a dash but is no flag (-1) stays a value, and
+// --flag=VALUE passes anything.
+std::string missing_value(CLI::App& app, const std::vector<std::string>& args) {
+  CLI::App* cur = &app;
+  auto flag_of = [&](const std::string& a) -> CLI::Option* {
+    if (a.size() < 2 || a[0] != '-' || a == "--") return nullptr;
+    const std::string name = a.substr(0, a.find('='));
+    return cur->get_option_no_throw(name);
+  };
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") break;
+    if (a.empty() || a[0] != '-') {
+      for (CLI::App* sub : cur->get_subcommands({}))
+        if (sub->get_name() == a) {
+          cur = sub;
+          break;
+        }
+      continue;
+    }
+    CLI::Option* o = flag_of(a);
+    if (!o || a.find('=') != std::string::npos || o->get_type_size_min() <= 0 || o->get_expected_min() <= 0) continue;
+    if (a.size() > 2 && a[1] != '-') continue;  // -n4: the value is attached
+    if (i + 1 == args.size()) return a + " needs a value";
+    if (flag_of(args[i + 1])) {
+      const std::string lng = o->get_lnames().empty() ? a : "--" + o->get_lnames()[0];
+      return a + " needs a value, and " + args[i + 1] + " after it is a flag (a value that looks like a flag goes as " +
+             lng + "=VALUE)";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"kvad: run open-weight language models locally"};
   app.require_subcommand(1);
+  // A flag given twice takes its last value, as llama.cpp's do (each value
+  // is still checked). Subcommands copy these defaults when they are made.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   kvad::cli::add_run(app);
   kvad::cli::add_tokenize(app);
   kvad::cli::add_bench(app);
@@ -32,6 +75,10 @@ int main(int argc, char** argv) {
     arg_ptrs.push_back(a.data());
   }
   try {
+    if (const std::string why = missing_value(app, args); !why.empty()) {
+      std::fprintf(stderr, "kvad: error: %s (see kvad --help)\n", why.c_str());
+      return 2;
+    }
     app.parse(argc, arg_ptrs.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
