@@ -78,7 +78,7 @@ std::shared_ptr<const TensorSource> gguf_form(const std::string& path, const std
     size_t n = 0;
     for (const auto& [t, b] : bytes)
       if (b > n) n = b, most = t;
-    if (!is_float(most) && !is_float(type.base))
+    if (!is_float(most) && !is_float(type.base) && most != type.base)
       std::fprintf(stderr,
                    "kvad: warning: requantizing %s, stored %s, to %s: its quality is bounded by %s (start from an "
                    "F16/BF16 GGUF or the HF checkpoint for better)\n",
