@@ -5,6 +5,7 @@
 #include "engine/grammar/json_schema.h"
 
 #include "engine/grammar/json_schema_compiler.h"
+#include "engine/grammar/json_schema_uri.h"
 
 namespace kvad::schema_compile {
 
@@ -513,12 +514,15 @@ void check_prefix(const JsonSchemaOptions& opt) {
 
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opt) {
   check_prefix(opt);
-  return prefix_names(Compiler(schema, opt).run(), opt.prefix);
+  // References that depend on a base URI ($id) made absolute first.
+  const std::optional<nlohmann::ordered_json> absolute = schema_uri::absolutize(schema);
+  return prefix_names(Compiler(absolute ? *absolute : schema, opt).run(), opt.prefix);
 }
 
 std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opt) {
   check_prefix(opt);
-  Compiler compiler(schema, opt);
+  const std::optional<nlohmann::ordered_json> absolute = schema_uri::absolutize(schema);
+  Compiler compiler(absolute ? *absolute : schema, opt);
   const std::string text = prefix_names(compiler.run(), opt.prefix);
   try {
     return Grammar::parse(text, opt.prefix + "root");

@@ -130,11 +130,34 @@ std::string Compiler::gen_unique(const oj& s, const std::string& path, int64_t l
 }
 
 // A key that is none of `names`: a trie of the names by character, left
-// at any character no name continues with. Sound only if a name has one
-// spelling, so extra keys use no escapes but the ones JSON requires
-// (\" \\ \b \f \n \r \t, \u00XX for other controls), and names needing
-// escapes are refused.
+// at any character no name continues with. Extra keys use no escapes but
+// the ones JSON requires (\" \\ \b \f \n \r \t, \u00XX for controls), so
+// a character of a name has one spelling, or, for a control character, the
+// few of json_escape_spellings, each of which follows the trie.
 // With `lo` / `hi` (-1: none): of that many characters.
+namespace {
+// The JSON spellings an extra key may give the character `c` that needs an
+// escape (a control character, '"' or '\\'): its short escape, and \u00XX
+// in either case of hex digit (the key grammar's "\\u00" [01] [0-9a-fA-F]).
+std::vector<std::string> json_escape_spellings(uint8_t c) {
+  if (c == '"') return {"\\\""};
+  if (c == '\\') return {"\\\\"};
+  std::vector<std::string> out;
+  const char* shorts = "btnfr";  // 0x08 .. 0x0D but 0x0B
+  if (c >= 0x08 && c <= 0x0D && c != 0x0B) out.push_back(std::string("\\") + shorts[c == 0x08 ? 0 : c - 0x08 - (c > 0x0B)]);
+  char lo[8], up[8];
+  std::snprintf(lo, sizeof lo, "\\u%04x", c);
+  std::snprintf(up, sizeof up, "\\u%04X", c);
+  out.push_back(lo);
+  if (std::string(lo) != up) out.push_back(up);
+  return out;
+}
+bool needs_escape(const std::string& c) {
+  const uint8_t b = static_cast<uint8_t>(c[0]);
+  return c.size() == 1 && (b < 0x20 || b == '"' || b == '\\');
+}
+}  // namespace
+
 std::string Compiler::key_except(const std::vector<std::string>& names, const std::string& path, const std::string& kw, int64_t lo, int64_t hi) {
   std::vector<std::vector<std::string>> chars;  // each name as UTF-8 characters
   for (auto& n : names) {
@@ -143,8 +166,6 @@ std::string Compiler::key_except(const std::vector<std::string>& names, const st
     std::vector<std::string> cs;
     for (size_t i = 0; i < n.size();) {
       const uint8_t c = static_cast<uint8_t>(n[i]);
-      if (c < 0x20 || c == '"' || c == '\\')
-        refuse(kw, path, "property names that need escapes next to additional properties are not supported");
       const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
       cs.push_back(n.substr(i, len));
       i += len;
@@ -165,9 +186,17 @@ std::string Compiler::key_except(const std::vector<std::string>& names, const st
     const int64_t d = static_cast<int64_t>(prefix.size());
     if (!terminal && d >= lo && (hi < 0 || d <= hi)) alts.push_back("\"\\\"\"");
     std::string cls = "[^\"\\\\\\x00-\\x1F";
+    std::set<uint8_t> escaped_next;
     for (const std::string& c : next) {
       std::vector<std::string> p2 = prefix;
       p2.push_back(c);
+      if (needs_escape(c)) {
+        escaped_next.insert(static_cast<uint8_t>(c[0]));
+        std::vector<std::string> sp;
+        for (const std::string& e : json_escape_spellings(static_cast<uint8_t>(c[0]))) sp.push_back(lit(e));
+        if (hi < 0 || d + 1 <= hi) alts.push_back("( " + alt(sp) + " ) " + node(p2));
+        continue;
+      }
       if (hi < 0 || d + 1 <= hi) alts.push_back(lit(c) + " " + node(p2));
       uint32_t cp = static_cast<uint8_t>(c[0]);
       if (c.size() > 1) {
@@ -181,8 +210,19 @@ std::string Compiler::key_except(const std::vector<std::string>& names, const st
     cls += "]";
     // Leaving the trie: one character no name continues with, then any.
     const int64_t a = std::max<int64_t>(lo - d - 1, 0), b = hi < 0 ? -1 : hi - d - 1;
+    // The escapes that leave: all, or those of the characters no name continues with.
+    std::string escapes = "\"\\\\\" [\"\\\\bfnrt] | \"\\\\u00\" [01] [0-9a-fA-F]";
+    if (!escaped_next.empty()) {
+      std::vector<std::string> sp;
+      for (int e = 0; e < 0x60; ++e) {
+        const uint8_t c = static_cast<uint8_t>(e);
+        if ((c < 0x20 || c == '"' || c == '\\') && !escaped_next.count(c))
+          for (const std::string& x : json_escape_spellings(c)) sp.push_back(lit(x));
+      }
+      escapes = alt(sp);
+    }
     if (hi < 0 || b >= 0)
-      alts.push_back("( " + cls + " | \"\\\\\" [\"\\\\bfnrt] | \"\\\\u00\" [01] [0-9a-fA-F] ) " + kchar +
+      alts.push_back("( " + cls + " | " + escapes + " ) " + kchar +
                      (a == 0 && b < 0 ? std::string("*")
                                       : "{" + std::to_string(a) + (b < 0 ? "," : "," + std::to_string(b)) + "}") +
                      " \"\\\"\"");

@@ -16,7 +16,7 @@ namespace kvad::schema_text {
 
 namespace {
 
-using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
+using Ranges = CodeRanges;
 constexpr uint32_t kMax = 0x10FFFF;
 
 std::string cp_escape(uint32_t c) {
@@ -100,29 +100,25 @@ std::string set_expr(const Ranges& in) {
 
 class Regex {
  public:
-  Regex(std::string_view p, const std::string& jchar) : p_(p), jchar_(jchar) {}
+  explicit Regex(std::string_view p) : p_(p) {}
 
-  std::string run() {
+  std::vector<RegexBranch> run() {
     if (p_.size() > 4096) bad("longer than 4096 characters");
-    std::vector<std::string> tops;
+    std::vector<RegexBranch> tops;
     for (;;) {
-      bool anchored_start = false, anchored_end = false;
-      if (i_ < p_.size() && p_[i_] == '^') { anchored_start = true; ++i_; }
-      std::string body = concat(0, &anchored_end);
-      std::string alt = (anchored_start ? "" : jchar_ + "* ") + body + (anchored_end ? "" : " " + jchar_ + "*");
-      tops.push_back("(" + alt + ")");
+      RegexBranch b;
+      if (i_ < p_.size() && p_[i_] == '^') { b.anchored_start = true; ++i_; }
+      b.body = concat(0, &b.anchored_end);
+      tops.push_back(std::move(b));
       if (i_ >= p_.size()) break;
       if (p_[i_] != '|') bad("unbalanced ')'");
       ++i_;
     }
-    std::string out = "(";
-    for (size_t k = 0; k < tops.size(); ++k) out += (k ? " | " : "") + tops[k];
-    return out + ")";
+    return tops;
   }
 
  private:
   std::string_view p_;
-  const std::string& jchar_;
   size_t i_ = 0;
 
   [[noreturn]] void bad(const std::string& why) const {
@@ -218,7 +214,15 @@ class Regex {
     ++i_;
     return neg ? complement(r) : r;
   }
-  std::string atom(int depth, bool* at_end) {
+  static RegexNode set_node(Ranges r) {
+    RegexNode n;
+    n.kind = RegexNode::Kind::Set;
+    n.set = std::move(r);
+    return n;
+  }
+  // One atom; `empty` is set for a '$' at the end (no node).
+  RegexNode atom(int depth, bool* at_end, bool& empty) {
+    empty = false;
     const char c = p_[i_];
     if (c == '(') {
       ++i_;
@@ -234,37 +238,35 @@ class Regex {
           bad("lookaround assertions are not supported");
         }
       }
-      std::vector<std::string> alts;
+      RegexNode g;
+      g.kind = RegexNode::Kind::Alt;
       for (;;) {
-        alts.push_back(concat(depth + 1, nullptr));
+        g.kids.push_back(concat(depth + 1, nullptr));
         if (i_ < p_.size() && p_[i_] == '|') { ++i_; continue; }
         break;
       }
       if (i_ >= p_.size() || p_[i_] != ')') bad("missing ')'");
       ++i_;
-      std::string out = "(";
-      for (size_t k = 0; k < alts.size(); ++k) out += (k ? " | " : "") + (alts[k].empty() ? std::string("\"\"") : alts[k]);
-      return out + ")";
+      return g;
     }
-    if (c == '[') { ++i_; return set_expr(parse_class()); }
-    if (c == '.') { ++i_; return set_expr(complement({{10, 10}, {13, 13}, {0x2028, 0x2029}})); }
+    if (c == '[') { ++i_; return set_node(parse_class()); }
+    if (c == '.') { ++i_; return set_node(complement({{10, 10}, {13, 13}, {0x2028, 0x2029}})); }
     if (c == '\\') {
       ++i_;
       Ranges r;
       uint32_t ch = 0;
-      if (escape(r, ch)) return set_expr(r);
-      return set_expr({{ch, ch}});
+      if (escape(r, ch)) return set_node(r);
+      return set_node({{ch, ch}});
     }
     if (c == '$') {
       ++i_;
-      if (at_end && i_ == p_.size()) { *at_end = true; return ""; }
-      if (at_end && i_ < p_.size() && p_[i_] == '|') { *at_end = true; return ""; }
+      if (at_end && (i_ == p_.size() || p_[i_] == '|')) { *at_end = true; empty = true; return {}; }
       bad("'$' inside the pattern is not supported");
     }
     if (c == '^') bad("'^' inside the pattern is not supported");
     if (c == '*' || c == '+' || c == '?') bad("nothing to repeat");
     const uint32_t ch = utf8();
-    return set_expr({{ch, ch}});
+    return set_node({{ch, ch}});
   }
   // {m}, {m,}, {m,n} at i_ (which is at '{'); false if it is a literal '{'.
   bool braces(uint32_t& lo, uint32_t& hi, bool& open) {
@@ -289,30 +291,36 @@ class Regex {
     if (!open && hi < lo) bad("repetition {m,n} with n < m");
     return true;
   }
-  std::string concat(int depth, bool* at_end) {
-    std::string out;
+  RegexNode concat(int depth, bool* at_end) {
+    RegexNode out;
+    out.kind = RegexNode::Kind::Cat;
     while (i_ < p_.size() && p_[i_] != '|' && p_[i_] != ')') {
       if (at_end && *at_end) bad("'$' inside the pattern is not supported");
-      std::string a = atom(depth, at_end);
-      if (a.empty()) continue;  // '$'
+      bool empty = false;
+      RegexNode a = atom(depth, at_end, empty);
+      if (empty) continue;  // '$'
       if (i_ < p_.size()) {
         const char q = p_[i_];
-        std::string rep;
+        RegexNode rep;
+        rep.kind = RegexNode::Kind::Rep;
+        bool repeated = false;
         if (q == '*' || q == '+' || q == '?') {
           ++i_;
-          rep = std::string(1, q);
+          rep.op = q;
+          rep.lo = q == '+' ? 1 : 0;
+          rep.hi = q == '?' ? 1 : 0;
+          rep.open = q != '?';
+          repeated = true;
         } else if (q == '{') {
-          uint32_t lo = 0, hi = 0;
-          bool open = false;
-          if (braces(lo, hi, open))
-            rep = "{" + std::to_string(lo) + (open ? "," : hi != lo ? "," + std::to_string(hi) : "") + "}";
+          repeated = braces(rep.lo, rep.hi, rep.open);
         }
-        if (!rep.empty()) {
+        if (repeated) {
           if (i_ < p_.size() && p_[i_] == '?') ++i_;  // lazy: the same language
-          a = "(" + a + ")" + rep;
+          rep.kids.push_back(std::move(a));
+          a = std::move(rep);
         }
       }
-      out += (out.empty() ? "" : " ") + a;
+      out.kids.push_back(std::move(a));
     }
     return out;
   }
@@ -366,8 +374,45 @@ std::string lit(std::string_view bytes) {
   return out + "\"";
 }
 
+namespace {
+std::string gbnf(const RegexNode& n) {
+  switch (n.kind) {
+    case RegexNode::Kind::Set: return set_expr(n.set);
+    case RegexNode::Kind::Cat: {
+      std::string out;
+      for (const RegexNode& k : n.kids) out += (out.empty() ? "" : " ") + gbnf(k);
+      return out;
+    }
+    case RegexNode::Kind::Alt: {
+      std::string out = "(";
+      for (size_t k = 0; k < n.kids.size(); ++k) {
+        const std::string a = gbnf(n.kids[k]);
+        out += (k ? " | " : "") + (a.empty() ? std::string("\"\"") : a);
+      }
+      return out + ")";
+    }
+    case RegexNode::Kind::Rep: {
+      const std::string rep = n.op ? std::string(1, n.op)
+                                   : "{" + std::to_string(n.lo) +
+                                         (n.open ? "," : n.hi != n.lo ? "," + std::to_string(n.hi) : "") + "}";
+      return "(" + gbnf(n.kids[0]) + ")" + rep;
+    }
+  }
+  return "";
+}
+}  // namespace
+
+std::vector<RegexBranch> parse_regex(std::string_view pattern) { return Regex(pattern).run(); }
+
 std::string regex_to_gbnf(std::string_view pattern, const std::string& jchar) {
-  return Regex(pattern, jchar).run();
+  std::string out = "(";
+  const std::vector<RegexBranch> tops = parse_regex(pattern);
+  for (size_t k = 0; k < tops.size(); ++k) {
+    const RegexBranch& b = tops[k];
+    const std::string alt = (b.anchored_start ? "" : jchar + "* ") + gbnf(b.body) + (b.anchored_end ? "" : " " + jchar + "*");
+    out += (k ? " | " : "") + ("(" + alt + ")");
+  }
+  return out + ")";
 }
 
 std::optional<std::string> format_to_gbnf(std::string_view f) {
