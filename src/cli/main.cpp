@@ -48,6 +48,27 @@ std::string missing_value(CLI::App& app, const std::vector<std::string>& args) {
   return "";
 }
 
+// CLI11's "Could not convert: --queue = abc" as the number checks say it
+// ("--queue: expects an integer, got 'abc'"); `msg` itself otherwise.
+std::string conversion_message(CLI::App& app, const std::vector<std::string>& args, const std::string& msg) {
+  const std::string head = "Could not convert: ";
+  const size_t eq = msg.find(" = ");
+  if (msg.rfind(head, 0) != 0 || eq == std::string::npos) return msg;
+  const std::string name = msg.substr(head.size(), eq - head.size()), value = msg.substr(eq + 3);
+  CLI::App* cur = &app;
+  for (size_t i = 1; i < args.size(); ++i)
+    for (CLI::App* sub : cur->get_subcommands({}))
+      if (sub->get_name() == args[i]) cur = sub;
+  const CLI::Option* o = cur->get_option_no_throw(name);
+  if (!o) return msg;
+  const std::string type = o->get_type_name();
+  const std::string what = type.rfind("INT", 0) == 0     ? "an integer"
+                           : type.rfind("UINT", 0) == 0  ? "a non-negative integer"
+                           : type.rfind("FLOAT", 0) == 0 ? "a number"
+                                                         : "a value of type " + type;
+  return name + ": expects " + what + ", got '" + value + "'";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -88,7 +109,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // Usage errors read like every other error: one line, non-zero status.
-    std::string msg = e.what();
+    std::string msg = conversion_message(app, args, e.what());
     if (argc > 1 && argv[1][0] != '-') {
       bool known = false;
       std::string names;

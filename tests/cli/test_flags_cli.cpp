@@ -32,6 +32,16 @@ TEST(CliFlags, NonNumberFloatFlagSaysANumberWasExpected) {
     EXPECT_NE(r.err.find("expects a number, got '"), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find("/nonexistent"), std::string::npos) << r.err;
   }
+  Out t = run_kvad("serve --request-timeout 10s" + kNoModel);
+  EXPECT_EQ(t.status, 2) << t.err;
+  EXPECT_NE(t.err.find("expects a number, got '10s'"), std::string::npos) << t.err;
+  // Flags without a check of their own: CLI11's conversion error, said the same way.
+  for (const char* args : {"serve --queue abc", "serve -b 1.5", "bench -p x"}) {
+    Out c = run_kvad(std::string(args) + kNoModel);
+    EXPECT_EQ(c.status, 2) << args;
+    EXPECT_TRUE(one_error_line(c.err)) << c.err;
+    EXPECT_NE(c.err.find(": expects an integer, got '"), std::string::npos) << c.err;
+  }
   Out r = run_kvad("run --prompt hi --temp 1e9" + kNoModel);
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("not in range"), std::string::npos) << r.err;
