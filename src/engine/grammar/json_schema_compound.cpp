@@ -3,6 +3,7 @@
 // additionalProperties, propertyNames, dependentRequired, min/maxProperties.
 // Semantics: JSON Schema 2020-12 Core (applicators) and Validation.
 #include "engine/grammar/json_schema_compiler.h"
+#include "engine/grammar/json_schema_keys.h"
 
 namespace kvad::schema_compile {
 
@@ -231,6 +232,48 @@ std::string Compiler::key_except(const std::vector<std::string>& names, const st
   return rule("key", "\"\\\"\" " + node({}));
 }
 
+// One additional member under patternProperties: a rule per state of the
+// keys' automaton (the key's characters so far), closing the key where it
+// is no declared name, with the value for the patterns it matches. States
+// from which no key can close are left out, so the grammar never leads
+// into a key it cannot finish. "" when no additional key can close.
+std::string Compiler::pattern_member(const schema_keys::KeyAutomaton& a,
+                                     const std::function<std::string(uint32_t)>& value_of) {
+  const size_t n = a.states.size();
+  std::vector<std::string> close(n);
+  std::vector<bool> live(n, false);
+  for (size_t q = 0; q < n; ++q) {
+    if (a.states[q].name >= 0) continue;
+    const std::string v = value_of(a.states[q].matched);
+    if (v == kNever) continue;
+    close[q] = "\"\\\"\" ws \":\" ws " + v;
+    live[q] = true;
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t q = 0; q < n; ++q)
+      if (!live[q])
+        for (int t : a.states[q].next)
+          if (live[static_cast<size_t>(t)]) { live[q] = true; changed = true; break; }
+  }
+  if (!live[0]) return "";
+  std::vector<std::string> name(n);
+  for (size_t q = 0; q < n; ++q) if (live[q]) name[q] = reserve("pkey");
+  for (size_t q = 0; q < n; ++q) {
+    if (!live[q]) continue;
+    std::map<int, schema_text::CodeRanges> by_target;
+    for (size_t c = 0; c < a.classes.size(); ++c) {
+      const int t = a.states[q].next[c];
+      if (live[static_cast<size_t>(t)]) for (auto r : a.classes[c]) by_target[t].push_back(r);
+    }
+    std::vector<std::string> alts;
+    for (auto& [t, set] : by_target) alts.push_back(schema_text::json_char_set(set) + " " + name[static_cast<size_t>(t)]);
+    if (!close[q].empty()) alts.push_back(close[q]);
+    define(name[q], alt(alts));
+  }
+  return rule("extra", "\"\\\"\" " + name[0]);
+}
+
 std::string Compiler::gen_object(const oj& s, const std::string& path, int depth) {
   const oj empty = oj::object();
   const oj& props = s.contains("properties") ? s["properties"] : empty;
@@ -279,14 +322,25 @@ std::string Compiler::gen_object(const oj& s, const std::string& path, int depth
   const int64_t max_p = count(s, "maxProperties", path, -1);
   if (max_p >= 0 && max_p < min_p) return kNever;
   oj addl = s.contains("additionalProperties") ? s["additionalProperties"] : oj(true);
+  // patternProperties: ignored where they constrain nothing (any value, and
+  // no additionalProperties they would take keys away from); else the keys'
+  // automaton (json_schema_keys.h) decides each member's schemas.
+  std::vector<std::string> pat_text;
+  std::vector<const oj*> pat_schema;
   if (s.contains("patternProperties")) {
-    // Only patterns that constrain nothing (any value, and no
-    // additionalProperties that they would take keys away from).
     const oj& pp = s["patternProperties"];
     if (!pp.is_object()) refuse("patternProperties", path, "must be an object");
-    for (auto& [pat, sub] : pp.items())
-      if (!(sub == oj(true) || sub == oj::object()) || !(addl == oj(true)))
-        refuse("patternProperties", path, "patternProperties are supported only where they constrain nothing");
+    bool trivial = addl == oj(true);
+    for (auto& [pat, sub] : pp.items()) trivial &= sub == oj(true) || sub == oj::object();
+    if (!trivial) {
+      if (pp.size() > 16) refuse("patternProperties", path, "more than 16 patterns");
+      if (s.contains("propertyNames") && !(s["propertyNames"] == oj(true) || s["propertyNames"] == oj::object()))
+        refuse("patternProperties", path, "patternProperties next to propertyNames are not supported");
+      for (auto& [pat, sub] : pp.items()) {
+        pat_text.push_back(pat);
+        pat_schema.push_back(&sub);
+      }
+    }
   }
   // propertyNames: declared names are checked against it; additional keys
   // follow its string grammar when no declared name is allowed by it.
@@ -309,17 +363,44 @@ std::string Compiler::gen_object(const oj& s, const std::string& path, int depth
       refuse("propertyNames", path, "propertyNames that allow declared properties next to additional properties are not supported");
   }
   const std::string addl_expr = gen(addl, path + "/additionalProperties", depth + 1);
+  std::vector<std::string> names;
+  for (auto& [k, v] : props.items()) names.push_back(k);
+  for (auto& r : required) if (!prop_names.count(r)) names.push_back(r);
+  for (auto& r : dep_extra) names.push_back(r);
+  std::optional<schema_keys::KeyAutomaton> keys;
+  if (!pat_text.empty()) {
+    try {
+      keys = schema_keys::build_key_automaton(pat_text, names);
+    } catch (const std::invalid_argument& e) {
+      refuse("patternProperties", path, e.what());
+    }
+  }
+  // The value of a member whose key matches the patterns `mask`: the
+  // declared schema (or additionalProperties where none is declared and no
+  // pattern matches) and every matching pattern's.
+  std::map<uint32_t, std::string> undeclared;  // by mask
+  auto value = [&](const oj* declared, uint32_t mask, const std::string& at) {
+    if (mask == 0) return declared ? gen(*declared, at, depth + 1) : addl_expr;
+    if (!declared)
+      if (auto it = undeclared.find(mask); it != undeclared.end()) return it->second;
+    oj v = declared ? *declared : oj(true);
+    for (size_t i = 0; i < pat_schema.size(); ++i)
+      if (mask >> i & 1) v = mg_.merge(v, *pat_schema[i], path + "/patternProperties", depth + 1);
+    const std::string g = gen(v, declared ? at : path + "/patternProperties", depth + 1);
+    if (!declared) undeclared[mask] = g;
+    return g;
+  };
+  auto mask_of = [&](const std::string& k) { return keys ? schema_keys::patterns_matching(*keys, k) : 0u; };
   struct Prop { std::string name, value; bool req; };
   std::vector<Prop> list;
-  std::vector<std::string> names;
   auto is_req = [&](const std::string& k) { return req_set.count(k) > 0; };
   for (auto& [k, v] : props.items()) {
-    names.push_back(k);
-    list.push_back({k, name_ok(k) ? gen(v, path + "/properties/" + k, depth + 1) : std::string(kNever), is_req(k)});
+    const std::string at = path + "/properties/" + k;
+    list.push_back({k, name_ok(k) ? value(&v, mask_of(k), at) : std::string(kNever), is_req(k)});
   }
   for (auto& r : required)
-    if (!prop_names.count(r)) { names.push_back(r); list.push_back({r, name_ok(r) ? addl_expr : std::string(kNever), true}); }
-  for (auto& r : dep_extra) { names.push_back(r); list.push_back({r, name_ok(r) ? addl_expr : std::string(kNever), false}); }
+    if (!prop_names.count(r)) list.push_back({r, name_ok(r) ? value(nullptr, mask_of(r), "") : std::string(kNever), true});
+  for (auto& r : dep_extra) list.push_back({r, name_ok(r) ? value(nullptr, mask_of(r), "") : std::string(kNever), false});
   if (list.size() > 512) refuse("properties", path, "more than 512 properties");
   // A dependency on a member that cannot be present forbids its source.
   for (bool changed = true; changed;) {
@@ -340,7 +421,9 @@ std::string Compiler::gen_object(const oj& s, const std::string& path, int depth
     live.push_back(p);
   }
   std::string ex;  // one additional member
-  if (addl_expr != kNever && !(s.contains("propertyNames") && s["propertyNames"] == oj(false))) {
+  if (keys) {
+    ex = pattern_member(*keys, [&](uint32_t mask) { return value(nullptr, mask, ""); });
+  } else if (addl_expr != kNever && !(s.contains("propertyNames") && s["propertyNames"] == oj(false))) {
     const std::string key = !pn_key.empty() ? pn_key
                             : names.empty() ? std::string("string")
                                             : key_except(names, path, "additionalProperties", 0,

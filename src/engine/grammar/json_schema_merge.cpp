@@ -156,7 +156,6 @@ oj settle_unevaluated(const oj& s, const std::string& path) {
       refuse(kw, path, std::string("next to '") + k + "' in the same subschema is not supported");
   oj r = s;
   if (r.contains("unevaluatedProperties")) {
-    if (r.contains("patternProperties")) refuse("unevaluatedProperties", path, "next to patternProperties is not supported");
     if (!r.contains("additionalProperties")) r["additionalProperties"] = r["unevaluatedProperties"];
     r.erase("unevaluatedProperties");
   }

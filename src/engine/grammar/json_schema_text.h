@@ -33,6 +33,11 @@ struct RegexBranch {
   bool anchored_start = false, anchored_end = false;
   RegexNode body;
 };
+/// GBNF for one character of a JSON string's content whose (decoded) code
+/// point is in `set`: the character itself, or each escape JSON allows for
+/// it (\" \\ \/ \b \f \n \r \t, \u00XX in either case for controls).
+std::string json_char_set(const CodeRanges& set);
+
 /// Parses `pattern`. Throws std::invalid_argument, as regex_to_gbnf does.
 std::vector<RegexBranch> parse_regex(std::string_view pattern);
 
