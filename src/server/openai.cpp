@@ -243,6 +243,9 @@ JsonSchemaOptions json_schema_options(const json& body) {
   // default, so that a reply under a schema finishes (a schema's own
   // maxLength or minLength wins; kvad.json_max_string_length 0 lifts it).
   opt.max_string_length = kDefaultJsonMaxString;
+  // Likewise arrays without maxItems end within 64 items (minItems wins;
+  // kvad.json_max_items 0 lifts it).
+  opt.max_items = kDefaultJsonMaxItems;
   const json* k = field(body, "kvad");
   if (!k) return opt;
   if (!k->is_object()) bad_type("kvad", "an object", *k);
@@ -254,6 +257,7 @@ JsonSchemaOptions json_schema_options(const json& body) {
       bad_value("kvad.json_whitespace", "expected 'compact' or 'pretty', got '" + v.substr(0, 40) + "'.");
   }
   opt.max_string_length = static_cast<uint32_t>(integer_in(*k, "json_max_string_length", 0, 10000, kDefaultJsonMaxString));
+  opt.max_items = static_cast<uint32_t>(integer_in(*k, "json_max_items", 0, 10000, kDefaultJsonMaxItems));
   return opt;
 }
 

@@ -154,11 +154,16 @@ std::shared_ptr<const Grammar> json_object_grammar(const JsonSchemaOptions& opt 
 
 /// Characters of strings whose schema gives no maxLength, by default.
 inline constexpr int64_t kDefaultJsonMaxString = 512;
+/// The default bound on the items of an array whose schema gives no
+/// maxItems (JsonSchemaOptions::max_items; kvad.json_max_items).
+inline constexpr int64_t kDefaultJsonMaxItems = 64;
 
 /// The schema compiler's options a request sets in its kvad extension:
 /// {"kvad": {"json_whitespace": "compact" (default) | "pretty",
 ///           "json_max_string_length": characters of strings whose schema
-///           gives no maxLength, 0..10000, 0: unbounded (default 512)}}.
+///           gives no maxLength, 0..10000, 0: unbounded (default 512),
+///           "json_max_items": items of arrays whose schema gives no
+///           maxItems, 0..10000, 0: unbounded (default 64)}}.
 /// Throws ApiError 400 for a bad value; other kvad fields are left to
 /// their readers.
 JsonSchemaOptions json_schema_options(const nlohmann::ordered_json& body);

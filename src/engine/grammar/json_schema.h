@@ -75,6 +75,10 @@ struct JsonSchemaOptions {
   /// enum), and keys of additional properties: at most this many
   /// characters, raised to the schema's minLength (0: unbounded).
   uint32_t max_string_length = 0;
+  /// Arrays whose schema gives no maxItems: at most this many items (after
+  /// prefixItems' own), raised to the schema's minItems (0: unbounded).
+  /// Arrays inside values the schema leaves free (no schema) are not bounded.
+  uint32_t max_items = 0;
 };
 
 /// GBNF text (start rule opt.prefix + "root") for JSON values valid under

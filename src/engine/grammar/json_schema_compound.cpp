@@ -9,7 +9,7 @@ namespace kvad::schema_compile {
 
 std::string Compiler::gen_array(const oj& s, const std::string& path, int depth) {
   const int64_t lo = count(s, "minItems", path, 0);
-  const int64_t hi = count(s, "maxItems", path, -1);
+  int64_t hi = count(s, "maxItems", path, -1);
   if (hi >= 0 && hi < lo) return kNever;
   if (s.contains("uniqueItems") && !s["uniqueItems"].is_boolean()) refuse("uniqueItems", path, "must be a boolean");
   const bool unique = s.contains("uniqueItems") && s["uniqueItems"].get<bool>();
@@ -18,6 +18,12 @@ std::string Compiler::gen_array(const oj& s, const std::string& path, int depth)
     return gen_contains(s, path, depth, lo, hi);
   }
   if (unique) return gen_unique(s, path, lo, hi);
+  // The default bound (JsonSchemaOptions::max_items) beyond prefixItems,
+  // never below minItems.
+  if (hi < 0 && opt_.max_items) {
+    const oj& p = s.contains("prefixItems") ? s["prefixItems"] : oj::array();
+    hi = std::max<int64_t>(lo, (p.is_array() ? static_cast<int64_t>(p.size()) : 0) + opt_.max_items);
+  }
   std::vector<std::string> pre;
   if (s.contains("prefixItems")) {
     const oj& p = s["prefixItems"];

@@ -355,6 +355,24 @@ TEST(JsonSchemaKeywords, PatternProperties) {
   EXPECT_EQ(refused_keyword(R"({"patternProperties": {"a.{40}$": {"type": "null"}}})"), "patternProperties");
 }
 
+// max_items bounds arrays that give no maxItems, never below minItems,
+// and beyond prefixItems.
+TEST(JsonSchemaKeywords, DefaultMaxItems) {
+  JsonSchemaOptions o;
+  o.max_items = 3;
+  auto a = compile(R"({"type": "array", "items": {"type": "integer"}})", o);
+  EXPECT_TRUE(accepts(a, "[1,2,3]"));
+  EXPECT_FALSE(accepts(a, "[1,2,3,4]"));
+  auto m = compile(R"({"type": "array", "minItems": 5})", o);
+  EXPECT_TRUE(accepts(m, "[1,2,3,4,5]"));
+  EXPECT_FALSE(accepts(m, "[1,2,3,4,5,6]"));
+  auto p = compile(R"({"prefixItems": [{"type": "null"}, {"type": "null"}], "items": {"type": "integer"}})", o);
+  EXPECT_TRUE(accepts(p, "[null,null,1,2,3]"));
+  EXPECT_FALSE(accepts(p, "[null,null,1,2,3,4]"));
+  auto x = compile(R"({"type": "array", "maxItems": 10})", o);  // the schema's own bound wins
+  EXPECT_TRUE(accepts(x, "[1,2,3,4,5,6,7,8,9,10]"));
+}
+
 TEST(JsonSchemaKeywords, MoreFormats) {
   auto f = [](const std::string& format) {
     return json_schema_grammar(oj{{"type", "string"}, {"format", format}});
