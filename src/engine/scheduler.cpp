@@ -332,6 +332,7 @@ void Scheduler::finish(Slot& slot, const std::string& reason, const std::string&
   {
     // Before the last event: whoever sees it finds the slot free.
     std::lock_guard<std::mutex> lk(mu_);
+    flush_counts_locked();
     --metrics_.active_slots;
     metrics_.slot_busy[static_cast<size_t>(slot.id)] = 0;
   }
@@ -342,6 +343,7 @@ void Scheduler::emit_token(Slot& slot, int32_t id) {
   Job& job = *slot.job;
   slot.sampler->accept_generated(id);
   ++step_emitted_;
+  ++unflushed_.emitted;
   job.prefilled_ = true;
   ++slot.usage.completion_tokens;
   if (slot.usage.ttft_s < 0) {
@@ -367,6 +369,14 @@ void Scheduler::emit_token(Slot& slot, int32_t id) {
   // The token is evaluated at position tokens.size(), which must fit.
   if (static_cast<int64_t>(slot.tokens.size()) >= opts_.n_ctx) return finish(slot, "length");
   slot.pending = id;
+}
+
+void Scheduler::flush_counts_locked() {
+  metrics_.generated_tokens_total += unflushed_.emitted;
+  metrics_.spec_verify_steps_total += unflushed_.verify;
+  metrics_.spec_draft_tokens_total += unflushed_.drafted;
+  metrics_.spec_accepted_tokens_total += unflushed_.accepted;
+  unflushed_ = Unflushed{};
 }
 
 int32_t Scheduler::sample_row(Slot& s, const float* row) {
@@ -542,7 +552,7 @@ void Scheduler::loop() {
       spec_left = static_cast<int32_t>(std::max<int64_t>(0, opts_.spec_max_rows - n_decode - prompt_rows));
       spec_cap = spec_left / n_decode;
     }
-    step_emitted_ = step_verify_ = step_drafted_ = step_accepted_ = 0;
+    step_emitted_ = 0;
     for (auto& s : slots_) {
       if (!s->job || s->pending < 0) continue;
       batch.add(s->pending, static_cast<int32_t>(s->tokens.size()), s->id, true);
@@ -595,10 +605,7 @@ void Scheduler::loop() {
     ++metrics_.steps_total;
     metrics_.busy_s_total += dt;
     metrics_.prompt_eval_tokens_total += static_cast<uint64_t>(n_prompt);
-    metrics_.generated_tokens_total += step_emitted_;
-    metrics_.spec_verify_steps_total += step_verify_;
-    metrics_.spec_draft_tokens_total += step_drafted_;
-    metrics_.spec_accepted_tokens_total += step_accepted_;
+    flush_counts_locked();
     // Decoded tokens: those emitted, less one per prompt that ended here.
     const int64_t n_prompt_rows = static_cast<int64_t>(rows.size()) - n_decode;
     const int32_t n_decoded =

@@ -309,8 +309,12 @@ class Scheduler {
   std::vector<float> masked_;              ///< a logits row with a grammar's mask applied
   std::unique_ptr<Session> session_;
   std::unique_ptr<Session> draft_session_;  ///< SchedulerOptions::spec_draft's, one sequence per slot
-  uint64_t step_emitted_ = 0;               ///< tokens emit_token() saw (for the step's counters)
-  uint64_t step_verify_ = 0, step_drafted_ = 0, step_accepted_ = 0;  ///< speculation in this step
+  uint64_t step_emitted_ = 0;               ///< tokens emit_token() saw in this step
+  /// Counts not yet in metrics_: added under mu_ by finish() (before the
+  /// request's last event, so that whoever sees it sees them counted) and
+  /// at the end of each step.
+  struct Unflushed { uint64_t emitted = 0, verify = 0, drafted = 0, accepted = 0; } unflushed_;
+  void flush_counts_locked();
   std::vector<std::unique_ptr<Slot>> slots_;
 
   mutable std::mutex mu_;            ///< queue_, stopping_, metrics_

@@ -102,6 +102,11 @@ void Scheduler::spec_verify(Slot& s, const float* rows, size_t nv) {
   s.tokens.resize(s.tokens.size() - static_cast<size_t>(n));
   int32_t n_acc = 0;
   static const std::vector<TokenProb> kCertain;
+  // Counted before any token is emitted: the request's last event (which
+  // may come from this walk) carries them.
+  s.usage.draft_tokens += n;
+  ++unflushed_.verify;
+  unflushed_.drafted += static_cast<uint64_t>(n);
   for (int32_t i = 0; i <= n; ++i) {
     // Row i: the logits after the context and proposals [0, i).
     const float* row = rows + static_cast<size_t>(i) * nv;
@@ -123,18 +128,17 @@ void Scheduler::spec_verify(Slot& s, const float* rows, size_t nv) {
     } else {
       id = sample_row(s, row);  // all accepted: the target's own token after them
     }
-    n_acc += accepted ? 1 : 0;
+    if (accepted) {
+      ++n_acc;
+      ++s.usage.draft_accepted;
+      ++unflushed_.accepted;
+    }
     emit_token(s, id);
     if (!s.job || !accepted) break;
     // Accepted and going on: it was evaluated at this position.
     s.pending = -1;
     s.tokens.push_back(id);
   }
-  s.usage.draft_tokens += n;
-  s.usage.draft_accepted += n_acc;
-  ++step_verify_;
-  step_drafted_ += static_cast<uint64_t>(n);
-  step_accepted_ += static_cast<uint64_t>(n_acc);
   if (s.proposer) s.proposer->accepted(n_acc);
   // Each position is a trial until the first rejection (as SpecDecoder).
   if (s.alpha >= 0) {
