@@ -49,7 +49,7 @@ struct ServeOptions {
   std::string pooling;      ///< "": the model's (engine/embed.h)
   bool no_pull = false;     ///< refuse POST /api/pull
   SpecFlags spec;           ///< --spec-ngram / --model-draft, --draft-max, --draft-min, --draft-fixed
-  int32_t spec_max_rows = 32;  ///< --spec-max-rows (SchedulerOptions::spec_max_rows)
+  int32_t spec_max_rows = 16;  ///< --spec-max-rows (SchedulerOptions::spec_max_rows)
 };
 
 std::atomic<int> g_signal{0};

@@ -190,10 +190,13 @@ struct SchedulerOptions {
   /// Speculation turns down when the batch is compute-bound: proposals are
   /// added to a step only while its rows (decode tokens, prompt tokens and
   /// proposals) stay at or below this, shared evenly among the slots that
-  /// decode. A forward's cost grows little with its rows while the weights'
-  /// reads dominate (a few tens of rows on a CPU); past that each rejected
-  /// proposal costs as much as a useful token. 0: never speculate.
-  int32_t spec_max_rows = 32;
+  /// decode, so a step that evaluates a prompt chunk does not speculate. A
+  /// forward's cost grows little with its rows while reading the weights
+  /// dominates; past that each rejected proposal costs about as much as a
+  /// useful token. 16: on a 2-core CPU with SmolLM2-135M and 4 streams, 8
+  /// and 16 rows gave the same tok/s and 32 less (bench/serve_bench.py); a
+  /// GPU stays memory-bound much longer (raise it there). 0: never.
+  int32_t spec_max_rows = 16;
   static constexpr double kSpecMinUse = 0.1;
 };
 
