@@ -28,7 +28,7 @@ PROMPTS = [
     "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,",
     "Once upon a time, in a land far away, there lived a",
 ]
-MAX_TOKENS = 40
+MAX_TOKENS = 32
 
 
 def client(server):
@@ -56,12 +56,17 @@ def concurrently(server, stream):
         return list(ex.map(lambda p: complete(server, p, stream), PROMPTS))
 
 
+_plain = []  # computed once for the module
+
+
 @pytest.fixture
 def plain_texts(start_server):
-    plain = start_server("--parallel", "4", "--ctx-size", "512")
-    texts = [complete(plain, p) for p in PROMPTS]  # one at a time
-    plain.stop()
-    return [(t, u.completion_tokens) for t, u in texts]
+    """(text, completion_tokens) of each prompt from a server without speculation, one at a time."""
+    if not _plain:
+        plain = start_server("--parallel", "4", "--ctx-size", "512")
+        _plain.extend((t, u.completion_tokens) for t, u in (complete(plain, p) for p in PROMPTS))
+        plain.stop()
+    return list(_plain)
 
 
 @pytest.mark.parametrize("stream", [False, True])
