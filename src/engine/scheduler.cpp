@@ -379,16 +379,16 @@ void Scheduler::flush_counts_locked() {
   unflushed_ = Unflushed{};
 }
 
-int32_t Scheduler::sample_row(Slot& s, const float* row) {
-  if (s.grammar) {
-    masked_.assign(row, row + n_sample_);
-    const double before = s.grammar->mask_seconds();
-    s.grammar->apply(masked_.data(), n_sample_);
-    s.usage.grammar_s += s.grammar->mask_seconds() - before;
-    row = masked_.data();
-  }
-  return s.sampler->sample(row, n_sample_);
+const float* Scheduler::masked_row(Slot& s, const float* row) {
+  if (!s.grammar) return row;
+  masked_.assign(row, row + n_sample_);
+  const double before = s.grammar->mask_seconds();
+  s.grammar->apply(masked_.data(), n_sample_);
+  s.usage.grammar_s += s.grammar->mask_seconds() - before;
+  return masked_.data();
 }
+
+int32_t Scheduler::sample_row(Slot& s, const float* row) { return s.sampler->sample(masked_row(s, row), n_sample_); }
 
 void Scheduler::step(const Batch& batch, const std::vector<Slot*>& rows) {
   const size_t nv = static_cast<size_t>(session_->n_vocab());

@@ -302,6 +302,9 @@ class Scheduler {
   /// Makes the slot's cache hold exactly slot.tokens (after a verification
   /// or a failure in the middle of one); ends the request when it cannot.
   void spec_rewind(Slot& slot);
+  /// A logits row of a slot with its grammar's mask applied (the row
+  /// itself without a grammar; else masked_, valid until the next call).
+  const float* masked_row(Slot& slot, const float* row);
   /// Samples one logits row of a slot (its grammar's mask applied).
   int32_t sample_row(Slot& slot, const float* row);
   /// After a failed step: rewinds each slot of the batch and evaluates its

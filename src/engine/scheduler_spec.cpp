@@ -113,14 +113,7 @@ void Scheduler::spec_verify(Slot& s, const float* rows, size_t nv) {
     bool accepted = false;
     int32_t id;
     if (i < n) {
-      if (s.grammar) {
-        masked_.assign(row, row + n_sample_);
-        const double before = s.grammar->mask_seconds();
-        s.grammar->apply(masked_.data(), n_sample_);
-        s.usage.grammar_s += s.grammar->mask_seconds() - before;
-        row = masked_.data();
-      }
-      s.sampler->distribution(row, n_sample_, s.p);
+      s.sampler->distribution(masked_row(s, row), n_sample_, s.p);
       const int32_t x = s.prop.tokens[static_cast<size_t>(i)];
       accepted = spec_accept(x, s.p, s.prop.q.empty() ? kCertain : s.prop.q[static_cast<size_t>(i)], *s.sampler,
                              s.resample);

@@ -172,3 +172,24 @@ def test_draft_with_another_vocabulary_is_refused():
     rc, err = serve_fails("--model-draft", other)
     assert rc == 1, err
     assert "cannot propose for" in err
+
+
+def test_ngram_with_a_grammar_equals_plain(start_server):
+    # A JSON schema masks each verified position after the accepted ones.
+    schema = {"type": "object", "properties": {"items": {"type": "array", "items": {
+        "type": "object", "properties": {"name": {"type": "string"}, "price": {"type": "integer"}},
+        "required": ["name", "price"]}}}, "required": ["items"]}
+    msgs = [{"role": "user", "content": "List three fruits with their prices as JSON."}]
+
+    def ask(server):
+        r = client(server).chat.completions.create(
+            model=MODEL_NAME, messages=msgs, max_tokens=48, temperature=0,
+            response_format={"type": "json_schema", "json_schema": {"name": "fruits", "schema": schema}})
+        return r.choices[0].message.content, r.usage
+
+    plain = start_server("--parallel", "2", "--ctx-size", "512")
+    want, _ = ask(plain)
+    spec = start_server("--parallel", "2", "--ctx-size", "512", "--spec-ngram", "2")
+    got, usage = ask(spec)
+    assert got == want
+    assert usage.completion_tokens_details.accepted_prediction_tokens > 0
