@@ -12,6 +12,8 @@ namespace {
 using schema_text::CodeRanges;
 using schema_text::RegexNode;
 constexpr uint32_t kEnd = 0x110000;  // one past the last code point
+constexpr size_t kMaxClasses = 512;
+constexpr uint64_t kMaxWork = 50'000'000;
 
 // Thompson's construction: each build() adds fresh states after `from` and
 // returns the state its match ends in.
@@ -149,6 +151,9 @@ KeyAutomaton build_key_automaton(const std::vector<std::string>& patterns, const
     for (auto& [c, to] : n.next) { bounds.push_back(c); bounds.push_back(c + 1); }
   std::sort(bounds.begin(), bounds.end());
   bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  if (bounds.size() > kMaxClasses + 1)
+    throw std::invalid_argument("the patterns and names tell more than " + std::to_string(kMaxClasses) +
+                                " kinds of character apart");
   KeyAutomaton a;
   std::vector<uint32_t> starts(bounds.begin(), bounds.end() - 1);
   for (size_t i = 0; i + 1 < bounds.size(); ++i) a.classes.push_back({{bounds[i], bounds[i + 1] - 1}});
@@ -187,11 +192,14 @@ KeyAutomaton build_key_automaton(const std::vector<std::string>& patterns, const
     return it->second;
   };
   id_of({closure({start}), 0});
+  uint64_t work = 0;  // edges looked at: bounded, so a hard pattern is refused rather than slow
   for (size_t q = 0; q < todo.size(); ++q) {
     const Key k = todo[q];
     std::vector<int> next(n_cls, 0);
     for (size_t c = 0; c < n_cls; ++c) {
       std::vector<int> to;
+      for (int s : k.first) work += nfa.out[static_cast<size_t>(s)].size() + 1;
+      if (work > kMaxWork) throw std::invalid_argument("the patterns' key automaton takes too long to build");
       for (int s : k.first)
         for (int e : nfa.out[static_cast<size_t>(s)])
           if (takes[static_cast<size_t>(e)][c]) to.push_back(nfa.edges[static_cast<size_t>(e)].to);

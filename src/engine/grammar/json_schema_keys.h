@@ -36,10 +36,11 @@ struct KeyAutomaton {
 
 /// Builds the automaton of `patterns` (at most 16) and `names` (UTF-8).
 /// Throws std::invalid_argument naming the problem for a pattern outside
-/// the subset, or an automaton over `max_states` states or `max_nfa` NFA
-/// states.
+/// the subset, or an automaton over `max_states` states, `max_nfa` NFA
+/// states, 512 character classes or 5e7 steps of construction (so the work
+/// and memory stay bounded whatever the schema).
 KeyAutomaton build_key_automaton(const std::vector<std::string>& patterns, const std::vector<std::string>& names,
-                                 size_t max_states = 2000, size_t max_nfa = 20000);
+                                 size_t max_states = 1000, size_t max_nfa = 4096);
 
 /// The patterns (bits) that match `key` (UTF-8), by running the automaton.
 uint32_t patterns_matching(const KeyAutomaton& a, const std::string& key);

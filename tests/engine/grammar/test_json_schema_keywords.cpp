@@ -346,6 +346,13 @@ TEST(JsonSchemaKeywords, PatternProperties) {
   EXPECT_TRUE(m.accept("{\""));
   EXPECT_FALSE(m.accept("b"));
   EXPECT_EQ(refused_keyword(R"J({"patternProperties": {"(?=a)": {"type": "null"}}})J"), "patternProperties");
+  // Automata past their bounds are refused, not built: 600 kinds of
+  // character, and a pattern whose subset construction explodes.
+  std::string many;
+  for (int c = 0; c < 600; ++c) { char b[16]; std::snprintf(b, sizeof b, "\\u%04x", 0x400 + 2 * c); many += b; }
+  EXPECT_EQ(refused_keyword(("{\"patternProperties\": {\"[" + many + "]\": {\"type\": \"null\"}}}").c_str()),
+            "patternProperties");
+  EXPECT_EQ(refused_keyword(R"({"patternProperties": {"a.{40}$": {"type": "null"}}})"), "patternProperties");
 }
 
 TEST(JsonSchemaKeywords, MoreFormats) {
