@@ -12,12 +12,18 @@ once, --rounds times, and prints one table row per level:
   stream tok/s mean over requests of (tokens - 1) / (last token - first token)
   TTFT mean/max seconds from sending a request to its first content chunk
 
-Every request greedily continues a different counting prompt ("k, k+1, ...,")
-so each generates exactly --max-tokens tokens and no two share a prefix.
+  accepted     speculation (--serve-args "--spec-ngram 3"): accepted / proposed
+               tokens over the level, from /metrics (kvad_spec_*); "-" without
+
+Every request greedily continues a different prompt, so no two share a
+prefix: --prompt count ("k, k+1, ...,"; each generates exactly --max-tokens
+tokens) or --prompt code (a small function to rewrite with snake_case names,
+whose reply repeats most of the prompt: where n-gram lookup hits).
 Only the Python standard library is used.
 
   bench/serve_bench.py --binary build/kvad --model smollm2-135m
   bench/serve_bench.py --url http://127.0.0.1:8080 --model smollm2-135m
+  bench/serve_bench.py --prompt code --serve-args "--spec-ngram 3" --concurrency 1,4
 """
 import argparse
 import http.client
@@ -35,7 +41,7 @@ import urllib.request
 
 def start_server(args):
     cmd = [args.binary, "serve", "--model", args.model, "--port", "0", "--parallel", str(max(args.concurrency)),
-           "--ctx-size", str(args.ctx_size), "--threads", str(args.threads), "--quiet"]
+           "--ctx-size", str(args.ctx_size), "--threads", str(args.threads), "--quiet"] + args.serve_args.split()
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
         sys.stderr.write(line)
@@ -82,14 +88,42 @@ def one_stream(url, model, prompt, max_tokens, out):
     out.append({"t0": t0, "first": first, "last": last, "tokens": tokens})
 
 
-def run_level(url, model, c, rounds, max_tokens, seq):
+def spec_counters(url):
+    """(proposed, accepted) tokens so far from /metrics, or None without speculation."""
+    with urllib.request.urlopen(url + "/metrics") as r:
+        text = r.read().decode()
+    vals = dict(line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("kvad_spec_"))
+    if "kvad_spec_draft_tokens_total" not in vals:
+        return None
+    return float(vals["kvad_spec_draft_tokens_total"]), float(vals["kvad_spec_accepted_tokens_total"])
+
+
+def code_prompt(k):
+    names = ["total", "price", "count", "weight", "score", "amount"]
+    a, b = names[k % len(names)], names[(k // len(names)) % len(names)]
+    return ("Rename the variables to snake_case.\n\n```python\n"
+            "def compute%s%d(itemList, %sRate):\n"
+            "    %sValue = 0\n"
+            "    for itemValue in itemList:\n"
+            "        %sValue += itemValue * (1 + %sRate)\n"
+            "        print(itemValue, %sValue)\n"
+            "    return %sValue\n```\n\n```python\n"
+            "def compute_%s_%d(item_list, %s_rate):\n") % (
+                a.title(), k, b, a, a, b, a, a, a, k, b)
+
+
+def run_level(url, model, c, rounds, max_tokens, seq, kind="count"):
     results = []
+    before = spec_counters(url)
     t_start = time.perf_counter()
     for _ in range(rounds):
         threads = []
         for _ in range(c):
             k = next(seq)
-            prompt = ", ".join(str(k + i) for i in range(8)) + ","
+            if kind == "code":
+                prompt = code_prompt(k)
+            else:
+                prompt = ", ".join(str(k + i) for i in range(8)) + ","
             threads.append(threading.Thread(target=one_stream, args=(url, model, prompt, max_tokens, results)))
         for t in threads:
             t.start()
@@ -100,8 +134,13 @@ def run_level(url, model, c, rounds, max_tokens, seq):
     ttft = [r["first"] - r["t0"] for r in results if r["first"]]
     per = [(r["tokens"] - 1) / (r["last"] - r["first"]) for r in results
            if r["first"] and r["last"] > r["first"] and r["tokens"] > 1]
+    after = spec_counters(url)
+    acc = "-"
+    if before is not None and after is not None and after[0] > before[0]:
+        acc = "%.0f/%.0f" % (after[1] - before[1], after[0] - before[0])
     return {"streams": c, "requests": len(results), "tokens": toks, "wall": wall, "agg": toks / wall,
-            "per": statistics.mean(per) if per else 0.0, "ttft_mean": statistics.mean(ttft), "ttft_max": max(ttft)}
+            "per": statistics.mean(per) if per else 0.0, "ttft_mean": statistics.mean(ttft), "ttft_max": max(ttft),
+            "acc": acc}
 
 
 def main():
@@ -114,6 +153,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--ctx-size", type=int, default=512)
     ap.add_argument("--threads", type=int, default=0, help="server CPU threads (0: all cores)")
+    ap.add_argument("--prompt", choices=["count", "code"], default="count", help="what each request continues")
+    ap.add_argument("--serve-args", default="", help="more kvad serve flags, e.g. \"--spec-ngram 3\"")
     args = ap.parse_args()
     args.concurrency = [int(x) for x in args.concurrency.split(",")]
 
@@ -125,18 +166,19 @@ def main():
         model = model_id(url)
         seq = iter(range(1, 10**9, 37))
         one_stream(url, model, "1, 2, 3,", 4, [])  # warm-up
-        rows = [run_level(url, model, c, args.rounds, args.max_tokens, seq) for c in args.concurrency]
+        rows = [run_level(url, model, c, args.rounds, args.max_tokens, seq, args.prompt) for c in args.concurrency]
     finally:
         if proc:
             proc.terminate()
             proc.wait()
-    print("| streams | requests | gen tok | wall s | agg tok/s | stream tok/s | TTFT mean s | TTFT max s |")
-    print("| ------: | -------: | ------: | -----: | --------: | -----------: | ----------: | ---------: |")
+    print("| streams | requests | gen tok | wall s | agg tok/s | stream tok/s | TTFT mean s | TTFT max s | accepted |")
+    print("| ------: | -------: | ------: | -----: | --------: | -----------: | ----------: | ---------: | -------: |")
     for r in rows:
-        print("| %7d | %8d | %7d | %6.1f | %9.1f | %12.1f | %11.2f | %10.2f |" % (
-            r["streams"], r["requests"], r["tokens"], r["wall"], r["agg"], r["per"], r["ttft_mean"], r["ttft_max"]))
-    print("model %s, %d tokens per request, %d round(s) per level, server %s" % (
-        model, args.max_tokens, args.rounds, url))
+        print("| %7d | %8d | %7d | %6.1f | %9.1f | %12.1f | %11.2f | %10.2f | %8s |" % (
+            r["streams"], r["requests"], r["tokens"], r["wall"], r["agg"], r["per"], r["ttft_mean"], r["ttft_max"],
+            r["acc"]))
+    print("model %s, %s prompts, %d tokens per request, %d round(s) per level, server %s %s" % (
+        model, args.prompt, args.max_tokens, args.rounds, url, args.serve_args))
 
 
 if __name__ == "__main__":

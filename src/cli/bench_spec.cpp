@@ -88,7 +88,7 @@ void bench_spec(const LoadedModel& m, Session& s, Speculation& spec, const SpecO
     std::vector<int32_t> gen(held.begin() + static_cast<std::ptrdiff_t>(ids.size()), held.end());
     if (!p && want.empty()) want = gen;
     if (p && gen != want) same = false;
-    return st.decode_s > 0 ? st.n_decode_evals / st.decode_s : 0.0;
+    return st.decode_s > 0 ? st.n_decode_tokens / st.decode_s : 0.0;
   };
   once(nullptr);  // warm-up
   once(spec.proposer.get());

@@ -125,7 +125,7 @@ class Chat {
 
   void stats_line() const {
     const double pp = last_.prefill_s > 0 ? last_.n_prompt / last_.prefill_s : 0;
-    const double tg = last_.decode_s > 0 ? last_.n_decode_evals / last_.decode_s : 0;
+    const double tg = last_.decode_s > 0 ? last_.n_decode_tokens / last_.decode_s : 0;
     std::fprintf(stderr,
                  "[kvad] cached_tokens %d | prompt %d new tokens, prefill %.1f tok/s (%.3f s) | reply %d tokens, "
                  "decode %.1f tok/s | context %d/%d%s\n",

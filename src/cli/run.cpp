@@ -84,7 +84,7 @@ void run(const RunOptions& o) {
   });
   out.finish();
   const double pp = st.prefill_s > 0 ? st.n_prompt / st.prefill_s : 0;
-  const double tg = st.decode_s > 0 ? st.n_decode_evals / st.decode_s : 0;
+  const double tg = st.decode_s > 0 ? st.n_decode_tokens / st.decode_s : 0;
   std::fprintf(stderr,
                "[kvad] load %.2f s | prompt %d tokens, prefill %.1f tok/s | generated %d tokens, decode %.1f tok/s "
                "| stop: %s | weights %.1f MiB | KV cache %zu B/token | peak RSS %.1f MiB%s\n",

@@ -15,6 +15,7 @@
 #include "cli/generation_options.h"
 #include "cli/loaded_model.h"
 #include "cli/model_store.h"
+#include "cli/speculation.h"
 #include "io/gguf.h"
 #include "model/model.h"
 #include "server/guard.h"
@@ -47,6 +48,8 @@ struct ServeOptions {
   bool embeddings = false;  ///< serve /v1/embeddings for a text model too
   std::string pooling;      ///< "": the model's (engine/embed.h)
   bool no_pull = false;     ///< refuse POST /api/pull
+  SpecFlags spec;           ///< --spec-ngram / --model-draft, --draft-max, --draft-min, --draft-fixed
+  int32_t spec_max_rows = 16;  ///< --spec-max-rows (SchedulerOptions::spec_max_rows)
 };
 
 std::atomic<int> g_signal{0};
@@ -68,7 +71,10 @@ void serve(const ServeOptions& o) {
     throw Error("--request-timeout must be in (0, 3600] seconds, got " + std::to_string(o.request_timeout));
   if (o.batch < 1) throw Error("--batch must be at least 1, got " + std::to_string(o.batch));
   const KVTypes kv = o.cache_type.types();
+  o.spec.check();
   LoadedModel m = load_for_cli(o.model, o.device, /*any_kind=*/true);
+  LoadedModel draft;
+  if (!o.spec.model_draft.empty()) draft = load_draft(o.spec.model_draft, m, o.device);
   const HParams& hp = m.model->hparams();
 
   server::ServerOptions so;
@@ -118,6 +124,10 @@ void serve(const ServeOptions& o) {
   so.sched.max_queue = static_cast<size_t>(o.queue);
   so.sched.max_prompt_per_step = o.batch;
   so.sched.cache_reuse_all = o.cache_reuse == "all";
+  so.sched.spec_ngram = o.spec.ngram;
+  so.sched.spec_draft = draft.model;
+  so.sched.spec = o.spec.spec;
+  so.sched.spec_max_rows = o.spec_max_rows;
   so.log_requests = !o.quiet;
 
   // Handlers before the "listening" line: a client that reads it may signal
@@ -205,6 +215,13 @@ void add_serve(CLI::App& app) {
   c->add_flag("--no-pull", o->no_pull, "Refuse ollama's POST /api/pull (which downloads models from the Hub)");
   c->add_option("--pooling", o->pooling, "Embedding pooling instead of the model's: mean, cls or last")
       ->check(CLI::IsMember({"mean", "cls", "last"}));
+  o->spec.add_to(c);
+  c->add_option("--spec-max-rows", o->spec_max_rows,
+                "Speculation: add proposals to a step only while its rows (decode and prompt tokens and proposals, "
+                "all slots) stay at or below N (0: never speculate)")
+      ->check(integer_check())
+      ->check(CLI::Range(0, 65536))
+      ->capture_default_str();
   c->callback([o] { serve(*o); });
 }
 

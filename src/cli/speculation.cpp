@@ -49,6 +49,21 @@ void SpecFlags::check() const {
                                                   std::to_string(spec.draft_max) + ")");
 }
 
+LoadedModel load_draft(const std::string& path, const LoadedModel& target, const DeviceOptions& dev) {
+  LoadedModel d = load_for_cli(path, dev);
+  if (const std::string why = draft_vocab_mismatch(*target.tokenizer, *d.tokenizer); !why.empty())
+    throw Error("--model-draft " + d.path + " cannot propose for " + target.path + ": " + why);
+  const size_t tb = target.model->weight_bytes(), db = d.model->weight_bytes();
+  if (db > tb)
+    throw Error("--model-draft " + d.path + " has more weight bytes (" + std::to_string(db / 1048576) +
+                " MiB) than the target (" + std::to_string(tb / 1048576) +
+                " MiB): it would read more per token than the target; use a smaller draft");
+  if (db * 2 > tb)
+    std::fprintf(stderr, "[kvad] warning: the draft's weights (%.1f MiB) are more than half the target's (%.1f MiB); "
+                 "speculation pays little (adaptive k turns it off when it does not pay)\n", db / 1048576.0, tb / 1048576.0);
+  return d;
+}
+
 std::unique_ptr<Speculation> make_speculation(const SpecFlags& f, const LoadedModel& target, const DeviceOptions& dev,
                                               int32_t n_ctx, int threads, KVTypes kv, const SamplerParams& sp) {
   f.check();
@@ -59,17 +74,7 @@ std::unique_ptr<Speculation> make_speculation(const SpecFlags& f, const LoadedMo
     s->describe = "ngram " + std::to_string(f.ngram);
     return s;
   }
-  s->draft = load_for_cli(f.model_draft, dev);
-  if (const std::string why = draft_vocab_mismatch(*target.tokenizer, *s->draft.tokenizer); !why.empty())
-    throw Error("--model-draft " + s->draft.path + " cannot propose for " + target.path + ": " + why);
-  const size_t tb = target.model->weight_bytes(), db = s->draft.model->weight_bytes();
-  if (db > tb)
-    throw Error("--model-draft " + s->draft.path + " has more weight bytes (" + std::to_string(db / 1048576) +
-                " MiB) than the target (" + std::to_string(tb / 1048576) +
-                " MiB): it would read more per token than the target; use a smaller draft");
-  if (db * 2 > tb)
-    std::fprintf(stderr, "[kvad] warning: the draft's weights (%.1f MiB) are more than half the target's (%.1f MiB); "
-                 "speculation pays little (adaptive k turns it off when it does not pay)\n", db / 1048576.0, tb / 1048576.0);
+  s->draft = load_draft(f.model_draft, target, dev);
   s->draft_session = std::make_unique<Session>(s->draft.model, n_ctx, 1, threads, kv);
   s->proposer = std::make_unique<DraftProposer>(*s->draft_session, sp, target.tokenizer->n_vocab());
   s->describe = "draft " + s->draft.path;

@@ -45,6 +45,13 @@ struct Speculation {
   std::string describe;  ///< "ngram 3" or "draft <path>"
 };
 
+/// Loads --model-draft for `target` on its device: throws kvad::Error when
+/// the draft's tokenizer is not the target's (naming the difference,
+/// draft_vocab_mismatch) or when its weights are bigger than the target's
+/// (a draft that reads more bytes per token than the target cannot pay);
+/// warns on stderr when they are more than half the target's.
+LoadedModel load_draft(const std::string& path, const LoadedModel& target, const DeviceOptions& dev);
+
 /// The proposer the flags ask for, or null when speculation is off. A draft
 /// loads on the target's device with `dev`, gets a Session of n_ctx
 /// positions and the target's KV formats, and samples with `sp`'s chain.

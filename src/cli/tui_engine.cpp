@@ -346,7 +346,7 @@ class Engine {
     g.prefill_tps = s.prefill_s > 0 ? s.n_prompt / s.prefill_s : 0;
     g.prefill_tokens = s.n_prompt;
     g.prefill_was_reprefill = false;
-    g.decode_tps = s.decode_s > 0 && s.n_decode_evals > 0 ? s.n_decode_evals / s.decode_s : 0;
+    g.decode_tps = s.decode_s > 0 && s.n_decode_tokens > 0 ? s.n_decode_tokens / s.decode_s : 0;
     g.decode_tokens = s.n_generated;
     g.cached_tokens = s.n_cached;
     g.spec_proposed = s.spec.n_proposed;

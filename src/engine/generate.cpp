@@ -93,12 +93,17 @@ GenerateStats generate(Session& s, const Tokenizer& tok, Sampler& sampler,
       if (s.cached(opts.seq) >= s.n_ctx()) { st.stop = "context"; break; }
       const int32_t left = opts.max_tokens < 0 ? s.n_ctx() : opts.max_tokens - st.n_generated;
       const int32_t before = st.n_generated;
+      const int64_t steps_before = spec.stats().n_steps;
       go_on = spec.step(context, sampler, opts.grammar, left, [&](int32_t id) {
         const bool more = take(id);
         return more && (opts.max_tokens < 0 || st.n_generated < opts.max_tokens);
       });
-      st.n_decode_evals += st.n_generated - before;
-      if (opts.held) opts.held->assign(context.begin(), context.end() - 1);
+      st.n_decode_tokens += st.n_generated - before;
+      st.n_decode_evals += static_cast<int32_t>(spec.stats().n_steps - steps_before);
+      // The session holds all of the context but its last token; held
+      // follows it by appending what this step added.
+      if (opts.held) opts.held->insert(opts.held->end(), context.begin() + static_cast<std::ptrdiff_t>(opts.held->size()),
+                                       context.end() - 1);
     }
     st.spec = spec.stats();
   } else {
@@ -113,6 +118,7 @@ GenerateStats generate(Session& s, const Tokenizer& tok, Sampler& sampler,
       b.add(id, pos, opts.seq, true);
       const auto& l = s.forward(b);
       ++st.n_decode_evals;
+      ++st.n_decode_tokens;
       if (opts.held) opts.held->push_back(id);
       last.assign(l.begin(), l.begin() + nv);
     }

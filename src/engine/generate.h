@@ -21,7 +21,8 @@ struct GenerateStats {
   int32_t n_generated = 0;   ///< tokens sampled
   double prefill_s = 0;      ///< seconds in prompt evaluation
   double decode_s = 0;       ///< seconds in decode steps
-  int32_t n_decode_evals = 0;  ///< tokens the decode steps chose (one forward call each without speculation)
+  int32_t n_decode_evals = 0;   ///< target forward calls of the decode steps (speculation: one per verify or plain step)
+  int32_t n_decode_tokens = 0;  ///< tokens the decode steps chose (n_decode_evals without speculation); for tok/s
   SpecStats spec;            ///< speculation's counters (zero without a proposer)
   std::string stop;          ///< "eog", "length", "stopped", "context"
 };

@@ -31,17 +31,25 @@ void NgramProposer::propose(const std::vector<int32_t>& ctx, int32_t max_k, Prop
   }
 }
 
+namespace {
+// The draft's chain: the target's without the history-based penalties (q
+// needs no history: any q keeps the target's distribution), on its own
+// random stream.
+SamplerParams draft_params(const SamplerParams& sp) {
+  SamplerParams d = sp;
+  d.repeat_penalty = 1.0f;
+  d.presence_penalty = d.frequency_penalty = 0.0f;
+  d.seed = sp.seed ^ 0x9e3779b97f4a7c15ull;
+  return d;
+}
+}  // namespace
+
 DraftProposer::DraftProposer(Session& draft, const SamplerParams& sp, int32_t n_vocab, int seq)
-    : s_(draft), sampler_([&] {
-        SamplerParams d = sp;
-        d.repeat_penalty = 1.0f;  // q needs no history: any q keeps the target's distribution
-        d.presence_penalty = d.frequency_penalty = 0.0f;
-        d.seed = sp.seed ^ 0x9e3779b97f4a7c15ull;
-        return d;
-      }()),
-      n_vocab_(std::min<int32_t>(n_vocab, draft.n_vocab())), seq_(seq) {
+    : s_(draft), sampler_(draft_params(sp)), n_vocab_(std::min<int32_t>(n_vocab, draft.n_vocab())), seq_(seq) {
   if (n_vocab_ <= 0) throw Error("draft: no shared vocabulary");
 }
+
+void DraftProposer::set_sampling(const SamplerParams& sp) { sampler_ = Sampler(draft_params(sp)); }
 
 size_t DraftProposer::follow(const std::vector<int32_t>& ctx) {
   // Keep the common prefix with what the draft holds (at most all but the

@@ -42,6 +42,9 @@ class NgramProposer final : public Proposer {
 class DraftProposer final : public Proposer {
  public:
   DraftProposer(Session& draft, const SamplerParams& sp, int32_t n_vocab, int seq = 0);
+  /// Samples with `sp`'s chain from now on (a new request on the same
+  /// sequence: the server's slots); what the draft's cache holds is kept.
+  void set_sampling(const SamplerParams& sp);
   void propose(const std::vector<int32_t>& context, int32_t max_k, Proposal& out) override;
   void begin(const std::vector<int32_t>& prompt) override;
   double catch_up_s() const override { return catch_up_s_; }

@@ -1,4 +1,5 @@
 #include "engine/scheduler.h"
+#include "engine/scheduler_slot.h"
 
 #include <algorithm>
 #include <utility>
@@ -108,24 +109,6 @@ void Job::push(GenEvent ev) {
   cv_.notify_all();
 }
 
-// -------------------------------------------------------------------- Slot
-
-struct Scheduler::Slot {
-  int id = 0;
-  std::vector<int32_t> tokens;   ///< what the cache holds for sequence `id`, positions 0..size-1
-  std::shared_ptr<Job> job;      ///< null when free
-  size_t next_prompt = 0;        ///< index of the next prompt token to evaluate
-  int32_t pending = -1;          ///< sampled token to evaluate at the next step
-  std::optional<Sampler> sampler;
-  std::unique_ptr<StreamDecoder> dec;
-  std::optional<StopText> stop;
-  std::optional<TokenGrammar> grammar;
-  GenUsage usage;
-  uint64_t last_used = 0;        ///< use_clock_ at admission (least recently used goes first)
-  uint64_t admitted = 0;         ///< admission order, for prompt chunks
-  std::string tenant;            ///< whose prompt `tokens` holds
-};
-
 // --------------------------------------------------------------- Scheduler
 
 Scheduler::Scheduler(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tok, const SchedulerOptions& o)
@@ -141,6 +124,15 @@ Scheduler::Scheduler(std::shared_ptr<Model> model, std::shared_ptr<const Tokeniz
     throw Error("the tokenizer has " + std::to_string(tok_->n_vocab()) + " tokens but the model only " +
                 std::to_string(session_->n_vocab()) + " logits (n_vocab)");
   n_sample_ = tok_->n_vocab();
+  if (opts_.spec_ngram < 0 || opts_.spec_ngram > 64)
+    throw Error("--spec-ngram must be in 0..64, got " + std::to_string(opts_.spec_ngram));
+  if (opts_.spec_ngram > 0 && opts_.spec_draft) throw Error("--spec-ngram and --model-draft: choose one proposer");
+  if (opts_.spec_max_rows < 0) throw Error("spec_max_rows must be >= 0, got " + std::to_string(opts_.spec_max_rows));
+  opts_.spec.check();
+  if (opts_.spec_draft)
+    draft_session_ =
+        std::make_unique<Session>(opts_.spec_draft, opts_.n_ctx, opts_.n_slots, opts_.n_threads, opts_.kv_types);
+  metrics_.spec_on = opts_.spec_ngram > 0 || opts_.spec_draft != nullptr;
   for (int i = 0; i < opts_.n_slots; ++i) {
     slots_.push_back(std::make_unique<Slot>());
     slots_.back()->id = i;
@@ -309,6 +301,8 @@ void Scheduler::admit(Slot& slot, std::shared_ptr<Job> job) {
   slot.last_used = ++use_clock_;
   slot.admitted = use_clock_;
   slot.job = std::move(job);
+  slot.n_prop = 0;
+  spec_admit(slot);
   ++metrics_.active_slots;
   metrics_.slot_busy[static_cast<size_t>(slot.id)] = 1;
   metrics_.slot_cached[static_cast<size_t>(slot.id)] = landed;
@@ -338,6 +332,7 @@ void Scheduler::finish(Slot& slot, const std::string& reason, const std::string&
   {
     // Before the last event: whoever sees it finds the slot free.
     std::lock_guard<std::mutex> lk(mu_);
+    flush_counts_locked();
     --metrics_.active_slots;
     metrics_.slot_busy[static_cast<size_t>(slot.id)] = 0;
   }
@@ -347,6 +342,8 @@ void Scheduler::finish(Slot& slot, const std::string& reason, const std::string&
 void Scheduler::emit_token(Slot& slot, int32_t id) {
   Job& job = *slot.job;
   slot.sampler->accept_generated(id);
+  ++step_emitted_;
+  ++unflushed_.emitted;
   job.prefilled_ = true;
   ++slot.usage.completion_tokens;
   if (slot.usage.ttft_s < 0) {
@@ -374,26 +371,45 @@ void Scheduler::emit_token(Slot& slot, int32_t id) {
   slot.pending = id;
 }
 
+void Scheduler::flush_counts_locked() {
+  metrics_.generated_tokens_total += unflushed_.emitted;
+  metrics_.spec_verify_steps_total += unflushed_.verify;
+  metrics_.spec_draft_tokens_total += unflushed_.drafted;
+  metrics_.spec_accepted_tokens_total += unflushed_.accepted;
+  unflushed_ = Unflushed{};
+}
+
+const float* Scheduler::masked_row(Slot& s, const float* row) {
+  if (!s.grammar) return row;
+  masked_.assign(row, row + n_sample_);
+  const double before = s.grammar->mask_seconds();
+  s.grammar->apply(masked_.data(), n_sample_);
+  s.usage.grammar_s += s.grammar->mask_seconds() - before;
+  return masked_.data();
+}
+
+int32_t Scheduler::sample_row(Slot& s, const float* row) { return s.sampler->sample(masked_row(s, row), n_sample_); }
+
 void Scheduler::step(const Batch& batch, const std::vector<Slot*>& rows) {
   const size_t nv = static_cast<size_t>(session_->n_vocab());
   const std::vector<float>& logits = session_->forward(batch);
+  size_t at = 0;  // the first logits row of rows[j]
   for (size_t j = 0; j < rows.size(); ++j) {
     Slot& s = *rows[j];
-    if (!s.job) continue;
-    try {
-      const float* row = logits.data() + j * nv;
-      if (s.grammar) {
-        masked_.assign(row, row + n_sample_);
-        const double before = s.grammar->mask_seconds();
-        s.grammar->apply(masked_.data(), n_sample_);
-        s.usage.grammar_s += s.grammar->mask_seconds() - before;
-        row = masked_.data();
+    const float* row = logits.data() + at * nv;
+    at += 1 + static_cast<size_t>(s.n_prop);
+    if (s.job) {
+      try {
+        if (s.n_prop > 0) spec_verify(s, row, nv);
+        else emit_token(s, sample_row(s, row));
+      } catch (const std::exception& e) {
+        // Its cache holds what was evaluated; only its request ends (and
+        // a verification's rejected positions are dropped).
+        if (s.job) finish(s, "error", e.what());
+        if (s.n_prop > 0) spec_rewind(s);
       }
-      emit_token(s, s.sampler->sample(row, n_sample_));
-    } catch (const std::exception& e) {
-      // Its cache holds what was evaluated; only its request ends.
-      if (s.job) finish(s, "error", e.what());
     }
+    s.n_prop = 0;
   }
 }
 
@@ -521,18 +537,32 @@ void Scheduler::loop() {
     rows.clear();
     in_batch.clear();
     int32_t n_decode = 0, n_prompt = 0;
+    order.clear();
+    for (auto& s : slots_) {
+      if (s->job && s->pending >= 0) ++n_decode;
+      if (s->job && s->next_prompt < s->job->prompt_.size()) order.push_back(s.get());
+    }
+    // Speculation's rows: what the step leaves below spec_max_rows after
+    // its decode and prompt rows, shared evenly among the decoders.
+    int32_t spec_left = 0, spec_cap = 0;
+    if (metrics_.spec_on && n_decode > 0) {
+      int64_t prompt_rows = 0;
+      for (const Slot* s : order) prompt_rows += static_cast<int64_t>(s->job->prompt_.size() - s->next_prompt);
+      prompt_rows = std::min<int64_t>(prompt_rows, opts_.max_prompt_per_step);
+      spec_left = static_cast<int32_t>(std::max<int64_t>(0, opts_.spec_max_rows - n_decode - prompt_rows));
+      spec_cap = spec_left / n_decode;
+    }
+    step_emitted_ = 0;
     for (auto& s : slots_) {
       if (!s->job || s->pending < 0) continue;
       batch.add(s->pending, static_cast<int32_t>(s->tokens.size()), s->id, true);
       s->tokens.push_back(s->pending);
       s->pending = -1;
+      s->n_prop = 0;
+      if (const int32_t k = spec_k(*s, std::min(spec_cap, spec_left)); k > 0) spec_left -= spec_propose(*s, k, batch);
       rows.push_back(s.get());
       in_batch.push_back(s.get());
-      ++n_decode;
     }
-    order.clear();
-    for (auto& s : slots_)
-      if (s->job && s->next_prompt < s->job->prompt_.size()) order.push_back(s.get());
     std::sort(order.begin(), order.end(), [](const Slot* a, const Slot* b) { return a->admitted < b->admitted; });
     int32_t budget = opts_.max_prompt_per_step;
     for (Slot* s : order) {
@@ -546,7 +576,10 @@ void Scheduler::loop() {
       budget -= static_cast<int32_t>(end - s->next_prompt);
       n_prompt += static_cast<int32_t>(end - s->next_prompt);
       s->next_prompt = end;
-      if (end == prompt.size()) rows.push_back(s);
+      if (end == prompt.size()) {
+        s->n_prop = 0;
+        rows.push_back(s);
+      }
       in_batch.push_back(s);
     }
     if (batch.size() == 0) continue;
@@ -572,9 +605,13 @@ void Scheduler::loop() {
     ++metrics_.steps_total;
     metrics_.busy_s_total += dt;
     metrics_.prompt_eval_tokens_total += static_cast<uint64_t>(n_prompt);
-    metrics_.generated_tokens_total += rows.size();
+    flush_counts_locked();
+    // Decoded tokens: those emitted, less one per prompt that ended here.
+    const int64_t n_prompt_rows = static_cast<int64_t>(rows.size()) - n_decode;
+    const int32_t n_decoded =
+        n_decode == 0 ? 0 : static_cast<int32_t>(std::max<int64_t>(0, static_cast<int64_t>(step_emitted_) - n_prompt_rows));
     const double now = seconds_since(Clock::time_point{});
-    recent_.push_back({now, dt, n_prompt, n_decode});
+    recent_.push_back({now, dt, n_prompt, n_decoded});
     // Snapshots of recurrent states come and go with the sequences.
     metrics_.kv_bytes = session_->cache().bytes();
     metrics_.kv_used_tokens = 0;

@@ -31,6 +31,7 @@
 #include "base/error.h"
 #include "engine/grammar/grammar.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "model/model.h"
 
 namespace kvad {
@@ -116,6 +117,8 @@ struct GenUsage {
   double ttft_s = -1;               ///< seconds from submit to the first sampled token (-1: none)
   double total_s = 0;               ///< seconds from submit to the end
   double grammar_s = 0;             ///< seconds spent computing grammar masks (GenParams::grammar)
+  int32_t draft_tokens = 0;         ///< speculation: proposed tokens the target verified (llama.cpp's draft_n)
+  int32_t draft_accepted = 0;       ///< of those, accepted (llama.cpp's draft_n_accepted)
 };
 
 /// A piece of a request's output. Text is whole UTF-8 characters.
@@ -172,6 +175,29 @@ struct SchedulerOptions {
   int32_t max_prompt_per_step = 256; ///< prompt tokens evaluated per step, all slots together
   size_t max_queue = 64;             ///< requests waiting for a slot before submit() refuses
   bool cache_reuse_all = false;      ///< reuse cached prefixes across tenants (`--cache-reuse all`)
+  /// Speculative decoding per slot (engine/speculative.h; `kvad serve
+  /// --spec-ngram N` or `--model-draft M`): n-gram lookup of up to this
+  /// suffix length (0: off) ...
+  int32_t spec_ngram = 0;
+  /// ... or a draft model, with its own Session of n_slots sequences (one
+  /// per slot, n_ctx positions, kv_types). Its tokenizer must be the
+  /// target's (the caller checks, draft_vocab_mismatch). Not both.
+  std::shared_ptr<Model> spec_draft;
+  /// draft_max / draft_min; adaptive: k per slot from its acceptance rate
+  /// (the largest k whose last position is still used with probability
+  /// >= kSpecMinUse), else always draft_max.
+  SpecOptions spec;
+  /// Speculation turns down when the batch is compute-bound: proposals are
+  /// added to a step only while its rows (decode tokens, prompt tokens and
+  /// proposals) stay at or below this, shared evenly among the slots that
+  /// decode, so a step that evaluates a prompt chunk does not speculate. A
+  /// forward's cost grows little with its rows while reading the weights
+  /// dominates; past that each rejected proposal costs about as much as a
+  /// useful token. 16: on a 2-core CPU with SmolLM2-135M and 4 streams, 8
+  /// and 16 rows gave the same tok/s and 32 less (bench/serve_bench.py); a
+  /// GPU stays memory-bound much longer (raise it there). 0: never.
+  int32_t spec_max_rows = 16;
+  static constexpr double kSpecMinUse = 0.1;
 };
 
 /// Counters and gauges for /metrics. Totals count since start.
@@ -205,6 +231,10 @@ struct SchedulerMetrics {
   int64_t n_snapshots = 0;                ///< Session::cache().n_snapshots() (after the last step)
   std::vector<char> slot_busy;            ///< per slot: 1 while a request holds it
   std::vector<int32_t> slot_cached;       ///< per slot: prompt tokens its last request reused from a cache
+  bool spec_on = false;                   ///< the scheduler speculates (spec_ngram or spec_draft)
+  uint64_t spec_verify_steps_total = 0;   ///< slot steps that verified a proposal
+  uint64_t spec_draft_tokens_total = 0;   ///< proposed tokens verified
+  uint64_t spec_accepted_tokens_total = 0;  ///< of those, accepted
 };
 
 class Scheduler {
@@ -250,9 +280,33 @@ class Scheduler {
   Slot* prefix_source(const Slot& dst, const std::vector<int32_t>& prompt, const std::string& tenant, size_t* lcp);
   void finish(Slot& slot, const std::string& reason, const std::string& error = "");
   void emit_token(Slot& slot, int32_t id);
-  /// Evaluates `batch` and samples the rows of `rows`; a failure of one
-  /// slot (sampling, decoding) ends only that slot. Throws what forward throws.
+  /// Evaluates `batch` and samples the rows of `rows` (a slot that
+  /// speculates has 1 + n_prop rows in a row); a failure of one slot
+  /// (sampling, decoding) ends only that slot. Throws what forward throws.
   void step(const Batch& batch, const std::vector<Slot*>& rows);
+  // Speculation (scheduler_spec.cpp).
+  /// Gives the slot its proposer at admission (a draft's sampling follows
+  /// the request); none for requests with logprobs.
+  void spec_admit(Slot& slot);
+  /// The k a decoding slot asks for this step: at most `cap`, the room left
+  /// in the context and in max_tokens; 0 when it does not speculate.
+  int32_t spec_k(const Slot& slot, int32_t cap) const;
+  /// After `pending` is in the batch: adds up to k proposed tokens (logits
+  /// at each) and snapshots the slot's cache; returns how many.
+  int32_t spec_propose(Slot& slot, int32_t k, Batch& batch);
+  /// Walks the slot's 1 + n_prop logits rows from `rows` with the
+  /// speculative sampling rule (spec_accept), emits the chosen tokens and
+  /// rewinds the cache to what they leave (landing checked; a recurrent
+  /// layer that lands short is evaluated again).
+  void spec_verify(Slot& slot, const float* rows, size_t nv);
+  /// Makes the slot's cache hold exactly slot.tokens (after a verification
+  /// or a failure in the middle of one); ends the request when it cannot.
+  void spec_rewind(Slot& slot);
+  /// A logits row of a slot with its grammar's mask applied (the row
+  /// itself without a grammar; else masked_, valid until the next call).
+  const float* masked_row(Slot& slot, const float* row);
+  /// Samples one logits row of a slot (its grammar's mask applied).
+  int32_t sample_row(Slot& slot, const float* row);
   /// After a failed step: rewinds each slot of the batch and evaluates its
   /// part alone; a slot that fails alone (or cannot be rewound) ends with an error.
   void retry_alone(const Batch& batch, const std::vector<Slot*>& in_batch, const std::vector<Slot*>& rows,
@@ -263,6 +317,13 @@ class Scheduler {
   std::shared_ptr<const TokenTrie> trie_;  ///< built at the first request with a grammar
   std::vector<float> masked_;              ///< a logits row with a grammar's mask applied
   std::unique_ptr<Session> session_;
+  std::unique_ptr<Session> draft_session_;  ///< SchedulerOptions::spec_draft's, one sequence per slot
+  uint64_t step_emitted_ = 0;               ///< tokens emit_token() saw in this step
+  /// Counts not yet in metrics_: added under mu_ by finish() (before the
+  /// request's last event, so that whoever sees it sees them counted) and
+  /// at the end of each step.
+  struct Unflushed { uint64_t emitted = 0, verify = 0, drafted = 0, accepted = 0; } unflushed_;
+  void flush_counts_locked();
   std::vector<std::unique_ptr<Slot>> slots_;
 
   mutable std::mutex mu_;            ///< queue_, stopping_, metrics_

@@ -341,7 +341,11 @@ void Server::Impl::completion_n(const CompletionRequest& r, Prepared& p, httplib
   // usage: the prompt once, the completions summed (OpenAI's accounting).
   auto total_usage = [n](const std::vector<GenUsage>& u) {
     GenUsage t = u[0];
-    for (size_t i = 1; i < n; ++i) t.completion_tokens += u[i].completion_tokens;
+    for (size_t i = 1; i < n; ++i) {
+      t.completion_tokens += u[i].completion_tokens;
+      t.draft_tokens += u[i].draft_tokens;
+      t.draft_accepted += u[i].draft_accepted;
+    }
     return t;
   };
   auto with_index = [](json j, size_t i) {

@@ -188,7 +188,7 @@ json llamacpp_timings(const GenUsage& u) {
   const int32_t prompt_n = u.prompt_tokens - u.cached_tokens;
   auto per = [](double ms, int32_t n) { return n > 0 ? ms / n : 0.0; };
   auto rate = [](double ms, int32_t n) { return ms > 0 ? 1000.0 * n / ms : 0.0; };
-  return json{{"cache_n", u.cached_tokens},
+  json t{{"cache_n", u.cached_tokens},
               {"prompt_n", prompt_n},
               {"prompt_ms", prompt_ms},
               {"prompt_per_token_ms", per(prompt_ms, prompt_n)},
@@ -197,6 +197,11 @@ json llamacpp_timings(const GenUsage& u) {
               {"predicted_ms", pred_ms},
               {"predicted_per_token_ms", per(pred_ms, u.completion_tokens)},
               {"predicted_per_second", rate(pred_ms, u.completion_tokens)}};
+  if (u.draft_tokens > 0) {  // as llama.cpp: only when speculation proposed something
+    t["draft_n"] = u.draft_tokens;
+    t["draft_n_accepted"] = u.draft_accepted;
+  }
+  return t;
 }
 
 namespace {

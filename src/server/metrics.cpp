@@ -82,6 +82,18 @@ std::string Metrics::render(const SchedulerMetrics& s, int64_t embed_forward_cal
   one(out, "kvad_kv_cache_usage_ratio", "gauge", "Share of the slots' positions in use (vLLM's kv_cache_usage_perc).",
       s.n_slots > 0 && s.n_ctx > 0 ? static_cast<double>(s.kv_used_tokens) / (static_cast<double>(s.n_slots) * s.n_ctx)
                                    : 0.0);
+  if (s.spec_on) {  // speculative decoding (--spec-ngram, --model-draft)
+    one(out, "kvad_spec_draft_tokens_total", "counter",
+        "Speculation: proposed tokens the target verified (vLLM's spec_decode_num_draft_tokens).",
+        static_cast<double>(s.spec_draft_tokens_total));
+    one(out, "kvad_spec_accepted_tokens_total", "counter",
+        "Speculation: proposed tokens accepted (vLLM's spec_decode_num_accepted_tokens).",
+        static_cast<double>(s.spec_accepted_tokens_total));
+    one(out, "kvad_spec_verify_steps_total", "counter", "Speculation: slot steps that verified a proposal.",
+        static_cast<double>(s.spec_verify_steps_total));
+    one(out, "kvad_spec_acceptance_rate", "gauge", "Speculation: accepted / proposed tokens since start (0 before any).",
+        s.spec_draft_tokens_total ? static_cast<double>(s.spec_accepted_tokens_total) / s.spec_draft_tokens_total : 0.0);
+  }
   if (embed_forward_calls >= 0) {
     one(out, "kvad_embedding_requests", "gauge", "Embedding requests running or waiting for their turn.",
         static_cast<double>(embedding_requests.load()));

@@ -543,10 +543,16 @@ CompletionRequest parse_completion_request(const std::string& body_text, bool ch
 }
 
 json usage_json(const GenUsage& u) {
-  return json{{"prompt_tokens", u.prompt_tokens},
-              {"completion_tokens", u.completion_tokens},
-              {"total_tokens", u.prompt_tokens + u.completion_tokens},
-              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  json j{{"prompt_tokens", u.prompt_tokens},
+         {"completion_tokens", u.completion_tokens},
+         {"total_tokens", u.prompt_tokens + u.completion_tokens},
+         {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  // Speculation's proposals in OpenAI's Predicted Outputs fields: proposed
+  // tokens that the completion kept, and those it did not.
+  if (u.draft_tokens > 0)
+    j["completion_tokens_details"] = {{"accepted_prediction_tokens", u.draft_accepted},
+                                      {"rejected_prediction_tokens", u.draft_tokens - u.draft_accepted}};
+  return j;
 }
 
 json response_base(const ResponseMeta& m, bool chunk) {

@@ -83,6 +83,12 @@ void exact_on(const char* device, int n_prompts) {
     kvad::DraftProposer dp(ds, dsp, l.m->hparams().n_vocab);
     EXPECT_EQ(run(l, s, ids, &dp, &st), want) << "draft";
     EXPECT_EQ(st.spec.n_accepted, st.spec.n_proposed);
+    // The decode steps' forward calls are counted, not their tokens: every
+    // step is one forward, and with all proposals accepted far fewer than
+    // the tokens chosen.
+    EXPECT_EQ(st.n_decode_evals, st.spec.n_steps);
+    EXPECT_EQ(st.n_decode_tokens, st.n_generated - 1);
+    EXPECT_LT(2 * st.n_decode_evals, st.n_decode_tokens);
     std::printf("[spec] %s prompt %d: ngram/draft proposed %lld accepted %lld\n", device, i,
                 static_cast<long long>(st.spec.n_proposed), static_cast<long long>(st.spec.n_accepted));
   }
