@@ -13,10 +13,13 @@
 #include "cli/generation_options.h"
 #include "cli/image_output.h"
 #include "cli/model_store.h"
+#include "engine/diffusion/latents.h"
 #include "engine/painter.h"
 #include "hub/repo_spec.h"
 #include "io/png.h"
+#include "model/image/latent_preview.h"
 #include "model/image/pipeline.h"
+#include "tensor/ops.h"
 
 namespace fs = std::filesystem;
 
@@ -25,8 +28,8 @@ namespace kvad::cli {
 namespace {
 
 struct MakeOptions {
-  std::string prompt, model, output, negative_prompt, scheduler, rng = "torch";
-  int64_t width = 0, height = 0, steps = 20, n = 1, seed = -1;
+  std::string prompt, model, output, negative_prompt, scheduler, rng = "torch", preview;
+  int64_t width = 0, height = 0, steps = 20, n = 1, seed = -1, preview_every = 1;
   double cfg = 0;
   int threads = 0;
   DeviceOptions device;
@@ -78,9 +81,32 @@ PaintRequest request_of(const MakeOptions& o) {
   } catch (const Error& e) {
     throw CLI::ValidationError(e.what());
   }
-  if (o.output.empty() ? false : fs::path(o.output).extension() != ".png")
+  if (!o.output.empty() && fs::path(o.output).extension() != ".png")
     throw CLI::ValidationError("-o/--output", "a PNG file name ending in .png, got '" + o.output + "'");
+  if (!o.preview.empty() && fs::path(o.preview).extension() != ".png")
+    throw CLI::ValidationError("--preview", "a PNG file name ending in .png, got '" + o.preview + "'");
+  if (!o.preview.empty() && o.preview == o.output)
+    throw CLI::ValidationError("--preview", "must not be the output file");
   return r;
+}
+
+// The first picture's latent after a step as a quick look (model/image/latent_preview.h:
+// a fitted linear map of the channels, no VAE), each latent pixel `f` x `f` pixels.
+void write_preview(const std::string& path, const PaintProgress& p, int64_t f) {
+  const diffusion::ImageDims d{1, p.channels, p.latent_h, p.latent_w};
+  std::vector<float> z(static_cast<size_t>(d.count()));
+  diffusion::nchw_to_cwhn(p.latents.first(z.size()), z, d);
+  const std::vector<uint8_t> small =
+      image::latent_preview_rgb(ops::wrap_host(z.data(), DType::F32, {d.c, d.w, d.h, 1}));
+  const int64_t W = d.w * f, H = d.h * f;
+  std::vector<uint8_t> rgb(static_cast<size_t>(W * H * 3));
+  for (int64_t y = 0; y < H; ++y)
+    for (int64_t x = 0; x < W; ++x)
+      for (int c = 0; c < 3; ++c)
+        rgb[static_cast<size_t>((y * W + x) * 3 + c)] = small[static_cast<size_t>(((y / f) * d.w + x / f) * 3 + c)];
+  png::write_rgb8(path, rgb, W, H,
+                  {{"Description", "kvad preview after step " + std::to_string(p.step) + " of " +
+                                       std::to_string(p.total) + " (latent colours, not the decoded picture)"}});
 }
 
 void make(const MakeOptions& o) {
@@ -101,7 +127,11 @@ void make(const MakeOptions& o) {
                static_cast<long long>(r.height), static_cast<long long>(r.steps), r.scheduler.c_str(), *r.cfg,
                static_cast<unsigned long long>(r.seed), static_cast<long long>(r.n), r.n == 1 ? "" : "s");
   StepProgress bar(stderr);
-  const PaintResult res = painter.paint(r, [&](const PaintProgress& p) { bar.on_step(p.step, p.total, p.step_s, p.elapsed_s); });
+  const PaintResult res = painter.paint(r, [&](const PaintProgress& p) {
+    if (!o.preview.empty() && (p.step % o.preview_every == 0 || p.step == p.total))
+      write_preview(o.preview, p, painter.downscale());
+    bar.on_step(p.step, p.total, p.step_s, p.elapsed_s);
+  });
   bar.finish();
   const std::string wanted = o.output.empty() ? image_stem(r.prompt, r.seed) + ".png" : o.output;
   for (const PaintedImage& im : res.images) {
@@ -154,6 +184,13 @@ void add_images(CLI::App& app) {
       ->check(integer_check())
       ->capture_default_str();
   c->add_option("--rng", o->rng, "Noise generator: torch (torch.randn on the CPU generator, as diffusers)")
+      ->capture_default_str();
+  c->add_option("--preview", o->preview,
+                "A PNG rewritten every --preview-every steps (and after the last) with the first picture's latent "
+                "seen through a fitted linear map of its channels: a quick look, not the VAE's picture");
+  c->add_option("--preview-every", o->preview_every, "Steps between previews, 1 to 1000")
+      ->check(integer_check())
+      ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   add_threads_option(c, o->threads);
   c->add_option("--device", o->device.device, "Where the models run: cpu, cuda, or sim (host memory behind a "

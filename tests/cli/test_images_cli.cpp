@@ -32,7 +32,7 @@ fs::path fresh_dir(const std::string& name) {
 // A PNG's chunks, read by their layout (PNG 1.2 section 5): the IHDR size and the tEXt/iTXt texts.
 struct PngInfo {
   uint32_t width = 0, height = 0;
-  std::string parameters;
+  std::string parameters, description;
   bool ok = false;
 };
 PngInfo png_info(const std::string& bytes) {
@@ -49,6 +49,7 @@ PngInfo png_info(const std::string& bytes) {
     const std::string data = bytes.substr(at + 8, len);
     if (type == "IHDR" && len >= 8) info.width = be32(at + 8), info.height = be32(at + 12);
     if (type == "tEXt" && data.rfind(std::string("parameters\0", 11), 0) == 0) info.parameters = data.substr(11);
+    if (type == "tEXt" && data.rfind(std::string("Description\0", 12), 0) == 0) info.description = data.substr(12);
     if (type == "IEND") info.ok = true;
     at += 12 + len;
   }
@@ -99,7 +100,7 @@ TEST(ImageOutput, PlainProgressLines) {
 TEST(ImagesCli, BadInputIsAUsageError) {
   for (const char* args :
        {"--width 100", "--height 60", "--steps 0", "--steps 1000000", "-n 0", "-n 17", "--cfg -1", "--rng cuda",
-        "--scheduler heun", "--width abc", "-o out.jpg", "--seed -2"}) {
+        "--scheduler heun", "--width abc", "-o out.jpg", "--seed -2", "--preview p.jpg", "--preview-every 0"}) {
     SCOPED_TRACE(args);
     const auto r = run_kvad("images make 'a cat' --model " + kSd15 + " " + std::string(args));
     EXPECT_EQ(r.status, 2) << r.err;
@@ -115,12 +116,19 @@ TEST(ImagesCli, BadInputIsAUsageError) {
   EXPECT_NE(missing.err.find("not found"), std::string::npos) << missing.err;
 }
 
-TEST(ImagesCli, DISABLED_MakesAPngAndNeverOverwrites) {
+TEST(ImagesCli, MakesAPngAndNeverOverwrites) {
   const fs::path d = fresh_dir("make");
   const std::string args = "images make 'A Red FOX in fresh snow' --model " + kSd15 +
-                           " --steps 3 --seed 42 --scheduler 'Euler a' --negative-prompt blurry --width 96 -t 2";
-  const auto first = run_kvad(args + " -o " + (d / "fox.png").string());
+                           " --steps 3 --scheduler 'Euler a' --negative-prompt blurry --width 96 -t 2";
+  const std::string preview = (d / "preview.png").string();
+  const auto first =
+      run_kvad(args + " --seed 42 -o " + (d / "fox.png").string() + " --preview " + preview + " --preview-every 2");
   ASSERT_EQ(first.status, 0) << first.err;
+  const PngInfo look = png_info(slurp(preview));  // after steps 2 and 3: the last one stays
+  ASSERT_TRUE(look.ok);
+  EXPECT_EQ(look.width, 96u);
+  EXPECT_EQ(look.height, 64u);
+  EXPECT_EQ(look.description, "kvad preview after step 3 of 3 (latent colours, not the decoded picture)");
   EXPECT_EQ(first.out, (d / "fox.png").string() + "\n");
   EXPECT_NE(first.err.find("step 3/3"), std::string::npos) << first.err;
   const PngInfo info = png_info(slurp((d / "fox.png").string()));
@@ -130,7 +138,7 @@ TEST(ImagesCli, DISABLED_MakesAPngAndNeverOverwrites) {
   EXPECT_EQ(info.parameters,
             "A Red FOX in fresh snow\nNegative prompt: blurry\nSteps: 3, Sampler: Euler a, CFG scale: 7.5, Seed: 42, "
             "Size: 96x64, Model: sd15");
-  const auto second = run_kvad(args + " -o " + (d / "fox.png").string());
+  const auto second = run_kvad(args + " --seed 42 -o " + (d / "fox.png").string());
   ASSERT_EQ(second.status, 0) << second.err;
   EXPECT_EQ(second.out, (d / "fox-1.png").string() + "\n");
   EXPECT_EQ(slurp((d / "fox.png").string()), slurp((d / "fox-1.png").string()));  // the same seed, the same picture
