@@ -28,7 +28,7 @@ namespace kvad::cli {
 namespace {
 
 struct MakeOptions {
-  std::string prompt, model, output, negative_prompt, scheduler, rng = "torch", preview;
+  std::string prompt, model, output, negative_prompt, scheduler, rng = "torch", preview, config, vae;
   int64_t width = 0, height = 0, steps = 20, n = 1, seed = -1, preview_every = 1;
   double cfg = 0;
   int threads = 0;
@@ -112,7 +112,10 @@ void write_preview(const std::string& path, const PaintProgress& p, int64_t f) {
 void make(const MakeOptions& o) {
   const PaintRequest req = request_of(o);
   const PipelinePath pp = resolve_pipeline(o.model);
-  image::Pipeline pl = image::open_pipeline(pp.path);
+  image::PipelineOptions popt;
+  if (!o.config.empty()) popt.config = resolve_pipeline(o.config).path;
+  if (!o.vae.empty()) popt.vae = o.vae;
+  image::Pipeline pl = image::open_pipeline(pp.path, popt);
   PainterOptions po;
   po.device = o.device;
   po.threads = o.threads;
@@ -162,6 +165,11 @@ void add_images(CLI::App& app) {
                 "A diffusers pipeline folder (model_index.json), a single-file .safetensors checkpoint (SD 1.5 or "
                 "SDXL, Stability's layout), or ORG/NAME of a pipeline repo (the HF cache; pulled when missing)")
       ->required();
+  c->add_option("--config", o->config,
+                "For a single file: a diffusers pipeline folder (or ORG/NAME) whose configs, tokenizers and scheduler "
+                "describe it (as diffusers' from_single_file(config=...)); a single file carries no tokenizer, so "
+                "it needs one");
+  c->add_option("--vae", o->vae, "A diffusers VAE folder (config.json + safetensors) used instead of the checkpoint's own");
   c->add_option("-o,--output", o->output,
                 "The PNG to write (default: the prompt's first words and the seed); an existing file is never "
                 "replaced: NAME-1.png, NAME-2.png, ... instead");

@@ -143,6 +143,13 @@ TEST(ImagesCli, MakesAPngAndNeverOverwrites) {
   EXPECT_EQ(second.out, (d / "fox-1.png").string() + "\n");
   EXPECT_EQ(slurp((d / "fox.png").string()), slurp((d / "fox-1.png").string()));  // the same seed, the same picture
 
+  // The single file with the folder's configs and tokenizers paints the same picture.
+  const std::string single = "images make 'A Red FOX in fresh snow' --model " + kSd15 + ".safetensors --config " + kSd15 +
+                             " --steps 3 --scheduler 'Euler a' --negative-prompt blurry --width 96 -t 2 --seed 42";
+  const auto third = run_kvad(single + " -o " + (d / "single.png").string());
+  ASSERT_EQ(third.status, 0) << third.err;
+  EXPECT_EQ(slurp((d / "single.png").string()), slurp((d / "fox.png").string()));  // pixels and metadata ("Model: sd15")
+
   // Without -o: the prompt's first words and the seed, in the current folder, one file per picture.
   const std::string out = (d / "out.txt").string(), err = (d / "err.txt").string();
   const std::string cmd = "cd " + d.string() + " && " + KVAD_BINARY + " " + args + " -n 2 --seed 7 >" + out +
