@@ -16,26 +16,31 @@ void check(size_t got, int64_t want, const char* what) {
 
 }  // namespace
 
-void nchw_to_cwhn(std::span<const float> src, std::span<float> dst, const ImageDims& d) {
-  check(src.size(), d.count(), "nchw_to_cwhn: source");
-  check(dst.size(), d.count(), "nchw_to_cwhn: destination");
+namespace {
+
+// Moves each (n, c, y, x) between torch's NCHW offset and the {C, W, H, N} one.
+void relayout(std::span<const float> src, std::span<float> dst, const ImageDims& d, bool to_cwhn, const char* what) {
+  check(src.size(), d.count(), (std::string(what) + ": source").c_str());
+  check(dst.size(), d.count(), (std::string(what) + ": destination").c_str());
   for (int64_t n = 0; n < d.n; ++n)
     for (int64_t c = 0; c < d.c; ++c)
       for (int64_t y = 0; y < d.h; ++y)
-        for (int64_t x = 0; x < d.w; ++x)
-          dst[static_cast<size_t>(((n * d.h + y) * d.w + x) * d.c + c)] =
-              src[static_cast<size_t>(((n * d.c + c) * d.h + y) * d.w + x)];
+        for (int64_t x = 0; x < d.w; ++x) {
+          const auto nchw = static_cast<size_t>(((n * d.c + c) * d.h + y) * d.w + x);
+          const auto cwhn = static_cast<size_t>(((n * d.h + y) * d.w + x) * d.c + c);
+          if (to_cwhn) dst[cwhn] = src[nchw];
+          else dst[nchw] = src[cwhn];
+        }
+}
+
+}  // namespace
+
+void nchw_to_cwhn(std::span<const float> src, std::span<float> dst, const ImageDims& d) {
+  relayout(src, dst, d, true, "nchw_to_cwhn");
 }
 
 void cwhn_to_nchw(std::span<const float> src, std::span<float> dst, const ImageDims& d) {
-  check(src.size(), d.count(), "cwhn_to_nchw: source");
-  check(dst.size(), d.count(), "cwhn_to_nchw: destination");
-  for (int64_t n = 0; n < d.n; ++n)
-    for (int64_t y = 0; y < d.h; ++y)
-      for (int64_t x = 0; x < d.w; ++x)
-        for (int64_t c = 0; c < d.c; ++c)
-          dst[static_cast<size_t>(((n * d.c + c) * d.h + y) * d.w + x)] =
-              src[static_cast<size_t>(((n * d.h + y) * d.w + x) * d.c + c)];
+  relayout(src, dst, d, false, "cwhn_to_nchw");
 }
 
 void guidance_combine(std::span<const float> uncond, std::span<const float> cond, float scale,
