@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "base/error.h"
@@ -157,6 +158,39 @@ TEST(ImagesCli, MakesAPngAndNeverOverwrites) {
   ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(err);
   EXPECT_EQ(slurp(out), "a-red-fox-in-fresh-snow-7.png\na-red-fox-in-fresh-snow-7-1.png\n");
   EXPECT_EQ(png_info(slurp((d / "a-red-fox-in-fresh-snow-7-1.png").string())).width, 96u);
+  fs::remove_all(d);
+}
+
+// ORG/NAME of a pipeline: from the store ($KVAD_HOME/models/ORG/NAME) and from the HF cache
+// (offline: the snapshot a pull leaves, here with the files copied in).
+TEST(ImagesCli, RepoNamesResolve) {
+  const fs::path d = fresh_dir("repo");
+  fs::create_directories(d / "home" / "models" / "tiny");
+  fs::copy(kSd15, d / "home" / "models" / "tiny" / "sd15", fs::copy_options::recursive);
+  const std::string commit(40, 'a');
+  const fs::path repo = d / "hub" / "models--tiny--sd15-hub";
+  fs::create_directories(repo / "refs");
+  std::ofstream(repo / "refs" / "main") << commit;
+  fs::create_directories(repo / "snapshots");
+  fs::copy(kSd15, repo / "snapshots" / commit, fs::copy_options::recursive);
+  const std::string env = "KVAD_HOME=" + (d / "home").string() + " HF_HUB_CACHE=" + (d / "hub").string() +
+                          " HF_HUB_OFFLINE=1 ";
+  for (const std::string name : {"tiny/sd15", "tiny/sd15-hub"}) {
+    SCOPED_TRACE(name);
+    const std::string out = (d / "out.txt").string(), err = (d / "err.txt").string();
+    const std::string png = (d / (name.substr(5) + ".png")).string();
+    const std::string cmd = env + KVAD_BINARY + " images make 'a cat' --model " + name + " --steps 1 --seed 1 -o " +
+                            png + " >" + out + " 2>" + err;
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(err);
+    EXPECT_EQ(slurp(out), png + "\n");
+    const std::string params = png_info(slurp(png)).parameters;
+    EXPECT_NE(params.find("Model: " + name), std::string::npos) << params;
+  }
+  const std::string err = (d / "err.txt").string();
+  const std::string cmd = env + KVAD_BINARY + " images make 'a cat' --model tiny/none 2>" + err;
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  EXPECT_TRUE(one_error_line(slurp(err))) << slurp(err);
+  EXPECT_NE(slurp(err).find("HF_HUB_OFFLINE"), std::string::npos) << slurp(err);
   fs::remove_all(d);
 }
 
