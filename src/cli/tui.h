@@ -23,6 +23,7 @@
 
 #include "cli/generation_options.h"
 #include "cli/loaded_model.h"
+#include "cli/speculation.h"
 #include "model/registry.h"
 
 namespace kvad::cli::tui {
@@ -30,6 +31,7 @@ namespace kvad::cli::tui {
 struct TuiOptions : GenerationOptions {
   TuiOptions() { max_tokens = 512; }
   std::string system;
+  SpecFlags spec;  ///< --spec-ngram / --model-draft: replies speculate (cli/speculation.h)
 };
 
 /// One way to run the model: a backend and a weight format. The six the
@@ -78,6 +80,10 @@ struct Figures {
   size_t weight_bytes = 0, kv_bytes = 0, kv_bytes_per_token = 0;
   size_t rss_bytes = 0, peak_rss_bytes = 0;
   double load_s = 0;
+  /// Speculation: the proposer ("ngram 3", "draft FILE"; "" when off) and
+  /// the last reply's proposed and accepted draft tokens.
+  std::string spec;
+  int64_t spec_proposed = 0, spec_accepted = 0;
   std::vector<double> history;  ///< decode tok/s of the last replies, oldest first
 };
 

@@ -208,12 +208,21 @@ class Engine {
     }
     const int32_t n_ctx = o_.context_size(m.model->hparams());
     auto session = std::make_unique<Session>(m.model, n_ctx, 1, o_.threads, o_.cache_type.types());
+    // The proposer follows the form: a draft model loads on its device.
+    DeviceOptions dev;
+    {
+      std::lock_guard<std::mutex> l(st_.mu);
+      dev = st_.v.forms[static_cast<size_t>(form)].device;
+    }
+    std::unique_ptr<Speculation> spec = make_speculation(o_.spec, m, dev, n_ctx, o_.threads, o_.cache_type.types(), sp_);
     // Past this point nothing throws: the new model replaces the old one.
+    spec_.reset();
     session_.reset();
     prompt_.reset();
     m_ = std::move(m);
     prompt_ = std::move(prompt);
     session_ = std::move(session);
+    spec_ = std::move(spec);
     n_ctx_ = n_ctx;
     held_.clear();
     sampler_ = std::make_unique<Sampler>(sp_);
@@ -240,6 +249,8 @@ class Engine {
     g.prefill_tps = g.decode_tps = g.ttft_s = 0;
     g.prefill_tokens = g.decode_tokens = 0;
     g.cached_tokens = -1;
+    g.spec = spec_ ? spec_->describe : "";
+    g.spec_proposed = g.spec_accepted = 0;
     g.load_s = m_.load_s;
     if (!note.empty()) st_.v.conversation.push_back({"note", note, ""});
     memory_figures();
@@ -299,6 +310,8 @@ class Engine {
     go.max_tokens = std::min<int32_t>(o_.max_tokens < 0 ? n_ctx_ : o_.max_tokens,
                                       n_ctx_ - static_cast<int32_t>(ids.size()));
     go.held = &held_;
+    go.proposer = spec_ ? spec_->proposer.get() : nullptr;
+    go.spec = o_.spec.spec;
     // The prompt tokens generate() will evaluate (it keeps at least one), for
     // the prefill figure shown at the first token; the exact one comes after.
     const int32_t n_new = static_cast<int32_t>(ids.size() - std::min(common_prefix(held_, ids), ids.size() - 1));
@@ -336,6 +349,8 @@ class Engine {
     g.decode_tps = s.decode_s > 0 && s.n_decode_evals > 0 ? s.n_decode_evals / s.decode_s : 0;
     g.decode_tokens = s.n_generated;
     g.cached_tokens = s.n_cached;
+    g.spec_proposed = s.spec.n_proposed;
+    g.spec_accepted = s.spec.n_accepted;
     if (pieces == 0) g.ttft_s = now_s() - t0;
     if (g.decode_tps > 0) {
       g.history.push_back(g.decode_tps);
@@ -390,6 +405,7 @@ class Engine {
   LoadedModel m_;
   std::optional<ChatPrompt> prompt_;
   std::unique_ptr<Session> session_;
+  std::unique_ptr<Speculation> spec_;  ///< null without --spec-ngram / --model-draft
   std::unique_ptr<Sampler> sampler_;
   SamplerParams sp_;
   int32_t n_ctx_ = 0;

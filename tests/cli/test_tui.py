@@ -149,6 +149,24 @@ class TuiTest(unittest.TestCase):
         self.assertIn("And of Spain?", s)
         self.quit_and_check(p)
 
+    def test_speculation_shows_its_acceptance(self):
+        # n-gram lookup over a reply that repeats the prompt: the panel shows
+        # the proposer and how many of its draft tokens were accepted.
+        p = self.start(["--spec-ngram", "3", "-n", "40"])
+        s = p.wait(ready, "the TUI ready")
+        self.assertEqual(figure(s, "speculation"), "ngram 3: -")
+        self.send(p, "Repeat this line exactly, twice: the red fox jumps over the lazy brown dog.")
+        s = p.wait(lambda s: idle(s) and re.match(r"ngram 3: [0-9]+/[0-9]+ accepted", figure(s, "speculation") or ""),
+                   "the acceptance of the first reply")
+        m = re.match(r"ngram 3: ([0-9]+)/([0-9]+) accepted \(([0-9]+)%\)", figure(s, "speculation"))
+        self.assertIsNotNone(m, figure(s, "speculation"))
+        print("speculation figure:", figure(s, "speculation"))
+        accepted, proposed = int(m.group(1)), int(m.group(2))
+        self.assertGreater(proposed, 0)
+        self.assertLessEqual(accepted, proposed)
+        self.assertGreater(rate(s, "decode"), 0)
+        self.quit_and_check(p)
+
     def test_hf_checkpoint_p_switches_to_q8_0(self):
         if not os.path.isdir(os.path.join(HF_CACHE, "models--" + HF_REPO.replace("/", "--"), "snapshots")):
             self.skipTest("%s is not in the HF cache %s" % (HF_REPO, HF_CACHE))
