@@ -20,5 +20,6 @@ void add_cache(CLI::App& app);
 void add_perplexity(CLI::App& app);
 void add_embed(CLI::App& app);
 void add_tui(CLI::App& app);
+void add_images(CLI::App& app);
 
 }  // namespace kvad::cli

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cli/clock_text.h"
+
 namespace kvad::cli {
 
 namespace {
@@ -15,15 +17,6 @@ int terminal_width(FILE* out) {
   struct winsize ws {};
   if (::ioctl(::fileno(out), TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 40) return ws.ws_col;
   return 80;
-}
-
-std::string eta_str(double s) {
-  if (!(s >= 0) || s > 99 * 3600) return "--:--";
-  const long t = static_cast<long>(s + 0.5);
-  char buf[32];
-  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-  else std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
-  return buf;
 }
 
 }  // namespace
@@ -122,8 +115,8 @@ void DownloadProgress::draw(bool final) {
     right = human_bytes(done_);
   }
   right += "  " + human_bytes(static_cast<uint64_t>(rate)) + "/s";
-  if (!final && total_) right += "  ETA " + eta_str(rate > 0 ? (total_ - done_) / rate : -1);
-  else if (final) right += "  " + eta_str(s);
+  if (!final && total_) right += "  ETA " + clock_str(rate > 0 ? (total_ - done_) / rate : -1);
+  else if (final) right += "  " + clock_str(s);
   const int width = terminal_width(out_);
   std::string name = file_;
   const int name_w = std::min<int>(static_cast<int>(name.size()), std::max(12, width / 3));

@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
   kvad::cli::add_perplexity(app);
   kvad::cli::add_embed(app);
   kvad::cli::add_tui(app);
+  kvad::cli::add_images(app);
   std::vector<std::string> args(argv, argv + argc);
   std::vector<char*> arg_ptrs;
   for (std::string& a : args) {
