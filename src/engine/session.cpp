@@ -63,7 +63,7 @@ const std::vector<float>& Session::forward(const Batch& b) {
   // The cache cuts it into micro-batches of at most ubatch_tokens() (the
   // n_batch it was made with; Cache::split).
   const BatchView v{b.token.data(), b.pos.data(), b.seq.data(), static_cast<int64_t>(b.size()),
-                    b.out.data(), static_cast<int64_t>(b.out.size())};
+                    b.out.data(), static_cast<int64_t>(b.out.size()), lora_.get()};
   model_->forward(*pool_, *cache_, v, logits_.data());
   return logits_;
 }

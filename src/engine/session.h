@@ -64,6 +64,11 @@ class Session {
   /// on n exactly (recurrent layers copy their states now).
   void snapshot(int seq);
 
+  /// The LoRA adapters every later forward call runs through, each with its
+  /// strength (model/lora.h); nullptr or an empty set: the base model. The
+  /// model stays as loaded; sessions sharing it may use different sets.
+  void set_lora(std::shared_ptr<const LoraSet> lora) { lora_ = std::move(lora); }
+  const LoraSet* lora() const { return lora_.get(); }
   const Model& model() const { return *model_; }
   const HParams& hparams() const { return model_->hparams(); }
   const Cache& cache() const { return *cache_; }
@@ -76,6 +81,7 @@ class Session {
   std::unique_ptr<Cache> cache_;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<float> logits_;
+  std::shared_ptr<const LoraSet> lora_;
 };
 
 }  // namespace kvad

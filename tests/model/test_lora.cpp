@@ -1,0 +1,157 @@
+// LoRA adapters at run time (model/lora.h) against transformers + peft:
+// tools/make_lora_fixtures.py's random PEFT adapters for the tiny HF
+// checkpoints (tests/fixtures/lora/<base>/{a,b}), peft's logits with a at
+// strength 1 and with a at 0.5 and b (rsLoRA) at 1.5 active together, and
+// llama.cpp's convert_lora_to_gguf.py of a. kvad with an f32 KV cache must
+// match to hf_checkpoint_util's 1e-4 (relative to the largest logit), on
+// cpu and sim; strength 0 gives the base's logits bit for bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "base/error.h"
+#include "engine/session.h"
+#include "hf_checkpoint_util.h"
+#include "model/hf.h"
+#include "model/lora.h"
+#include "model/registry.h"
+
+namespace {
+
+using kvad::hf_test::kDir;
+// A function, not a global: kDir lives in another translation unit.
+kvad::hf_test::fs::path lora_dir() { return kDir.parent_path() / "lora"; }
+
+std::shared_ptr<kvad::Model> base(const char* name, const char* device = "cpu") {
+  kvad::DeviceOptions o;
+  o.device = device;
+  o.dtype = "f32";
+  return kvad::load_model(kvad::open_hf_checkpoint((kDir / name).string()), o);
+}
+
+// Logits at every position of the reference's tokens in one prefill.
+std::vector<float> prefill(const std::shared_ptr<kvad::Model>& m, const std::vector<int32_t>& tokens,
+                           std::shared_ptr<const kvad::LoraSet> lora) {
+  kvad::Session s(m, 64, 1, 2, kvad::hf_test::kF32Kv);
+  s.set_lora(std::move(lora));
+  kvad::Batch b;
+  for (size_t i = 0; i < tokens.size(); ++i) b.add(tokens[i], static_cast<int32_t>(i), 0, true);
+  return s.forward(b);
+}
+
+double worst(const kvad::hf_test::Reference& ref, const std::vector<float>& got) {
+  const size_t V = ref.logits[0].size();
+  double w = 0;
+  for (size_t i = 0; i < ref.tokens.size(); ++i) w = std::max(w, kvad::hf_test::rel_err(ref.logits[i], &got[i * V]));
+  return w;
+}
+
+std::shared_ptr<const kvad::LoraSet> set_of(std::vector<kvad::LoraUse> uses) {
+  auto s = std::make_shared<kvad::LoraSet>();
+  s->uses = std::move(uses);
+  return s;
+}
+
+std::string error_of(const std::string& path, const char* base_name = "llama") {
+  try {
+    kvad::load_lora(path, *base(base_name));
+  } catch (const kvad::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+class PeftLogits : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
+
+TEST_P(PeftLogits, MatchPeftAtStrengthsAndStacked) {
+  const auto [name, device] = GetParam();
+  const std::shared_ptr<kvad::Model> m = base(name, device);
+  const auto a = kvad::load_lora((lora_dir() / name / "a").string(), *m);
+  const auto b = kvad::load_lora((lora_dir() / name / "b").string(), *m);
+  EXPECT_GT(a->pairs.size(), 0u);
+  EXPECT_GT(a->bytes, 0u);
+  const auto one = kvad::hf_test::read_reference(lora_dir() / name, "logits-a.json");
+  const double e1 = worst(one, prefill(m, one.tokens, set_of({{a, 1.0f}})));
+  const auto two = kvad::hf_test::read_reference(lora_dir() / name, "logits-a0.5-b1.5.json");
+  const double e2 = worst(two, prefill(m, two.tokens, set_of({{a, 0.5f}, {b, 1.5f}})));
+  // The adapters move the logits far more than the tolerance.
+  const auto plain = kvad::hf_test::read_reference(kDir / name);
+  const double moved = worst(one, prefill(m, plain.tokens, nullptr));
+  std::printf("%s on %s: max |diff| / max |logit| vs peft: a@1 %.2e, a@0.5+b@1.5 %.2e (base vs a@1: %.2e)\n", name,
+              device, e1, e2, moved);
+  EXPECT_LT(e1, 1e-4);
+  EXPECT_LT(e2, 1e-4);
+  EXPECT_GT(moved, 1e-2);
+}
+
+TEST_P(PeftLogits, StrengthZeroIsTheBaseExactly) {
+  const auto [name, device] = GetParam();
+  const std::shared_ptr<kvad::Model> m = base(name, device);
+  const auto a = kvad::load_lora((lora_dir() / name / "a").string(), *m);
+  const auto ref = kvad::hf_test::read_reference(kDir / name);
+  EXPECT_EQ(prefill(m, ref.tokens, nullptr), prefill(m, ref.tokens, set_of({{a, 0.0f}})));
+}
+
+INSTANTIATE_TEST_SUITE_P(Bases, PeftLogits,
+                         ::testing::Combine(::testing::Values("llama", "qwen2", "gemma3", "qwen3moe"),
+                                            ::testing::Values("cpu", "sim")),
+                         [](const auto& i) {
+                           return std::string(std::get<0>(i.param)) + "_" + std::get<1>(i.param);
+                         });
+
+// llama.cpp's convert_lora_to_gguf.py of adapter a gives peft's logits
+// (for llama with its Q/K rows permuted back to the HF base's layout).
+TEST(GgufLora, ConvertedAdapterMatchesPeft) {
+  for (const char* name : {"llama", "qwen2", "gemma3", "qwen3moe"}) {
+    const std::shared_ptr<kvad::Model> m = base(name);
+    const auto a = kvad::load_lora((lora_dir() / name / "a.gguf").string(), *m);
+    const auto one = kvad::hf_test::read_reference(lora_dir() / name, "logits-a.json");
+    const double e = worst(one, prefill(m, one.tokens, set_of({{a, 1.0f}})));
+    std::printf("%s: GGUF adapter vs peft: %.2e\n", name, e);
+    EXPECT_LT(e, 1e-4) << name;
+  }
+}
+
+TEST(GgufLora, AnotherArchitectureIsRefused) {
+  const std::string e = error_of((lora_dir() / "gemma3" / "a.gguf").string(), "llama");
+  EXPECT_NE(e.find("a LoRA for architecture gemma3, the model is llama"), std::string::npos) << e;
+}
+
+TEST(PeftLora, BadAdaptersAreRefusedClearly) {
+  const std::string bad = (lora_dir() / "bad").string();
+  std::string e = error_of(bad + "/shape");
+  EXPECT_NE(e.find("does not fit"), std::string::npos) << e;
+  EXPECT_NE(e.find("blk.0.attn_q.weight [64, 64]"), std::string::npos) << e;
+  EXPECT_NE(e.find("[4, 65]"), std::string::npos) << e;
+  e = error_of(bad + "/rank");
+  EXPECT_NE(e.find("rank mismatch for blk.0.attn_q.weight"), std::string::npos) << e;
+  e = error_of(bad + "/unknown");
+  EXPECT_NE(e.find("cannot place base_model.model.model.layers.0.self_attn.qq_proj.lora_A.weight"), std::string::npos)
+      << e;
+  e = error_of(bad + "/config_r");
+  EXPECT_NE(e.find("adapter_config.json says r = 8"), std::string::npos) << e;
+  e = error_of(bad + "/no_config");
+  EXPECT_NE(e.find("missing adapter_config.json"), std::string::npos) << e;
+  e = error_of(bad + "/nowhere");
+  EXPECT_NE(e.find("no such file or folder"), std::string::npos) << e;
+  // llama's adapter on gemma3: shapes and names differ.
+  e = error_of((lora_dir() / "llama" / "a").string(), "gemma3");
+  EXPECT_NE(e.find("does not fit"), std::string::npos) << e;
+}
+
+TEST(PeftLora, StrengthArgument) {
+  EXPECT_EQ(kvad::parse_lora_arg("dir/a").second, 1.0f);
+  EXPECT_EQ(kvad::parse_lora_arg("dir/a@0.25"), std::make_pair(std::string("dir/a"), 0.25f));
+  EXPECT_EQ(kvad::parse_lora_arg("dir/a@-1").second, -1.0f);
+  for (const char* s : {"a@nan", "a@NaN", "a@inf", "a@", "a@x", "a@1e99999"}) {
+    try {
+      kvad::parse_lora_arg(s);
+      ADD_FAILURE() << s;
+    } catch (const kvad::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not a finite number"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
