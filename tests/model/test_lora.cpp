@@ -15,6 +15,7 @@
 #include "hf_checkpoint_util.h"
 #include "model/hf.h"
 #include "model/lora.h"
+#include "model/quantize_once.h"
 #include "model/registry.h"
 
 namespace {
@@ -151,6 +152,57 @@ TEST(PeftLora, StrengthArgument) {
     } catch (const kvad::Error& e) {
       EXPECT_NE(std::string(e.what()).find("not a finite number"), std::string::npos) << e.what();
     }
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// Beside a quantized base: the quantize-once q8_0 GGUF of the llama fixture
+// (llama.cpp's layout, Q/K rows permuted), adapter a as PEFT saved it (its
+// Q/K rows permuted on load) and as llama.cpp converted it (already in that
+// layout): both near peft's logits, within q8_0's own error of the base.
+TEST(LoraQuantizedBase, Q8_0GgufBaseTakesBothAdapterFormats) {
+  const kvad::hf_test::fs::path cache =
+      kvad::hf_test::fs::temp_directory_path() / ("kvad-lora-q-" + std::to_string(::getpid()));
+  const kvad::QuantizeOnceKey key{cache.string(), "kvad-test/tiny-llama-lora", "0123456789abcdef"};
+  auto q = kvad::quantize_once(kvad::open_hf_checkpoint((kDir / "llama").string()), "q8_0", key);
+  ASSERT_EQ(q->find("blk.0.attn_q.weight")->type, kvad::DType::Q8_0);
+  std::shared_ptr<kvad::Model> m = kvad::load_model(q, kvad::DeviceOptions{});
+  const auto plain = kvad::hf_test::read_reference(kDir / "llama");
+  const double base_err = worst(plain, prefill(m, plain.tokens, nullptr));
+  const auto one = kvad::hf_test::read_reference(lora_dir() / "llama", "logits-a.json");
+  std::vector<std::vector<float>> got;
+  for (const char* file : {"a", "a.gguf"}) {
+    const auto a = kvad::load_lora((lora_dir() / "llama" / file).string(), *m);
+    got.push_back(prefill(m, one.tokens, set_of({{a, 1.0f}})));
+    const double e = worst(one, got.back());
+    std::printf("llama q8_0 base + %s: vs peft %.2e (the q8_0 base alone vs transformers %.2e)\n", file, e, base_err);
+    EXPECT_LT(e, 3 * base_err) << file;
+  }
+  // The two spellings of one adapter agree to f32 rounding: the rows each
+  // was permuted into (or left in) are the same.
+  EXPECT_LT(kvad::hf_test::rel_err(got[0], got[1].data()), 1e-5);
+  kvad::hf_test::fs::remove_all(cache);
+}
+
+}  // namespace
+
+namespace {
+
+// On the GPU (skipped without one): the side path through the CUDA row's
+// f32 matmul, scale and add, to test_hf_checkpoint's CUDA tolerance.
+TEST(LoraCuda, MatchesPeft) {
+  if (const std::string why = kvad::backend_unavailable("cuda"); !why.empty()) GTEST_SKIP() << why;
+  for (const char* name : {"llama", "qwen2", "gemma3", "qwen3moe"}) {
+    const std::shared_ptr<kvad::Model> m = base(name, "cuda");
+    const auto a = kvad::load_lora((lora_dir() / name / "a").string(), *m);
+    const auto b = kvad::load_lora((lora_dir() / name / "b").string(), *m);
+    const auto two = kvad::hf_test::read_reference(lora_dir() / name, "logits-a0.5-b1.5.json");
+    const double e = worst(two, prefill(m, two.tokens, set_of({{a, 0.5f}, {b, 1.5f}})));
+    std::printf("%s on cuda: a@0.5+b@1.5 vs peft %.2e\n", name, e);
+    EXPECT_LT(e, 5e-3) << name;
   }
 }
 
