@@ -21,7 +21,9 @@ namespace kvad {
 struct BatchIds {
   Tensor token, pos, seq, out;
   int64_t n = 0, n_out = 0;
-  const LoraSet* lora = nullptr;  ///< BatchView::lora: the adapters the blocks add (model/lora.h)
+  /// BatchView::lora / lora_rows as the blocks add them (model/lora.h); nullptr: none.
+  std::shared_ptr<const LoraBatch> lora;
+  std::shared_ptr<const LoraBatch> lora_out;  ///< the same for the rows `out` lists (the head's)
 };
 BatchIds upload_batch(const BatchView& b, Device d);
 
@@ -123,14 +125,14 @@ MlpWeights load_fused_mlp_weights(const WeightScope& blk, int64_t n_embd, int64_
 /// (Shazeer 2020, "GLU Variants Improve Transformer"). Residual adds and any
 /// post-norm are the caller's. Each projection gets the side paths of
 /// `lora`'s adapters (model/lora.h linear). x: [n_tok, n_embd]; returns [n_tok, n_embd].
-Tensor gated_mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x, const LoraSet* lora = nullptr);
+Tensor gated_mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x, const LoraBatch* lora = nullptr);
 
 /// The ungated feed-forward block of GPT-2 (Radford et al. 2019) and BERT:
 ///   n = LayerNorm(x) ⊙ norm + norm_b (RMSNorm without norm_b);
 ///   out = Wdown · act(Wup·n + up_b) + down_b
 /// act is SiLU or tanh-GELU (GPT-2's gelu_new). x: [n_tok, n_embd]; returns
 /// [n_tok, n_embd].
-Tensor mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x, const LoraSet* lora = nullptr);
+Tensor mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x, const LoraBatch* lora = nullptr);
 
 /// Weights of a sparse mixture-of-experts feed-forward block, names as
 /// llama.cpp's: ffn_norm [n_embd] f32; ffn_gate_inp, the router [n_embd →

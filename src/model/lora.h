@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tensor/device.h"
 #include "tensor/tensor.h"
 
 namespace kvad {
@@ -61,17 +62,39 @@ struct LoraSet {
   bool empty() const { return uses.empty(); }
 };
 
-/// y + Σ_u strength_u · scale_u · (x·a_uᵀ)·b_uᵀ over the adapters of `set`
-/// with a pair for weight `w` (by w.name); y itself when there are none
-/// (set nullptr or empty, strength 0 included: the base's logits exactly).
-/// x: [n_tok, n_in] f32; y: [n_tok, n_out] f32 (matmul(x, w)). Runs on x's
-/// device through ops::matmul / scale / add, so on every backend row.
-Tensor lora_add(const LoraSet* set, const Tensor& w, const Tensor& x, const Tensor& y);
+/// The adapters of one forward piece as the blocks apply them: every
+/// adapter some row runs through, with the strength of each row. A batch
+/// may mix adapters (each row through its own set, none included): each
+/// adapter's side path is computed for all rows and weighted per row, so
+/// rows without it get exactly 0 added (as Punica/S-LoRA gather per row;
+/// here by a per-row weight, which costs r-wide products for every row).
+struct LoraBatch {
+  struct Use {
+    const LoraAdapter* adapter = nullptr;
+    float strength = 0;  ///< every row's, when `rows` is empty
+    Tensor rows;         ///< else each row's strength: ne {1, n_tok} f32 on the batch's device
+  };
+  std::vector<Use> uses;
+  /// The uses of a batch of n rows on device d: `all` for every row, or
+  /// rows[i] for row i (nullptr: the base) when `rows` is given. Adapters
+  /// listed twice add their strengths. nullptr when no row has an adapter
+  /// at a nonzero strength.
+  static std::shared_ptr<const LoraBatch> make(const LoraSet* all, const LoraSet* const* rows, int64_t n, Device d);
+};
+
+/// y + Σ_u strength_u · scale_u · (x·a_uᵀ)·b_uᵀ over the adapters of `lb`
+/// with a pair for weight `w` (by w.name), strength_u per row when the
+/// batch mixes them; y itself when there are none (lb nullptr: the base's
+/// logits exactly). x: [n_tok, n_in] f32; y: [n_tok, n_out] f32 (matmul(x,
+/// w)). Runs on x's device through ops::matmul / scale / mul / add, so on
+/// every backend row. Throws kvad::Error when a pair's dims are not the
+/// product's.
+Tensor lora_add(const LoraBatch* lb, const Tensor& w, const Tensor& x, const Tensor& y);
 
 /// ops::matmul(x, w, bias) with the adapters' side paths added (lora_add).
-Tensor linear(const LoraSet* set, const Tensor& x, const Tensor& w, const Tensor* bias = nullptr);
+Tensor linear(const LoraBatch* lb, const Tensor& x, const Tensor& w, const Tensor* bias = nullptr);
 /// ops::matmul_multi(x, ws) with each product's side paths added.
-std::vector<Tensor> linear_multi(const LoraSet* set, const Tensor& x, std::initializer_list<const Tensor*> ws);
+std::vector<Tensor> linear_multi(const LoraBatch* lb, const Tensor& x, std::initializer_list<const Tensor*> ws);
 
 /// Parses "PATH[@STRENGTH]" (kvad run/chat --lora): the path and the
 /// strength (1 when absent). Throws kvad::Error for a strength that is not

@@ -60,6 +60,9 @@ struct BatchView {
   /// The LoRA adapters every row runs through (model/lora.h); nullptr or
   /// empty: the base model. Owned by the caller for the call's duration.
   const LoraSet* lora = nullptr;
+  /// When given, instead: row i's adapters, lora_rows[i] (nullptr: the base
+  /// model), [n] — a batch that mixes adapters.
+  const LoraSet* const* lora_rows = nullptr;
 };
 
 /// A piece of a batch that one forward pass evaluates (Cache::split): `view`
