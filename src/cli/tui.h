@@ -42,11 +42,11 @@ struct Form {
   double prefill_tps = 0, decode_tps = 0;
 };
 
-/// The forms for a model: `checkpoint` is true for an HF checkpoint (the
-/// quantize-once cache gives q8_0/q4_0 on the CPU), false for a GGUF (the
-/// CPU runs it as stored). GPU forms carry backend_unavailable("cuda")'s
-/// reason where there is no usable GPU, or the registry's when `arch` has
-/// no CUDA backend. `dtype` names the GPU's dense format (--dtype).
+/// The forms for a model: `checkpoint` is true for an HF checkpoint, false
+/// for a GGUF; either takes q8_0/q4_0 on the CPU through the quantize-once
+/// cache (a GGUF dequantized and requantized, load_for_cli). GPU forms
+/// carry backend_unavailable("cuda")'s reason where there is no usable
+/// GPU, or the registry's when `arch` has no CUDA backend. `dtype` names the GPU's dense format (--dtype).
 std::vector<Form> make_forms(bool checkpoint, const std::string& arch, const std::string& dtype);
 
 /// The index of the form that --device/--quant ask for, or -1 when none

@@ -6,8 +6,9 @@
 // with the chat template and only the tokens past the longest common prefix
 // with what the Session holds are evaluated (DESIGN.md seam 6). A form
 // switch loads the model anew through load_for_cli (the quantize-once cache
-// for an HF checkpoint's q8_0/q4_0), then re-prefills the conversation so
-// that the next turn reuses it on the new backend.
+// for the CPU's q8_0/q4_0, from an HF checkpoint or a GGUF), then
+// re-prefills the conversation so that the next turn reuses it on the new
+// backend.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -72,13 +73,10 @@ std::vector<Form> make_forms(bool checkpoint, const std::string& arch, const std
   std::vector<Form> f;
   const std::string cpu_none = checkpoint ? "none" : "";
   f.push_back({"cpu as stored", {"cpu", dtype, cpu_none}, ""});
-  for (const char* q : {"q8_0", "q4_0"}) {
-    Form x{std::string("cpu ") + q, {"cpu", dtype, q}, ""};
-    if (!checkpoint)
-      x.why_not = "a GGUF runs on the CPU as stored (kvad refuses --quant on a GGUF there; make another file "
-                  "with kvad quantize, or start from an HF checkpoint)";
-    f.push_back(x);
-  }
+  // Every model takes the CPU forms: an HF checkpoint and a GGUF alike are
+  // converted once through the quantize-once cache (a GGUF dequantized,
+  // then requantized).
+  for (const char* q : {"q8_0", "q4_0"}) f.push_back({std::string("cpu ") + q, {"cpu", dtype, q}, ""});
   std::string gpu_why = backend_unavailable("cuda");
   if (gpu_why.empty()) {
     const ArchEntry* e = find_architecture(arch);
