@@ -56,6 +56,7 @@ class Chat {
     const HParams& hp = m_.model->hparams();
     n_ctx_ = o.context_size(hp);
     session_ = std::make_unique<Session>(m_.model, n_ctx_, 1, o.threads, o.cache_type.types());
+    session_->set_lora(o.lora_set(*m_.model));
     const SamplerParams sp = m_.sampler_params(o);
     sampler_ = std::make_unique<Sampler>(sp);
     spec_ = make_speculation(o.spec, m_, o.device, n_ctx_, o.threads, o.cache_type.types(), sp);

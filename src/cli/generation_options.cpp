@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 
 #include "cli/model_store.h"
 #include "io/generation_config.h"
 #include "model/cache.h"
+#include "model/lora.h"
 #include "model/model.h"
 
 namespace kvad::cli {
@@ -64,6 +66,24 @@ void GenerationOptions::add_to(CLI::App* c, const std::string& max_tokens_help) 
       ->capture_default_str();
   add_device_options(c, device);
   cache_type.add_to(c);
+  c->add_option("--lora", lora,
+                "LoRA adapter PATH[@STRENGTH] (repeatable; strength 1 when absent): a PEFT folder "
+                "(adapter_config.json + adapter_model.safetensors) or a llama.cpp GGUF adapter")
+      ->allow_extra_args(false);
+}
+
+std::shared_ptr<const LoraSet> GenerationOptions::lora_set(const Model& m, bool report) const {
+  if (lora.empty()) return nullptr;
+  auto set = std::make_shared<LoraSet>();
+  for (const std::string& arg : lora) {
+    const auto [path, strength] = parse_lora_arg(arg);
+    set->uses.push_back({load_lora(path, m), strength});
+    const LoraAdapter& a = *set->uses.back().adapter;
+    if (report)
+      std::fprintf(stderr, "lora: %s: %zu adapted weights, %.1f KiB, strength %g\n", path.c_str(), a.pairs.size(),
+                 a.bytes / 1024.0, strength);
+  }
+  return set;
 }
 
 void add_threads_option(CLI::App* c, int& threads) {

@@ -2,7 +2,9 @@
 // model, sampling, threads and context size, with the same flags and defaults.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/sampler.h"
 #include "model/model.h"
@@ -56,6 +58,13 @@ struct GenerationOptions {
   int32_t ctx_size = 0;  ///< 0: min(4096, the model's context_length)
   DeviceOptions device;  ///< --device, --dtype, --quant
   CacheTypeOptions cache_type;  ///< --cache-type-k, --cache-type-v
+  /// --lora PATH[@STRENGTH], repeatable: LoRA adapters (a PEFT folder or a
+  /// llama.cpp GGUF adapter) the session runs through (model/lora.h).
+  std::vector<std::string> lora;
+  /// The adapters of --lora loaded for `m` (nullptr when none), one line
+  /// each on stderr when `report`. Throws kvad::Error as parse_lora_arg and
+  /// load_lora.
+  std::shared_ptr<const LoraSet> lora_set(const Model& m, bool report = true) const;
 
  private:
   CLI::Option *temp_ = nullptr, *top_k_ = nullptr, *top_p_ = nullptr, *min_p_ = nullptr, *repeat_penalty_ = nullptr;
@@ -64,7 +73,7 @@ struct GenerationOptions {
 
   /// Adds -m/--model, -n/--max-tokens, --temp, --top-k, --top-p, --min-p,
   /// --repeat-penalty, --seed, -t/--threads, -c/--ctx-size, the device
-  /// options (add_device_options) and the KV cache types to `c`.
+  /// options (add_device_options), the KV cache types and --lora to `c`.
   void add_to(CLI::App* c, const std::string& max_tokens_help);
   /// Sampler parameters with the seed resolved (a random one for -1). For
   /// every sampling flag the command line did not give, the field of an HF

@@ -43,6 +43,7 @@ void run(const RunOptions& o) {
   const HParams& hp = m.model->hparams();
   const int32_t n_ctx = o.context_size(hp);
   Session session(m.model, n_ctx, 1, o.threads, kv);
+  session.set_lora(o.lora_set(*m.model));
 
   // Without --raw the prompt is one user turn in the model's own chat format.
   std::vector<int32_t> ids;

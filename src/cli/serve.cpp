@@ -17,6 +17,7 @@
 #include "cli/model_store.h"
 #include "cli/speculation.h"
 #include "io/gguf.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "server/guard.h"
 #include "server/server.h"
@@ -50,7 +51,31 @@ struct ServeOptions {
   bool no_pull = false;     ///< refuse POST /api/pull
   SpecFlags spec;           ///< --spec-ngram / --model-draft, --draft-max, --draft-min, --draft-fixed
   int32_t spec_max_rows = 16;  ///< --spec-max-rows (SchedulerOptions::spec_max_rows)
+  /// --lora NAME=PATH[@STRENGTH] and vLLM's --lora-modules NAME=PATH: LoRA
+  /// adapters served under their own model names.
+  std::vector<std::string> lora, lora_modules;
 };
+
+// "NAME=PATH[@STRENGTH]" (a bare PATH is named by its file or folder stem)
+// loaded for `model`. Throws kvad::Error as parse_lora_arg and load_lora, and
+// for a name taken twice or the base model's.
+server::ServedLora served_lora(const std::string& arg, const Model& model, const std::vector<server::ServedLora>& have,
+                               const std::string& base_id) {
+  const size_t eq = arg.find('=');
+  const auto [path, strength] = parse_lora_arg(eq == std::string::npos ? arg : arg.substr(eq + 1));
+  server::ServedLora l;
+  l.name = eq == std::string::npos ? std::filesystem::path(path).stem().string() : arg.substr(0, eq);
+  if (l.name.empty()) throw Error("--lora " + arg + ": the adapter's name is empty (NAME=PATH)");
+  if (l.name == base_id) throw Error("--lora " + arg + ": '" + l.name + "' is the base model's name");
+  for (const server::ServedLora& h : have)
+    if (h.name == l.name) throw Error("--lora " + arg + ": the name '" + l.name + "' is given twice");
+  auto set = std::make_shared<LoraSet>();
+  set->uses.push_back({load_lora(path, model), strength});
+  l.set = std::move(set);
+  std::fprintf(stderr, "kvad serve: LoRA '%s': %s (%zu adapted weights, %.1f KiB), strength %g\n", l.name.c_str(),
+               path.c_str(), l.set->uses[0].adapter->pairs.size(), l.set->uses[0].adapter->bytes / 1024.0, strength);
+  return l;
+}
 
 std::atomic<int> g_signal{0};
 std::atomic<bool> g_served{false};  ///< Server::run() returned
@@ -96,6 +121,8 @@ void serve(const ServeOptions& o) {
   if (!std::filesystem::exists(o.model) && hub::looks_like_repo_spec(o.model) &&
       o.model.find_first_of("@:") == std::string::npos)
     so.model_id = o.model;
+  for (const std::vector<std::string>* list : {&o.lora, &o.lora_modules})
+    for (const std::string& arg : *list) so.loras.push_back(served_lora(arg, *m.model, so.loras, so.model_id));
   so.model_kind = model_kind_name(model_kind(*m.model));
   so.model_path = m.path;
   so.gguf = m.file;
@@ -186,6 +213,11 @@ void add_serve(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* c = app.add_subcommand("serve", "Serve the OpenAI API (and a chat page) over HTTP");
   c->add_option("-m,--model", o->model, "GGUF file or model-store name (default: " + std::string(kDefaultModel) + ")");
+  c->add_option("--lora", o->lora,
+                "A LoRA adapter served as model NAME: NAME=PATH[@STRENGTH] (repeatable; a PEFT folder or a llama.cpp "
+                "GGUF adapter); a request naming NAME runs through it, beside requests for the base in one batch")
+      ->allow_extra_args(false);
+  c->add_option("--lora-modules", o->lora_modules, "vLLM's spelling of --lora: NAME=PATH ...");
   c->add_option("--host", o->host, "Address to listen on (loopback by default)")->capture_default_str();
   c->add_option("--port", o->port, "Port to listen on (0: any free port)")->capture_default_str();
   c->add_option("--parallel", o->parallel, "Requests decoded at once (slots)")->capture_default_str();

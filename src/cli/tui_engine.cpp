@@ -208,6 +208,7 @@ class Engine {
     }
     const int32_t n_ctx = o_.context_size(m.model->hparams());
     auto session = std::make_unique<Session>(m.model, n_ctx, 1, o_.threads, o_.cache_type.types());
+    session->set_lora(o_.lora_set(*m.model, /*report=*/false));  // --lora: for each model the TUI runs
     // The proposer follows the form: a draft model loads on its device.
     DeviceOptions dev;
     {

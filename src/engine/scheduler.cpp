@@ -248,11 +248,11 @@ SchedulerMetrics Scheduler::metrics() const {
 }
 
 Scheduler::Slot* Scheduler::prefix_source(const Slot& dst, const std::vector<int32_t>& prompt,
-                                           const std::string& tenant, size_t* lcp) {
+                                           const std::string& tenant, const std::string& lora_key, size_t* lcp) {
   Slot* best = nullptr;
   *lcp = 0;
   for (auto& s : slots_) {
-    if (s.get() == &dst || !(opts_.cache_reuse_all || s->tenant == tenant)) continue;
+    if (s.get() == &dst || !(opts_.cache_reuse_all || s->tenant == tenant) || s->lora_key != lora_key) continue;
     // A slot's tokens are what its cache holds between steps (admission
     // runs between steps).
     const size_t l = common_prefix(s->tokens, prompt);
@@ -268,14 +268,15 @@ void Scheduler::admit(Slot& slot, std::shared_ptr<Job> job) {
   const std::vector<int32_t>& prompt = job->prompt_;
   // Reuse the cached prefix, but always evaluate the last prompt token: its
   // logits give the first generated token.
-  const bool same_tenant = opts_.cache_reuse_all || slot.tenant == job->params_.tenant;
+  const bool same_tenant =
+      (opts_.cache_reuse_all || slot.tenant == job->params_.tenant) && slot.lora_key == job->params_.lora_key;
   const size_t lcp = same_tenant ? std::min(common_prefix(slot.tokens, prompt), prompt.size() - 1) : 0;
   int32_t landed = session_->truncate(slot.id, static_cast<int32_t>(lcp));
   slot.tokens.resize(static_cast<size_t>(landed));
   // Another slot (busy or free) may hold more of the prompt: copy it rather
   // than evaluate it again (n > 1 siblings, shared system prompts).
   size_t src_lcp = 0;
-  if (Slot* src = prefix_source(slot, prompt, job->params_.tenant, &src_lcp)) {
+  if (Slot* src = prefix_source(slot, prompt, job->params_.tenant, job->params_.lora_key, &src_lcp)) {
     const int32_t n = static_cast<int32_t>(std::min(src_lcp, prompt.size() - 1));
     if (n >= landed + kMinPrefixCopy && session_->copy_prefix(src->id, slot.id, n)) {
       slot.tokens.assign(prompt.begin(), prompt.begin() + n);
@@ -298,6 +299,8 @@ void Scheduler::admit(Slot& slot, std::shared_ptr<Job> job) {
   slot.usage.cached_tokens = landed;
   slot.usage.queue_s = seconds_since(job->submitted_);
   slot.tenant = job->params_.tenant;
+  slot.lora_key = job->params_.lora_key;
+  slot.lora = job->params_.lora;
   slot.last_used = ++use_clock_;
   slot.admitted = use_clock_;
   slot.job = std::move(job);
@@ -422,6 +425,7 @@ void Scheduler::retry_alone(const Batch& batch, const std::vector<Slot*>& in_bat
       while (o < batch.out.size() && static_cast<size_t>(batch.out[o]) < i) ++o;
       const bool logits = o < batch.out.size() && static_cast<size_t>(batch.out[o]) == i;
       if (batch.seq[i] == s->id) mine.add(batch.token[i], batch.pos[i], batch.seq[i], logits);
+      if (batch.seq[i] == s->id && !batch.lora.empty()) mine.lora.push_back(batch.lora[i]);
     }
     const int32_t before = mine.size() ? mine.pos[0] : static_cast<int32_t>(s->tokens.size());
     const int32_t landed = session_->truncate(s->id, before);
@@ -497,7 +501,8 @@ void Scheduler::loop() {
         for (auto& s : slots_) {
           if (s->job) continue;
           const Job& front = **qit;
-          const size_t lcp = opts_.cache_reuse_all || s->tenant == front.params_.tenant
+          const size_t lcp = (opts_.cache_reuse_all || s->tenant == front.params_.tenant) &&
+                                     s->lora_key == front.params_.lora_key
                                  ? common_prefix(s->tokens, front.prompt_)
                                  : 0;
           if (!best || lcp > best_lcp || (lcp == best_lcp && s->last_used < best->last_used)) {
@@ -556,6 +561,7 @@ void Scheduler::loop() {
     for (auto& s : slots_) {
       if (!s->job || s->pending < 0) continue;
       batch.add(s->pending, static_cast<int32_t>(s->tokens.size()), s->id, true);
+      batch.lora.push_back(s->lora.get());
       s->tokens.push_back(s->pending);
       s->pending = -1;
       s->n_prop = 0;
@@ -571,6 +577,7 @@ void Scheduler::loop() {
       const size_t end = std::min(prompt.size(), s->next_prompt + static_cast<size_t>(budget));
       for (size_t k = s->next_prompt; k < end; ++k) {
         batch.add(prompt[k], static_cast<int32_t>(s->tokens.size()), s->id, k + 1 == prompt.size());
+        batch.lora.push_back(s->lora.get());
         s->tokens.push_back(prompt[k]);
       }
       budget -= static_cast<int32_t>(end - s->next_prompt);
@@ -583,6 +590,9 @@ void Scheduler::loop() {
       in_batch.push_back(s);
     }
     if (batch.size() == 0) continue;
+    // No adapter anywhere: the base path, no per-row adapters at all.
+    if (std::all_of(batch.lora.begin(), batch.lora.end(), [](const LoraSet* l) { return l == nullptr; }))
+      batch.lora.clear();
 
     const auto t0 = Clock::now();
     try {

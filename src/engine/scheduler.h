@@ -99,6 +99,14 @@ struct GenParams {
   /// its `logprobs` most likely alternatives (0..20) come with the events
   /// (Sampler::logprob: after logit bias and penalties).
   int32_t logprobs = -1;
+  /// The LoRA adapters this request runs through (model/lora.h; nullptr:
+  /// the base model) and their name: requests with different adapters
+  /// decode in one batch, each row through its own (Batch::lora), and a
+  /// slot's cached prefix is reused only by a request of the same lora_key
+  /// (whatever cache_reuse_all says: another adapter's keys and values are
+  /// not this one's).
+  std::shared_ptr<const LoraSet> lora;
+  std::string lora_key;
 };
 
 /// A sampled token's log-probability and the most likely alternatives.
@@ -277,7 +285,8 @@ class Scheduler {
   void admit(Slot& slot, std::shared_ptr<Job> job);
   /// The slot (other than `dst`) whose cached tokens share the longest
   /// prefix with `prompt` among those `tenant` may reuse; its length in *lcp.
-  Slot* prefix_source(const Slot& dst, const std::vector<int32_t>& prompt, const std::string& tenant, size_t* lcp);
+  Slot* prefix_source(const Slot& dst, const std::vector<int32_t>& prompt, const std::string& tenant,
+                      const std::string& lora_key, size_t* lcp);
   void finish(Slot& slot, const std::string& reason, const std::string& error = "");
   void emit_token(Slot& slot, int32_t id);
   /// Evaluates `batch` and samples the rows of `rows` (a slot that

@@ -31,6 +31,8 @@ struct Scheduler::Slot {
   uint64_t last_used = 0;        ///< use_clock_ at admission (least recently used goes first)
   uint64_t admitted = 0;         ///< admission order, for prompt chunks
   std::string tenant;            ///< whose prompt `tokens` holds
+  std::string lora_key;          ///< the adapters `tokens` were evaluated through (GenParams::lora_key)
+  std::shared_ptr<const LoraSet> lora;  ///< the running request's adapters
 
   // Speculation (SchedulerOptions::spec_ngram / spec_draft).
   std::unique_ptr<Proposer> proposer;  ///< null: this slot does not speculate

@@ -89,6 +89,7 @@ int32_t Scheduler::spec_propose(Slot& s, int32_t k, Batch& batch) {
   session_->snapshot(s.id);
   for (int32_t t : s.prop.tokens) {
     batch.add(t, static_cast<int32_t>(s.tokens.size()), s.id, true);
+    batch.lora.push_back(s.lora.get());  // verified through the request's adapters, as its other rows
     s.tokens.push_back(t);
   }
   s.n_prop = static_cast<int32_t>(s.prop.tokens.size());

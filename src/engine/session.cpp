@@ -58,12 +58,16 @@ const std::vector<float>& Session::forward(const Batch& b) {
   for (size_t j = 0; j < b.out.size(); ++j)
     if (b.out[j] < 0 || static_cast<size_t>(b.out[j]) >= b.size() || (j && b.out[j] <= b.out[j - 1]))
       throw Error("batch: logits rows must be ascending indices into the batch");
+  if (!b.lora.empty() && b.lora.size() != b.size())
+    throw Error("batch: " + std::to_string(b.lora.size()) + " adapter entries for " + std::to_string(b.size()) +
+                " tokens");
   logits_.resize(b.out.size() * static_cast<size_t>(n_vocab()));
   if (b.size() == 0) return logits_;
   // The cache cuts it into micro-batches of at most ubatch_tokens() (the
   // n_batch it was made with; Cache::split).
   const BatchView v{b.token.data(), b.pos.data(), b.seq.data(), static_cast<int64_t>(b.size()),
-                    b.out.data(), static_cast<int64_t>(b.out.size())};
+                    b.out.data(), static_cast<int64_t>(b.out.size()), lora_.get(),
+                    b.lora.empty() ? nullptr : b.lora.data()};
   model_->forward(*pool_, *cache_, v, logits_.data());
   return logits_;
 }

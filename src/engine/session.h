@@ -14,6 +14,10 @@ class ThreadPool;
 struct Batch {
   std::vector<int32_t> token, pos, seq;
   std::vector<int32_t> out;  ///< indices of entries that want logits, ascending
+  /// Empty: every entry runs through the session's adapters (set_lora).
+  /// Else one per entry: the LoRA adapters it runs through (nullptr: the
+  /// base model), kept alive by the caller — a batch that mixes adapters.
+  std::vector<const LoraSet*> lora;
 
   void add(int32_t tok, int32_t p, int32_t s, bool logits) {
     if (logits) out.push_back(static_cast<int32_t>(token.size()));
@@ -21,7 +25,7 @@ struct Batch {
     pos.push_back(p);
     seq.push_back(s);
   }
-  void clear() { token.clear(); pos.clear(); seq.clear(); out.clear(); }
+  void clear() { token.clear(); pos.clear(); seq.clear(); out.clear(); lora.clear(); }
   size_t size() const { return token.size(); }
 };
 
@@ -64,6 +68,11 @@ class Session {
   /// on n exactly (recurrent layers copy their states now).
   void snapshot(int seq);
 
+  /// The LoRA adapters every later forward call runs through, each with its
+  /// strength (model/lora.h); nullptr or an empty set: the base model. The
+  /// model stays as loaded; sessions sharing it may use different sets.
+  void set_lora(std::shared_ptr<const LoraSet> lora) { lora_ = std::move(lora); }
+  const LoraSet* lora() const { return lora_.get(); }
   const Model& model() const { return *model_; }
   const HParams& hparams() const { return model_->hparams(); }
   const Cache& cache() const { return *cache_; }
@@ -76,6 +85,7 @@ class Session {
   std::unique_ptr<Cache> cache_;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<float> logits_;
+  std::shared_ptr<const LoraSet> lora_;
 };
 
 }  // namespace kvad

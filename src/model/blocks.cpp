@@ -11,6 +11,14 @@ BatchIds upload_batch(const BatchView& b, Device d) {
   BatchIds ids;
   ids.n = b.n;
   ids.n_out = b.n_out;
+  ids.lora = LoraBatch::make(b.lora, b.lora_rows, b.n, d);
+  if (b.lora_rows && b.n_out != b.n) {
+    std::vector<const LoraSet*> out_rows(b.n_out);
+    for (int64_t j = 0; j < b.n_out; ++j) out_rows[j] = b.lora_rows[b.out[j]];
+    ids.lora_out = LoraBatch::make(nullptr, out_rows.data(), b.n_out, d);
+  } else {
+    ids.lora_out = ids.lora;
+  }
   if (d.is_cpu()) {
     ids.token = ops::wrap_host(b.token, DType::I32, {b.n, 1, 1, 1});
     ids.pos = ops::wrap_host(b.pos, DType::I32, {b.n, 1, 1, 1});
@@ -191,7 +199,7 @@ Tensor attention_block(const AttentionWeights& w, const AttentionParams& p, KVLa
                        const Tensor& x) {
   const int64_t n = b.n, D = p.head_dim, H = p.n_head, Hkv = p.n_head_kv;
   const Tensor h = pre_norm(x, w.norm, w.norm_b, p.norm_eps);
-  std::vector<Tensor> qkv = ops::matmul_multi(h, {&w.wq, &w.wk, &w.wv});
+  std::vector<Tensor> qkv = linear_multi(b.lora.get(), h, {&w.wq, &w.wk, &w.wv});
   Tensor q = w.bq ? ops::add(qkv[0], w.bq) : qkv[0];
   Tensor k = w.bk ? ops::add(qkv[1], w.bk) : qkv[1];
   const Tensor v = w.bv ? ops::add(qkv[2], w.bv) : qkv[2];
@@ -212,21 +220,21 @@ Tensor attention_block(const AttentionWeights& w, const AttentionParams& p, KVLa
   ap.sinks = w.sinks;
   ap.softcap = p.softcap;
   const Tensor a = ops::attention(q, cache.k, cache.v, b.seq, b.pos, ap);
-  return ops::matmul(a.view({H * D, n, 1, 1}), w.wo, w.bo ? &w.bo : nullptr);
+  return linear(b.lora.get(), a.view({H * D, n, 1, 1}), w.wo, w.bo ? &w.bo : nullptr);
 }
 
-Tensor gated_mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x) {
+Tensor gated_mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x, const LoraBatch* lora) {
   const Tensor h = ops::rms_norm(x, w.norm, norm_eps);
-  std::vector<Tensor> gu = ops::matmul_multi(h, {&w.gate, &w.up});
+  std::vector<Tensor> gu = linear_multi(lora, h, {&w.gate, &w.up});
   const Tensor a = act == Activation::SiLU ? ops::swiglu(gu[0], gu[1]) : ops::geglu(gu[0], gu[1]);
-  return ops::matmul(a, w.down);
+  return linear(lora, a, w.down);
 }
 
-Tensor mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x) {
+Tensor mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x, const LoraBatch* lora) {
   const Tensor h = pre_norm(x, w.norm, w.norm_b, norm_eps);
-  const Tensor u = ops::matmul(h, w.up, w.up_b ? &w.up_b : nullptr);
+  const Tensor u = linear(lora, h, w.up, w.up_b ? &w.up_b : nullptr);
   const Tensor a = act == Activation::SiLU ? ops::silu(u) : ops::gelu(u);
-  return ops::matmul(a, w.down, w.down_b ? &w.down_b : nullptr);
+  return linear(lora, a, w.down, w.down_b ? &w.down_b : nullptr);
 }
 
 void decoder_logits(const Tensor& x, const BatchIds& b, const Tensor& norm, float eps, const Tensor& head,
@@ -234,7 +242,7 @@ void decoder_logits(const Tensor& x, const BatchIds& b, const Tensor& norm, floa
   if (b.n_out == 0) return;
   // out lists ascending, distinct rows: n_out == n means every row.
   const Tensor rows = b.n_out == b.n ? x : ops::get_rows(x, b.out);
-  ops::to_host(ops::matmul(pre_norm(rows, norm, norm_b, eps), head), logits);
+  ops::to_host(linear(b.lora_out.get(), pre_norm(rows, norm, norm_b, eps), head), logits);
 }
 
 }  // namespace kvad

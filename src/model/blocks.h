@@ -8,6 +8,7 @@
 #include <string>
 
 #include "model/cache.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "tensor/ops.h"
 #include "tensor/tensor.h"
@@ -20,6 +21,9 @@ namespace kvad {
 struct BatchIds {
   Tensor token, pos, seq, out;
   int64_t n = 0, n_out = 0;
+  /// BatchView::lora / lora_rows as the blocks add them (model/lora.h); nullptr: none.
+  std::shared_ptr<const LoraBatch> lora;
+  std::shared_ptr<const LoraBatch> lora_out;  ///< the same for the rows `out` lists (the head's)
 };
 BatchIds upload_batch(const BatchView& b, Device d);
 
@@ -85,7 +89,9 @@ struct AttentionParams {
 ///                                       query head h reading kv head h / (n_head / n_head_kv)
 ///   out = Wo · a (+bo)
 /// (Vaswani et al. 2017; grouped-query attention, Ainslie et al. 2023.)
-/// Residual adds and any post-norm are the caller's. Every token's K/V are
+/// Residual adds and any post-norm are the caller's. Wq, Wk, Wv and Wo get
+/// the side paths of b.lora's adapters (model/lora.h linear), before the
+/// biases' add as peft adds them after the base layer. Every token's K/V are
 /// written before attention runs, so a token sees earlier tokens of the same
 /// batch. x: [n_tok, n_embd]; returns [n_tok, n_embd].
 Tensor attention_block(const AttentionWeights& w, const AttentionParams& p, KVLayer& cache, const BatchIds& b,
@@ -117,15 +123,16 @@ MlpWeights load_fused_mlp_weights(const WeightScope& blk, int64_t n_embd, int64_
 /// The gated feed-forward block of a pre-norm decoder layer:
 ///   n = RMSNorm(x) ⊙ norm;  out = Wdown · (act(Wgate·n) ⊙ Wup·n)
 /// (Shazeer 2020, "GLU Variants Improve Transformer"). Residual adds and any
-/// post-norm are the caller's. x: [n_tok, n_embd]; returns [n_tok, n_embd].
-Tensor gated_mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x);
+/// post-norm are the caller's. Each projection gets the side paths of
+/// `lora`'s adapters (model/lora.h linear). x: [n_tok, n_embd]; returns [n_tok, n_embd].
+Tensor gated_mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x, const LoraBatch* lora = nullptr);
 
 /// The ungated feed-forward block of GPT-2 (Radford et al. 2019) and BERT:
 ///   n = LayerNorm(x) ⊙ norm + norm_b (RMSNorm without norm_b);
 ///   out = Wdown · act(Wup·n + up_b) + down_b
 /// act is SiLU or tanh-GELU (GPT-2's gelu_new). x: [n_tok, n_embd]; returns
 /// [n_tok, n_embd].
-Tensor mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x);
+Tensor mlp(const MlpWeights& w, Activation act, float norm_eps, const Tensor& x, const LoraBatch* lora = nullptr);
 
 /// Weights of a sparse mixture-of-experts feed-forward block, names as
 /// llama.cpp's: ffn_norm [n_embd] f32; ffn_gate_inp, the router [n_embd →

@@ -106,7 +106,8 @@ std::vector<BatchPiece> LayerCaches::split(const BatchView& b) const {
   for (int64_t t = 0; t < b.n; ++t) {
     if (t + 1 < b.n && (t + 1) % chunk != 0 && !(N > 0 && (b.pos[t] + 1) % N == 0)) continue;
     BatchPiece p;
-    p.view = {b.token + start, b.pos + start, b.seq + start, t + 1 - start, nullptr, 0};
+    p.view = {b.token + start, b.pos + start, b.seq + start, t + 1 - start, nullptr, 0, b.lora,
+              b.lora_rows ? b.lora_rows + start : nullptr};
     p.out_offset = o;
     while (o < b.n_out && b.out[o] <= t) p.out.push_back(static_cast<int32_t>(b.out[o++] - start));
     out.push_back(std::move(p));

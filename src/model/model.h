@@ -16,6 +16,7 @@ class TensorSource;
 class LayerCaches;
 class WeightLoader;
 struct DeviceOptions;
+struct LoraSet;
 
 /// What every architecture reports about itself (the CLI, the Session's
 /// micro-batch size, the server's metrics read it). Each architecture reads
@@ -56,6 +57,12 @@ struct BatchView {
   int64_t n = 0;
   const int32_t* out = nullptr;
   int64_t n_out = 0;
+  /// The LoRA adapters every row runs through (model/lora.h); nullptr or
+  /// empty: the base model. Owned by the caller for the call's duration.
+  const LoraSet* lora = nullptr;
+  /// When given, instead: row i's adapters, lora_rows[i] (nullptr: the base
+  /// model), [n] — a batch that mixes adapters.
+  const LoraSet* const* lora_rows = nullptr;
 };
 
 /// A piece of a batch that one forward pass evaluates (Cache::split): `view`

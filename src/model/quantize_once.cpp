@@ -67,18 +67,6 @@ std::vector<gguf::Value> gguf_metadata(const Metadata& md) {
   return v;
 }
 
-// GGUF llama files store each head's Q/K rows interleaved for adjacent-pair
-// RoPE: GGUF row 2i + half of a head is HF row half · D/2 + i (llama.cpp's
-// convert_hf_to_gguf permute()).
-std::vector<int64_t> qk_rows(int64_t n_rows, int64_t n_head) {
-  std::vector<int64_t> m(n_rows);
-  const int64_t D = n_rows / n_head;
-  for (int64_t h = 0; h < n_head; ++h)
-    for (int64_t i = 0; i < D / 2; ++i)
-      for (int64_t half = 0; half < 2; ++half) m[h * D + 2 * i + half] = h * D + half * (D / 2) + i;
-  return m;
-}
-
 // ---- llama.cpp's layout for tensors kvad reads in HF's form ---------------
 
 // The tensors and keys written, in llama.cpp's converter's layout
@@ -224,7 +212,7 @@ Layout llama_cpp_layout(const TensorSource& hf) {
     quant::InputTensor it = input_of(t);
     if (neox && arch == "llama" && (t.name.ends_with("attn_q.weight") || t.name.ends_with("attn_k.weight"))) {
       const int64_t heads = t.name.ends_with("attn_q.weight") ? n_head : n_head_kv;
-      it.row_map = qk_rows(t.ne[1], heads);
+      it.row_map = llama_qk_rows(t.ne[1], heads);
     }
     out.tensors.push_back(std::move(it));
   }
@@ -255,6 +243,18 @@ std::string tokenizer_stamp(const std::string& dir) {
 }
 
 }  // namespace
+
+// GGUF llama files store each head's Q/K rows interleaved for adjacent-pair
+// RoPE: GGUF row 2i + half of a head is HF row half · D/2 + i (llama.cpp's
+// convert_hf_to_gguf permute()).
+std::vector<int64_t> llama_qk_rows(int64_t n_rows, int64_t n_head) {
+  std::vector<int64_t> m(n_rows);
+  const int64_t D = n_rows / n_head;
+  for (int64_t h = 0; h < n_head; ++h)
+    for (int64_t i = 0; i < D / 2; ++i)
+      for (int64_t half = 0; half < 2; ++half) m[h * D + 2 * i + half] = h * D + half * (D / 2) + i;
+  return m;
+}
 
 std::string quantize_once_path(const QuantizeOnceKey& key, const std::string& quant) {
   return (fs::path(key.cache_dir) / (safe(key.repo) + "--" + safe(key.commit.substr(0, 12)) + "--" + safe(quant) +

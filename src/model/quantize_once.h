@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace kvad {
 
@@ -63,6 +64,12 @@ std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSo
 /// A miss opens the checkpoint in full and quantizes it as above.
 std::shared_ptr<const TensorSource> quantize_once(const std::string& dir, const std::string& quant,
                                                   const QuantizeOnceKey& key, bool* hit = nullptr);
+
+/// GGUF llama files store each head's Q/K rows interleaved for adjacent-pair
+/// RoPE (llama.cpp's convert_hf_to_gguf permute()): element j of the result
+/// is the HF row that GGUF row j holds, for a Q or K matrix of n_rows rows
+/// in n_head heads (GGUF row h·D + 2i + half = HF row h·D + half·D/2 + i).
+std::vector<int64_t> llama_qk_rows(int64_t n_rows, int64_t n_head);
 
 /// The cache file quantize_once uses for `key` and `quant`.
 std::string quantize_once_path(const QuantizeOnceKey& key, const std::string& quant);

@@ -2,6 +2,7 @@
 // rendered and checked, the job submitted, the reply collected whole or
 // streamed through an API's emitter (stream.h), split into reasoning,
 // content and tool calls (tool_calls.h); n > 1 choices.
+#include <algorithm>
 #include <ctime>
 #include <functional>
 #include <optional>
@@ -63,9 +64,17 @@ Server::Impl::Prepared Server::Impl::prepare(const httplib::Request& req, Comple
     throw ApiError(400, "The model '" + o.model_id + "' is an " + o.model_kind + " model (kind " + o.model_kind +
                             "): it serves POST /v1/embeddings, not " + req.path + ".",
                    "invalid_request_error", "model", "model_not_supported");
-  if (r.model != o.model_id)
-    throw ApiError(404, "The model '" + r.model + "' does not exist; this server has '" + o.model_id + "'.",
-                   "invalid_request_error", "model", "model_not_found");
+  if (r.model != o.model_id) {
+    auto it = std::find_if(o.loras.begin(), o.loras.end(), [&](const ServedLora& l) { return l.name == r.model; });
+    if (it == o.loras.end()) {
+      std::string names = "'" + o.model_id + "'";
+      for (const ServedLora& l : o.loras) names += ", '" + l.name + "'";
+      throw ApiError(404, "The model '" + r.model + "' does not exist; this server has " + names + ".",
+                     "invalid_request_error", "model", "model_not_found");
+    }
+    r.gen.lora = it->set;  // this request's rows run through the adapter (Scheduler mixes them per row)
+    r.gen.lora_key = it->name;
+  }
   for (const auto& [id, bias] : r.gen.sampling.logit_bias)
     if (id >= tok->n_vocab())
       throw ApiError(400, "Invalid value for 'logit_bias': token id " + std::to_string(id) +

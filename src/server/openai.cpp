@@ -647,12 +647,16 @@ json usage_chunk(const ResponseMeta& m, const GenUsage& usage) {
   return u;
 }
 
-json model_object(const std::string& id, int64_t created) {
-  return json{{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "kvad"}};
+json model_object(const std::string& id, int64_t created, const std::string& parent) {
+  json m{{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "kvad"}};
+  if (!parent.empty()) m["root"] = id, m["parent"] = parent;
+  return m;
 }
 
-json model_list(const std::string& id, int64_t created) {
-  return json{{"object", "list"}, {"data", json::array({model_object(id, created)})}};
+json model_list(const std::string& id, int64_t created, const std::vector<std::string>& adapters) {
+  json data = json::array({model_object(id, created)});
+  for (const std::string& a : adapters) data.push_back(model_object(a, created, id));
+  return json{{"object", "list"}, {"data", data}};
 }
 
 ApiError generation_error(const std::string& error) {

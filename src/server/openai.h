@@ -266,9 +266,13 @@ nlohmann::ordered_json chat_role_chunk(const ResponseMeta& m, bool include_usage
 nlohmann::ordered_json usage_chunk(const ResponseMeta& m, const GenUsage& usage);
 
 /// A model of /v1/models: {"id", "object": "model", "created", "owned_by": "kvad"}.
-nlohmann::ordered_json model_object(const std::string& id, int64_t created);
+/// `parent`: the base model of an adapter served under its own name
+/// ("parent" and "root" as vLLM lists LoRA modules); "" for the base.
+nlohmann::ordered_json model_object(const std::string& id, int64_t created, const std::string& parent = "");
 /// GET /v1/models: {"object": "list", "data": [model_object(id, created)]}.
-nlohmann::ordered_json model_list(const std::string& id, int64_t created);
+/// `adapters`: the names of LoRA adapters served beside it, listed after it
+/// with `id` as parent.
+nlohmann::ordered_json model_list(const std::string& id, int64_t created, const std::vector<std::string>& adapters = {});
 
 /// The error for a generation that failed with `error` (GenEvent::error):
 /// 400 invalid_grammar when the request's grammar could not be followed

@@ -327,11 +327,17 @@ void Server::Impl::routes() {
                                "method_not_allowed"));
     });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(dump(model_list(o.model_id, created)), "application/json");
+    std::vector<std::string> adapters;
+    for (const ServedLora& l : o.loras) adapters.push_back(l.name);
+    res.set_content(dump(model_list(o.model_id, created, adapters)), "application/json");
   });
   http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const auto lora = std::find_if(o.loras.begin(), o.loras.end(),
+                                   [&](const ServedLora& l) { return l.name == req.matches[1]; });
     if (req.matches[1] == o.model_id)
       res.set_content(dump(model_object(o.model_id, created)), "application/json");
+    else if (lora != o.loras.end())
+      res.set_content(dump(model_object(lora->name, created, o.model_id)), "application/json");
     else
       send_error(res, ApiError(404, "The model '" + std::string(req.matches[1]) + "' does not exist.",
                                "invalid_request_error", "model", "model_not_found"));

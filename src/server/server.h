@@ -75,11 +75,21 @@ namespace gguf { class File; }
 
 namespace kvad::server {
 
+/// A LoRA adapter the server offers under its own model name (kvad serve
+/// --lora NAME=PATH, vLLM's --lora-modules): a request whose "model" is
+/// `name` runs through `set`; GET /v1/models lists it with the base model
+/// as its parent.
+struct ServedLora {
+  std::string name;
+  std::shared_ptr<const LoraSet> set;
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                 ///< 0: any free port (bind() returns it)
   std::string api_key;             ///< "": no authentication
   std::string model_id;            ///< what /v1/models lists and requests must name
+  std::vector<ServedLora> loras;   ///< adapters requests may name instead of model_id
   /// The model's chat format (engine/chat_prompt.h); null when it has
   /// none or it does not parse: /v1/chat/completions, /v1/messages and
   /// /v1/responses then answer 400 model_not_supported (chat_error, which

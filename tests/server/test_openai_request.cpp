@@ -188,8 +188,8 @@ TEST(OpenAIRequest, ResponseFormatAndGrammar) {
   EXPECT_FALSE(accepts(gr, "abc"));
   // The refused keyword is named in the message.
   try {
-    parse_completion_request(chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
-        "schema": {"type": "object", "patternProperties": {"(?=a)": {"type": "integer"}}}}})"), true);
+    parse_completion_request(chat(R"J("response_format": {"type": "json_schema", "json_schema": {"name": "x",
+        "schema": {"type": "object", "patternProperties": {"(?=a)": {"type": "integer"}}}}})J"), true);
     ADD_FAILURE() << "no error";
   } catch (const ApiError& e) {
     EXPECT_NE(std::string(e.what()).find("'patternProperties'"), std::string::npos) << e.what();

@@ -166,7 +166,7 @@ class Gemma3 final : public Model {
       const Layer& L = layers_[il];
       const AttentionParams& p = cfg_.is_global(il) ? global_ : local_;
       x = ops::add(x, ops::rms_norm(attention_block(L.attn, p, cache.kv(il), ids, x), L.post_attention_norm, eps));
-      x = ops::add(x, ops::rms_norm(gated_mlp(L.ffn, Activation::GELU_tanh, eps, x), L.post_ffw_norm, eps));
+      x = ops::add(x, ops::rms_norm(gated_mlp(L.ffn, Activation::GELU_tanh, eps, x, ids.lora.get()), L.post_ffw_norm, eps));
     }
     decoder_logits(x, ids, output_norm_, eps, tok_embd_, logits);
     // Gemma 2's final soft-cap, on the host's [n_out, n_vocab] logits.

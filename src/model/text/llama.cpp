@@ -175,7 +175,7 @@ class Llama final : public Model {
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
       const Layer& L = layers_[il];
       x = ops::add(x, attention_block(L.attn, cfg_.swa[il] ? windowed : full, cache.kv(il), ids, x));
-      x = ops::add(x, L.sparse ? moe_ffn(L.moe, cfg_.moe, x) : gated_mlp(L.ffn, Activation::SiLU, hp_.norm_eps, x));
+      x = ops::add(x, L.sparse ? moe_ffn(L.moe, cfg_.moe, x) : gated_mlp(L.ffn, Activation::SiLU, hp_.norm_eps, x, ids.lora.get()));
     }
     return x;
   }
