@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "tokenizer/clip_vocab.h"
 
 namespace kvad {
 
@@ -83,6 +84,22 @@ ClipTokenizer ClipTokenizer::from_folder(const std::string& dir, ClipCleaning cl
   return from_texts(read_file(d / "vocab.json", true), read_file(d / "merges.txt", true),
                     read_file(d / "tokenizer_config.json", false), read_file(d / "special_tokens_map.json", false),
                     dir, cleaning);
+}
+
+ClipTokenizer ClipTokenizer::builtin(std::string_view pad_token, ClipCleaning cleaning) {
+  const ClipVocabTexts v = builtin_clip_vocab();
+  // openai/clip-vit-large-patch14's tokenizer_config.json (the pad token a
+  // plain string, as there).
+  auto added = [](const char* content) {
+    return nlohmann::json{{"content", content}, {"lstrip", false}, {"normalized", true},
+                          {"rstrip", false},    {"single_word", false}};
+  };
+  const nlohmann::json config = {{"bos_token", added("<|startoftext|>")},
+                                 {"eos_token", added("<|endoftext|>")},
+                                 {"unk_token", added("<|endoftext|>")},
+                                 {"pad_token", std::string(pad_token)},
+                                 {"model_max_length", 77}};
+  return from_texts(v.vocab_json, v.merges_txt, config.dump(), {}, "kvad's built-in CLIP vocabulary", cleaning);
 }
 
 ClipTokenizer ClipTokenizer::from_texts(std::string_view vocab_text, std::string_view merges_text,

@@ -53,6 +53,13 @@ class ClipTokenizer {
                                   const std::string& name = "tokenizer",
                                   ClipCleaning cleaning = ClipCleaning::Tokenizers);
 
+  /// The tokenizer of openai/clip-vit-large-patch14 (SD 1.5's and SDXL's
+  /// first; `pad_token` "<|endoftext|>") or of SDXL's tokenizer_2 (`pad_token`
+  /// "!") on CLIP's vocabulary built into kvad (tokenizer/clip_vocab.h), with
+  /// model_max_length 77: for checkpoints that ship no tokenizer folder.
+  /// Throws kvad::Error for a pad token outside the vocabulary.
+  static ClipTokenizer builtin(std::string_view pad_token, ClipCleaning cleaning = ClipCleaning::Tokenizers);
+
   /// transformers' tokenizer(text).input_ids: BOS, the text's ids, EOS; no
   /// truncation. Text equal to a special token's is that token.
   std::vector<int32_t> encode(std::string_view text) const;

@@ -37,9 +37,7 @@ std::string slurp(const std::string& path) {
 }
 
 // Every case of `file`: unpadded, padded as SD 1.5 and as SDXL's tokenizer_2.
-void expect_cases(const char* file, kvad::ClipCleaning cleaning) {
-  const kvad::ClipTokenizer sd15 = kvad::ClipTokenizer::from_folder(kDir + "clip_tokenizer", cleaning);
-  const kvad::ClipTokenizer sdxl2 = kvad::ClipTokenizer::from_folder(kDir + "clip_tokenizer_2", cleaning);
+void expect_cases(const char* file, const kvad::ClipTokenizer& sd15, const kvad::ClipTokenizer& sdxl2) {
   EXPECT_EQ(sd15.bos(), 49406);
   EXPECT_EQ(sd15.eos(), 49407);
   EXPECT_EQ(sd15.pad(), 49407);
@@ -73,8 +71,25 @@ void expect_cases(const char* file, kvad::ClipCleaning cleaning) {
   EXPECT_GE(long_ones, 20);  // truncation is exercised
 }
 
+void expect_cases(const char* file, kvad::ClipCleaning cleaning) {
+  expect_cases(file, kvad::ClipTokenizer::from_folder(kDir + "clip_tokenizer", cleaning),
+               kvad::ClipTokenizer::from_folder(kDir + "clip_tokenizer_2", cleaning));
+}
+
 TEST(ClipTokenizer, EqualsTransformersOnRealVocabulary) {
   expect_cases("clip_cases.json.gz", kvad::ClipCleaning::Tokenizers);
+}
+
+// The vocabulary built into kvad (for single-file checkpoints) gives the same
+// ids as transformers on the full vocabulary, with both pad tokens.
+TEST(ClipTokenizer, BuiltinVocabularyEqualsTransformers) {
+  const kvad::ClipTokenizer sd15 = kvad::ClipTokenizer::builtin("<|endoftext|>");
+  const kvad::ClipTokenizer sdxl2 = kvad::ClipTokenizer::builtin("!");
+  EXPECT_EQ(sd15.tokenizer().n_vocab(), 49408);
+  expect_cases("clip_cases.json.gz", sd15, sdxl2);
+  expect_cases("clip_cases_basic.json.gz", kvad::ClipTokenizer::builtin("<|endoftext|>", kvad::ClipCleaning::Basic),
+               kvad::ClipTokenizer::builtin("!", kvad::ClipCleaning::Basic));
+  EXPECT_THROW(kvad::ClipTokenizer::builtin("<|not there|>"), kvad::Error);
 }
 
 // transformers 4's slow CLIPTokenizer without ftfy (BasicTokenizer's clean-up).

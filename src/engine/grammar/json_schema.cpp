@@ -5,6 +5,7 @@
 #include "engine/grammar/json_schema.h"
 
 #include "engine/grammar/json_schema_compiler.h"
+#include "engine/grammar/json_schema_uri.h"
 
 namespace kvad::schema_compile {
 
@@ -505,7 +506,9 @@ std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, const Json
       throw SchemaError("", "", "rule prefix '" + opt.prefix + "' has characters other than [A-Za-z0-9_-]");
   if (!opt.prefix.empty() && !std::isalpha(static_cast<unsigned char>(opt.prefix[0])))
     throw SchemaError("", "", "rule prefix '" + opt.prefix + "' must start with a letter");
-  return prefix_names(Compiler(schema, opt).run(), opt.prefix);
+  // References that depend on a base URI ($id) made absolute first.
+  const std::optional<nlohmann::ordered_json> absolute = schema_uri::absolutize(schema);
+  return prefix_names(Compiler(absolute ? *absolute : schema, opt).run(), opt.prefix);
 }
 
 std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opt) {

@@ -7,6 +7,9 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <optional>
+
+#include "engine/grammar/json_schema_uri.h"
 
 namespace kvad::schema_merge {
 
@@ -41,8 +44,12 @@ class Merger {
  public:
   explicit Merger(const oj& root) : root_(root) {}
   ~Merger();
-  /// The target of a "#..." reference (JSON pointer, RFC 6901, after URI
-  /// percent-decoding) in the root document; `ptr` gets its normalized form.
+  /// The target of a reference: "#..." in the root resource (JSON pointer,
+  /// RFC 6901, after URI percent-decoding, or a plain-name $anchor), or an
+  /// absolute URI naming one of the document's $id resources and a fragment
+  /// in it (schema_uri::absolutize wrote them so); `ptr` gets the target's
+  /// JSON pointer in the document. Throws SchemaError for a reference
+  /// outside the document or one that does not resolve.
   const oj& resolve(const oj& ref, const std::string& path, std::string& ptr) const;
   /// `s` with its $ref replaced by the target merged in.
   oj inline_ref(const oj& s, const std::string& path, int depth) const;
@@ -51,6 +58,9 @@ class Merger {
 
  private:
   const oj& root_;
+  /// The document's $id resources and anchors, built at the first absolute
+  /// reference.
+  mutable std::optional<schema_uri::Index> uris_;
   /// Member indexes of the large objects a reference passed through
   /// ($defs of many entries): each lookup is then a hash, not a scan.
   mutable std::unordered_map<const oj*, std::unordered_map<std::string, const oj*>> index_;
@@ -62,8 +72,10 @@ class Merger {
 /// $ref, dependentSchemas): additionalProperties / items, or nothing where
 /// s already has those (they evaluate every member). Unchanged when s has
 /// neither keyword; throws SchemaError naming the keyword when s has an
-/// applicator next to it, or patternProperties / contains (annotations
-/// the rewriting does not track).
+/// applicator next to it, or contains (annotations the rewriting does not
+/// track). Next to patternProperties, unevaluatedProperties is
+/// additionalProperties exactly: both take the keys no property or pattern
+/// takes.
 oj settle_unevaluated(const oj& s, const std::string& path);
 
 /// -1, 0 or 1 as JSON numbers a < b, a == b, a > b, compared by value

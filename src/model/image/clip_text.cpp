@@ -4,25 +4,14 @@
 #include <cmath>
 
 #include "base/error.h"
+#include "model/image/layers.h"
 #include "model/image/pipeline.h"
 #include "tensor/ops.h"
 
 namespace kvad::image {
 
-namespace {
-
-// A vector weight (norm, bias) as f32: an fp16 variant stores them as f16,
-// and the ops read them as floats.
-Tensor vec(const WeightScope& s, const std::string& name, int64_t n) {
-  Tensor t = s.get(name, {n});
-  return t.type == DType::F32 ? t : ops::convert(t, DType::F32);
-}
-
-}  // namespace
-
 Tensor clip_activation(const Tensor& x, const std::string& act) {
-  // Composed from existing ops until the op table has quick_gelu of its own.
-  if (act == "quick_gelu") return ops::mul(x, ops::sigmoid(ops::scale(x, 1.702f)));
+  if (act == "quick_gelu") return ops::quick_gelu(x);
   if (act == "gelu") return ops::gelu_erf(x);
   throw Error("CLIP hidden_act '" + act + "' is not one kvad runs (quick_gelu, gelu)");
 }
@@ -32,20 +21,20 @@ ClipTextEncoder::ClipTextEncoder(const WeightScope& scope, const ClipTextConfig&
   const WeightScope m = scope.sub("text_model");
   tok_ = m.get("embeddings.token_embedding.weight", {E, c.vocab_size});
   pos_ = m.get("embeddings.position_embedding.weight", {E, c.max_position_embeddings});
-  final_w_ = vec(m, "final_layer_norm.weight", E);
-  final_b_ = vec(m, "final_layer_norm.bias", E);
+  final_w_ = vector_f32(m, "final_layer_norm.weight", E);
+  final_b_ = vector_f32(m, "final_layer_norm.bias", E);
   if (c.with_projection) proj_ = scope.get("text_projection.weight", {E, c.projection_dim});
   for (int64_t il = 0; il < c.num_hidden_layers; ++il) {
     const WeightScope l = m.sub("encoder.layers." + std::to_string(il));
     Block b;
-    b.ln1_w = vec(l, "layer_norm1.weight", E), b.ln1_b = vec(l, "layer_norm1.bias", E);
-    b.wq = l.get("self_attn.q_proj.weight", {E, E}), b.bq = vec(l, "self_attn.q_proj.bias", E);
-    b.wk = l.get("self_attn.k_proj.weight", {E, E}), b.bk = vec(l, "self_attn.k_proj.bias", E);
-    b.wv = l.get("self_attn.v_proj.weight", {E, E}), b.bv = vec(l, "self_attn.v_proj.bias", E);
-    b.wo = l.get("self_attn.out_proj.weight", {E, E}), b.bo = vec(l, "self_attn.out_proj.bias", E);
-    b.ln2_w = vec(l, "layer_norm2.weight", E), b.ln2_b = vec(l, "layer_norm2.bias", E);
-    b.fc1 = l.get("mlp.fc1.weight", {E, F}), b.fc1_b = vec(l, "mlp.fc1.bias", F);
-    b.fc2 = l.get("mlp.fc2.weight", {F, E}), b.fc2_b = vec(l, "mlp.fc2.bias", E);
+    b.ln1_w = vector_f32(l, "layer_norm1.weight", E), b.ln1_b = vector_f32(l, "layer_norm1.bias", E);
+    b.wq = l.get("self_attn.q_proj.weight", {E, E}), b.bq = vector_f32(l, "self_attn.q_proj.bias", E);
+    b.wk = l.get("self_attn.k_proj.weight", {E, E}), b.bk = vector_f32(l, "self_attn.k_proj.bias", E);
+    b.wv = l.get("self_attn.v_proj.weight", {E, E}), b.bv = vector_f32(l, "self_attn.v_proj.bias", E);
+    b.wo = l.get("self_attn.out_proj.weight", {E, E}), b.bo = vector_f32(l, "self_attn.out_proj.bias", E);
+    b.ln2_w = vector_f32(l, "layer_norm2.weight", E), b.ln2_b = vector_f32(l, "layer_norm2.bias", E);
+    b.fc1 = l.get("mlp.fc1.weight", {E, F}), b.fc1_b = vector_f32(l, "mlp.fc1.bias", F);
+    b.fc2 = l.get("mlp.fc2.weight", {F, E}), b.fc2_b = vector_f32(l, "mlp.fc2.bias", E);
     blocks_.push_back(std::move(b));
   }
 }
@@ -105,12 +94,11 @@ ClipTextEncoder::Output ClipTextEncoder::encode(std::span<const int32_t> ids, La
 PromptEncoder::PromptEncoder(const Pipeline& pl, WeightLoader& wl)
     : xl_(pl.pipeline_class == PipelineClass::StableDiffusionXL),
       force_zeros_(pl.force_zeros_for_empty_prompt),
-      tok_(pl.tokenizer.empty() ? throw Error(pl.path + ": no tokenizer folder (a single file read without a config "
-                                                        "folder carries none)")
-                                : ClipTokenizer::from_folder(pl.tokenizer)),
+      // A single file carries no tokenizer: CLIP's, built into kvad.
+      tok_(pl.tokenizer.empty() ? ClipTokenizer::builtin("<|endoftext|>") : ClipTokenizer::from_folder(pl.tokenizer)),
       enc_(wl.root().sub("text_encoder"), pl.text_encoder) {
   if (xl_) {
-    tok_2_ = ClipTokenizer::from_folder(pl.tokenizer_2);
+    tok_2_ = pl.tokenizer_2.empty() ? ClipTokenizer::builtin("!") : ClipTokenizer::from_folder(pl.tokenizer_2);
     enc_2_.emplace(wl.root().sub("text_encoder_2"), *pl.text_encoder_2);
   }
 }

@@ -86,9 +86,11 @@ struct PromptEmbeds {
 /// then text_encoder_2), and the pooled text_embeds of text_encoder_2.
 class PromptEncoder {
  public:
-  /// Reads the pipeline's tokenizer folders and takes the encoders' weights
-  /// from `wl` (a loader over pl.weights). Throws kvad::Error for a pipeline
-  /// without tokenizer folders, and as ClipTokenizer and ClipTextEncoder do.
+  /// Reads the pipeline's tokenizer folders (CLIP's vocabulary built into
+  /// kvad, ClipTokenizer::builtin, where the checkpoint has none, as a single
+  /// file read with kvad's base configs) and takes the encoders' weights from
+  /// `wl` (a loader over pl.weights). Throws kvad::Error as ClipTokenizer and
+  /// ClipTextEncoder do.
   PromptEncoder(const Pipeline& pl, WeightLoader& wl);
 
   /// The embeddings of `prompt`.

@@ -61,7 +61,8 @@ struct Pipeline {
   ClipTextConfig text_encoder;
   std::optional<ClipTextConfig> text_encoder_2;  ///< SDXL
   /// Tokenizer folders (vocab.json + merges.txt); "" when the checkpoint
-  /// carries none (a single file read with kvad's base configs).
+  /// carries none (a single file read with kvad's base configs): then
+  /// PromptEncoder uses CLIP's vocabulary built into kvad.
   std::string tokenizer, tokenizer_2;
   /// scheduler/scheduler_config.json's text (kvad's base one for a single
   /// file), and its name for errors; engine/diffusion parses it.

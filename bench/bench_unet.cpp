@@ -1,0 +1,189 @@
+// One UNet2DCondition call (model/image/unet.h) at SD 1.5's real size: the
+// UNet of kvad's base SD 1.5 config (859.5 M parameters) with random f16
+// weights, a 64 × 64 latent (a 512 × 512 picture), batch 2 (classifier-free
+// guidance), 77 text tokens of 768. A plain program; it prints numbers and
+// asserts nothing.
+//
+// The tensor list and the call's FLOPs come from bench/unet_sd15_tensors.txt
+// (tools/make_unet_fixtures.py: diffusers' UNet2DConditionModel on torch's
+// meta device, FLOPs by torch's FlopCounterMode, 2 a multiply-add). The
+// FP32 peak is measured here: each thread runs independent chains of 8-wide
+// FMAs (AVX2) for about 0.3 s, so it is what these cores reach now, under
+// whatever load the machine has.
+// Run: build/bench/bench_unet [threads=2] [steps=1]
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "base/thread_pool.h"
+#include "io/tensor_source.h"
+#include "model/image/configs.h"
+#include "model/image/pipeline.h"
+#include "model/image/unet.h"
+#include "model/registry.h"
+#include "model/weights.h"
+#include "tensor/half.h"
+#include "tensor/ops.h"
+
+using namespace kvad;
+
+namespace {
+
+// Random f16 tensors of the listed torch shapes: matrices uniform in ±1/√fan_in
+// (torch's default init's scale), norm weights near 1, biases near 0.
+class RandomSource final : public TensorSource {
+ public:
+  explicit RandomSource(const std::string& list) : path_(list) {
+    std::ifstream in(list);
+    if (!in) throw Error("cannot read " + list);
+    std::string line;
+    size_t total = 0;
+    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+    while (std::getline(in, line)) {
+      if (line.rfind("# flops ", 0) == 0) flops_ = std::stod(line.substr(8));
+      if (line.empty() || line[0] == '#') continue;
+      std::istringstream ss(line);
+      std::string name;
+      ss >> name;
+      std::vector<int64_t> dims;
+      for (int64_t d; ss >> d;) dims.push_back(d);
+      int64_t n = 1;
+      for (int64_t d : dims) n *= d;
+      total += static_cast<size_t>(n);
+      shapes.emplace_back(name, dims);
+    }
+    buf_ = std::shared_ptr<uint16_t[]>(new uint16_t[total]);
+    size_t at = 0;
+    uint32_t state = 1;  // xorshift32: a uniform draw a value, cheap for 860 M of them
+    for (const auto& [name, dims] : shapes) {
+      SourceTensor t;
+      t.name = "unet." + name;
+      t.type = DType::F16;
+      t.n_dims = static_cast<int>(dims.size());
+      for (size_t i = 0; i < dims.size(); ++i) t.ne[i] = dims[dims.size() - 1 - i];  // torch → ggml order
+      const int64_t n = t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+      const bool vec = dims.size() == 1, bias = name.ends_with("bias");
+      const float bound = vec ? 0.1f : 1.0f / std::sqrt(static_cast<float>(n / dims[0]));
+      const float base = vec && !bias ? 1.0f : 0.0f;
+      for (int64_t i = 0; i < n; ++i) {
+        state ^= state << 13, state ^= state >> 17, state ^= state << 5;
+        const float u = static_cast<float>(state >> 8) * (2.0f / 16777216.0f) - 1.0f;  // [-1, 1)
+        buf_[at + i] = f32_to_f16(base + bound * u);
+      }
+      t.data = buf_.get() + at;
+      t.n_bytes = static_cast<size_t>(n) * 2;
+      t.origin = list;
+      t.stored_dtype = "F16";
+      at += static_cast<size_t>(n);
+      tensors_.push_back(std::move(t));
+    }
+    n_params_ = total;
+  }
+  double flops() const { return flops_; }
+  size_t n_params() const { return n_params_; }
+
+  const std::string& path() const override { return path_; }
+  const std::vector<SourceTensor>& tensors() const override { return tensors_; }
+  const SourceTensor* find(std::string_view name) const override {
+    for (const SourceTensor& t : tensors_)
+      if (t.name == name) return &t;
+    return nullptr;
+  }
+  std::shared_ptr<const void> keepalive() const override { return buf_; }
+  bool has(std::string_view) const override { return false; }
+  int64_t get_int(std::string_view, int64_t def) const override { return def; }
+  int64_t require_int(std::string_view key) const override { throw Error(path_ + ": no key " + std::string(key)); }
+  double get_float(std::string_view, double def) const override { return def; }
+  std::string get_string(std::string_view, const std::string& def) const override { return def; }
+
+ private:
+  std::string path_;
+  std::vector<SourceTensor> tensors_;
+  std::shared_ptr<uint16_t[]> buf_;
+  double flops_ = 0;
+  size_t n_params_ = 0;
+};
+
+// FLOPs one thread does in `seconds` of 8-wide f32 FMAs on 10 independent chains (FMA latency × ports).
+__attribute__((target("avx2,fma"))) int64_t fma_chains(int ith, double seconds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  __m256 a[10];
+  for (int i = 0; i < 10; ++i) a[i] = _mm256_set1_ps(1.0f + 1e-3f * static_cast<float>(i + ith));
+  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+  int64_t iters = 0;
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
+    for (int k = 0; k < 1000; ++k)
+      for (int i = 0; i < 10; ++i) a[i] = _mm256_fmadd_ps(a[i], m, c);
+    iters += 1000;
+  }
+  __m256 s = a[0];
+  for (int i = 1; i < 10; ++i) s = _mm256_add_ps(s, a[i]);
+  float sink[8];
+  _mm256_storeu_ps(sink, s);
+  return iters * 10 * 16 + (sink[0] == 12345.0f);  // 8 lanes × 2 FLOP
+}
+
+// FLOP/s of all the pool's threads running fma_chains at once.
+double fma_peak(ThreadPool& pool) {
+  std::atomic<int64_t> total{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  pool.run([&](int ith, int) { total += fma_chains(ith, 0.3); });
+  return static_cast<double>(total) / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2, steps = argc > 2 ? std::atoi(argv[2]) : 1;
+  ThreadPool pool(threads);
+  ops::PoolScope scope(pool);
+  const std::string list = std::string(KVAD_SOURCE_DIR) + "/bench/unet_sd15_tensors.txt";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto src = std::make_shared<RandomSource>(list);
+  const image::UNet2DConditionConfig c =
+      image::parse_unet_config(nlohmann::json::parse(image::base_configs(image::LdmLayout::SD15))["unet"], "sd15 unet");
+  WeightLoader wl(src, DeviceOptions{});
+  const image::UNet2DCondition unet(wl.root().sub("unet"), c);
+  wl.finish();
+  std::printf("bench_unet: SD 1.5 UNet, %.1f M f16 parameters, random; made in %.1f s; %d threads\n",
+              src->n_params() / 1e6, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+              threads);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(4 * 64 * 64 * 2), ctx(768 * 77 * 2);
+  for (float& v : x) v = nd(rng);
+  for (float& v : ctx) v = nd(rng);
+  const Tensor xs = ops::from_host(x.data(), DType::F32, {4, 64, 64, 2}, Device::cpu());
+  const Tensor cs = ops::from_host(ctx.data(), DType::F32, {768, 77, 2, 1}, Device::cpu());
+  const double peak = fma_peak(pool);
+  for (int s = 0; s < steps; ++s) {
+    const auto a = std::chrono::steady_clock::now();
+    const Tensor y = unet.forward(xs, 999.0f - 50.0f * s, cs, nullptr);
+    std::vector<float> out(static_cast<size_t>(y.n_elements()));
+    ops::to_host(y, out.data());
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+    double sum = 0;
+    for (float v : out) sum += std::fabs(v);
+    std::printf("step %d: %.2f s, %.1f GFLOP/s (%.2f TFLOP a call) = %.1f%% of the measured FP32 FMA peak %.1f GFLOP/s; "
+                "mean |y| %.3f\n",
+                s, sec, src->flops() / sec / 1e9, src->flops() / 1e12, 100 * src->flops() / sec / peak, peak / 1e9,
+                sum / out.size());
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_unet: %s\n", e.what());
+  return 1;
+}
