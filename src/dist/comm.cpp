@@ -167,7 +167,7 @@ bool mpi_built() {
 }
 
 int launched_size() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"}) {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
     const int n = env_int(v);
     if (n > 0) return n;
   }
@@ -190,7 +190,8 @@ Comm& world() {
   std::lock_guard<std::mutex> lk(g_world_mu);
   if (!g_world) {
 #ifdef KVAD_HAVE_MPI
-    const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+    const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK") ||
+                          std::getenv("PMIX_SIZE");
     g_world = launched ? make_mpi_comm() : make_local_comm();
 #else
     g_world = make_local_comm();

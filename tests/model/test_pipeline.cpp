@@ -110,9 +110,9 @@ void check_split(const fs::path& path) {
   const int32_t n_vocab = static_cast<int32_t>(whole->hparams().n_vocab);
   std::vector<std::vector<float>> want, got;
   try {
-    kvad::Session ref(whole, 128, 1, 1);
+    kvad::Session ref(whole, 64, 1, 1);
     want = decode(ref, n_vocab);
-    kvad::Session s(m, 128, 1, 1);
+    kvad::Session s(m, 64, 1, 1);
     got = decode(s, n_vocab);
     EXPECT_LT(s.cache().bytes(), ref.cache().bytes());  // its layers' cache only
   } catch (const std::exception& e) {
