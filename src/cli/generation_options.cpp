@@ -3,6 +3,9 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include "cli/model_store.h"
@@ -23,22 +26,35 @@ const CLI::Validator kInteger(
       return {};
     },
     "INT");
+
+const CLI::Validator kNumber(
+    [](std::string& s) -> std::string {
+      errno = 0;
+      char* end = nullptr;
+      const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end);
+      if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v) || s.find_first_of("xXnN") != std::string::npos)
+        return "expects a number, got '" + s + "'";
+      return {};
+    },
+    "FLOAT");
 }  // namespace
 
 const CLI::Validator& integer_check() { return kInteger; }
+const CLI::Validator& number_check() { return kNumber; }
 
 void GenerationOptions::add_to(CLI::App* c, const std::string& max_tokens_help) {
   c->add_option("-m,--model", model, "GGUF file or model-store name (default: " + std::string(kDefaultModel) + ")");
   c->add_option("-n,--max-tokens", max_tokens, max_tokens_help)->capture_default_str();
   const std::string hf = " (an HF checkpoint's generation_config.json may set another default)";
-  temp_ = c->add_option("--temp", sp.temp, "Temperature (0: greedy)" + hf)->check(CLI::Range(0.0, 1000.0))->capture_default_str();
+  temp_ = c->add_option("--temp", sp.temp, "Temperature (0: greedy)" + hf)->check(kNumber)->check(CLI::Range(0.0, 1000.0))->capture_default_str();
   top_k_ = c->add_option("--top-k", sp.top_k, "Top-k (0: off)" + hf)
                ->check(kInteger)
                ->check(CLI::Range(0, 1 << 30))
                ->capture_default_str();
-  top_p_ = c->add_option("--top-p", sp.top_p, "Top-p (1: off)" + hf)->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  min_p_ = c->add_option("--min-p", sp.min_p, "Min-p (0: off)" + hf)->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  top_p_ = c->add_option("--top-p", sp.top_p, "Top-p (1: off)" + hf)->check(kNumber)->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  min_p_ = c->add_option("--min-p", sp.min_p, "Min-p (0: off)" + hf)->check(kNumber)->check(CLI::Range(0.0, 1.0))->capture_default_str();
   repeat_penalty_ = c->add_option("--repeat-penalty", sp.repeat_penalty, "Repetition penalty (1: off)" + hf)
+                        ->check(kNumber)
                         ->check(CLI::Range(0.0, 100.0))
                         ->capture_default_str();
   c->add_option("--seed", seed, "Sampling seed (-1: random)")->capture_default_str();
@@ -103,10 +119,12 @@ void add_device_options(CLI::App* c, DeviceOptions& d) {
       ->check(CLI::IsMember({"bf16", "f16", "f32"}))
       ->capture_default_str();
   c->add_option("--quant", d.quant,
-                "HF checkpoints: quantize once at load into $KVAD_HOME/cache (any kvad quantize type: q8_0, "
-                "q4_0, q4_k_m, ...), or none (default: weights as stored); cuda with a GGUF: requantize every "
-                "matrix (q8_0, q4_0, q4_k, q6_k), or none (all --dtype); default: keep the file's formats the GPU reads")
-      ->check(CLI::IsMember({"none", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m", "q4_k", "q4_k_s",
+                "HF checkpoints, and GGUFs on the CPU: convert once at load into $KVAD_HOME/cache (any kvad "
+                "quantize type: q8_0, q4_0, q4_k_m, ...; or f32, f16, bf16: dequantized), or none (default: "
+                "weights as stored; a quantized GGUF requantized says its quality is bounded by its format); "
+                "cuda with a GGUF: requantize every matrix (q8_0, q4_0, q4_k, q6_k), or none (all --dtype); "
+                "default: keep the file's formats the GPU reads")
+      ->check(CLI::IsMember({"none", "f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k_m", "q4_k", "q4_k_s",
                              "q4_k_m", "q5_k_m", "q6_k", "iq4_nl", "tq2_0"}));
   c->add_option("--state-snapshot-every", d.state_snapshot_every,
                 "Recurrent layers (qwen3next): copy the state every N positions so that a rewind (a chat turn "

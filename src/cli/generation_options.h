@@ -24,6 +24,9 @@ void add_threads_option(CLI::App* c, int& threads);
 /// 'abc'"); put it before CLI::Range, whose message for a non-number reads as
 /// if it were a number out of range.
 const CLI::Validator& integer_check();
+/// The same for a number ("expects a number, got 'abc'"): a decimal or
+/// exponent form strtod reads whole, finite; before CLI::Range.
+const CLI::Validator& number_check();
 
 /// Adds --device cpu|cuda, --dtype bf16|f16|f32 and --quant
 /// none|q8_0|q4_0|q4_k|q6_k (registry.h DeviceOptions) to `c`.

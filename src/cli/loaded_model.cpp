@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -45,6 +46,57 @@ void maybe_enable_offload() {
 #endif
 }
 
+// The names --quant takes, for its error message.
+std::string form_names() {
+  std::string types;
+  for (const quant::QuantType& t : quant::quant_types()) types += (types.empty() ? "" : ", ") + std::string(t.name);
+  for (const quant::QuantType& t : quant::float_types()) types += ", " + std::string(t.name);
+  return types + ", or none";
+}
+
+void check_form(const std::string& quant, const char* what) {
+  try {
+    (void)quant::find_form_type(quant);
+  } catch (const Error&) {
+    throw Error("--quant " + quant + " is not a type " + what + " can be converted to (" + form_names() + ")");
+  }
+}
+
+// The GGUF at `path` in the form `quant` from the quantize-once cache (made
+// on a miss), saying which on stderr, with a warning when a quantized source
+// is quantized again.
+std::shared_ptr<const TensorSource> gguf_form(const std::string& path, const std::string& quant) {
+  check_form(quant, "a GGUF");
+  const quant::QuantType& type = quant::find_form_type(quant);
+  {
+    // The stored format of most matrix bytes, for the warning.
+    const std::shared_ptr<const TensorSource> stored = gguf_split_source(path);
+    std::map<DType, size_t> bytes;
+    for (const SourceTensor& t : stored->tensors())
+      if (t.n_dims >= 2 && quant::is_quantized_tensor(t.name, {t.ne.begin(), t.ne.end()})) bytes[t.type] += t.n_bytes;
+    DType most = DType::F32;
+    size_t n = 0;
+    for (const auto& [t, b] : bytes)
+      if (b > n) n = b, most = t;
+    if (!is_float(most) && !is_float(type.base) && most != type.base)
+      std::fprintf(stderr,
+                   "kvad: warning: requantizing %s, stored %s, to %s: its quality is bounded by %s (start from an "
+                   "F16/BF16 GGUF or the HF checkpoint for better)\n",
+                   path.c_str(), dtype_name(most), type.name, dtype_name(most));
+  }
+  const std::string dir = kvad_home() + "/cache";
+  const auto q0 = std::chrono::steady_clock::now();
+  bool hit = false;
+  std::shared_ptr<const TensorSource> src = quantize_once_gguf(path, quant, dir, &hit);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - q0).count();
+  const std::string file = quantize_once_gguf_path(path, quant, dir);
+  if (hit)
+    std::fprintf(stderr, "kvad: %s from the quantize-once cache: %s\n", type.name, file.c_str());
+  else
+    std::fprintf(stderr, "kvad: converted to %s once (%.1f s): %s\n", type.name, secs, file.c_str());
+  return src;
+}
+
 }  // namespace
 
 LoadedModel load_for_cli(const std::string& model_arg, const DeviceOptions& dev, bool any_kind) {
@@ -61,14 +113,19 @@ LoadedModel load_for_cli(const ResolvedModel& r, const DeviceOptions& dev, bool 
   if (const std::string why = backend_unavailable(dev.device); !why.empty()) throw Error(why);
   m.path = r.path;
   if (!r.checkpoint) {
-    // A GGUF is quantized already; only the GPU converts formats at load.
-    if (!dev.quant.empty() && dev.quant != "none" && dev.device.rfind("cuda", 0) != 0)
-      throw Error("--quant " + dev.quant + " applies to HF checkpoints and to --device cuda; " + m.path +
-                  " is a GGUF (make another with kvad quantize)");
-    // A split GGUF (NAME-00001-of-0000N.gguf) loads as one model.
-    std::shared_ptr<const TensorSource> src = gguf_split_source(m.path);
+    // A split GGUF (NAME-00001-of-0000N.gguf) loads as one model. On the CPU
+    // --quant converts it once through the quantize-once cache; on the GPU
+    // the device converts formats at load.
+    std::shared_ptr<const TensorSource> src;
+    DeviceOptions d = dev;
+    if (!dev.quant.empty() && dev.quant != "none" && dev.device.rfind("cuda", 0) != 0) {
+      src = gguf_form(m.path, dev.quant);
+      d.quant = "";
+    } else {
+      src = gguf_split_source(m.path);
+    }
     m.file = gguf_file(*src);
-    m.model = load_model(src, dev);
+    m.model = load_model(src, d);
     m.tokenizer = Tokenizer::from_gguf(*m.file);
   } else {
     std::shared_ptr<const TensorSource> src;
@@ -82,13 +139,7 @@ LoadedModel load_for_cli(const ResolvedModel& r, const DeviceOptions& dev, bool 
       const QuantizeOnceKey key{kvad_home() + "/cache", r.repo, r.commit, dir};
       const auto q0 = std::chrono::steady_clock::now();
       bool hit = false;
-      try {
-        (void)quant::find_quant_type(quant);
-      } catch (const Error&) {
-        std::string types;
-        for (const quant::QuantType& t : quant::quant_types()) types += (types.empty() ? "" : ", ") + std::string(t.name);
-        throw Error("--quant " + quant + " is not a type an HF checkpoint can be quantized to (" + types + ", or none)");
-      }
+      check_form(quant, "an HF checkpoint");
       // A hit maps the cached GGUF without reading (or stacking) the checkpoint's tensors.
       src = quantize_once(r.path, quant, key, &hit);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - q0).count();

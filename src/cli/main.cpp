@@ -11,12 +11,76 @@
 #include "cli/commands.h"
 #include "cli/generation_options.h"
 
+namespace {
+
+// "--prompt needs a value ..." when a flag that takes a value is last or is
+// followed by another of the command's flags (CLI11 would take that flag as
+// the value: `--prompt --temp 1` ran the prompt "--temp"); "" otherwise. A
+// value that starts with a dash but is no flag (-1) stays a value, and
+// --flag=VALUE passes anything.
+std::string missing_value(CLI::App& app, const std::vector<std::string>& args) {
+  CLI::App* cur = &app;
+  auto flag_of = [&](const std::string& a) -> CLI::Option* {
+    if (a.size() < 2 || a[0] != '-' || a == "--") return nullptr;
+    const std::string name = a.substr(0, a.find('='));
+    return cur->get_option_no_throw(name);
+  };
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") break;
+    if (a.empty() || a[0] != '-') {
+      for (CLI::App* sub : cur->get_subcommands({}))
+        if (sub->get_name() == a) {
+          cur = sub;
+          break;
+        }
+      continue;
+    }
+    CLI::Option* o = flag_of(a);
+    if (!o || a.find('=') != std::string::npos || o->get_type_size_min() <= 0 || o->get_expected_min() <= 0) continue;
+    if (a.size() > 2 && a[1] != '-') continue;  // -n4: the value is attached
+    if (i + 1 == args.size()) return a + " needs a value";
+    if (flag_of(args[i + 1])) {
+      const std::string lng = o->get_lnames().empty() ? a : "--" + o->get_lnames()[0];
+      return a + " needs a value, and " + args[i + 1] + " after it is a flag (a value that looks like a flag goes as " +
+             lng + "=VALUE)";
+    }
+  }
+  return "";
+}
+
+// CLI11's "Could not convert: --queue = abc" as the number checks say it
+// ("--queue: expects an integer, got 'abc'"); `msg` itself otherwise.
+std::string conversion_message(CLI::App& app, const std::vector<std::string>& args, const std::string& msg) {
+  const std::string head = "Could not convert: ";
+  const size_t eq = msg.find(" = ");
+  if (msg.rfind(head, 0) != 0 || eq == std::string::npos) return msg;
+  const std::string name = msg.substr(head.size(), eq - head.size()), value = msg.substr(eq + 3);
+  CLI::App* cur = &app;
+  for (size_t i = 1; i < args.size(); ++i)
+    for (CLI::App* sub : cur->get_subcommands({}))
+      if (sub->get_name() == args[i]) cur = sub;
+  const CLI::Option* o = cur->get_option_no_throw(name);
+  if (!o) return msg;
+  const std::string type = o->get_type_name();
+  const std::string what = type.rfind("INT", 0) == 0     ? "an integer"
+                           : type.rfind("UINT", 0) == 0  ? "a non-negative integer"
+                           : type.rfind("FLOAT", 0) == 0 ? "a number"
+                                                         : "a value of type " + type;
+  return name + ": expects " + what + ", got '" + value + "'";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // Ranks other than 0 of an MPI job print nothing but their errors.
   const int rank = kvad::dist::world_rank_hint();
   if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
   CLI::App app{"kvad: run open-weight language models locally"};
   app.require_subcommand(1);
+  // A flag given twice takes its last value, as llama.cpp's do (each value
+  // is still checked). Subcommands copy these defaults when they are made.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   kvad::cli::add_run(app);
   kvad::cli::add_tokenize(app);
   kvad::cli::add_bench(app);
@@ -45,6 +109,10 @@ int main(int argc, char** argv) {
     arg_ptrs.push_back(a.data());
   }
   try {
+    if (const std::string why = missing_value(app, args); !why.empty()) {
+      std::fprintf(stderr, "kvad: error: %s (see kvad --help)\n", why.c_str());
+      return 2;
+    }
     app.parse(argc, arg_ptrs.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
@@ -54,7 +122,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // Usage errors read like every other error: one line, non-zero status.
-    std::string msg = e.what();
+    std::string msg = conversion_message(app, args, e.what());
     if (argc > 1 && argv[1][0] != '-') {
       bool known = false;
       std::string names;

@@ -186,6 +186,7 @@ void add_serve(CLI::App& app) {
   c->add_option("--cors-origin", o->cors_origin, "Let web pages from ORIGIN (or '*') call the API (default: none)");
   c->add_option("--request-timeout", o->request_timeout,
                 "Seconds a connection may take to send a request's headers and body, or sit idle")
+      ->check(number_check())
       ->capture_default_str();
   add_threads_option(c, o->threads);
   c->add_option("--queue", o->queue, "Requests that may wait for a slot before new ones get 429")->capture_default_str();

@@ -23,22 +23,27 @@ void SpecFlags::add_to(CLI::App* c) {
   c->add_option("--model-draft", model_draft,
                 "Speculative decoding with a draft model (GGUF file or model-store name) that has the target's "
                 "tokenizer and fewer weight bytes");
-  c->add_option("--draft-max", spec.draft_max, "Speculation: most tokens proposed per step (1..256)")
+  draft_max_ = c->add_option("--draft-max", spec.draft_max, "Speculation: most tokens proposed per step (1..256)")
       ->check(integer_check())
       ->check(CLI::Range(1, SpecOptions::kDraftMaxLimit))
       ->capture_default_str();
-  c->add_option("--draft-min", spec.draft_min,
+  draft_min_ = c->add_option("--draft-min", spec.draft_min,
                 "Speculation: fewest proposed tokens worth verifying (0..--draft-max); adaptive k stays at or above it")
       ->check(integer_check())
       ->check(CLI::Range(0, SpecOptions::kDraftMaxLimit))
       ->capture_default_str();
-  c->add_flag("--draft-fixed", [this](int64_t) { spec.adaptive = false; },
+  draft_fixed_ = c->add_flag("--draft-fixed", [this](int64_t) { spec.adaptive = false; },
               "Speculation: always propose --draft-max tokens (no adaptive k from the acceptance rate)");
 }
 
 void SpecFlags::check() const {
   if (ngram > 0 && !model_draft.empty())
     throw CLI::ValidationError("--spec-ngram and --model-draft", "choose one proposer");
+  if (!on())
+    for (const CLI::Option* o : {draft_max_, draft_min_, draft_fixed_})
+      if (o && o->count() > 0)
+        throw CLI::ValidationError(o->get_name(), "tunes speculative decoding, which is off: add --spec-ngram N "
+                                                  "or --model-draft M");
   if (spec.draft_min > spec.draft_max)
     throw CLI::ValidationError("--draft-min", "must not exceed --draft-max (" + std::to_string(spec.draft_min) + " > " +
                                                   std::to_string(spec.draft_max) + ")");

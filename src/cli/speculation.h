@@ -11,7 +11,7 @@
 #include "model/model.h"
 #include "model/registry.h"
 
-namespace CLI { class App; }
+namespace CLI { class App; class Option; }
 
 namespace kvad {
 class Session;
@@ -28,9 +28,13 @@ struct SpecFlags {
   /// outside 0..64.
   void add_to(CLI::App* c);
   bool on() const { return ngram > 0 || !model_draft.empty(); }
-  /// Throws CLI::ValidationError (exit 2) for --draft-min above --draft-max
-  /// or both --spec-ngram and --model-draft.
+  /// Throws CLI::ValidationError (exit 2) for --draft-min above --draft-max,
+  /// both --spec-ngram and --model-draft, or --draft-max, --draft-min or
+  /// --draft-fixed without either (nothing to tune).
   void check() const;
+
+ private:
+  CLI::Option *draft_max_ = nullptr, *draft_min_ = nullptr, *draft_fixed_ = nullptr;
 };
 
 /// A loaded proposer: the draft model and its Session when there is one.

@@ -296,7 +296,11 @@ void add_tui(CLI::App& app) {
       "tui", "Full-screen chat with live figures (speed, cache reuse, memory); p cycles backends and weight formats");
   c->add_option("-s,--system", o->system, "System prompt");
   o->add_to(c, "Most tokens per reply (-1: until the model stops)");
-  c->callback([o] { tui_main(*o); });
+  o->spec.add_to(c);
+  c->callback([o] {
+    o->spec.check();
+    tui_main(*o);
+  });
 }
 
 }  // namespace kvad::cli

@@ -23,6 +23,7 @@
 
 #include "cli/generation_options.h"
 #include "cli/loaded_model.h"
+#include "cli/speculation.h"
 #include "model/registry.h"
 
 namespace kvad::cli::tui {
@@ -30,6 +31,7 @@ namespace kvad::cli::tui {
 struct TuiOptions : GenerationOptions {
   TuiOptions() { max_tokens = 512; }
   std::string system;
+  SpecFlags spec;  ///< --spec-ngram / --model-draft: replies speculate (cli/speculation.h)
 };
 
 /// One way to run the model: a backend and a weight format. The six the
@@ -42,11 +44,11 @@ struct Form {
   double prefill_tps = 0, decode_tps = 0;
 };
 
-/// The forms for a model: `checkpoint` is true for an HF checkpoint (the
-/// quantize-once cache gives q8_0/q4_0 on the CPU), false for a GGUF (the
-/// CPU runs it as stored). GPU forms carry backend_unavailable("cuda")'s
-/// reason where there is no usable GPU, or the registry's when `arch` has
-/// no CUDA backend. `dtype` names the GPU's dense format (--dtype).
+/// The forms for a model: `checkpoint` is true for an HF checkpoint, false
+/// for a GGUF; either takes q8_0/q4_0 on the CPU through the quantize-once
+/// cache (a GGUF dequantized and requantized, load_for_cli). GPU forms
+/// carry backend_unavailable("cuda")'s reason where there is no usable
+/// GPU, or the registry's when `arch` has no CUDA backend. `dtype` names the GPU's dense format (--dtype).
 std::vector<Form> make_forms(bool checkpoint, const std::string& arch, const std::string& dtype);
 
 /// The index of the form that --device/--quant ask for, or -1 when none
@@ -78,6 +80,10 @@ struct Figures {
   size_t weight_bytes = 0, kv_bytes = 0, kv_bytes_per_token = 0;
   size_t rss_bytes = 0, peak_rss_bytes = 0;
   double load_s = 0;
+  /// Speculation: the proposer ("ngram 3", "draft FILE"; "" when off) and
+  /// the last reply's proposed and accepted draft tokens.
+  std::string spec;
+  int64_t spec_proposed = 0, spec_accepted = 0;
   std::vector<double> history;  ///< decode tok/s of the last replies, oldest first
 };
 

@@ -6,8 +6,9 @@
 // with the chat template and only the tokens past the longest common prefix
 // with what the Session holds are evaluated (DESIGN.md seam 6). A form
 // switch loads the model anew through load_for_cli (the quantize-once cache
-// for an HF checkpoint's q8_0/q4_0), then re-prefills the conversation so
-// that the next turn reuses it on the new backend.
+// for the CPU's q8_0/q4_0, from an HF checkpoint or a GGUF), then
+// re-prefills the conversation so that the next turn reuses it on the new
+// backend.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -72,13 +73,10 @@ std::vector<Form> make_forms(bool checkpoint, const std::string& arch, const std
   std::vector<Form> f;
   const std::string cpu_none = checkpoint ? "none" : "";
   f.push_back({"cpu as stored", {"cpu", dtype, cpu_none}, ""});
-  for (const char* q : {"q8_0", "q4_0"}) {
-    Form x{std::string("cpu ") + q, {"cpu", dtype, q}, ""};
-    if (!checkpoint)
-      x.why_not = "a GGUF runs on the CPU as stored (kvad refuses --quant on a GGUF there; make another file "
-                  "with kvad quantize, or start from an HF checkpoint)";
-    f.push_back(x);
-  }
+  // Every model takes the CPU forms: an HF checkpoint and a GGUF alike are
+  // converted once through the quantize-once cache (a GGUF dequantized,
+  // then requantized).
+  for (const char* q : {"q8_0", "q4_0"}) f.push_back({std::string("cpu ") + q, {"cpu", dtype, q}, ""});
   std::string gpu_why = backend_unavailable("cuda");
   if (gpu_why.empty()) {
     const ArchEntry* e = find_architecture(arch);
@@ -210,12 +208,21 @@ class Engine {
     }
     const int32_t n_ctx = o_.context_size(m.model->hparams());
     auto session = std::make_unique<Session>(m.model, n_ctx, 1, o_.threads, o_.cache_type.types());
+    // The proposer follows the form: a draft model loads on its device.
+    DeviceOptions dev;
+    {
+      std::lock_guard<std::mutex> l(st_.mu);
+      dev = st_.v.forms[static_cast<size_t>(form)].device;
+    }
+    std::unique_ptr<Speculation> spec = make_speculation(o_.spec, m, dev, n_ctx, o_.threads, o_.cache_type.types(), sp_);
     // Past this point nothing throws: the new model replaces the old one.
+    spec_.reset();
     session_.reset();
     prompt_.reset();
     m_ = std::move(m);
     prompt_ = std::move(prompt);
     session_ = std::move(session);
+    spec_ = std::move(spec);
     n_ctx_ = n_ctx;
     held_.clear();
     sampler_ = std::make_unique<Sampler>(sp_);
@@ -242,6 +249,8 @@ class Engine {
     g.prefill_tps = g.decode_tps = g.ttft_s = 0;
     g.prefill_tokens = g.decode_tokens = 0;
     g.cached_tokens = -1;
+    g.spec = spec_ ? spec_->describe : "";
+    g.spec_proposed = g.spec_accepted = 0;
     g.load_s = m_.load_s;
     if (!note.empty()) st_.v.conversation.push_back({"note", note, ""});
     memory_figures();
@@ -301,6 +310,8 @@ class Engine {
     go.max_tokens = std::min<int32_t>(o_.max_tokens < 0 ? n_ctx_ : o_.max_tokens,
                                       n_ctx_ - static_cast<int32_t>(ids.size()));
     go.held = &held_;
+    go.proposer = spec_ ? spec_->proposer.get() : nullptr;
+    go.spec = o_.spec.spec;
     // The prompt tokens generate() will evaluate (it keeps at least one), for
     // the prefill figure shown at the first token; the exact one comes after.
     const int32_t n_new = static_cast<int32_t>(ids.size() - std::min(common_prefix(held_, ids), ids.size() - 1));
@@ -338,6 +349,8 @@ class Engine {
     g.decode_tps = s.decode_s > 0 && s.n_decode_evals > 0 ? s.n_decode_evals / s.decode_s : 0;
     g.decode_tokens = s.n_generated;
     g.cached_tokens = s.n_cached;
+    g.spec_proposed = s.spec.n_proposed;
+    g.spec_accepted = s.spec.n_accepted;
     if (pieces == 0) g.ttft_s = now_s() - t0;
     if (g.decode_tps > 0) {
       g.history.push_back(g.decode_tps);
@@ -392,6 +405,7 @@ class Engine {
   LoadedModel m_;
   std::optional<ChatPrompt> prompt_;
   std::unique_ptr<Session> session_;
+  std::unique_ptr<Speculation> spec_;  ///< null without --spec-ngram / --model-draft
   std::unique_ptr<Sampler> sampler_;
   SamplerParams sp_;
   int32_t n_ctx_ = 0;

@@ -252,6 +252,11 @@ void draw_panel(const View& v, int x, int w, int h) {
     ++y;
   }
   row("cached_tokens", g.cached_tokens < 0 ? "-" : std::to_string(g.cached_tokens));
+  if (!g.spec.empty())
+    row("speculation", g.spec + ": " +
+                           (g.spec_proposed > 0 ? std::to_string(g.spec_accepted) + "/" + std::to_string(g.spec_proposed) +
+                                                      fmt(" accepted (%.0f%%)", 100.0 * g.spec_accepted / g.spec_proposed)
+                                                : std::string("-")));
   row("context", std::to_string(g.ctx_used) + " / " + std::to_string(g.n_ctx) + " tokens");
   if (y < h) {
     put(y, x + 14, w - 14, bar(g.ctx_used, g.n_ctx, w - 15), style(kCode));

@@ -34,6 +34,10 @@ const std::vector<QuantType> kTypes = {
     {"tq2_0", 37, DType::TQ2_0, false},
 };
 
+// llama_ftype values of the plain float forms (LLAMA_FTYPE_ALL_F32, MOSTLY_F16, MOSTLY_BF16).
+const std::vector<QuantType> kFloatTypes = {
+    {"f32", 0, DType::F32, false}, {"f16", 1, DType::F16, false}, {"bf16", 32, DType::BF16, false}};
+
 // Name parts of tensors llama.cpp never quantizes although they are 2-D
 // "weight"s (tensor_allows_quantization): norms, MoE routers and routing
 // tables, Gemma 3n's small altup/laurel and per-layer projections, Mamba
@@ -277,16 +281,33 @@ std::string quant_type_names() {
   return s;
 }
 
-const QuantType& find_quant_type(std::string_view name) {
-  for (const QuantType& t : kTypes) {
+namespace {
+
+const QuantType* find_in(const std::vector<QuantType>& types, std::string_view name) {
+  for (const QuantType& t : types) {
     const std::string_view n = t.name;
     if (n.size() != name.size()) continue;
     bool eq = true;
     for (size_t k = 0; k < n.size() && eq; ++k)
       eq = std::tolower(static_cast<unsigned char>(name[k])) == n[k];
-    if (eq) return t;
+    if (eq) return &t;
   }
+  return nullptr;
+}
+
+}  // namespace
+
+const QuantType& find_quant_type(std::string_view name) {
+  if (const QuantType* t = find_in(kTypes, name)) return *t;
   throw Error("unknown --type '" + std::string(name) + "'; valid types: " + quant_type_names());
+}
+
+const std::vector<QuantType>& float_types() { return kFloatTypes; }
+
+const QuantType& find_form_type(std::string_view name) {
+  if (const QuantType* t = find_in(kTypes, name)) return *t;
+  if (const QuantType* t = find_in(kFloatTypes, name)) return *t;
+  throw Error("unknown type '" + std::string(name) + "'; valid types: " + quant_type_names() + ", f32, f16, bf16");
 }
 
 bool is_quantized_tensor(const std::string& name, const std::vector<int64_t>& ne) {
@@ -305,7 +326,8 @@ bool is_quantized_tensor(const std::string& name, const std::vector<int64_t>& ne
   return true;
 }
 
-std::vector<TensorChoice> plan(const std::vector<TensorDesc>& tensors, const QuantType& qt, int64_t n_layer) {
+std::vector<TensorChoice> plan(const std::vector<TensorDesc>& tensors, const QuantType& qt, int64_t n_layer,
+                               bool allow_requantize) {
   int64_t n_attn_v = 0, n_ffn_down = 0;
   const std::vector<int64_t> attn_v_rank = ranks_in_category(tensors, Category::kAttnV, &n_attn_v);
   const std::vector<int64_t> ffn_down_rank = ranks_in_category(tensors, Category::kFfnDown, &n_ffn_down);
@@ -321,7 +343,7 @@ std::vector<TensorChoice> plan(const std::vector<TensorDesc>& tensors, const Qua
     c.type = c.wanted = t.type;
     if (t.ne.empty() || !is_quantized_tensor(t.name, t.ne)) continue;
     if (t.type == DType::MXFP4) continue;  // gpt-oss's experts as OpenAI ships them: 4-bit already, kept as they are
-    if (!is_float(t.type))
+    if (!is_float(t.type) && !allow_requantize)
       throw Error("tensor '" + t.name + "' is " + dtype_name(t.type) +
                   "; kvad quantize reads F32, F16 or BF16 weights (requantizing a quantized model loses "
                   "quality: start from the F16/BF16 GGUF)");
@@ -358,6 +380,9 @@ std::vector<TensorChoice> plan(const std::vector<TensorDesc>& tensors, const Qua
       c.fallback = true;
     }
   }
+  if (allow_requantize)
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (out[i].quantize && !is_float(tensors[i].type) && out[i].type == tensors[i].type) out[i].quantize = false;
   return out;
 }
 
@@ -404,8 +429,8 @@ Result quantize_tensors(uint32_t version, const std::vector<gguf::Value>& metada
     const InputTensor& t = tensors[i];
     const TensorChoice& c = choices[i];
     if (c.quantize) {
-      if (!is_float(t.type))
-        throw Error("tensor '" + t.name + "' is " + dtype_name(t.type) + "; kvad quantize reads F32, F16 or BF16");
+      if (t.type != DType::F32 && !cpu::has_cpu_kernels(t.type))
+        throw Error("tensor '" + t.name + "' is " + dtype_name(t.type) + ", which kvad cannot read to quantize");
       if (t.ne.empty() || t.ne[0] % dtype_info(c.type).block_elems != 0)
         throw Error("tensor '" + t.name + "': rows of " + std::to_string(t.ne.empty() ? 0 : t.ne[0]) +
                     " are not a multiple of " + dtype_name(c.type) + "'s block");

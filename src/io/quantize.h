@@ -95,6 +95,13 @@ std::string quant_type_names();
 /// Looks a type up by name, case-insensitive ("Q4_K_M" works). Throws
 /// kvad::Error naming the valid ones when it is unknown.
 const QuantType& find_quant_type(std::string_view name);
+/// The plain float forms besides quant_types() that the quantize-once cache
+/// writes (llama-quantize's F32, F16 and BF16; general.file_type 0, 1, 32):
+/// f32, f16, bf16. With them every tensor the rule above quantizes is
+/// written in that type (dequantized, for a quantized source).
+const std::vector<QuantType>& float_types();
+/// find_quant_type, also taking float_types()' names; the error names both lists.
+const QuantType& find_form_type(std::string_view name);
 
 /// What the rule needs of a tensor.
 struct TensorDesc {
@@ -120,8 +127,12 @@ bool is_quantized_tensor(const std::string& name, const std::vector<int64_t>& ne
 /// before any work, when a single type's block does not divide some
 /// quantized tensor's ne[0] that 32 divides (naming it and the types that
 /// fit; rows 32 does not divide get F16, a fallback), or when a
-/// tensor to quantize is not F32, F16 or BF16 (naming it and its type).
-std::vector<TensorChoice> plan(const std::vector<TensorDesc>& tensors, const QuantType& type, int64_t n_layer = 0);
+/// tensor to quantize is not F32, F16 or BF16 (naming it and its type)
+/// unless `allow_requantize` (llama-quantize's --allow-requantize): then a
+/// quantized tensor is converted too (dequantized row by row, then
+/// quantized), except one already in the type chosen for it, which is copied.
+std::vector<TensorChoice> plan(const std::vector<TensorDesc>& tensors, const QuantType& type, int64_t n_layer = 0,
+                               bool allow_requantize = false);
 
 /// One line of progress, given after each tensor is written.
 struct Progress {
@@ -180,7 +191,8 @@ struct InputTensor {
 
 /// The writer behind quantize_gguf, for any list of tensors: the metadata
 /// (general.file_type and general.quantization_version set as quantize_file
-/// does), then each tensor copied or quantized by its TensorChoice, written
+/// does), then each tensor copied or quantized by its TensorChoice (a
+/// tensor quantized from any format kvad's CPU kernels read), written
 /// as `out_path`.tmp and renamed when complete. `origin` names the input in
 /// errors; `in` (may be null) is passed to the progress callback.
 Result quantize_tensors(uint32_t version, const std::vector<gguf::Value>& metadata,

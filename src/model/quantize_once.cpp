@@ -1,5 +1,6 @@
 // The quantize-once cache (model/quantize_once.h).
 #include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -288,7 +289,7 @@ std::shared_ptr<const TensorSource> cached(const TensorSource& hf, const Quantiz
 
 std::shared_ptr<const TensorSource> quantize_once(const std::string& dir, const std::string& quant,
                                                   const QuantizeOnceKey& key, bool* hit) {
-  (void)quant::find_quant_type(quant);
+  (void)quant::find_form_type(quant);
   if (auto c = cached(*open_hf_checkpoint(dir, /*list_only=*/true), key, quantize_once_path(key, quant))) {
     if (hit) *hit = true;
     return c;
@@ -298,7 +299,7 @@ std::shared_ptr<const TensorSource> quantize_once(const std::string& dir, const 
 
 std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSource> hf, const std::string& quant,
                                                   const QuantizeOnceKey& key, bool* hit) {
-  const quant::QuantType& type = quant::find_quant_type(quant);
+  const quant::QuantType& type = quant::find_form_type(quant);
   const std::string path = quantize_once_path(key, quant);
   const Metadata* md = mapped_metadata(*hf);
   if (!md) throw Error(hf->path() + ": not an HF checkpoint view (open_hf_checkpoint)");
@@ -342,6 +343,111 @@ std::shared_ptr<const TensorSource> quantize_once(std::shared_ptr<const TensorSo
   quant::Options opt;  // all cores
   quant::quantize_tensors(3, meta, layout.tensors, plan, type.file_type, path, opt, hf->path());
   return gguf_source(gguf::File::open(path));
+}
+
+// ---- a GGUF as the source ---------------------------------------------------
+
+namespace {
+
+// The files of the GGUF model at `path` (every part of a split one), in order.
+std::vector<std::string> gguf_parts(const std::string& path) {
+  std::string prefix;
+  int n = 0;
+  if (!gguf_split_name(path, &prefix, &n)) return {path};
+  std::vector<std::string> parts;
+  for (int i = 1; i <= n; ++i) {
+    char tail[40];
+    std::snprintf(tail, sizeof tail, "-%05d-of-%05d.gguf", i, n);
+    parts.push_back(prefix + tail);
+  }
+  return parts;
+}
+
+// "path:bytes:mtime;" of each file, paths made absolute.
+std::string file_stamp(const std::string& path) {
+  std::string s;
+  for (const std::string& part : gguf_parts(path)) {
+    std::error_code ec;
+    const fs::path abs = fs::weakly_canonical(fs::absolute(part, ec), ec);
+    const auto size = fs::file_size(abs, ec);
+    if (ec) throw Error(part + ": " + ec.message());
+    const auto mtime = fs::last_write_time(abs, ec).time_since_epoch().count();
+    s += abs.string() + ":" + std::to_string(size) + ":" + std::to_string(ec ? 0 : mtime) + ";";
+  }
+  return s;
+}
+
+// FNV-1a, 64 bits, as 16 hex digits: a stable name for a stamp.
+std::string fnv1a_hex(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
+  return b;
+}
+
+std::string gguf_entry_path(const std::string& path, const std::string& stamp, const std::string& target,
+                            const std::string& cache_dir) {
+  std::string stem = fs::path(gguf_parts(path)[0]).stem().string();
+  return (fs::path(cache_dir) /
+          (safe(stem) + "--" + fnv1a_hex(stamp).substr(0, 12) + "--" + safe(quant::find_form_type(target).name) +
+           "--v" + std::to_string(kCacheVersion) + ".gguf"))
+      .string();
+}
+
+}  // namespace
+
+std::string quantize_once_gguf_path(const std::string& path, const std::string& target, const std::string& cache_dir) {
+  return gguf_entry_path(path, file_stamp(path), target, cache_dir);
+}
+
+std::shared_ptr<const TensorSource> quantize_once_gguf(const std::string& path, const std::string& target,
+                                                       const std::string& cache_dir, bool* hit) {
+  const quant::QuantType& type = quant::find_form_type(target);
+  const std::string stamp = file_stamp(path);
+  const std::string out = gguf_entry_path(path, stamp, target, cache_dir);
+  std::error_code ec;
+  if (fs::is_regular_file(out, ec)) {
+    try {
+      std::shared_ptr<const gguf::File> f = gguf::File::open(out);
+      if (f->get_string(keys::kFile, "") == stamp && f->get_int(keys::kVersion, 0) == kCacheVersion) {
+        fs::last_write_time(out, fs::file_time_type::clock::now(), ec);  // "last used", for kvad cache
+        if (hit) *hit = true;
+        return gguf_source(std::move(f));
+      }
+    } catch (const Error&) {
+      // A damaged or foreign file: convert again over it.
+    }
+  }
+  if (hit) *hit = false;
+  const std::shared_ptr<const TensorSource> src = gguf_split_source(path);
+  // Metadata from the first part (gguf_split_source's rule).
+  std::shared_ptr<const gguf::File> first = gguf_file(*src);
+  if (!first) first = gguf::File::open(gguf_parts(path)[0]);
+  std::vector<quant::InputTensor> tensors;
+  std::vector<quant::TensorDesc> descs;
+  for (const SourceTensor& t : src->tensors()) {
+    require_supported(t);
+    tensors.push_back(input_of(t));
+    descs.push_back({t.name, tensors.back().ne, t.type});
+  }
+  const std::string arch = src->get_string("general.architecture", "");
+  const std::vector<quant::TensorChoice> plan =
+      quant::plan(descs, type, src->get_int(arch + ".block_count", 0), /*allow_requantize=*/true);
+  std::vector<gguf::Value> meta;
+  for (const gguf::Value& v : first->metadata())
+    if (v.key().rfind("split.", 0) != 0 && v.key().rfind("kvad.source.", 0) != 0 && v.key().rfind("kvad.cache.", 0) != 0)
+      meta.push_back(v);
+  meta.push_back(gguf::make_string(keys::kRepo, fs::absolute(path, ec).string()));
+  meta.push_back(gguf::make_string(keys::kCommit, fnv1a_hex(stamp)));
+  meta.push_back(gguf::make_string(keys::kFile, stamp));
+  meta.push_back(gguf::make_string(keys::kQuant, type.name));
+  meta.push_back(gguf::make_uint(keys::kVersion, gguf::ValueType::UINT32, kCacheVersion));
+  fs::create_directories(cache_dir, ec);
+  if (ec) throw Error("cannot create the quantize-once cache " + cache_dir + ": " + ec.message());
+  quant::Options opt;  // all cores
+  quant::quantize_tensors(first->version(), meta, tensors, plan, type.file_type, out, opt, path);
+  return gguf_source(gguf::File::open(out));
 }
 
 }  // namespace kvad

@@ -1,5 +1,6 @@
-// The quantize-once cache: an HF checkpoint (model/hf.h's view) quantized
-// once to a GGUF that later loads map directly (quantize_once.cpp).
+// The quantize-once cache: an HF checkpoint (model/hf.h's view), or a GGUF,
+// converted once to a GGUF that later loads map directly
+// (quantize_once.cpp).
 #pragma once
 #include <memory>
 #include <string>
@@ -30,6 +31,9 @@ inline constexpr const char* kTensors = "kvad.source.tensors";  ///< STRING: "na
 inline constexpr const char* kTokenizer = "kvad.source.tokenizer";
 inline constexpr const char* kQuant = "kvad.cache.quant";       ///< STRING: the --quant type
 inline constexpr const char* kVersion = "kvad.cache.version";   ///< UINT32: the cache's format version
+/// STRING: "path:bytes:mtime;" of each file of a GGUF source
+/// (quantize_once_gguf): a changed or replaced file makes the entry stale.
+inline constexpr const char* kFile = "kvad.source.file";
 }  // namespace quantize_once_keys
 
 /// The quantize-once cache (DESIGN.md seams 7 and 9): the
@@ -62,5 +66,25 @@ std::shared_ptr<const TensorSource> quantize_once(const std::string& dir, const 
 
 /// The cache file quantize_once uses for `key` and `quant`.
 std::string quantize_once_path(const QuantizeOnceKey& key, const std::string& quant);
+
+/// The quantize-once cache with a GGUF as its source: the model at `path`
+/// (gguf_split_source: a GGUF, or any part of a split one) in the form
+/// `target`, one of io/quantize.h's find_form_type names: a quant type
+/// (q8_0, q4_0, q4_k_m, ...; llama.cpp's rules pick each tensor's type, as
+/// llama-quantize --allow-requantize does) or f32 / f16 / bf16. Each tensor
+/// the rule converts is read through its CPU to_float (exact for every
+/// ggml block format: the same floats a matmul on the stored tensor sees)
+/// and written in its new type; a tensor already in its chosen type, and
+/// every tensor the rule keeps (norms, biases), is copied byte for byte.
+/// Every metadata key is kept (the tokenizer and chat template among them)
+/// but split.*; kvad.source.file stamps the source files' paths, sizes and
+/// modification times, and the file is named by them and `target` in
+/// `cache_dir`. A later call with the same files maps the entry directly
+/// (*hit true, when given). Throws kvad::Error for an unknown target, an
+/// unreadable source, a tensor no CPU kernel reads, or an unwritable cache.
+std::shared_ptr<const TensorSource> quantize_once_gguf(const std::string& path, const std::string& target,
+                                                       const std::string& cache_dir, bool* hit = nullptr);
+/// The cache file quantize_once_gguf uses for `path` (as it is now) and `target`.
+std::string quantize_once_gguf_path(const std::string& path, const std::string& target, const std::string& cache_dir);
 
 }  // namespace kvad

@@ -168,7 +168,7 @@ json usage_of(const GenUsage& u) {
 }  // namespace
 
 CompletionRequest parse_anthropic_request(const std::string& body_text) {
-  const json body = parse_body(body_text);
+  const json body = parse_body(body_text, /*openai_hint=*/false);
   CompletionRequest r;
   r.chat = true;
   r.model = string_of(required(body, "model", "model"), "model");

@@ -167,7 +167,7 @@ std::string ollama_model_name(const std::string& model_id) {
 OllamaRequest parse_ollama_request(const std::string& text, bool chat, const SamplerParams& defaults) {
   json body;
   try {
-    body = parse_body(text);
+    body = parse_body(text, /*openai_hint=*/false);
   } catch (const ApiError& e) {
     bad("", "invalid JSON body: " + e.message, e.code);
   }

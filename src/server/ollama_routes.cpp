@@ -42,7 +42,7 @@ std::string model_name(const json& body) {
 
 json parse_ollama_body(const std::string& text) {
   try {
-    return parse_body(text);
+    return parse_body(text, /*openai_hint=*/false);
   } catch (const ApiError& e) {
     throw ApiError(400, "invalid JSON body: " + e.message, "invalid_request_error", "", e.code);
   }

@@ -309,7 +309,7 @@ static std::shared_ptr<const Grammar> parse_grammar_fields(const json& body) {
   return out;
 }
 
-json parse_body(const std::string& body_text) {
+json parse_body(const std::string& body_text, bool openai_hint) {
   if (json_depth_over(body_text, kMaxJsonDepth) != 0)
     throw ApiError(400, "The JSON body of your request is nested more than " + std::to_string(kMaxJsonDepth) +
                             " levels deep.", "invalid_request_error", "", "invalid_json");
@@ -318,8 +318,10 @@ json parse_body(const std::string& body_text) {
     body = parse_json_ordered(body_text);
   } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers such as 1e400
     throw ApiError(400,
-                   std::string("We could not parse the JSON body of your request. (HINT: This likely means you "
-                               "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload.) ") +
+                   std::string("We could not parse the JSON body of your request. ") +
+                       (openai_hint ? "(HINT: This likely means you aren't using your HTTP library correctly. The "
+                                      "OpenAI API expects a JSON payload.) "
+                                    : "") +
                        e.what(),
                    "invalid_request_error", "", "invalid_json");
   }

@@ -185,8 +185,11 @@ inline int json_depth_over(std::string_view text, int limit) {
   return 0;
 }
 
-/// parse_completion_request's body checks (depth, JSON, an object); throws ApiError 400.
-nlohmann::ordered_json parse_body(const std::string& body_text);
+/// parse_completion_request's body checks (depth, JSON, an object); throws
+/// ApiError 400. `openai_hint`: a body that is not JSON gets OpenAI's
+/// wording ("HINT: ... The OpenAI API expects a JSON payload."); false (the
+/// ollama and Anthropic routes): the parser's message alone.
+nlohmann::ordered_json parse_body(const std::string& body_text, bool openai_hint = true);
 
 /// The sampling fields common to all endpoints (temperature, top_p, top_k,
 /// min_p, penalties, logit_bias, seed) into g.sampling; `defaults` for what

@@ -267,6 +267,18 @@ OutputFormat output_format(const CompletionRequest& r, const TemplateTools& tt, 
   return f;
 }
 
+namespace {
+// The 400 for a forced tool whose parameters schema the grammar compiler refuses.
+[[noreturn]] void refuse_tool_schema(const CompletionRequest& r, const ToolSpec& t, const SchemaError& e) {
+  size_t idx = 0;
+  for (size_t k = 0; k < r.tools.size(); ++k)
+    if (r.tools[k].name == t.name) idx = k;
+  const std::string param = "tools[" + std::to_string(idx) + "].function.parameters";
+  throw ApiError(400, "tool_choice forces a call of '" + t.name + "', but its parameters cannot be enforced: " +
+                          e.what(), "invalid_request_error", param, "invalid_schema");
+}
+}  // namespace
+
 std::shared_ptr<const Grammar> forced_call_grammar(const CompletionRequest& r, const OutputFormat& f) {
   if (!f.stop_after_call || f.prefix.empty() || f.specs.empty()) return nullptr;
   std::string args_key = "arguments", close;
@@ -294,18 +306,28 @@ std::shared_ptr<const Grammar> forced_call_grammar(const CompletionRequest& r, c
       opt.whitespace = JsonSchemaOptions::Whitespace::kPretty;
       rules += json_schema_to_gbnf(params, opt) + "\n";
     } catch (const SchemaError& e) {
-      size_t idx = 0;
-      for (size_t k = 0; k < r.tools.size(); ++k)
-        if (r.tools[k].name == t.name) idx = k;
-      const std::string param = "tools[" + std::to_string(idx) + "].function.parameters";
-      throw ApiError(400, "tool_choice forces a call of '" + t.name + "', but its parameters cannot be enforced: " +
-                              e.what(), "invalid_request_error", param, "invalid_schema");
+      refuse_tool_schema(r, t, e);
     }
     // Names are [a-zA-Z0-9_-]: safe inside a GBNF string literal.
     root += (i ? " | " : "") + (named ? std::string() : "\"" + t.name + "\\\", \\\"" + args_key + "\\\": \" ") +
             pre + "root \"" + close + "\"";
   }
-  return Grammar::parse(root + "\n" + rules);
+  try {
+    return Grammar::parse(root + "\n" + rules);
+  } catch (const GrammarError&) {
+    // A schema whose grammar does not parse (a pattern or $ref that loops
+    // without input): compiled alone, the tool's schema names the keyword
+    // and the subschema's JSON pointer.
+    for (size_t i = 0; i < f.specs.size(); ++i) {
+      const json params = f.specs[i].parameters.is_object() ? f.specs[i].parameters : json{{"type", "object"}};
+      try {
+        (void)json_schema_grammar(params);
+      } catch (const SchemaError& e) {
+        refuse_tool_schema(r, f.specs[i], e);
+      }
+    }
+    throw;
+  }
 }
 
 void check_tool_choice(const CompletionRequest& r, ParsedOutput& out, const std::string& raw_text,

@@ -199,16 +199,6 @@ TEST(Cli, TemplateRendersPeerTemplateLikeJinja2) {
   EXPECT_TRUE(one_error_line(bad.err)) << bad.err;
 }
 
-// --quant on a GGUF with the CPU is refused rather than ignored.
-TEST(Cli, QuantOnACpuGgufIsAClearError) {
-  const std::string path = kvad::test::find_model("smollm2-135m");
-  if (path.empty()) GTEST_SKIP() << "model smollm2-135m not installed";
-  const Out r = run_kvad("run -m " + path + " --quant q8_0 -p hi -n 1");
-  EXPECT_NE(r.status, 0);
-  EXPECT_TRUE(kvad::test::one_error_line(r.err)) << r.err;
-  EXPECT_NE(r.err.find("kvad: error: --quant q8_0 applies to HF checkpoints"), std::string::npos) << r.err;
-}
-
 // --cache-type-k/-ctk and --cache-type-v/-ctv (llama.cpp's flags): a value
 // other than f16 or f32 is one error line naming the flag and the accepted
 // values, before any model is read, on every command that makes a cache,

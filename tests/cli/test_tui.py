@@ -124,13 +124,21 @@ class TuiTest(unittest.TestCase):
         self.assertGreater(int(figure(s, "cached_tokens")), 0)
         self.assertGreater(rate(s, "decode"), 0)
         self.assertRegex(figure(s, "context"), r"^[1-9][0-9]* / [0-9]+ tokens$")
-        # A GGUF runs on the CPU as stored: p says why nothing else can run,
-        # unless a GPU is here, when p switches to it.
+        # The default model is a GGUF: p switches it to cpu q8_0 through the
+        # quantize-once cache (dequantized, requantized), keeps the
+        # conversation, and the model answers in the new form.
         p.keys("p")
-        s = p.wait(lambda s: "no other form can run here" in s or "switched to" in s, "p's answer")
-        if "no other form" in s:
-            self.assertIn("a GGUF runs on the", s)  # the reason, wrapped in the panel
+        s = p.wait(lambda s: idle(s) and "switched to cpu q8_0" in s, "the switch to q8_0", bound=300)
+        self.assertEqual(figure(s, "form"), "cpu q8_0")
+        self.assertTrue(figure(s, "backend").startswith("cpu | q8_0"), figure(s, "backend"))
         self.assertIn("And of Italy?", s)
+        self.assertRegex(s, r"re-prefilled [1-9][0-9]* tokens")
+        self.assertNotIn("a GGUF runs on the", s)  # the CPU forms are not greyed
+        self.send(p, "And of Spain?")
+        s = p.wait(lambda s: idle(s) and "And of Spain?" in s and re.search(r"cpu q8_0 +[0-9.]+ +[0-9.]+", s),
+                   "a reply on q8_0")
+        self.assertGreater(rate(s, "decode"), 0)
+        self.assertRegex(s, r"cpu as stored +[0-9.]+ +[0-9.]+")  # the stored form's speed stays in the table
         # Narrow: the panel gives way to one line of figures; wide again: back.
         tmux("resize-window", "-t", p.name, "-x", "80", "-y", "24")
         s = p.wait(lambda s: re.search(r"cached_tokens [1-9][0-9]* \| ctx [0-9]+/", s), "the narrow layout")
@@ -138,7 +146,25 @@ class TuiTest(unittest.TestCase):
         self.assertTrue(all(len(line) <= 80 for line in s.splitlines()))
         tmux("resize-window", "-t", p.name, "-x", "120", "-y", "40")
         s = p.wait(lambda s: figure(s, "cached_tokens") is not None, "the figures panel again")
-        self.assertIn("And of Italy?", s)
+        self.assertIn("And of Spain?", s)
+        self.quit_and_check(p)
+
+    def test_speculation_shows_its_acceptance(self):
+        # n-gram lookup over a reply that repeats the prompt: the panel shows
+        # the proposer and how many of its draft tokens were accepted.
+        p = self.start(["--spec-ngram", "3", "-n", "40"])
+        s = p.wait(ready, "the TUI ready")
+        self.assertEqual(figure(s, "speculation"), "ngram 3: -")
+        self.send(p, "Repeat this line exactly, twice: the red fox jumps over the lazy brown dog.")
+        s = p.wait(lambda s: idle(s) and re.match(r"ngram 3: [0-9]+/[0-9]+ accepted", figure(s, "speculation") or ""),
+                   "the acceptance of the first reply")
+        m = re.match(r"ngram 3: ([0-9]+)/([0-9]+) accepted \(([0-9]+)%\)", figure(s, "speculation"))
+        self.assertIsNotNone(m, figure(s, "speculation"))
+        print("speculation figure:", figure(s, "speculation"))
+        accepted, proposed = int(m.group(1)), int(m.group(2))
+        self.assertGreater(proposed, 0)
+        self.assertLessEqual(accepted, proposed)
+        self.assertGreater(rate(s, "decode"), 0)
         self.quit_and_check(p)
 
     def test_hf_checkpoint_p_switches_to_q8_0(self):

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/error.h"
@@ -211,6 +212,43 @@ TEST(HfCheckpoint, QuantizeOnceWritesLlamaCppsLayout) {
     }
   }
   fs::remove_all(tmp);
+}
+
+}  // namespace
+
+namespace {
+
+// The float forms (f32, f16, bf16) of an HF checkpoint: every matrix in that
+// type, the norms as the view holds them, and logits as close to
+// transformers' as the type's rounding allows.
+TEST(HfCheckpoint, QuantizeOnceFloatForms) {
+  const fs::path cache = fs::temp_directory_path() / ("kvad-qfloat-" + std::to_string(::getpid()));
+  fs::remove_all(cache);
+  const fs::path dir = kDir / "llama";
+  const kvad::QuantizeOnceKey key{cache.string(), "kvad-test/tiny-llama", "0123456789abcdef"};
+  const Reference ref = read_reference(dir);
+  // Measured 3.7e-4 (f32: the f16 KV cache's rounding alone), 6.8e-4 (f16),
+  // 5.7e-3 (bf16); a wrong layout gives errors of order 1.
+  for (const auto& [form, type, bound] : {std::tuple{"f32", kvad::DType::F32, 1e-3}, std::tuple{"f16", kvad::DType::F16, 2e-3},
+                                          std::tuple{"bf16", kvad::DType::BF16, 2e-2}}) {
+    SCOPED_TRACE(form);
+    bool hit = true;
+    auto q = kvad::quantize_once(dir.string(), form, key, &hit);
+    EXPECT_FALSE(hit);
+    EXPECT_EQ(q->find("blk.0.ffn_down.weight")->type, type);
+    EXPECT_EQ(q->find("blk.0.attn_norm.weight")->type, kvad::DType::F32);
+    std::shared_ptr<kvad::Model> m = kvad::load_model(q, kvad::DeviceOptions{});
+    kvad::Session s(m, std::max<int32_t>(64, static_cast<int32_t>(ref.tokens.size())), 1, 1);
+    kvad::Batch b;
+    for (size_t i = 0; i < ref.tokens.size(); ++i) b.add(ref.tokens[i], static_cast<int32_t>(i), 0, true);
+    const std::vector<float>& all = s.forward(b);
+    double worst = 0;
+    for (size_t i = 0; i < ref.tokens.size(); ++i)
+      worst = std::max(worst, rel_err(ref.logits[i], &all[i * m->hparams().n_vocab]));
+    std::printf("llama %s via the quantize-once cache: max |diff| / max |logit| vs transformers %.2e\n", form, worst);
+    EXPECT_LT(worst, bound);
+  }
+  fs::remove_all(cache);
 }
 
 }  // namespace

@@ -178,6 +178,26 @@ def test_decimal_bounds_that_double_rounds_are_refused(one_slot):
 
 # ------------------------------------------------------------ 4xx, not 500
 
+def test_schema_that_loops_is_400_naming_its_subschema(one_slot):
+    # A pattern that repeats the empty string: the compiled grammar is left
+    # recursive. Refused as the schema's error with the JSON pointer of the
+    # subschema, on every route a schema reaches (a forced tool call's
+    # arguments were a 500 before).
+    schema = {"type": "object", "properties": {"x": {"type": "string", "pattern": "(a*)*"}}}
+    bodies = [
+        (CHAT, {"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}},
+         "response_format.json_schema.schema"),
+        (CHAT, {"tools": [{"type": "function", "function": {"name": "f", "parameters": schema}}],
+                "tool_choice": "required"}, "tools[0].function.parameters"),
+    ]
+    for path, extra, param in bodies:
+        body = {"model": MODEL_NAME, "messages": MSGS, "max_tokens": 4, **extra}
+        st, _, j = post_raw(one_slot, path, json.dumps(body).encode())
+        assert st == 400 and j["error"]["code"] == "invalid_schema" and j["error"]["param"] == param, j
+        assert "keyword 'pattern' at '/properties/x'" in j["error"]["message"], j
+    assert one_slot.request("GET", "/health")[0] == 200
+
+
 def test_grammars_too_ambiguous_are_400(one_slot):
     alts = " | ".join('"w%d"' % i for i in range(5000))
     st, _, j = post_raw(one_slot, CHAT, json.dumps({"model": MODEL_NAME, "messages": MSGS, "max_tokens": 4,

@@ -212,8 +212,15 @@ def test_errors_in_ollama_shape(client, server):
         status, j = raw_post(server, path, body)
         assert 400 <= status < 500, (path, body, status, j)
         assert isinstance(j["error"], str) and word in j["error"], (body, j)
-    status, text = server.request("POST", "/api/chat", raw=b"{not json")
-    assert status == 400 and isinstance(json.loads(text)["error"], str)
+    # A body that is not JSON: ollama's shape, the parser's message, and no
+    # word of the OpenAI API (whose hint the /v1 routes give).
+    for path in ("/api/chat", "/api/generate", "/api/show", "/api/embed", "/api/pull"):
+        status, text = server.request("POST", path, raw=b"{not json")
+        j = json.loads(text)
+        assert status == 400 and list(j) == ["error"] and isinstance(j["error"], str), (path, text)
+        assert "JSON" in j["error"] and "OpenAI" not in j["error"] and "HINT" not in j["error"], (path, text)
+    status, text = server.request("POST", "/v1/chat/completions", raw=b"{not json")
+    assert status == 400 and "The OpenAI API expects a JSON payload" in json.loads(text)["error"]["message"]
     status, text = server.request("GET", "/api/chat")
     assert status == 405 and "POST" in json.loads(text)["error"]
     status, text = server.request("GET", "/api/nope")

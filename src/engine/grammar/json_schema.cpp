@@ -11,6 +11,7 @@ namespace kvad::schema_compile {
 
 // -------------------------------------------------------------- gen
 std::string Compiler::gen(const oj& s, const std::string& path, int depth) {
+  const PathScope scope(cur_path_, path);
   if (depth > kMaxDepth) refuse("", path, "schemas nested deeper than 64");
   if (s.is_boolean()) return s.get<bool>() ? "value" : kNever;
   if (!s.is_object()) refuse("", path, "a schema must be an object or a boolean");
@@ -147,6 +148,7 @@ std::string Compiler::ref_rule(const oj& ref, const std::string& path, int depth
   if (it != refs_.end()) return it->second;
   const std::string name = reserve("ref" + ptr.substr(ptr.rfind('/') == std::string::npos ? 1 : ptr.rfind('/') + 1));
   refs_[ptr] = name;
+  ref_rules_.insert(name);
   const std::string body = gen(target, ptr, depth + 1);
   define(name, body == kNever ? std::string(kNever) : body);
   return name;
@@ -500,19 +502,28 @@ std::string prefix_names(const std::string& text, const std::string& prefix) {
 }
 }  // namespace
 
-std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opt) {
+namespace {
+void check_prefix(const JsonSchemaOptions& opt) {
   for (char c : opt.prefix)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_')
       throw SchemaError("", "", "rule prefix '" + opt.prefix + "' has characters other than [A-Za-z0-9_-]");
   if (!opt.prefix.empty() && !std::isalpha(static_cast<unsigned char>(opt.prefix[0])))
     throw SchemaError("", "", "rule prefix '" + opt.prefix + "' must start with a letter");
+}
+}  // namespace
+
+std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opt) {
+  check_prefix(opt);
   // References that depend on a base URI ($id) made absolute first.
   const std::optional<nlohmann::ordered_json> absolute = schema_uri::absolutize(schema);
   return prefix_names(Compiler(absolute ? *absolute : schema, opt).run(), opt.prefix);
 }
 
 std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema, const JsonSchemaOptions& opt) {
-  const std::string text = json_schema_to_gbnf(schema, opt);
+  check_prefix(opt);
+  const std::optional<nlohmann::ordered_json> absolute = schema_uri::absolutize(schema);
+  Compiler compiler(absolute ? *absolute : schema, opt);
+  const std::string text = prefix_names(compiler.run(), opt.prefix);
   try {
     return Grammar::parse(text, opt.prefix + "root");
   } catch (const SchemaError&) {
@@ -520,8 +531,14 @@ std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json&
   } catch (const GrammarError& e) {
     const std::string what = e.what();
     if (what.find("left recursive") != std::string::npos) {
-      const bool ref = what.find("rule '" + opt.prefix + "ref") != std::string::npos;
-      throw SchemaError(ref ? "$ref" : "pattern", "",
+      // The rule GBNF names is one the compiler made (or one GBNF made for a
+      // group inside it): the error is at the subschema it was made for.
+      const size_t at = what.find("rule '"), end = at == std::string::npos ? at : what.find('\'', at + 6);
+      std::string rule = end == std::string::npos ? "" : what.substr(at + 6, end - at - 6);
+      if (rule.rfind(opt.prefix, 0) == 0) rule.erase(0, opt.prefix.size());
+      bool ref = false;
+      const std::string path = compiler.path_of_rule(rule, &ref);
+      throw SchemaError(ref ? "$ref" : "pattern", path,
                         ref ? "a reference that recurses without consuming input"
                             : "a repetition of something that can match the empty string");
     }

@@ -86,6 +86,23 @@ class Compiler : public schema_struct::RuleSink {
       : root_(root), mg_(root), any_order_(opt.key_order == JsonSchemaOptions::KeyOrder::kAny), opt_(opt),
         base_(base_rules(opt)) {}
 
+  /// The JSON pointer of the subschema whose compiling made rule `name`
+  /// (or a rule GBNF made for a group inside it: "name-N", "name-N-M"),
+  /// "" for the root or a name the compiler did not make; *ref tells
+  /// whether that rule is a $ref's.
+  std::string path_of_rule(std::string name, bool* ref) const {
+    *ref = false;
+    for (;;) {
+      if (auto it = paths_.find(name); it != paths_.end()) {
+        *ref = ref_rules_.count(name) > 0;
+        return it->second;
+      }
+      const size_t dash = name.rfind('-');
+      if (dash == std::string::npos) return "";
+      name.resize(dash);
+    }
+  }
+
   std::string run() {
     schema_logic::check_bounds(root_);
     const std::string r = gen(root_, "", 0);
@@ -112,6 +129,16 @@ class Compiler : public schema_struct::RuleSink {
   std::map<std::string, size_t> index_;         // name -> rules_ index
   std::map<std::string, std::string> by_body_;  // body -> name
   std::map<std::string, std::string> refs_;     // JSON pointer -> rule name
+  std::map<std::string, std::string> paths_;    // rule name -> JSON pointer of the subschema it was made for
+  std::set<std::string> ref_rules_;             // the rules made for $ref targets
+  std::string cur_path_;                        // the subschema gen() is compiling
+  // Sets cur_path_ for the lifetime of one gen() call.
+  struct PathScope {
+    std::string& cur;
+    std::string saved;
+    PathScope(std::string& c, const std::string& p) : cur(c), saved(c) { cur = p; }
+    ~PathScope() { cur = saved; }
+  };
   std::set<uint32_t> mods_;
   std::string extra_;                            // multipleOf automata
   int n_ = 0;
@@ -127,6 +154,7 @@ class Compiler : public schema_struct::RuleSink {
     if (h.size() > 24) h.resize(24);
     if (h.empty() || !std::isalpha(static_cast<unsigned char>(h[0]))) h = "s" + h;
     std::string name = h + "-" + std::to_string(++n_);
+    paths_[name] = cur_path_;
     index_[name] = rules_.size();
     rules_.emplace_back(name, "");
     return name;

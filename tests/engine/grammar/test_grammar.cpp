@@ -182,6 +182,39 @@ TEST(JsonSchemaApi, ToolCallGrammar) {
   EXPECT_THROW(json_schema_to_gbnf(oj::object(), o), SchemaError);
 }
 
+// A refused schema names the subschema as a JSON pointer, also when the
+// refusal comes from the compiled grammar (a pattern or a $ref that loops
+// without consuming input): the pointer of the subschema, not the root's '#'.
+TEST(JsonSchemaApi, ErrorsNameTheSubschemasPointer) {
+  struct Case {
+    const char* schema;
+    const char* keyword;
+    const char* path;
+  };
+  for (const Case& c : {
+           Case{R"({"properties": {"x": {"type": "string", "pattern": "(a*)*"}}})", "pattern", "/properties/x"},
+           Case{R"({"items": {"properties": {"y": {"type": "string", "pattern": "(|b)+"}}}})", "pattern",
+                "/items/properties/y"},
+           Case{R"({"properties": {"x": {"type": "string", "format": "hostname-ish"}}})", "format", "/properties/x"},
+           Case{R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "properties": {"z": {"$ref": "#/$defs/a"}}})", "$ref",
+                "/properties/z"},
+       }) {
+    SCOPED_TRACE(c.schema);
+    for (const char* prefix : {"", "call-"}) {
+      try {
+        JsonSchemaOptions o;
+        o.prefix = prefix;
+        json_schema_grammar(oj::parse(c.schema), o);
+        ADD_FAILURE() << "compiled";
+      } catch (const SchemaError& e) {
+        EXPECT_EQ(e.keyword, c.keyword) << e.what();
+        EXPECT_EQ(e.path, c.path) << e.what();
+        EXPECT_NE(std::string(e.what()).find(std::string("at '") + c.path + "'"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
 // Number bounds compare decimals digit by digit: checked against integer
 // arithmetic on values scaled by 10^4, over random bounds and values.
 TEST(JsonSchemaApi, DecimalBoundsMatchArithmetic) {
