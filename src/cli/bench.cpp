@@ -14,13 +14,16 @@
 #include "base/thread_pool.h"
 #include "cli/commands.h"
 #include "cli/bench_spec.h"
+#include "cli/distributed.h"
 #include "cli/generation_options.h"
 #include "cli/loaded_model.h"
 #include "io/tensor_source.h"
 #include "cli/model_store.h"
+#include "dist/comm.h"
 #include "engine/session.h"
 #include "io/gguf.h"
 #include "model/model.h"
+#include "model/pipeline.h"
 
 namespace kvad::cli {
 
@@ -37,6 +40,7 @@ struct BenchOptions {
   CacheTypeOptions cache_type;
   SpecFlags spec;
   std::string spec_prompt_file;
+  DistOptions dist;
 };
 
 struct Result {
@@ -83,12 +87,29 @@ std::string params_str(int64_t n) {
   return b;
 }
 
+// Per rank: bytes and messages sent and received per decoded token over the
+// tg test (each rank's stage boundary, the truncates between repetitions
+// included).
+void print_pipeline_traffic(const std::vector<dist::CommStats>& st, double tokens) {
+  std::printf("\npipeline traffic per decoded token (tg, %.0f tokens; dist counters):\n", tokens);
+  std::printf("| %4s | %12s | %12s | %12s | %12s |\n", "rank", "sent B", "sent msgs", "recv B", "recv msgs");
+  for (size_t r = 0; r < st.size(); ++r)
+    std::printf("| %4zu | %12.1f | %12.2f | %12.1f | %12.2f |\n", r, st[r].bytes_sent / tokens,
+                st[r].messages_sent / tokens, st[r].bytes_received / tokens, st[r].messages_received / tokens);
+}
+
 void bench(const BenchOptions& o) {
   if (o.reps < 1) throw Error("-r must be at least 1");
   if (o.n_prompt < 0 || o.n_gen < 0) throw Error("-p and -n must not be negative");
   const KVTypes kv = o.cache_type.types();
   o.spec.check();
-  LoadedModel m = load_for_cli(o.model, o.device);
+  DeviceOptions dev = o.device;
+  o.dist.apply(dev);
+  if (dev.comm) refuse_speculation(o.spec);
+  LoadedModel m = load_on_every_rank(o.model, dev);
+  if (serve_if_stage(m, o.threads)) return;  // ranks other than 0: rank 0 drives
+  const PipelineDriver driver(m);
+  dist::Comm* comm = m.model->comm();
   if (o.spec.on()) {
     const int32_t n_ctx = 4096;
     Session s(m.model, n_ctx, 1, o.threads, kv);
@@ -135,10 +156,15 @@ void bench(const BenchOptions& o) {
     for (double ns : r.ns) r.ts.push_back(o.n_prompt / (ns * 1e-9));
     results.push_back(r);
   }
+  // Split runs: every rank's traffic over the decode test (the counters of
+  // dist::Comm), per decoded token.
+  std::vector<dist::CommStats> tg_stats;
   if (o.n_gen > 0) {
     Result r{"tg" + std::to_string(o.n_gen), 0, o.n_gen, {}, {}};
     run_tg();
+    if (comm) pipeline_stats(*comm, /*reset=*/true);
     for (int i = 0; i < o.reps; ++i) r.ns.push_back(run_tg());
+    if (comm) tg_stats = pipeline_stats(*comm, /*reset=*/true);
     for (double ns : r.ns) r.ts.push_back(o.n_gen / (ns * 1e-9));
     results.push_back(r);
   }
@@ -190,6 +216,7 @@ void bench(const BenchOptions& o) {
                 params_str(hp.n_params).c_str(), backend.c_str(), threads, r.test.c_str(), ts);
   }
   std::printf("\npeak RSS %.1f MiB, %d repetitions after 1 warm-up each\n", rss / 1048576.0, o.reps);
+  if (!tg_stats.empty()) print_pipeline_traffic(tg_stats, static_cast<double>(o.n_gen) * o.reps);
 }
 
 }  // namespace
@@ -209,6 +236,7 @@ void add_bench(CLI::App& app) {
   add_device_options(c, o->device);
   o->cache_type.add_to(c);
   o->spec.add_to(c);
+  o->dist.add_to(c);
   c->add_option("--spec-prompt-file", o->spec_prompt_file,
                 "With --spec-ngram or --model-draft: the prompt to decode after (default: a built-in code edit)");
   c->callback([o] { bench(*o); });

@@ -126,6 +126,8 @@ KVTypes CacheTypeOptions::types() const {
 std::string llama_flag_alias(const std::string& arg) {
   if (arg == "-ctk") return "--cache-type-k";
   if (arg == "-ctv") return "--cache-type-v";
+  if (arg == "-pp") return "--pipeline-parallel-size";  // vLLM's short names
+  if (arg == "-tp") return "--tensor-parallel-size";
   return arg;
 }
 

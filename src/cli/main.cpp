@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "dist/comm.h"
 #include "cli/commands.h"
 #include "cli/generation_options.h"
 
@@ -72,6 +73,9 @@ std::string conversion_message(CLI::App& app, const std::vector<std::string>& ar
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Ranks other than 0 of an MPI job print nothing but their errors.
+  const int rank = kvad::dist::world_rank_hint();
+  if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
   CLI::App app{"kvad: run open-weight language models locally"};
   app.require_subcommand(1);
   // A flag given twice takes its last value, as llama.cpp's do (each value
@@ -90,6 +94,15 @@ int main(int argc, char** argv) {
   kvad::cli::add_embed(app);
   kvad::cli::add_tui(app);
   kvad::cli::add_images(app);
+  // Of the subcommands only run and bench split a model over ranks (the
+  // others would run one whole copy per rank).
+  if (kvad::dist::launched_size() > 1 && argc > 1 && std::string(argv[1]) != "run" && std::string(argv[1]) != "bench" &&
+      argv[1][0] != '-') {
+    if (rank == 0)
+      std::fprintf(stderr, "kvad: error: kvad %s does not run on several ranks yet (run and bench do, with -pp)\n",
+                   argv[1]);
+    return 1;
+  }
   std::vector<std::string> args(argv, argv + argc);
   std::vector<char*> arg_ptrs;
   for (std::string& a : args) {
@@ -120,15 +133,17 @@ int main(int argc, char** argv) {
       }
       if (!known) msg = std::string("unknown subcommand '") + argv[1] + "' (have: " + names + ")";
     }
-    std::fprintf(stderr, "kvad: error: %s (see kvad --help)\n", msg.c_str());
+    if (rank == 0) std::fprintf(stderr, "kvad: error: %s (see kvad --help)\n", msg.c_str());
     return 2;
-  } catch (const kvad::Error& e) {
+  } catch (const kvad::dist::AgreedError& e) {
+    // Every rank has it; rank 0 says it.
     std::fflush(stdout);
-    std::fprintf(stderr, "kvad: error: %s\n", e.what());
+    if (rank == 0) std::fprintf(stderr, "kvad: error: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "kvad: error: %s\n", e.what());
+    if (rank == 0) std::fprintf(stderr, "kvad: error: %s\n", e.what());
+    else std::fprintf(stderr, "kvad: error: rank %d: %s\n", rank, e.what());
     return 1;
   }
   return 0;

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "cli/commands.h"
+#include "cli/distributed.h"
 #include "cli/generation_options.h"
 #include "cli/loaded_model.h"
 #include "cli/model_store.h"
@@ -31,6 +32,7 @@ struct RunOptions : GenerationOptions {
   ReasoningOptions reasoning;
   GrammarOptions grammar;
   SpecFlags spec;
+  DistOptions dist;
 };
 
 void run(const RunOptions& o) {
@@ -38,7 +40,12 @@ void run(const RunOptions& o) {
   o.spec.check();
   const KVTypes kv = o.cache_type.types();
   const std::shared_ptr<const Grammar> gbnf = o.grammar.parse();  // a bad grammar fails before the model loads
-  LoadedModel m = load_for_cli(o.model, o.device);
+  DeviceOptions dev = o.device;
+  o.dist.apply(dev);
+  if (dev.comm) refuse_speculation(o.spec);
+  LoadedModel m = load_on_every_rank(o.model, dev);
+  if (serve_if_stage(m, o.threads)) return;  // ranks other than 0: rank 0 drives
+  const PipelineDriver driver(m);
   const std::unique_ptr<TokenGrammar> grammar = GrammarOptions::bind(gbnf, *m.tokenizer);
   const HParams& hp = m.model->hparams();
   const int32_t n_ctx = o.context_size(hp);
@@ -110,6 +117,7 @@ void add_run(CLI::App& app) {
   o->reasoning.add_to(c);
   o->grammar.add_to(c);
   o->spec.add_to(c);
+  o->dist.add_to(c);
   c->callback([o] { run(*o); });
 }
 

@@ -88,9 +88,11 @@ AttentionWeights load_fused_attention_weights(const WeightScope& blk, int64_t E,
   return w;
 }
 
-DecoderEnds load_decoder_ends(const WeightScope& root, const HParams& hp, Head head) {
+DecoderEnds load_decoder_ends(const WeightScope& root, const HParams& hp, Head head, StageEnds ends) {
   DecoderEnds e;
-  e.tok_embd = root.get("token_embd.weight", {hp.n_embd, hp.n_vocab});
+  const bool tied = head == Head::Tied || (head == Head::OwnOrTied && !root.has("output.weight"));
+  if (ends.embedding || (ends.head && tied)) e.tok_embd = root.get("token_embd.weight", {hp.n_embd, hp.n_vocab});
+  if (!ends.head) return e;
   e.output_norm = root.get("output_norm.weight", {hp.n_embd});
   require_f32(root.path(), {&e.output_norm});
   if (head == Head::Tied) return e.output = e.tok_embd, e;

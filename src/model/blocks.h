@@ -212,9 +212,16 @@ enum class Head {
   Own,        ///< output.weight, required (gpt-oss)
   Tied,       ///< token_embd; an output.weight is left unread, so the unread-tensor guard names it (Gemma)
 };
+/// Which ends a pipeline stage holds (Model::holds_embedding, holds_head).
+struct StageEnds {
+  bool embedding = true, head = true;
+};
 /// Loads the ends from the root scope for hp's n_embd and n_vocab (read_vocab
-/// first). Throws as WeightLoader::get, and when output_norm is not f32.
-DecoderEnds load_decoder_ends(const WeightScope& root, const HParams& hp, Head head);
+/// first): for a pipeline stage only those it holds (token_embd on the first
+/// stage, and on the last when the head is tied; output_norm and output on
+/// the last), the others left empty. Throws as WeightLoader::get, and when
+/// output_norm is not f32.
+DecoderEnds load_decoder_ends(const WeightScope& root, const HParams& hp, Head head, StageEnds ends = {});
 
 /// The head of a decoder: only the rows b.out asks for go through the final
 /// RMSNorm (⊙ norm) and the output matrix; their logits [b.n_out, n_vocab]

@@ -15,7 +15,7 @@ DType kv_cache_type(const std::string& name, const std::string& flag) {
 }
 
 LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, int n_seq, int64_t n_batch, Device d,
-                         KVTypes types)
+                         KVTypes types, std::pair<int64_t, int64_t> held)
     : specs_(layers), kv_(layers.size()), latent_(layers.size()), n_ctx_(n_ctx), n_seq_(n_seq), n_batch_(n_batch),
       n_cached_(n_seq, 0), rec_(layers.size()), snaps_(n_seq), extra_(n_seq, -1) {
   for (const DType t : {types.k, types.v})
@@ -24,7 +24,9 @@ LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, in
   if (n_ctx <= 0 || n_seq <= 0 || n_batch <= 0)
     throw Error("cache: n_ctx, n_seq and n_batch must be positive (" + std::to_string(n_ctx) + ", " +
                 std::to_string(n_seq) + ", " + std::to_string(n_batch) + ")");
+  const int64_t held_last = held.second < 0 ? static_cast<int64_t>(layers.size()) : held.second;
   for (size_t il = 0; il < layers.size(); ++il) {
+    const bool here = static_cast<int64_t>(il) >= held.first && static_cast<int64_t>(il) < held_last;
     if (const auto* ls = std::get_if<LatentSpec>(&layers[il])) {
       const LatentSpec& s = *ls;
       if (s.kv_lora_rank <= 0 || s.rope_dim < 0)
@@ -33,6 +35,7 @@ LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, in
       L.kv_lora_rank = s.kv_lora_rank;
       L.rope_dim = s.rope_dim;
       L.slots = n_ctx;
+      if (!here) continue;
       L.c = ops::empty(DType::F32, {s.kv_lora_rank + s.rope_dim, L.slots * n_seq, 1, 1}, d);
       L.c.name = "cache.latent." + std::to_string(il);
       bytes_ += L.c.n_bytes();
@@ -45,6 +48,8 @@ LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, in
       if (!rec_layers_.empty() && s.snapshot_every != snapshot_every_)
         throw Error("cache: recurrent layers ask for different snapshot intervals");
       snapshot_every_ = s.snapshot_every;
+      rec_layers_.push_back(il);
+      if (!here) continue;
       RecurrentLayer& R = rec_[il];
       // Zeroed lazily: a sequence's first token (position 0) starts from a zero state.
       R.conv = ops::empty(DType::F32, {s.conv_elems, n_seq, 1, 1}, d);
@@ -53,7 +58,6 @@ LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, in
       R.ssm.name = "cache.ssm." + std::to_string(il);
       rec_bytes_ += R.conv.n_bytes() + R.ssm.n_bytes();
       state_bytes_per_seq_ += R.conv.row_size() + R.ssm.row_size();
-      rec_layers_.push_back(il);
       continue;
     }
     const KeyValueSpec& s = std::get<KeyValueSpec>(layers[il]);
@@ -61,6 +65,7 @@ LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, in
     KVLayer& L = kv_[il];
     L.window = s.window;
     L.slots = s.window > 0 ? std::min<int64_t>(n_ctx, s.window + n_batch) : n_ctx;
+    if (!here) continue;
     const int64_t rows = L.slots * n_seq;
     // Uninitialised: rows are written before they are read, and pages never
     // written cost address space, not resident memory.
@@ -75,18 +80,21 @@ LayerCaches::LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, in
 KVLayer& LayerCaches::kv(int64_t il) {
   if (il < 0 || static_cast<size_t>(il) >= kv_.size() || !std::holds_alternative<KeyValueSpec>(specs_[il]))
     throw Error("cache: layer " + std::to_string(il) + " is not a key/value layer");
+  if (!kv_[il].k) throw Error("cache: layer " + std::to_string(il) + " is held by another pipeline stage");
   return kv_[il];
 }
 
 LatentLayer& LayerCaches::latent(int64_t il) {
   if (il < 0 || static_cast<size_t>(il) >= latent_.size() || !std::holds_alternative<LatentSpec>(specs_[il]))
     throw Error("cache: layer " + std::to_string(il) + " is not a latent layer");
+  if (!latent_[il].c) throw Error("cache: layer " + std::to_string(il) + " is held by another pipeline stage");
   return latent_[il];
 }
 
 RecurrentLayer& LayerCaches::recurrent(int64_t il) {
   if (il < 0 || static_cast<size_t>(il) >= rec_.size() || !std::holds_alternative<RecurrentSpec>(specs_[il]))
     throw Error("cache: layer " + std::to_string(il) + " is not a recurrent layer");
+  if (!rec_[il].conv) throw Error("cache: layer " + std::to_string(il) + " is held by another pipeline stage");
   return rec_[il];
 }
 
@@ -135,6 +143,10 @@ void LayerCaches::take_snapshot(int s, int32_t at) {
   std::vector<Tensor>& snap = snaps_[s][at];
   for (size_t il : rec_layers_)
     for (const Tensor* st : {&rec_[il].conv, &rec_[il].ssm}) {
+      if (!*st) {  // another stage's layer: a place holder keeps the indices
+        snap.emplace_back();
+        continue;
+      }
       snap.push_back(ops::copy(st->rows(s, s + 1)));
       snapshot_bytes_ += snap.back().n_bytes();
     }
@@ -147,7 +159,7 @@ void LayerCaches::snapshot(int seq) {
   if (extra_[seq] >= 0 && extra_[seq] != at) {
     const auto e = m.find(extra_[seq]);
     if (e != m.end()) {
-      for (const Tensor& t : e->second) snapshot_bytes_ -= t.n_bytes();
+      for (const Tensor& t : e->second) snapshot_bytes_ -= t ? t.n_bytes() : 0;
       m.erase(e);
     }
     extra_[seq] = -1;
@@ -189,10 +201,13 @@ int32_t LayerCaches::truncate(int seq, int32_t n) {
       const std::vector<Tensor>& snap = m.at(land);
       size_t i = 0;
       for (size_t il : rec_layers_)
-        for (const Tensor* st : {&rec_[il].conv, &rec_[il].ssm}) ops::copy_into(st->rows(seq, seq + 1), snap[i++]);
+        for (const Tensor* st : {&rec_[il].conv, &rec_[il].ssm}) {
+          if (*st) ops::copy_into(st->rows(seq, seq + 1), snap[i]);
+          ++i;
+        }
     }
     for (auto e = m.upper_bound(land); e != m.end();) {
-      for (const Tensor& t : e->second) snapshot_bytes_ -= t.n_bytes();
+      for (const Tensor& t : e->second) snapshot_bytes_ -= t ? t.n_bytes() : 0;
       e = m.erase(e);
     }
     if (extra_[seq] > land) extra_[seq] = -1;
@@ -214,7 +229,7 @@ bool LayerCaches::copy_prefix(int src, int dst, int32_t n) {
   if (!rec_layers_.empty()) {
     auto& d = snaps_[dst];
     for (auto& [p, snap] : d)
-      for (const Tensor& t : snap) snapshot_bytes_ -= t.n_bytes();
+      for (const Tensor& t : snap) snapshot_bytes_ -= t ? t.n_bytes() : 0;
     d.clear();
     extra_[dst] = -1;
     for (const auto& [p, snap] : snaps_[src]) {  // dst can rewind as src could
@@ -222,8 +237,8 @@ bool LayerCaches::copy_prefix(int src, int dst, int32_t n) {
       if (p == extra_[src]) continue;
       std::vector<Tensor>& c = d[p];
       for (const Tensor& t : snap) {
-        c.push_back(ops::copy(t));
-        snapshot_bytes_ += t.n_bytes();
+        c.push_back(t ? ops::copy(t) : Tensor{});
+        snapshot_bytes_ += t ? t.n_bytes() : 0;
       }
     }
     if (n > 0) {
@@ -231,7 +246,7 @@ bool LayerCaches::copy_prefix(int src, int dst, int32_t n) {
       size_t i = 0;
       for (size_t il : rec_layers_)
         for (const Tensor* st : {&rec_[il].conv, &rec_[il].ssm}) {
-          ops::copy_into(st->rows(dst, dst + 1), from ? (*from)[i] : st->rows(src, src + 1));
+          if (*st) ops::copy_into(st->rows(dst, dst + 1), from ? (*from)[i] : st->rows(src, src + 1));
           ++i;
         }
     }
@@ -247,7 +262,7 @@ bool LayerCaches::copy_prefix(int src, int dst, int32_t n) {
   Tensor ts, tp;
   for (size_t il = 0; il < latent_.size(); ++il) {
     LatentLayer& L = latent_[il];
-    if (!std::holds_alternative<LatentSpec>(specs_[il])) continue;
+    if (!std::holds_alternative<LatentSpec>(specs_[il]) || !L.c) continue;
     if (n != uploaded) {
       seq.assign(static_cast<size_t>(n), dst);
       pos.resize(static_cast<size_t>(n));
@@ -260,7 +275,7 @@ bool LayerCaches::copy_prefix(int src, int dst, int32_t n) {
   }
   for (size_t il = 0; il < kv_.size(); ++il) {
     KVLayer& L = kv_[il];
-    if (!std::holds_alternative<KeyValueSpec>(specs_[il])) continue;
+    if (!std::holds_alternative<KeyValueSpec>(specs_[il]) || !L.k) continue;
     // Full layer: rows 0..n-1 are positions 0..n-1. Ring: every slot (what
     // dst will read is a subset, at the same slot indices).
     const int64_t m = std::min<int64_t>(n, L.slots);

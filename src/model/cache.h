@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -97,8 +98,14 @@ class LayerCaches final : public Cache {
   /// (positions / N) × the per-sequence state bytes, allocated as taken and
   /// counted by bytes(); N = 0 keeps none, and any rewind short of cached(s)
   /// lands on 0. The states are f32 whatever `types` says.
+  ///
+  /// held: the layers [first, last) this process keeps (a pipeline stage;
+  /// last -1: to the end). The others are described (their kinds and ring
+  /// sizes take part in split and truncate, so that every stage cuts and
+  /// lands as one process would) but get no storage, and their accessors
+  /// throw kvad::Error.
   LayerCaches(const std::vector<LayerSpec>& layers, int32_t n_ctx, int n_seq, int64_t n_batch, Device d,
-              KVTypes types);
+              KVTypes types, std::pair<int64_t, int64_t> held = {0, -1});
 
   int32_t n_ctx() const override { return n_ctx_; }
   int n_seq() const override { return n_seq_; }

@@ -4,15 +4,18 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tensor/device.h"
 #include "tensor/dtype.h"
+#include "tensor/tensor.h"
 
 namespace kvad {
 
 class ThreadPool;
 class TensorSource;
+namespace dist { class Comm; }
 class LayerCaches;
 class WeightLoader;
 struct DeviceOptions;
@@ -144,7 +147,11 @@ class Model {
   /// sliding-window layer keeps window + n_batch positions per sequence).
   /// types: the key/value caches' formats (LayerCaches throws kvad::Error
   /// for one other than f16 or f32).
-  virtual std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types = {}) const = 0;
+  /// Pipeline parallel (model/pipeline.h): on rank 0 the cache is wrapped
+  /// so that every operation on it (truncate, copy_prefix, snapshot, each
+  /// forward) reaches the other stages' caches too; the other ranks make
+  /// theirs when rank 0 does. Each stage's cache holds only its layers.
+  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types = {}) const;
   /// Evaluates a batch, splitting CPU work over `pool`: the pieces
   /// cache.split(b) cuts (at most n_batch tokens each) in turn, each
   /// committed to the cache after it ran. Never changes the model: any
@@ -153,6 +160,11 @@ class Model {
   /// sequence's positions continue from what the cache holds and fit in it.
   /// `cache` must come from this model's new_cache (kvad::Error otherwise).
   /// logits: [b.n_out, n_vocab] f32, host memory.
+  /// Pipeline parallel: every stage runs its layers on each piece in turn,
+  /// the hidden state [piece.n, n_embd] f32 going once from stage s to s + 1
+  /// and the last stage's logits to rank 0 (logits may be nullptr on the
+  /// other ranks); rank 0 calls it, the others are driven by it
+  /// (serve_pipeline_stage).
   void forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits) const;
   /// As forward, but returns the last hidden state of the rows b.out asks
   /// for instead of logits, as transformers' base model returns it
@@ -168,13 +180,28 @@ class Model {
   Device device() const { return device_; }
   /// The checkpoint the weights came from (kept open for the model's lifetime).
   const TensorSource& source() const { return *source_; }
+  /// Pipeline parallel: the world this model is split over (nullptr when the
+  /// whole model is in this process), and the decoder blocks this rank holds,
+  /// [stage_first(), stage_last()) of n_blocks() (all of them unless split).
+  dist::Comm* comm() const { return comm_; }
+  bool pipelined() const;
+  int64_t stage_first() const { return stage_first_; }
+  int64_t stage_last() const { return stage_last_; }
+  int64_t n_blocks() const { return n_blocks_; }
 
  protected:
   /// One piece of a batch (Cache::split), which fits the cache as it is: its
   /// logits [piece.n_out, n_vocab]. The cache records the piece's positions
   /// after it returns (Cache::commit); forward_impl only reads and writes
   /// the layers' contents.
-  virtual void forward_impl(LayerCaches& cache, const BatchView& piece, float* logits) const = 0;
+  /// x: in, empty on the first stage (which embeds the piece's tokens) or
+  /// the previous stage's hidden state [piece.n, n_embd] f32; out, the
+  /// hidden state after the stage's last block (before the final norm).
+  /// logits are written only by the stage that holds the head.
+  virtual void forward_impl(LayerCaches& cache, const BatchView& piece, Tensor& x, float* logits) const = 0;
+  /// The architecture's cache for every block (new_cache's arguments); its
+  /// LayerCaches allocates only held_layers().
+  virtual std::unique_ptr<Cache> make_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const = 0;
   /// As forward_impl for hidden(): [piece.n_out, n_embd]. Default: throws,
   /// naming the architecture.
   virtual void hidden_impl(LayerCaches& cache, const BatchView& piece, float* hidden) const;
@@ -182,7 +209,15 @@ class Model {
   /// open_weights: the loader of source_ for `o`, device_ set to its device,
   /// hp_'s widths named for shape errors (WeightLoader::name_dims). Throws
   /// as WeightLoader's constructor.
-  WeightLoader open_weights(const DeviceOptions& o);
+  /// n_blocks: the decoder blocks forward runs (-1: hp_.n_layer), which a
+  /// pipeline splits into stages (DeviceOptions::comm, layer_split); throws
+  /// kvad::Error for more stages than blocks or a split that does not add up.
+  WeightLoader open_weights(const DeviceOptions& o, int64_t n_blocks = -1);
+  /// What this stage holds (pipeline parallel; everything otherwise).
+  bool holds_embedding() const { return stage_first_ == 0; }
+  bool holds_head() const { return stage_last_ == n_blocks_; }
+  bool holds_block(int64_t il) const { return il >= stage_first_ && il < stage_last_; }
+  std::pair<int64_t, int64_t> held_layers() const { return {stage_first_, stage_last_}; }
   /// finish_loading: throws for a checkpoint tensor nobody took
   /// (WeightLoader::finish), then records weight_bytes_ and hp_.n_params.
   void finish_loading(const WeightLoader& wl);
@@ -190,6 +225,11 @@ class Model {
   size_t weight_bytes_ = 0;
   Device device_;
   std::shared_ptr<const TensorSource> source_;
+
+ private:
+  void forward_stages(LayerCaches& cache, const BatchView& b, float* logits) const;  // model/pipeline.cpp
+  dist::Comm* comm_ = nullptr;
+  int64_t stage_first_ = 0, stage_last_ = 0, n_blocks_ = 0;
 };
 
 }  // namespace kvad

@@ -6,6 +6,7 @@
 #include "io/tensor_source.h"
 #include "model/cache.h"
 #include "model/hf.h"
+#include "model/pipeline.h"
 #include "tensor/backend.h"
 #include "tensor/ops.h"
 
@@ -196,14 +197,31 @@ LayerCaches& layer_caches(Cache& cache, const std::string& arch) {
 // it ran (llama.cpp's decode loop over the memory's ubatches).
 void Model::forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits) const {
   ops::PoolScope scope(pool);
+  if (pipelined()) {
+    if (auto* pc = dynamic_cast<PipelineCache*>(&cache)) {
+      pc->announce_forward(b);
+      forward_stages(pc->layers(), b, logits);
+    } else {
+      forward_stages(layer_caches(cache, hp_.arch), b, logits);
+    }
+    return;
+  }
   LayerCaches& c = layer_caches(cache, hp_.arch);
   for (const BatchPiece& p : cache.split(b)) {
-    forward_impl(c, p.view, logits + p.out_offset * hp_.n_vocab);
+    Tensor x;
+    forward_impl(c, p.view, x, logits + p.out_offset * hp_.n_vocab);
     cache.commit(p.view);
   }
 }
 
+std::unique_ptr<Cache> Model::new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const {
+  std::unique_ptr<Cache> c = make_cache(n_ctx, n_seq, n_batch, types);
+  if (!pipelined()) return c;
+  return pipeline_cache(*comm_, std::move(c), n_ctx, n_seq, n_batch, types);
+}
+
 void Model::hidden(ThreadPool& pool, Cache& cache, const BatchView& b, float* hidden) const {
+  if (pipelined()) throw Error("hidden states (embeddings) are not computed by a split model (pipeline parallel)");
   ops::PoolScope scope(pool);
   LayerCaches& c = layer_caches(cache, hp_.arch);
   for (const BatchPiece& p : cache.split(b)) {

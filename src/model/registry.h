@@ -11,6 +11,7 @@
 namespace kvad {
 
 namespace gguf { class File; }
+namespace dist { class Comm; }
 class TensorSource;
 struct HfNames;
 
@@ -30,6 +31,13 @@ struct DeviceOptions {
   /// a rewind lands on the nearest snapshot (0: no snapshots, every rewind
   /// lands on 0; -1: the architecture's default). CLI --state-snapshot-every.
   int32_t state_snapshot_every = -1;
+  /// Pipeline parallel (model/pipeline.h): the world the model is split
+  /// over, stage s on rank s (nullptr or a world of one: the whole model),
+  /// and the blocks per stage (--layer-split; empty: pipeline_split's even
+  /// split). Each rank loads only its blocks, the embedding on the first
+  /// stage and the head on the last.
+  dist::Comm* comm = nullptr;
+  std::vector<int64_t> layer_split;
 };
 
 /// What a model is for.

@@ -1,8 +1,11 @@
 #include "model/weights.h"
 
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "dist/comm.h"
+#include "model/pipeline.h"
 #include "base/error.h"
 #include "io/tensor_source.h"
 #include "model/hparams.h"
@@ -128,11 +131,24 @@ Tensor WeightLoader::get(const std::string& name, std::initializer_list<int64_t>
   return t;
 }
 
+// blk.N.* → N; -1 for a tensor outside the blocks.
+static int64_t block_of(const std::string& name) {
+  if (name.compare(0, 4, "blk.") != 0) return -1;
+  int64_t n = 0;
+  size_t i = 4;
+  for (; i < name.size() && i < 12 && name[i] >= '0' && name[i] <= '9'; ++i) n = n * 10 + (name[i] - '0');
+  return i > 4 && i < name.size() && name[i] == '.' ? n : -1;
+}
+
 void WeightLoader::finish() const {
   std::string unused;
   int n = 0;
   for (const SourceTensor& st : src_->tensors()) {
     if (taken_.count(st.name)) continue;
+    if (stage_) {  // a pipeline stage answers for its own blocks only
+      const int64_t b = block_of(st.name);
+      if (b < stage_first_ || b >= stage_last_) continue;
+    }
     if (n < 8) unused += (n ? ", " : "") + st.name;
     ++n;
   }
@@ -143,13 +159,25 @@ void WeightLoader::finish() const {
 
 Model::Model(std::shared_ptr<const TensorSource> src) : hp_(read_hparams(*src)), source_(std::move(src)) {}
 
-WeightLoader Model::open_weights(const DeviceOptions& o) {
+WeightLoader Model::open_weights(const DeviceOptions& o, int64_t n_blocks) {
+  n_blocks_ = n_blocks < 0 ? hp_.n_layer : n_blocks;
+  stage_first_ = 0, stage_last_ = n_blocks_;
+  comm_ = o.comm && o.comm->size() > 1 ? o.comm : nullptr;
+  if (comm_) {
+    const auto stages = pipeline_split(n_blocks_, comm_->size(), o.layer_split);
+    std::tie(stage_first_, stage_last_) = stages[static_cast<size_t>(comm_->rank())];
+  } else if (!o.layer_split.empty() && o.layer_split.size() != 1) {
+    throw Error("pipeline: --layer-split lists " + std::to_string(o.layer_split.size()) + " stages, the pipeline has 1");
+  }
   WeightLoader wl(source_, o);
+  if (comm_) wl.only_layers(stage_first_, stage_last_);
   device_ = wl.device();
   wl.name_dims(hp_);
   if (hp_.n_vocab > 0) wl.name_dim(hp_.n_vocab, "the rows of " + source_->tensor_name("token_embd.weight"));
   return wl;
 }
+
+bool Model::pipelined() const { return comm_ != nullptr; }
 
 void Model::finish_loading(const WeightLoader& wl) {
   wl.finish();

@@ -56,7 +56,10 @@ class WeightLoader {
   WeightScope layer(int64_t il);
 
   /// Throws kvad::Error naming every tensor of the checkpoint nobody took.
+  /// After only_layers (a pipeline stage): only the untaken tensors of the
+  /// blocks [first, last) count; the other stages answer for the rest.
   void finish() const;
+  void only_layers(int64_t first, int64_t last) { stage_ = true, stage_first_ = first, stage_last_ = last; }
   /// Bytes of the placed weights, as stored on the device.
   size_t bytes() const { return bytes_; }
   int64_t n_params() const { return n_params_; }
@@ -73,6 +76,8 @@ class WeightLoader {
   std::map<int64_t, std::string> dim_names_;
   size_t bytes_ = 0;
   int64_t n_params_ = 0;
+  bool stage_ = false;
+  int64_t stage_first_ = 0, stage_last_ = 0;
 };
 
 /// A WeightLoader seen under a name prefix, as candle's VarBuilder::pp:

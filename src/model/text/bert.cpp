@@ -69,6 +69,7 @@ class Bert final : public Model {
     const SourceTensor* tt = src->find("token_types.weight");
     const int64_t n_types = tt && tt->n_dims >= 2 ? tt->ne[1] : 1;
     WeightLoader wl = open_weights(o);
+    if (pipelined()) throw Error(src->path() + ": an embedding model (bert) is not split over pipeline stages");
     const int64_t E = hp_.n_embd;
     const WeightScope root = wl.root();
     tok_embd_ = root.get("token_embd.weight", {E, hp_.n_vocab});
@@ -107,14 +108,14 @@ class Bert final : public Model {
                              &L.out_norm_w, &L.out_norm_b});
   }
 
-  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
+  std::unique_ptr<Cache> make_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     const LayerSpec kv = KeyValueSpec{hp_.n_embd, hp_.n_embd, 0};
     return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, kv), n_ctx, n_seq, n_batch, device_,
                                          types);
   }
 
  protected:
-  void forward_impl(LayerCaches&, const BatchView&, float*) const override {
+  void forward_impl(LayerCaches&, const BatchView&, Tensor&, float*) const override {
     throw Error("architecture bert is an embedding model (kind embedding): it has no next-token logits");
   }
 

@@ -192,7 +192,7 @@ class Deepseek2 final : public Model {
     WeightLoader wl = open_weights(o);
     name_dims(wl, hp_, cfg_.moe);
     const int64_t P = cfg_.qk_rope, N = cfg_.qk_nope;
-    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::OwnOrTied);
+    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::OwnOrTied, {holds_embedding(), holds_head()});
     tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;
     rope_neox_ = src->get_int("kvad.rope.neox", 0) != 0;
     rope_ = load_rope_scaling(*src, wl, hp_, rope_neox_);
@@ -204,8 +204,8 @@ class Deepseek2 final : public Model {
         !src->has(a + "rope.scaling.yarn_attn_factor"))
       rope_.params.attn_factor = 1.0f;
     layers_.resize(hp_.n_layer);
-    for (int64_t il = 0; il < hp_.n_layer; ++il) load_layer(wl.layer(il), il, layers_[il]);
-    load_mtp(wl);
+    for (int64_t il = stage_first(); il < stage_last(); ++il) load_layer(wl.layer(il), il, layers_[il]);
+    if (holds_head()) load_mtp(wl);  // a pipeline's last stage holds the prediction heads
     finish_loading(wl);
 
     scale_ = mla_scale(*src, hp_.arch, N + P);
@@ -276,10 +276,10 @@ class Deepseek2 final : public Model {
 
   // The latent rows are f32 whatever --cache-type-k/-v say (attention_latent
   // reads f32; model/cache.h LatentLayer).
-  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
+  std::unique_ptr<Cache> make_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     const LayerSpec s = LatentSpec{cfg_.kv_lora_rank, cfg_.qk_rope};
     return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, s), n_ctx, n_seq, n_batch, device_,
-                                         types);
+                                         types, held_layers());
   }
 
  protected:
@@ -357,18 +357,18 @@ class Deepseek2 final : public Model {
     return ops::matmul(ops::cont(ops::permute(o, swap12)).view({H * V, n, 1, 1}), L.wo);       // [n, E]
   }
 
-  void forward_impl(LayerCaches& cache, const BatchView& bv, float* logits) const override {
+  void forward_impl(LayerCaches& cache, const BatchView& bv, Tensor& x, float* logits) const override {
     const BatchIds ids = upload_batch(bv, device_);
     Call call;
     call.rope = rope_.at(cache.n_ctx());
     choose_prefill(bv, call);
-    Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, E]
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    if (!x) x = ops::get_rows(tok_embd_, ids.token);  // [n, E]
+    for (int64_t il = stage_first(); il < stage_last(); ++il) {
       const Layer& L = layers_[il];
       x = ops::add(x, mla(L, call, cache.latent(il), ids, x));
       x = ops::add(x, L.sparse ? moe_ffn(L.moe, cfg_.moe, x) : gated_mlp(L.ffn, Activation::SiLU, hp_.norm_eps, x));
     }
-    decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
+    if (holds_head()) decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
   }
 
  private:

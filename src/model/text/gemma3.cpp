@@ -111,10 +111,10 @@ class Gemma3 final : public Model {
                                                .pattern = cfg_.gemma2 ? kGemma2Pattern : kSlidingWindowPattern});
     hp_.n_vocab = read_vocab(*src, hp_);
     WeightLoader wl = open_weights(o);
-    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::Tied);
+    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::Tied, {holds_embedding(), holds_head()});
     tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm;
     layers_.resize(hp_.n_layer);
-    for (int64_t il = 0; il < hp_.n_layer; ++il) load_layer(wl.layer(il), layers_[il]);
+    for (int64_t il = stage_first(); il < stage_last(); ++il) load_layer(wl.layer(il), layers_[il]);
     // The global layers' rope scaling (model/rope.h; Gemma 3 4B+ use linear 8).
     const RopeScaling rope = load_rope_scaling(*src, wl, hp_, /*neox=*/true, /*long_factors=*/false);
     finish_loading(wl);  // a file with output.weight (an untied head) is refused here, naming it
@@ -150,24 +150,25 @@ class Gemma3 final : public Model {
     require_f32(blk.path(), {&L.post_attention_norm, &L.post_ffw_norm});
   }
 
-  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
+  std::unique_ptr<Cache> make_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     std::vector<LayerSpec> specs(hp_.n_layer);
     const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim;
     for (int64_t il = 0; il < hp_.n_layer; ++il) specs[il] = KeyValueSpec{kv_dim, kv_dim, cfg_.swa.at(il)};
-    return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types);
+    return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types, held_layers());
   }
 
  protected:
-  void forward_impl(LayerCaches& cache, const BatchView& b, float* logits) const override {
+  void forward_impl(LayerCaches& cache, const BatchView& b, Tensor& x, float* logits) const override {
     const float eps = hp_.norm_eps;
     const BatchIds ids = upload_batch(b, device_);
-    Tensor x = ops::scale(ops::get_rows(tok_embd_, ids.token), std::sqrt(static_cast<float>(hp_.n_embd)));
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    if (!x) x = ops::scale(ops::get_rows(tok_embd_, ids.token), std::sqrt(static_cast<float>(hp_.n_embd)));
+    for (int64_t il = stage_first(); il < stage_last(); ++il) {
       const Layer& L = layers_[il];
       const AttentionParams& p = cfg_.is_global(il) ? global_ : local_;
       x = ops::add(x, ops::rms_norm(attention_block(L.attn, p, cache.kv(il), ids, x), L.post_attention_norm, eps));
       x = ops::add(x, ops::rms_norm(gated_mlp(L.ffn, Activation::GELU_tanh, eps, x, ids.lora.get()), L.post_ffw_norm, eps));
     }
+    if (!holds_head()) return;
     decoder_logits(x, ids, output_norm_, eps, tok_embd_, logits);
     // Gemma 2's final soft-cap, on the host's [n_out, n_vocab] logits.
     if (const float c = cfg_.final_softcap; c > 0)

@@ -52,13 +52,15 @@ class Gpt2 final : public Model {
     WeightLoader wl = open_weights(o);
     const int64_t E = hp_.n_embd, F = hp_.n_ff;
     const WeightScope root = wl.root();
-    const DecoderEnds ends = load_decoder_ends(root, hp_, Head::OwnOrTied);
+    const DecoderEnds ends = load_decoder_ends(root, hp_, Head::OwnOrTied, {holds_embedding(), holds_head()});
     tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;
-    pos_embd_ = root.get("position_embd.weight", {E, n_pos_});
-    output_norm_b_ = root.get("output_norm.bias", {E});
-    require_f32(src->path(), {&output_norm_b_});
+    if (holds_embedding()) pos_embd_ = root.get("position_embd.weight", {E, n_pos_});
+    if (holds_head()) {
+      output_norm_b_ = root.get("output_norm.bias", {E});
+      require_f32(src->path(), {&output_norm_b_});
+    }
     layers_.resize(hp_.n_layer);
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    for (int64_t il = stage_first(); il < stage_last(); ++il) {
       const WeightScope blk = wl.layer(il);
       Layer& L = layers_[il];
       L.attn = load_fused_attention_weights(blk, E, E, E);
@@ -75,25 +77,25 @@ class Gpt2 final : public Model {
     attn_ = read_attention(*src, hp_);  // rope.n_rot 0: learned positions instead
   }
 
-  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
+  std::unique_ptr<Cache> make_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     if (n_ctx > n_pos_)
       throw Error("gpt2 has learned positions for " + std::to_string(n_pos_) + " tokens; a context of " +
                   std::to_string(n_ctx) + " does not fit (use -c " + std::to_string(n_pos_) + " or less)");
     const LayerSpec kv = KeyValueSpec{hp_.n_embd, hp_.n_embd, 0};
     return std::make_unique<LayerCaches>(std::vector<LayerSpec>(hp_.n_layer, kv), n_ctx, n_seq, n_batch, device_,
-                                         types);
+                                         types, held_layers());
   }
 
  protected:
-  void forward_impl(LayerCaches& cache, const BatchView& b, float* logits) const override {
+  void forward_impl(LayerCaches& cache, const BatchView& b, Tensor& x, float* logits) const override {
     const BatchIds ids = upload_batch(b, device_);
-    Tensor x = ops::add(ops::get_rows(tok_embd_, ids.token), ops::get_rows(pos_embd_, ids.pos));  // [n, n_embd]
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    if (!x) x = ops::add(ops::get_rows(tok_embd_, ids.token), ops::get_rows(pos_embd_, ids.pos));  // [n, n_embd]
+    for (int64_t il = stage_first(); il < stage_last(); ++il) {
       const Layer& L = layers_[il];
       x = ops::add(x, attention_block(L.attn, attn_, cache.kv(il), ids, x));
       x = ops::add(x, mlp(L.ffn, Activation::GELU_tanh, hp_.norm_eps, x));
     }
-    decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits, output_norm_b_);
+    if (holds_head()) decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits, output_norm_b_);
   }
 
  private:

@@ -61,18 +61,18 @@ class GptOss final : public Model {
     hp_.n_vocab = read_vocab(*src, hp_);
     WeightLoader wl = open_weights(o);
     name_dims(wl, hp_, moe_);
-    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::Own);
+    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::Own, {holds_embedding(), holds_head()});
     tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;
     const RopeScaling rope = load_rope_scaling(*src, wl, hp_, /*neox=*/true, /*long_factors=*/false);
     const int64_t E = hp_.n_embd, D = hp_.head_dim;
     layers_.resize(hp_.n_layer);
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    for (int64_t il = 0; il < hp_.n_layer; ++il) layers_[il].sliding = swa.layers[il];
+    for (int64_t il = stage_first(); il < stage_last(); ++il) {
       const WeightScope blk = wl.layer(il);
       Layer& L = layers_[il];
       L.attn = load_attention_weights(blk, E, hp_.n_head * D, hp_.n_head_kv * D, D);
       if (!L.attn.sinks) throw Error(src->path() + ": missing tensor " + blk.name("attn_sinks.weight"));
       L.moe = load_moe_weights(blk, E, moe_.n_ff_exp, moe_.n_expert, "post_attention_norm.weight");
-      L.sliding = swa.layers[il];
     }
     finish_loading(wl);
 
@@ -81,23 +81,23 @@ class GptOss final : public Model {
     sliding_.sliding_window = window_;
   }
 
-  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
+  std::unique_ptr<Cache> make_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     std::vector<LayerSpec> specs(hp_.n_layer);
     const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim;
     for (int64_t il = 0; il < hp_.n_layer; ++il) specs[il] = KeyValueSpec{kv_dim, kv_dim, layers_[il].sliding ? window_ : 0};
-    return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types);
+    return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types, held_layers());
   }
 
  protected:
-  void forward_impl(LayerCaches& cache, const BatchView& b, float* logits) const override {
+  void forward_impl(LayerCaches& cache, const BatchView& b, Tensor& x, float* logits) const override {
     const BatchIds ids = upload_batch(b, device_);
-    Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    if (!x) x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
+    for (int64_t il = stage_first(); il < stage_last(); ++il) {
       const Layer& L = layers_[il];
       x = ops::add(x, attention_block(L.attn, L.sliding ? sliding_ : full_, cache.kv(il), ids, x));
       x = ops::add(x, moe_ffn(L.moe, moe_, x));
     }
-    decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
+    if (holds_head()) decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
   }
 
  private:

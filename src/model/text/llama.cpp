@@ -122,11 +122,11 @@ class Llama final : public Model {
     hp_.n_vocab = read_vocab(*src, hp_);
     WeightLoader wl = open_weights(o);
     name_dims(wl, hp_, m);
-    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::OwnOrTied);
+    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::OwnOrTied, {holds_embedding(), holds_head()});
     tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;
     rope_ = load_rope_scaling(*src, wl, hp_, cfg_.rope_neox);
     layers_.resize(hp_.n_layer);
-    for (int64_t il = 0; il < hp_.n_layer; ++il) load_layer(wl.layer(il), layers_[il]);
+    for (int64_t il = stage_first(); il < stage_last(); ++il) load_layer(wl.layer(il), layers_[il]);
     finish_loading(wl);
     attn_ = read_attention(*src, hp_);
     attn_.sliding_window = cfg_.sliding_window;
@@ -153,17 +153,18 @@ class Llama final : public Model {
     }
   }
 
-  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
+  std::unique_ptr<Cache> make_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim;
     std::vector<LayerSpec> specs(static_cast<size_t>(hp_.n_layer));
     for (size_t il = 0; il < specs.size(); ++il)
       specs[il] = KeyValueSpec{kv_dim, kv_dim, cfg_.swa[il] ? cfg_.sliding_window : 0};
-    return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types);
+    return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types, held_layers());
   }
 
  protected:
-  // The decoder blocks over a batch: [n, n_embd], before the final norm.
-  Tensor blocks(LayerCaches& cache, const BatchIds& ids) const {
+  // This stage's decoder blocks over a batch: x [n, n_embd] in (empty: the
+  // token embeddings) and out, before the final norm.
+  Tensor blocks(LayerCaches& cache, const BatchIds& ids, Tensor x) const {
     // This call's attention parameters: the rope for the cache's context,
     // with and without the window.
     AttentionParams full = attn_;
@@ -171,8 +172,8 @@ class Llama final : public Model {
     full.sliding_window = 0;
     AttentionParams windowed = full;
     windowed.sliding_window = cfg_.sliding_window;
-    Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    if (!x) x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
+    for (int64_t il = stage_first(); il < stage_last(); ++il) {
       const Layer& L = layers_[il];
       x = ops::add(x, attention_block(L.attn, cfg_.swa[il] ? windowed : full, cache.kv(il), ids, x));
       x = ops::add(x, L.sparse ? moe_ffn(L.moe, cfg_.moe, x) : gated_mlp(L.ffn, Activation::SiLU, hp_.norm_eps, x, ids.lora.get()));
@@ -180,16 +181,16 @@ class Llama final : public Model {
     return x;
   }
 
-  void forward_impl(LayerCaches& cache, const BatchView& b, float* logits) const override {
+  void forward_impl(LayerCaches& cache, const BatchView& b, Tensor& x, float* logits) const override {
     const BatchIds ids = upload_batch(b, device_);
-    const Tensor x = blocks(cache, ids);
-    decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
+    x = blocks(cache, ids, x);
+    if (holds_head()) decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
   }
 
   // LlamaModel's last_hidden_state (after the final norm), for pooling.
   void hidden_impl(LayerCaches& cache, const BatchView& b, float* hidden) const override {
     const BatchIds ids = upload_batch(b, device_);
-    const Tensor x = blocks(cache, ids);
+    const Tensor x = blocks(cache, ids, Tensor{});
     if (b.n_out == 0) return;
     const Tensor rows = b.n_out == b.n ? x : ops::get_rows(x, ids.out);
     ops::to_host(ops::rms_norm(rows, output_norm_, hp_.norm_eps), hidden);

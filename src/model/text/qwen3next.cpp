@@ -122,19 +122,30 @@ class Qwen3Next final : public Model {
     tiled_heads_ = hp_.arch == "qwen35" || hp_.arch == "qwen35moe";
 
     hp_.n_vocab = read_vocab(*src, hp_);
-    WeightLoader wl = open_weights(o);
-    name_dims(wl, hp_, moe_);
-    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::OwnOrTied);
-    tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;
     // llama.cpp's converter writes the multi-token prediction layers (HF
     // mtp.*) as the last nextn_predict_layers blocks, inside block_count.
     const int64_t n_nextn = src->get_int(a + "nextn_predict_layers", 0);
     if (n_nextn < 0 || n_nextn >= hp_.n_layer)
       throw Error(path + ": " + a + "nextn_predict_layers " + std::to_string(n_nextn) + " is not in [0, " +
                   a + "block_count)");
+    WeightLoader wl = open_weights(o, hp_.n_layer - n_nextn);
+    name_dims(wl, hp_, moe_);
+    const DecoderEnds ends = load_decoder_ends(wl.root(), hp_, Head::OwnOrTied, {holds_embedding(), holds_head()});
+    tok_embd_ = ends.tok_embd, output_norm_ = ends.output_norm, output_ = ends.output;
     layers_.resize(hp_.n_layer);
-    for (int64_t il = 0; il < hp_.n_layer; ++il) load_layer(wl.layer(il), layers_[il]);
-    load_mtp(wl, n_nextn);
+    // Every block's kind (the cache's layout), the weights of this stage's
+    // blocks and, on the stage with the head, of the prediction layers.
+    const int64_t n_dec = hp_.n_layer - n_nextn;
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+      if (holds_block(il) || (il >= n_dec && holds_head())) load_layer(wl.layer(il), layers_[il]);
+      else layers_[il].recurrent = wl.layer(il).has("ssm_a");
+    }
+    if (holds_head()) {
+      load_mtp(wl, n_nextn);
+    } else {
+      layers_.resize(n_dec);
+      hp_.n_layer = n_dec;
+    }
     rope_ = load_rope_scaling(*src, wl, hp_, /*neox=*/true);
     finish_loading(wl);
   }
@@ -206,7 +217,7 @@ class Qwen3Next final : public Model {
   /// checkpoints, whose mtp.* kvad does not read).
   size_t n_mtp_layers() const { return mtp_.size(); }
 
-  std::unique_ptr<Cache> new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
+  std::unique_ptr<Cache> make_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     std::vector<LayerSpec> specs(layers_.size());
     const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim;
     for (size_t il = 0; il < layers_.size(); ++il) {
@@ -215,24 +226,24 @@ class Qwen3Next final : public Model {
       else
         specs[il] = KeyValueSpec{kv_dim, kv_dim, 0};
     }
-    return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types);
+    return std::make_unique<LayerCaches>(specs, n_ctx, n_seq, n_batch, device_, types, held_layers());
   }
 
  protected:
-  void forward_impl(LayerCaches& cache, const BatchView& b, float* logits) const override {
+  void forward_impl(LayerCaches& cache, const BatchView& b, Tensor& x, float* logits) const override {
     // The cache cut the batch where a sequence reaches a snapshot position
     // (LayerCaches::split), so that it copies the states there.
     const RopeParams& rope = rope_.at(cache.n_ctx());
     const BatchIds ids = upload_batch(b, device_);
-    Tensor x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
-    for (size_t il = 0; il < layers_.size(); ++il) {
+    if (!x) x = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
+    for (auto il = static_cast<size_t>(stage_first()); il < static_cast<size_t>(stage_last()); ++il) {
       const Layer& L = layers_[il];
       const Tensor h = ops::rms_norm(x, L.attn_norm, hp_.norm_eps);
       x = ops::add(x, L.recurrent ? delta_net(L.ssm, cache.recurrent(static_cast<int64_t>(il)), ids, h)
                                   : gated_attention(L.attn, cache.kv(static_cast<int64_t>(il)), rope, ids, h));
       x = ops::add(x, ffn(L, ops::rms_norm(x, L.post_norm, hp_.norm_eps)));
     }
-    decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
+    if (holds_head()) decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
   }
 
  private:
