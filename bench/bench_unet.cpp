@@ -10,7 +10,9 @@
 // FP32 peak is measured here: each thread runs independent chains of 8-wide
 // FMAs (AVX2) for about 0.3 s, so it is what these cores reach now, under
 // whatever load the machine has.
-// Run: build/bench/bench_unet [threads=2] [steps=1]
+// Run: build/bench/bench_unet [threads=2] [steps=1] [latent=64]
+// latent: the latent's side (64: a 512 x 512 picture, 32: 256 x 256); the
+// FLOP rate is printed for 64, the size the FLOP count is for.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -148,6 +150,9 @@ double fma_peak(ThreadPool& pool) {
 
 int main(int argc, char** argv) try {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2, steps = argc > 2 ? std::atoi(argv[2]) : 1;
+  const int64_t side = argc > 3 ? std::atoi(argv[3]) : 64;
+  if (threads < 1 || steps < 1 || side < 8 || side > 256 || side % 8 != 0)
+    throw Error("usage: bench_unet [threads >= 1] [steps >= 1] [latent side: a multiple of 8 in 8..256]");
   ThreadPool pool(threads);
   ops::PoolScope scope(pool);
   const std::string list = std::string(KVAD_SOURCE_DIR) + "/bench/unet_sd15_tensors.txt";
@@ -161,12 +166,13 @@ int main(int argc, char** argv) try {
   std::printf("bench_unet: SD 1.5 UNet, %.1f M f16 parameters, random; made in %.1f s; %d threads\n",
               src->n_params() / 1e6, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
               threads);
+  std::fflush(stdout);
   std::mt19937 rng(2);
   std::normal_distribution<float> nd;
-  std::vector<float> x(4 * 64 * 64 * 2), ctx(768 * 77 * 2);
+  std::vector<float> x(static_cast<size_t>(4 * side * side * 2)), ctx(768 * 77 * 2);
   for (float& v : x) v = nd(rng);
   for (float& v : ctx) v = nd(rng);
-  const Tensor xs = ops::from_host(x.data(), DType::F32, {4, 64, 64, 2}, Device::cpu());
+  const Tensor xs = ops::from_host(x.data(), DType::F32, {4, side, side, 2}, Device::cpu());
   const Tensor cs = ops::from_host(ctx.data(), DType::F32, {768, 77, 2, 1}, Device::cpu());
   const double peak = fma_peak(pool);
   for (int s = 0; s < steps; ++s) {
@@ -177,10 +183,17 @@ int main(int argc, char** argv) try {
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
     double sum = 0;
     for (float v : out) sum += std::fabs(v);
+    if (side != 64) {
+      std::printf("step %d: %.2f s (latent %lld x %lld, batch 2); mean |y| %.3f\n", s, sec, static_cast<long long>(side),
+                  static_cast<long long>(side), sum / out.size());
+      std::fflush(stdout);
+      continue;
+    }
     std::printf("step %d: %.2f s, %.1f GFLOP/s (%.2f TFLOP a call) = %.1f%% of the measured FP32 FMA peak %.1f GFLOP/s; "
                 "mean |y| %.3f\n",
                 s, sec, src->flops() / sec / 1e9, src->flops() / 1e12, 100 * src->flops() / sec / peak, peak / 1e9,
                 sum / out.size());
+    std::fflush(stdout);
   }
   return 0;
 } catch (const std::exception& e) {

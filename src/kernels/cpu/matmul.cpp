@@ -2,8 +2,8 @@
 //
 // The activations are quantized once to W's vec_dot_type (as ggml does), in
 // parallel over tokens. Then:
-// - formats with a tiled gemm (kernels.h; Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K
-//   and, unpacked, F32 on AVX2) pack the
+// - formats with a tiled gemm (kernels.h; Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K,
+//   F16 (its f16 activations widened to f32) and, unpacked, F32 on AVX2) pack the
 //   quantized rows for it and hand each thread chunks of weight rows times
 //   all tokens: the gemm unpacks a weight block once per few tokens instead
 //   of once per (row, token) pair;
@@ -23,6 +23,7 @@ namespace gemm {
 size_t packed_bytes_q8_1x4(int64_t n) { return static_cast<size_t>((n / 32 + 3) / 4) * sizeof(q8_1x4); }
 size_t packed_bytes_q8_0x4(int64_t n) { return static_cast<size_t>((n / 32 + 3) / 4) * sizeof(q8_0x4); }
 size_t packed_bytes_q8_Kx(int64_t n) { return static_cast<size_t>(n / QK_K) * sizeof(q8_Kx); }
+size_t packed_bytes_f32(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
 }  // namespace gemm
 
 namespace {
