@@ -67,9 +67,16 @@ void rows_product(const Tensor& w, const CpuKernels& k, const uint8_t* xq, size_
                   int64_t r0, int64_t r1) {
   const int64_t n_in = w.ne[0], n_out = w.n_rows();
   if (k.gemm) {
-    // All tokens against these rows: the rows' weights stay in cache while
-    // the tokens stream past in tiles of a few.
-    k.gemm(n_in, w.row(r0), w.row_size(), r1 - r0, xq, ldq, n_tok, y + r0, n_out);
+    // All tokens against these rows, a tile of them at a time: the rows'
+    // weights stay in L1 while the tokens stream past in groups of a few,
+    // and a tile's tokens (at most kGemmTileBytes) stay in L2 for the next
+    // rows of the gemm. Each output is one gemm output whatever the tile
+    // (its own dot product), so the tiling changes no result.
+    constexpr size_t kGemmTileBytes = size_t{256} << 10;
+    const int64_t tile = std::max<int64_t>(12, static_cast<int64_t>(kGemmTileBytes / ldq) / 12 * 12);
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tile)
+      k.gemm(n_in, w.row(r0), w.row_size(), r1 - r0, xq + static_cast<size_t>(t0) * ldq, ldq,
+             std::min(tile, n_tok - t0), y + t0 * n_out + r0, n_out);
     return;
   }
   constexpr int64_t kTokTile = 64;  // tokens that stay in cache per pass over the rows

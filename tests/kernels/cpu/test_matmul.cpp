@@ -190,6 +190,32 @@ TEST(Gemm, SimdMatchesReference) {
   std::printf("%d outputs checked\n", checked);
 }
 
+// matmul hands the gemm its tokens in tiles (rows_product): each output must
+// be the same bits whichever tokens share its call. Every format, all tokens
+// at once against each token alone; lengths with and without a tail.
+TEST(Gemm, OutputsIndependentOfTokenGrouping) {
+  std::mt19937 rng(9);
+  for (DType t : kGemmFormats) {
+    const CpuKernels& k = cpu::cpu_kernels(t);
+    if (!k.gemm) continue;
+    const DType vt = dtype_info(t).vec_dot_type;
+    const int64_t be = dtype_info(t).block_elems;
+    for (int64_t n : {be == 1 ? int64_t{100} : 2 * be, be == 1 ? int64_t{384} : 6 * be}) {
+      const int64_t nr = 7, nc = 17;
+      const Mat w = make(t, n, nr, false, rng), a = make(vt, n, nc, false, rng);
+      const size_t ldy = row_bytes(vt, n), ld = k.gemm_pack ? k.gemm_packed_bytes(n) : ldy;
+      std::vector<uint8_t> y(ld * nc);
+      if (k.gemm_pack) k.gemm_pack(n, a.q.data(), ldy, nc, y.data(), ld);
+      else std::memcpy(y.data(), a.q.data(), ldy * nc);
+      std::vector<float> all(nc * nr), one(nc * nr);
+      k.gemm(n, w.q.data(), row_bytes(t, n), nr, y.data(), ld, nc, all.data(), nr);
+      for (int64_t c = 0; c < nc; ++c) k.gemm(n, w.q.data(), row_bytes(t, n), nr, y.data() + c * ld, ld, 1, one.data() + c * nr, nr);
+      for (int64_t i = 0; i < nc * nr; ++i)
+        ASSERT_EQ(std::memcmp(&all[i], &one[i], 4), 0) << dtype_name(t) << " n=" << n << " i=" << i;
+    }
+  }
+}
+
 // The f16 gemm widens each weight in registers: on f32 activations it gives
 // gemm_f32's bits on the widened weights (conv2d's f16 product relies on it
 // to keep the f32 path's results). Random f16 weights, odd lengths, row and
