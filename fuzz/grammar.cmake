@@ -9,7 +9,7 @@ set(KVAD_GRAMMAR_SOURCES
   ${PROJECT_SOURCE_DIR}/src/engine/grammar/gbnf.cpp
   ${PROJECT_SOURCE_DIR}/src/engine/grammar/grammar_matcher.cpp
   ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_merge.cpp
-  ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_text.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_uri.cpp
+  ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_text.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_uri.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_keys.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_numbers.cpp
   ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_logic.cpp
   ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_struct.cpp
   ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_compound.cpp)

@@ -15,7 +15,7 @@ add_executable(fuzz_openai_request ${CMAKE_CURRENT_LIST_DIR}/fuzz_openai_request
   ${PROJECT_SOURCE_DIR}/src/engine/grammar/gbnf.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/grammar_matcher.cpp
   ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_merge.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_text.cpp
   ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_logic.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_struct.cpp
-  ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_compound.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_uri.cpp)
+  ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_compound.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_uri.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_keys.cpp ${PROJECT_SOURCE_DIR}/src/engine/grammar/json_schema_numbers.cpp)
 target_include_directories(fuzz_openai_request PRIVATE ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(fuzz_openai_request PRIVATE kvad_base nlohmann_json::nlohmann_json)
 target_compile_options(fuzz_openai_request PRIVATE -fsanitize=fuzzer)

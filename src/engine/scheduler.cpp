@@ -577,6 +577,8 @@ void Scheduler::loop() {
     recent_.push_back({now, dt, n_prompt, n_decode});
     // Snapshots of recurrent states come and go with the sequences.
     metrics_.kv_bytes = session_->cache().bytes();
+    metrics_.kv_used_tokens = 0;
+    for (const auto& s : slots_) metrics_.kv_used_tokens += static_cast<int64_t>(s->tokens.size());
     metrics_.snapshot_bytes = session_->cache().snapshot_bytes();
     metrics_.n_snapshots = session_->cache().n_snapshots();
     while (!recent_.empty() && now - recent_.front().t > metrics_.recent_window_s) recent_.pop_front();

@@ -197,6 +197,9 @@ struct SchedulerMetrics {
   double recent_window_s = 10;
   size_t kv_bytes_per_token = 0;          ///< Session::cache().bytes_per_token()
   size_t kv_bytes = 0;                    ///< Session::cache().bytes() (after the last step)
+  /// Positions the slots' caches hold after the last step (a finished
+  /// request's tokens stay for prefix reuse until another takes the slot).
+  int64_t kv_used_tokens = 0;
   size_t state_bytes = 0;                 ///< Session::cache().state_bytes(): recurrent layers' live states
   size_t snapshot_bytes = 0;              ///< Session::cache().snapshot_bytes() (after the last step)
   int64_t n_snapshots = 0;                ///< Session::cache().n_snapshots() (after the last step)

@@ -77,6 +77,11 @@ std::string Metrics::render(const SchedulerMetrics& s, int64_t embed_forward_cal
   one(out, "kvad_kv_cache_bytes_per_token", "gauge", "KV cache bytes per cached token (all layers), as stored.",
       static_cast<double>(s.kv_bytes_per_token));
   one(out, "kvad_kv_cache_bytes", "gauge", "KV cache bytes allocated.", static_cast<double>(s.kv_bytes));
+  one(out, "kvad_kv_cache_used_tokens", "gauge", "Positions the slots' caches hold (all slots).",
+      static_cast<double>(s.kv_used_tokens));
+  one(out, "kvad_kv_cache_usage_ratio", "gauge", "Share of the slots' positions in use (vLLM's kv_cache_usage_perc).",
+      s.n_slots > 0 && s.n_ctx > 0 ? static_cast<double>(s.kv_used_tokens) / (static_cast<double>(s.n_slots) * s.n_ctx)
+                                   : 0.0);
   if (embed_forward_calls >= 0) {
     one(out, "kvad_embedding_requests", "gauge", "Embedding requests running or waiting for their turn.",
         static_cast<double>(embedding_requests.load()));

@@ -98,7 +98,8 @@ std::string endpoint_label(const std::string& path) {
                             "/v1/embeddings", "/v1/models", "/health", "/metrics", "/", "/api/chat",
                             "/api/generate", "/api/embed", "/api/embeddings", "/api/tags", "/api/show", "/api/ps",
                             "/api/version", "/api/pull", "/completion", "/completions", "/infill", "/tokenize",
-                            "/detokenize", "/apply-template", "/props", "/slots"})
+                            "/detokenize", "/apply-template", "/props", "/slots", "/get_model_info", "/model_info",
+                            "/get_server_info", "/server_info"})
     if (path == known) return known;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   return "other";
@@ -352,6 +353,7 @@ void Server::Impl::routes() {
   });
   ollama_routes();
   llamacpp_routes();
+  router_routes();
 }
 
 bool Server::Impl::run_embeddings(const httplib::Request& req, httplib::Response& res,

@@ -99,6 +99,9 @@ struct Server::Impl {
   /// (llamacpp_routes.cpp), registered by routes().
   void ollama_routes();
   void llamacpp_routes();
+  /// The model- and server-info routes a router in front of kvad asks
+  /// (router_routes.cpp), registered by routes().
+  void router_routes();
   void ollama_generate(const httplib::Request& req, httplib::Response& res, bool chat);
   void ollama_pull(const httplib::Request& req, httplib::Response& res);
   void ollama_embed(const httplib::Request& req, httplib::Response& res, bool legacy);

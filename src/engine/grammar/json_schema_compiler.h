@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <utility>
 #include <vector>
+#include "engine/grammar/json_schema_keys.h"
 #include "engine/grammar/json_schema_logic.h"
 #include "engine/grammar/json_schema_merge.h"
 #include "engine/grammar/json_schema_struct.h"
@@ -205,6 +206,9 @@ class Compiler : public schema_struct::RuleSink {
   // characters.
   std::string key_except(const std::vector<std::string>& names, const std::string& path,
                          const std::string& kw = "additionalProperties", int64_t lo = 0, int64_t hi = -1);
+  // One additional member under patternProperties, from the keys'
+  // automaton; value_of(mask) is the value for the patterns `mask` matches.
+  std::string pattern_member(const schema_keys::KeyAutomaton& a, const std::function<std::string(uint32_t)>& value_of);
   std::string gen_object(const oj& s, const std::string& path, int depth);
   struct Member { std::string kv; bool req; };
   std::string members(const std::vector<Member>& ms, const std::string& ex, bool any_order);

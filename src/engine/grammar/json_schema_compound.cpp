@@ -3,6 +3,7 @@
 // additionalProperties, propertyNames, dependentRequired, min/maxProperties.
 // Semantics: JSON Schema 2020-12 Core (applicators) and Validation.
 #include "engine/grammar/json_schema_compiler.h"
+#include "engine/grammar/json_schema_keys.h"
 
 namespace kvad::schema_compile {
 
@@ -130,11 +131,34 @@ std::string Compiler::gen_unique(const oj& s, const std::string& path, int64_t l
 }
 
 // A key that is none of `names`: a trie of the names by character, left
-// at any character no name continues with. Sound only if a name has one
-// spelling, so extra keys use no escapes but the ones JSON requires
-// (\" \\ \b \f \n \r \t, \u00XX for other controls), and names needing
-// escapes are refused.
+// at any character no name continues with. Extra keys use no escapes but
+// the ones JSON requires (\" \\ \b \f \n \r \t, \u00XX for controls), so
+// a character of a name has one spelling, or, for a control character, the
+// few of json_escape_spellings, each of which follows the trie.
 // With `lo` / `hi` (-1: none): of that many characters.
+namespace {
+// The JSON spellings an extra key may give the character `c` that needs an
+// escape (a control character, '"' or '\\'): its short escape, and \u00XX
+// in either case of hex digit (the key grammar's "\\u00" [01] [0-9a-fA-F]).
+std::vector<std::string> json_escape_spellings(uint8_t c) {
+  if (c == '"') return {"\\\""};
+  if (c == '\\') return {"\\\\"};
+  std::vector<std::string> out;
+  const char* shorts = "btnfr";  // 0x08 .. 0x0D but 0x0B
+  if (c >= 0x08 && c <= 0x0D && c != 0x0B) out.push_back(std::string("\\") + shorts[c == 0x08 ? 0 : c - 0x08 - (c > 0x0B)]);
+  char lo[8], up[8];
+  std::snprintf(lo, sizeof lo, "\\u%04x", c);
+  std::snprintf(up, sizeof up, "\\u%04X", c);
+  out.push_back(lo);
+  if (std::string(lo) != up) out.push_back(up);
+  return out;
+}
+bool needs_escape(const std::string& c) {
+  const uint8_t b = static_cast<uint8_t>(c[0]);
+  return c.size() == 1 && (b < 0x20 || b == '"' || b == '\\');
+}
+}  // namespace
+
 std::string Compiler::key_except(const std::vector<std::string>& names, const std::string& path, const std::string& kw, int64_t lo, int64_t hi) {
   std::vector<std::vector<std::string>> chars;  // each name as UTF-8 characters
   for (auto& n : names) {
@@ -143,8 +167,6 @@ std::string Compiler::key_except(const std::vector<std::string>& names, const st
     std::vector<std::string> cs;
     for (size_t i = 0; i < n.size();) {
       const uint8_t c = static_cast<uint8_t>(n[i]);
-      if (c < 0x20 || c == '"' || c == '\\')
-        refuse(kw, path, "property names that need escapes next to additional properties are not supported");
       const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : 4;
       cs.push_back(n.substr(i, len));
       i += len;
@@ -165,9 +187,17 @@ std::string Compiler::key_except(const std::vector<std::string>& names, const st
     const int64_t d = static_cast<int64_t>(prefix.size());
     if (!terminal && d >= lo && (hi < 0 || d <= hi)) alts.push_back("\"\\\"\"");
     std::string cls = "[^\"\\\\\\x00-\\x1F";
+    std::set<uint8_t> escaped_next;
     for (const std::string& c : next) {
       std::vector<std::string> p2 = prefix;
       p2.push_back(c);
+      if (needs_escape(c)) {
+        escaped_next.insert(static_cast<uint8_t>(c[0]));
+        std::vector<std::string> sp;
+        for (const std::string& e : json_escape_spellings(static_cast<uint8_t>(c[0]))) sp.push_back(lit(e));
+        if (hi < 0 || d + 1 <= hi) alts.push_back("( " + alt(sp) + " ) " + node(p2));
+        continue;
+      }
       if (hi < 0 || d + 1 <= hi) alts.push_back(lit(c) + " " + node(p2));
       uint32_t cp = static_cast<uint8_t>(c[0]);
       if (c.size() > 1) {
@@ -181,14 +211,67 @@ std::string Compiler::key_except(const std::vector<std::string>& names, const st
     cls += "]";
     // Leaving the trie: one character no name continues with, then any.
     const int64_t a = std::max<int64_t>(lo - d - 1, 0), b = hi < 0 ? -1 : hi - d - 1;
+    // The escapes that leave: all, or those of the characters no name continues with.
+    std::string escapes = "\"\\\\\" [\"\\\\bfnrt] | \"\\\\u00\" [01] [0-9a-fA-F]";
+    if (!escaped_next.empty()) {
+      std::vector<std::string> sp;
+      for (int e = 0; e < 0x60; ++e) {
+        const uint8_t c = static_cast<uint8_t>(e);
+        if ((c < 0x20 || c == '"' || c == '\\') && !escaped_next.count(c))
+          for (const std::string& x : json_escape_spellings(c)) sp.push_back(lit(x));
+      }
+      escapes = alt(sp);
+    }
     if (hi < 0 || b >= 0)
-      alts.push_back("( " + cls + " | \"\\\\\" [\"\\\\bfnrt] | \"\\\\u00\" [01] [0-9a-fA-F] ) " + kchar +
+      alts.push_back("( " + cls + " | " + escapes + " ) " + kchar +
                      (a == 0 && b < 0 ? std::string("*")
                                       : "{" + std::to_string(a) + (b < 0 ? "," : "," + std::to_string(b)) + "}") +
                      " \"\\\"\"");
     return rule("key", alt(alts));
   };
   return rule("key", "\"\\\"\" " + node({}));
+}
+
+// One additional member under patternProperties: a rule per state of the
+// keys' automaton (the key's characters so far), closing the key where it
+// is no declared name, with the value for the patterns it matches. States
+// from which no key can close are left out, so the grammar never leads
+// into a key it cannot finish. "" when no additional key can close.
+std::string Compiler::pattern_member(const schema_keys::KeyAutomaton& a,
+                                     const std::function<std::string(uint32_t)>& value_of) {
+  const size_t n = a.states.size();
+  std::vector<std::string> close(n);
+  std::vector<bool> live(n, false);
+  for (size_t q = 0; q < n; ++q) {
+    if (a.states[q].name >= 0) continue;
+    const std::string v = value_of(a.states[q].matched);
+    if (v == kNever) continue;
+    close[q] = "\"\\\"\" ws \":\" ws " + v;
+    live[q] = true;
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t q = 0; q < n; ++q)
+      if (!live[q])
+        for (int t : a.states[q].next)
+          if (live[static_cast<size_t>(t)]) { live[q] = true; changed = true; break; }
+  }
+  if (!live[0]) return "";
+  std::vector<std::string> name(n);
+  for (size_t q = 0; q < n; ++q) if (live[q]) name[q] = reserve("pkey");
+  for (size_t q = 0; q < n; ++q) {
+    if (!live[q]) continue;
+    std::map<int, schema_text::CodeRanges> by_target;
+    for (size_t c = 0; c < a.classes.size(); ++c) {
+      const int t = a.states[q].next[c];
+      if (live[static_cast<size_t>(t)]) for (auto r : a.classes[c]) by_target[t].push_back(r);
+    }
+    std::vector<std::string> alts;
+    for (auto& [t, set] : by_target) alts.push_back(schema_text::json_char_set(set) + " " + name[static_cast<size_t>(t)]);
+    if (!close[q].empty()) alts.push_back(close[q]);
+    define(name[q], alt(alts));
+  }
+  return rule("extra", "\"\\\"\" " + name[0]);
 }
 
 std::string Compiler::gen_object(const oj& s, const std::string& path, int depth) {
@@ -239,14 +322,25 @@ std::string Compiler::gen_object(const oj& s, const std::string& path, int depth
   const int64_t max_p = count(s, "maxProperties", path, -1);
   if (max_p >= 0 && max_p < min_p) return kNever;
   oj addl = s.contains("additionalProperties") ? s["additionalProperties"] : oj(true);
+  // patternProperties: ignored where they constrain nothing (any value, and
+  // no additionalProperties they would take keys away from); else the keys'
+  // automaton (json_schema_keys.h) decides each member's schemas.
+  std::vector<std::string> pat_text;
+  std::vector<const oj*> pat_schema;
   if (s.contains("patternProperties")) {
-    // Only patterns that constrain nothing (any value, and no
-    // additionalProperties that they would take keys away from).
     const oj& pp = s["patternProperties"];
     if (!pp.is_object()) refuse("patternProperties", path, "must be an object");
-    for (auto& [pat, sub] : pp.items())
-      if (!(sub == oj(true) || sub == oj::object()) || !(addl == oj(true)))
-        refuse("patternProperties", path, "patternProperties are supported only where they constrain nothing");
+    bool trivial = addl == oj(true);
+    for (auto& [pat, sub] : pp.items()) trivial &= sub == oj(true) || sub == oj::object();
+    if (!trivial) {
+      if (pp.size() > 16) refuse("patternProperties", path, "more than 16 patterns");
+      if (s.contains("propertyNames") && !(s["propertyNames"] == oj(true) || s["propertyNames"] == oj::object()))
+        refuse("patternProperties", path, "patternProperties next to propertyNames are not supported");
+      for (auto& [pat, sub] : pp.items()) {
+        pat_text.push_back(pat);
+        pat_schema.push_back(&sub);
+      }
+    }
   }
   // propertyNames: declared names are checked against it; additional keys
   // follow its string grammar when no declared name is allowed by it.
@@ -269,17 +363,44 @@ std::string Compiler::gen_object(const oj& s, const std::string& path, int depth
       refuse("propertyNames", path, "propertyNames that allow declared properties next to additional properties are not supported");
   }
   const std::string addl_expr = gen(addl, path + "/additionalProperties", depth + 1);
+  std::vector<std::string> names;
+  for (auto& [k, v] : props.items()) names.push_back(k);
+  for (auto& r : required) if (!prop_names.count(r)) names.push_back(r);
+  for (auto& r : dep_extra) names.push_back(r);
+  std::optional<schema_keys::KeyAutomaton> keys;
+  if (!pat_text.empty()) {
+    try {
+      keys = schema_keys::build_key_automaton(pat_text, names);
+    } catch (const std::invalid_argument& e) {
+      refuse("patternProperties", path, e.what());
+    }
+  }
+  // The value of a member whose key matches the patterns `mask`: the
+  // declared schema (or additionalProperties where none is declared and no
+  // pattern matches) and every matching pattern's.
+  std::map<uint32_t, std::string> undeclared;  // by mask
+  auto value = [&](const oj* declared, uint32_t mask, const std::string& at) {
+    if (mask == 0) return declared ? gen(*declared, at, depth + 1) : addl_expr;
+    if (!declared)
+      if (auto it = undeclared.find(mask); it != undeclared.end()) return it->second;
+    oj v = declared ? *declared : oj(true);
+    for (size_t i = 0; i < pat_schema.size(); ++i)
+      if (mask >> i & 1) v = mg_.merge(v, *pat_schema[i], path + "/patternProperties", depth + 1);
+    const std::string g = gen(v, declared ? at : path + "/patternProperties", depth + 1);
+    if (!declared) undeclared[mask] = g;
+    return g;
+  };
+  auto mask_of = [&](const std::string& k) { return keys ? schema_keys::patterns_matching(*keys, k) : 0u; };
   struct Prop { std::string name, value; bool req; };
   std::vector<Prop> list;
-  std::vector<std::string> names;
   auto is_req = [&](const std::string& k) { return req_set.count(k) > 0; };
   for (auto& [k, v] : props.items()) {
-    names.push_back(k);
-    list.push_back({k, name_ok(k) ? gen(v, path + "/properties/" + k, depth + 1) : std::string(kNever), is_req(k)});
+    const std::string at = path + "/properties/" + k;
+    list.push_back({k, name_ok(k) ? value(&v, mask_of(k), at) : std::string(kNever), is_req(k)});
   }
   for (auto& r : required)
-    if (!prop_names.count(r)) { names.push_back(r); list.push_back({r, name_ok(r) ? addl_expr : std::string(kNever), true}); }
-  for (auto& r : dep_extra) { names.push_back(r); list.push_back({r, name_ok(r) ? addl_expr : std::string(kNever), false}); }
+    if (!prop_names.count(r)) list.push_back({r, name_ok(r) ? value(nullptr, mask_of(r), "") : std::string(kNever), true});
+  for (auto& r : dep_extra) list.push_back({r, name_ok(r) ? value(nullptr, mask_of(r), "") : std::string(kNever), false});
   if (list.size() > 512) refuse("properties", path, "more than 512 properties");
   // A dependency on a member that cannot be present forbids its source.
   for (bool changed = true; changed;) {
@@ -300,7 +421,9 @@ std::string Compiler::gen_object(const oj& s, const std::string& path, int depth
     live.push_back(p);
   }
   std::string ex;  // one additional member
-  if (addl_expr != kNever && !(s.contains("propertyNames") && s["propertyNames"] == oj(false))) {
+  if (keys) {
+    ex = pattern_member(*keys, [&](uint32_t mask) { return value(nullptr, mask, ""); });
+  } else if (addl_expr != kNever && !(s.contains("propertyNames") && s["propertyNames"] == oj(false))) {
     const std::string key = !pn_key.empty() ? pn_key
                             : names.empty() ? std::string("string")
                                             : key_except(names, path, "additionalProperties", 0,

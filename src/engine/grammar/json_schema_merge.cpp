@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -19,6 +20,20 @@ namespace kvad::schema_merge {
 namespace {
 [[noreturn]] void refuse(const std::string& kw, const std::string& path, const std::string& why) {
   throw SchemaError(kw, path, why);
+}
+// A positive number written without an exponent as K / 10^d (K at most
+// 10^12 and d at most 6), or nullopt.
+std::optional<std::pair<uint64_t, uint32_t>> decimal_of(const oj& v) {
+  if (!v.is_number() || !(v.get<double>() > 0)) return std::nullopt;
+  const std::string t = v.dump();
+  if (t.find_first_of("eE-") != std::string::npos) return std::nullopt;
+  const size_t dot = t.find('.');
+  std::string frac = dot == std::string::npos ? "" : t.substr(dot + 1);
+  while (!frac.empty() && frac.back() == '0') frac.pop_back();
+  std::string digits = t.substr(0, dot) + frac;
+  digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size()));
+  if (digits.empty() || digits.size() > 12 || frac.size() > 6) return std::nullopt;
+  return std::pair{static_cast<uint64_t>(std::stoull(digits)), static_cast<uint32_t>(frac.size())};
 }
 }  // namespace
 
@@ -141,7 +156,6 @@ oj settle_unevaluated(const oj& s, const std::string& path) {
       refuse(kw, path, std::string("next to '") + k + "' in the same subschema is not supported");
   oj r = s;
   if (r.contains("unevaluatedProperties")) {
-    if (r.contains("patternProperties")) refuse("unevaluatedProperties", path, "next to patternProperties is not supported");
     if (!r.contains("additionalProperties")) r["additionalProperties"] = r["unevaluatedProperties"];
     r.erase("unevaluatedProperties");
   }
@@ -249,6 +263,25 @@ oj Merger::merge(const oj& a0, const oj& b0, const std::string& path, int depth)
       oj out = oj::array();
       for (auto& x : u) if (std::find(v.begin(), v.end(), x) != v.end()) out.push_back(x);
       u = out;
+    } else if (k == "multipleOf") {
+      // Multiples of both K1/10^d1 and K2/10^d2: of their least common
+      // multiple, exactly, in units of the finer decimal.
+      const auto a = decimal_of(u), b2 = decimal_of(v);
+      if (!a || !b2) refuse(k, path, "two different 'multipleOf' values in allOf cannot be combined");
+      const uint32_t d = std::max(a->second, b2->second);
+      uint64_t ka = a->first, kb = b2->first;
+      for (uint32_t j = a->second; j < d; ++j) ka *= 10;
+      for (uint32_t j = b2->second; j < d; ++j) kb *= 10;
+      const uint64_t l = ka / std::gcd(ka, kb) * kb;
+      if (l > (uint64_t{1} << 40)) refuse(k, path, "the least common multiple of the 'multipleOf' values is too large");
+      if (d == 0) {
+        u = l;
+      } else {
+        std::string t = std::to_string(l);
+        if (t.size() <= d) t.insert(0, d + 1 - t.size(), '0');
+        t.insert(t.size() - d, ".");
+        u = oj::parse(t);
+      }
     } else if (k == "const") {
       return oj(false);
     } else if (k == "items") {

@@ -72,8 +72,10 @@ class Merger {
 /// $ref, dependentSchemas): additionalProperties / items, or nothing where
 /// s already has those (they evaluate every member). Unchanged when s has
 /// neither keyword; throws SchemaError naming the keyword when s has an
-/// applicator next to it, or patternProperties / contains (annotations
-/// the rewriting does not track).
+/// applicator next to it, or contains (annotations the rewriting does not
+/// track). Next to patternProperties, unevaluatedProperties is
+/// additionalProperties exactly: both take the keys no property or pattern
+/// takes.
 oj settle_unevaluated(const oj& s, const std::string& path);
 
 /// -1, 0 or 1 as JSON numbers a < b, a == b, a > b, compared by value

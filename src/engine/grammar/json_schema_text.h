@@ -5,11 +5,41 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace kvad::schema_text {
 
 /// A GBNF string literal matching exactly `bytes` (UTF-8).
 std::string lit(std::string_view bytes);
+
+/// Code point ranges [first, second], inclusive.
+using CodeRanges = std::vector<std::pair<uint32_t, uint32_t>>;
+
+/// A parsed ECMA-262 pattern of the subset regex_to_gbnf takes: character
+/// sets (literals, classes, escapes, '.'), sequences, groups of
+/// alternatives and repetitions ('*' '+' '?' and {m}, {m,}, {m,n}).
+struct RegexNode {
+  enum class Kind { Set, Cat, Alt, Rep } kind = Kind::Cat;
+  CodeRanges set;               ///< Set: the characters it matches
+  std::vector<RegexNode> kids;  ///< Cat: in order; Alt: the alternatives; Rep: the one repeated
+  uint32_t lo = 0, hi = 0;      ///< Rep: {lo, hi}
+  bool open = false;            ///< Rep: no upper bound
+  char op = 0;                  ///< Rep: '*', '+' or '?' as written, 0 for braces
+};
+/// One top-level alternative of a pattern, with its anchors (^ at the
+/// start, $ at the end; unanchored ends match anywhere, as RegExp.test does).
+struct RegexBranch {
+  bool anchored_start = false, anchored_end = false;
+  RegexNode body;
+};
+/// GBNF for one character of a JSON string's content whose (decoded) code
+/// point is in `set`: the character itself, or each escape JSON allows for
+/// it (\" \\ \/ \b \f \n \r \t, \u00XX in either case for controls).
+std::string json_char_set(const CodeRanges& set);
+
+/// Parses `pattern`. Throws std::invalid_argument, as regex_to_gbnf does.
+std::vector<RegexBranch> parse_regex(std::string_view pattern);
 
 /// GBNF for the content (between the quotes) of a JSON string that matches
 /// the ECMA-262 regex `pattern` (unanchored unless ^ / $ at its ends).

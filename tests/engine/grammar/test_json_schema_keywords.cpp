@@ -283,6 +283,78 @@ TEST(JsonSchemaKeywords, ReferencesAgainstIdBaseUris) {
   EXPECT_EQ(refused_keyword(R"({"$ref": "https://json-schema.org/draft/2020-12/schema"})"), "$ref");
 }
 
+// A declared name that needs escapes, next to additional properties: no
+// other spelling of it passes as an additional key.
+TEST(JsonSchemaKeywords, EscapedNamesNextToAdditionalProperties) {
+  auto g = compile(R"({"properties": {"a\nb": {"type": "integer"}, "q\"": {"type": "null"}},
+                       "additionalProperties": {"type": "string"}})");
+  EXPECT_TRUE(accepts(g, R"({"a\nb":1})"));
+  EXPECT_FALSE(accepts(g, R"({"a\nb":"s"})"));
+  EXPECT_FALSE(accepts(g, R"({"a\u000ab":"s"})"));  // the same key, spelled otherwise
+  EXPECT_FALSE(accepts(g, R"({"a\u000Ab":"s"})"));
+  EXPECT_TRUE(accepts(g, R"({"a\tb":"s"})"));  // another key
+  EXPECT_TRUE(accepts(g, R"({"a\u000bb":"s"})"));
+  EXPECT_FALSE(accepts(g, R"({"q\"":"s"})"));
+  EXPECT_TRUE(accepts(g, R"({"q\"":null,"q\\":"s"})"));
+}
+
+// allOf of two multipleOf: multiples of their least common multiple.
+TEST(JsonSchemaKeywords, MultipleOfInAllOfIsTheLeastCommonMultiple) {
+  auto g = compile(R"({"type": "integer", "allOf": [{"multipleOf": 2}, {"multipleOf": 3}]})");
+  EXPECT_TRUE(accepts(g, "12"));
+  EXPECT_TRUE(accepts(g, "-18"));
+  EXPECT_FALSE(accepts(g, "4"));
+  EXPECT_FALSE(accepts(g, "9"));
+  auto d = compile(R"({"allOf": [{"multipleOf": 0.5}, {"multipleOf": 0.2}]})");  // 1
+  EXPECT_TRUE(accepts(d, "3"));
+  EXPECT_FALSE(accepts(d, "0.5"));
+  EXPECT_FALSE(accepts(d, "0.2"));
+  auto f = compile(R"({"allOf": [{"multipleOf": 0.25}, {"multipleOf": 0.1}]})");  // 0.5
+  EXPECT_TRUE(accepts(f, "1.5"));
+  EXPECT_FALSE(accepts(f, "0.25"));
+}
+
+// patternProperties: each member follows every pattern its key matches,
+// additionalProperties only where none does.
+TEST(JsonSchemaKeywords, PatternProperties) {
+  // OpenAPI's vendor extensions.
+  auto x = compile(R"({"properties": {"name": {"type": "string"}}, "patternProperties": {"^x-": {}},
+                       "additionalProperties": false})");
+  EXPECT_TRUE(accepts(x, R"({"name":"a","x-tag":[1,2]})"));
+  EXPECT_FALSE(accepts(x, R"({"name":"a","tag":1})"));
+  EXPECT_FALSE(accepts(x, R"({"name":1})"));
+  // Overlapping patterns: both hold; unanchored patterns match anywhere.
+  auto o = compile(R"({"patternProperties": {"a": {"type": "integer"}, "b$": {"minimum": 10}},
+                       "additionalProperties": {"type": "string"}})");
+  EXPECT_TRUE(accepts(o, R"({"cat":1,"tab":12,"xyz":"s"})"));
+  EXPECT_FALSE(accepts(o, R"({"tab":5})"));     // matches both: not >= 10
+  EXPECT_FALSE(accepts(o, R"({"tab":12.5})"));  // matches both: not an integer
+  EXPECT_TRUE(accepts(o, R"({"b":10.5})"));
+  EXPECT_FALSE(accepts(o, R"({"xyz":1})"));
+  EXPECT_FALSE(accepts(o, R"({"c\u0061t":"s"})"));  // "cat", spelled otherwise
+  // A declared property that a pattern matches takes both schemas.
+  auto d = compile(R"({"properties": {"ab": {"maximum": 3}}, "patternProperties": {"^a": {"minimum": 2}}})");
+  EXPECT_TRUE(accepts(d, R"({"ab":3})"));
+  EXPECT_FALSE(accepts(d, R"({"ab":1})"));
+  EXPECT_FALSE(accepts(d, R"({"ab":4})"));
+  EXPECT_TRUE(accepts(d, R"({"zz":1})"));
+  // Keys no pattern lets close are never begun: only "{}" and "a" keys here.
+  auto c = compile(R"({"patternProperties": {"^a$": {"type": "null"}}, "additionalProperties": false})");
+  EXPECT_TRUE(accepts(c, R"({"a":null})"));
+  EXPECT_FALSE(accepts(c, R"({"b":null})"));
+  GrammarMatcher m(c);
+  EXPECT_TRUE(m.accept("{\""));
+  EXPECT_FALSE(m.accept("b"));
+  EXPECT_EQ(refused_keyword(R"J({"patternProperties": {"(?=a)": {"type": "null"}}})J"), "patternProperties");
+  // Automata past their bounds are refused, not built: 600 kinds of
+  // character, and a pattern whose subset construction explodes.
+  std::string many;
+  for (int c = 0; c < 600; ++c) { char b[16]; std::snprintf(b, sizeof b, "\\u%04x", 0x400 + 2 * c); many += b; }
+  EXPECT_EQ(refused_keyword(("{\"patternProperties\": {\"[" + many + "]\": {\"type\": \"null\"}}}").c_str()),
+            "patternProperties");
+  EXPECT_EQ(refused_keyword(R"({"patternProperties": {"a.{40}$": {"type": "null"}}})"), "patternProperties");
+}
+
 TEST(JsonSchemaKeywords, MoreFormats) {
   auto f = [](const std::string& format) {
     return json_schema_grammar(oj{{"type", "string"}, {"format", format}});
