@@ -4,6 +4,13 @@
     python3 bench/compare_sd.py --sd-cli ~/src/sdcpp/build/bin/sd-cli \\
         --model ~/.cache/kvad/bench-models/sd15-rand-f16 [--size 512] [--threads 2] [--rounds 2]
 
+sd-cli as measured here (stable-diffusion.cpp 97d2990, Aug 2026, its ggml submodule at
+8e800cef from ggml-org/ggml): `cmake -B build -DCMAKE_BUILD_TYPE=Release -DSD_WEBP=OFF
+-DSD_WEBM=OFF -DGGML_NATIVE=ON && cmake --build build --target sd-cli -j2` (-march=native:
+AVX-512 on this machine; ggml's OpenMP threads). A snapshot without the large tokenizer
+vocabularies SD 1.5 does not use needs those src/tokenizers/vocab/*.hpp as one-byte arrays,
+and examples/CMakeLists.txt without the server (its web UI is a submodule).
+
 Builds nothing: it runs kvad's build/bench/bench_unet (the SD 1.5 UNet at the base config's
 shapes, random f16 weights) and sd-cli (its CPU build, on the random f16 SD 1.5 folder that
 tools/make_sd15_bench_checkpoint.py writes; sd-cli opens a diffusers folder itself), one after
