@@ -10,8 +10,11 @@
 // FP32 peak is measured here: each thread runs independent chains of 8-wide
 // FMAs (AVX2) for about 0.3 s, so it is what these cores reach now, under
 // whatever load the machine has.
-// Run: build/bench/bench_unet [threads=2] [steps=1]
+// Run: build/bench/bench_unet [threads=2] [steps=1] [latent=64]
+// latent: the latent's side (64: a 512 x 512 picture, 32: 256 x 256); the
+// FLOP rate is printed for 64, the size the FLOP count is for.
 #include <immintrin.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -30,6 +33,7 @@
 #include "base/error.h"
 #include "base/thread_pool.h"
 #include "io/tensor_source.h"
+#include "kernels/cpu/kernels.h"
 #include "model/image/configs.h"
 #include "model/image/pipeline.h"
 #include "model/image/unet.h"
@@ -66,6 +70,7 @@ class RandomSource final : public TensorSource {
       shapes.emplace_back(name, dims);
     }
     buf_ = std::shared_ptr<uint16_t[]>(new uint16_t[total]);
+    const auto to_f16 = cpu::cpu_kernels(DType::F16).from_float;
     size_t at = 0;
     uint32_t state = 1;  // xorshift32: a uniform draw a value, cheap for 860 M of them
     for (const auto& [name, dims] : shapes) {
@@ -78,10 +83,17 @@ class RandomSource final : public TensorSource {
       const bool vec = dims.size() == 1, bias = name.ends_with("bias");
       const float bound = vec ? 0.1f : 1.0f / std::sqrt(static_cast<float>(n / dims[0]));
       const float base = vec && !bias ? 1.0f : 0.0f;
-      for (int64_t i = 0; i < n; ++i) {
-        state ^= state << 13, state ^= state >> 17, state ^= state << 5;
-        const float u = static_cast<float>(state >> 8) * (2.0f / 16777216.0f) - 1.0f;  // [-1, 1)
-        buf_[at + i] = f32_to_f16(base + bound * u);
+      // Drawn as floats a chunk at a time, rounded to f16 by the CPU kernels' converter.
+      constexpr int64_t kChunk = 4096;
+      float f[kChunk];
+      for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+        const int64_t m = std::min(kChunk, n - i0);
+        for (int64_t i = 0; i < m; ++i) {
+          state ^= state << 13, state ^= state >> 17, state ^= state << 5;
+          const float u = static_cast<float>(state >> 8) * (2.0f / 16777216.0f) - 1.0f;  // [-1, 1)
+          f[i] = base + bound * u;
+        }
+        to_f16(f, buf_.get() + at + i0, m);
       }
       t.data = buf_.get() + at;
       t.n_bytes = static_cast<size_t>(n) * 2;
@@ -117,6 +129,14 @@ class RandomSource final : public TensorSource {
   size_t n_params_ = 0;
 };
 
+// CPU seconds of all the process's threads (on a loaded machine the wall
+// time also counts the time other processes hold the cores).
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 // FLOPs one thread does in `seconds` of 8-wide f32 FMAs on 10 independent chains (FMA latency × ports).
 __attribute__((target("avx2,fma"))) int64_t fma_chains(int ith, double seconds) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -148,6 +168,9 @@ double fma_peak(ThreadPool& pool) {
 
 int main(int argc, char** argv) try {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2, steps = argc > 2 ? std::atoi(argv[2]) : 1;
+  const int64_t side = argc > 3 ? std::atoi(argv[3]) : 64;
+  if (threads < 1 || steps < 1 || side < 8 || side > 256 || side % 8 != 0)
+    throw Error("usage: bench_unet [threads >= 1] [steps >= 1] [latent side: a multiple of 8 in 8..256]");
   ThreadPool pool(threads);
   ops::PoolScope scope(pool);
   const std::string list = std::string(KVAD_SOURCE_DIR) + "/bench/unet_sd15_tensors.txt";
@@ -161,26 +184,36 @@ int main(int argc, char** argv) try {
   std::printf("bench_unet: SD 1.5 UNet, %.1f M f16 parameters, random; made in %.1f s; %d threads\n",
               src->n_params() / 1e6, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
               threads);
+  std::fflush(stdout);
   std::mt19937 rng(2);
   std::normal_distribution<float> nd;
-  std::vector<float> x(4 * 64 * 64 * 2), ctx(768 * 77 * 2);
+  std::vector<float> x(static_cast<size_t>(4 * side * side * 2)), ctx(768 * 77 * 2);
   for (float& v : x) v = nd(rng);
   for (float& v : ctx) v = nd(rng);
-  const Tensor xs = ops::from_host(x.data(), DType::F32, {4, 64, 64, 2}, Device::cpu());
+  const Tensor xs = ops::from_host(x.data(), DType::F32, {4, side, side, 2}, Device::cpu());
   const Tensor cs = ops::from_host(ctx.data(), DType::F32, {768, 77, 2, 1}, Device::cpu());
   const double peak = fma_peak(pool);
   for (int s = 0; s < steps; ++s) {
     const auto a = std::chrono::steady_clock::now();
+    const double cpu0 = process_cpu_seconds();
     const Tensor y = unet.forward(xs, 999.0f - 50.0f * s, cs, nullptr);
     std::vector<float> out(static_cast<size_t>(y.n_elements()));
     ops::to_host(y, out.data());
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+    const double cpu = process_cpu_seconds() - cpu0;
     double sum = 0;
     for (float v : out) sum += std::fabs(v);
+    if (side != 64) {
+      std::printf("step %d: %.2f s (latent %lld x %lld, batch 2), %.2f CPU s; mean |y| %.3f\n", s, sec,
+                  static_cast<long long>(side), static_cast<long long>(side), cpu, sum / out.size());
+      std::fflush(stdout);
+      continue;
+    }
     std::printf("step %d: %.2f s, %.1f GFLOP/s (%.2f TFLOP a call) = %.1f%% of the measured FP32 FMA peak %.1f GFLOP/s; "
-                "mean |y| %.3f\n",
+                "%.2f CPU s; mean |y| %.3f\n",
                 s, sec, src->flops() / sec / 1e9, src->flops() / 1e12, 100 * src->flops() / sec / peak, peak / 1e9,
-                sum / out.size());
+                cpu, sum / out.size());
+    std::fflush(stdout);
   }
   return 0;
 } catch (const std::exception& e) {

@@ -12,10 +12,13 @@
 //
 // Weights: f32 and the block formats with a tiled gemm (q8_0, q4_0, q4_K,
 // ...) go through cpu::matmul (activations converted once per tile to the
-// format's dot partner, work split over weight rows). f16 and bf16 have no
-// gemm: each thread converts blocks of kRowBlock weight rows to f32 and runs
-// the f32 gemm on them (the vec_dot loop would convert every weight value
-// once per pixel instead of once per tile).
+// format's dot partner, work split over weight rows). f16 weights with the
+// AVX2 gemm go straight to it on the f32 rows (gemm_f16 widens each weight
+// in registers: gemm_f32's bits on the widened weights, with no f32 copy of
+// the weights and no rounding of the activations to f16). bf16 (and f16
+// without SIMD): each thread converts blocks of kRowBlock weight rows to f32
+// and runs the f32 gemm on them (the vec_dot loop would convert every weight
+// value once per pixel instead of once per tile).
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -59,12 +62,19 @@ void im2col(const float* x, const Geometry& g, int64_t p0, int64_t np, float* co
   }
 }
 
-// y [np, OC] = col [np, K] · wᵀ for f16/bf16 weights (w: OC rows of K
-// values at host address wp, row stride rs bytes).
-void product_half(ThreadPool& tp, const CpuKernels& kw, const uint8_t* wp, size_t rs, const float* col, int64_t np,
+// y [np, OC] = col [np, K] · wᵀ for f16/bf16 weights (format wt; w: OC rows
+// of K values at host address wp, row stride rs bytes).
+void product_half(ThreadPool& tp, DType wt, const CpuKernels& kw, const uint8_t* wp, size_t rs, const float* col, int64_t np,
                   const Geometry& g, float* y) {
   const CpuKernels& k32 = cpu_kernels(DType::F32);
   const size_t ld = static_cast<size_t>(g.K) * sizeof(float);
+  if (wt == DType::F16 && kw.gemm) {
+    tp.parallel_for((g.OC + kRowBlock - 1) / kRowBlock, 1, [&](int64_t b0, int64_t b1, int) {
+      const int64_t r0 = b0 * kRowBlock, nr = std::min(b1 * kRowBlock, g.OC) - r0;
+      kw.gemm(g.K, wp + r0 * rs, rs, nr, col, ld, np, y + r0, g.OC);
+    });
+    return;
+  }
   tp.parallel_for((g.OC + kRowBlock - 1) / kRowBlock, 1, [&](int64_t b0, int64_t b1, int) {
     thread_local std::vector<float> wf;
     wf.resize(static_cast<size_t>(kRowBlock * g.K));
@@ -97,7 +107,7 @@ void conv2d(const Tensor& x, const Tensor& w, const Tensor* bias, const Conv2dPa
   const bool half = w.type == DType::F16 || w.type == DType::BF16;
   const CpuKernels& kw = cpu_kernels(w.type);
   auto product = [&](const float* rows, int64_t np, float* y) {
-    if (half) product_half(tp, kw, static_cast<const uint8_t*>(w2.data), w2.row_size(), rows, np, g, y);
+    if (half) product_half(tp, w.type, kw, static_cast<const uint8_t*>(w2.data), w2.row_size(), rows, np, g, y);
     else cpu::matmul(tp, w2, rows, np, y);
   };
   const int64_t n_pix = g.N * g.OH * g.OW;

@@ -64,6 +64,7 @@ static_assert(sizeof(q8_Kx) == 324);
 size_t packed_bytes_q8_1x4(int64_t n);
 size_t packed_bytes_q8_0x4(int64_t n);
 size_t packed_bytes_q8_Kx(int64_t n);
+size_t packed_bytes_f32(int64_t n);  ///< 4 n: F16 activation rows widened to f32
 
 /// The loop of reference vec_dots (the definition of every gemm entry).
 template <VecDotFn dot>
@@ -102,6 +103,15 @@ void gemm_q6_K(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, 
 // 4 rows x 3 tokens; outputs equal vec_dot_f32 up to float summation order.
 void gemm_f32(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
               float* out, int64_t ldo);
+// F16 weights and f32 activations (gemm_f32_avx2.cpp): gemm_f32's tiles with
+// each weight vector widened in registers, so the outputs are gemm_f32's
+// bits on the widened weights (conv2d's f16 product reads its f32 im2col
+// rows with it directly). Behind matmul, the F16 activation rows are
+// widened to f32 by pack_f16_f32 (exact), so the outputs equal vec_dot_f16
+// up to float summation order.
+void gemm_f16(int64_t n, const void* w, size_t ldw, int64_t nr, const void* y, size_t ldy, int64_t nc,
+              float* out, int64_t ldo);
+void pack_f16_f32(int64_t n, const void* x, size_t ldx, int64_t n_rows, void* dst, size_t ldp);
 }  // namespace avx2
 
 // The same K-quant gemms built for AVX512-VL/BW/VNNI (gemm_kquants_avx512.cpp;

@@ -131,6 +131,8 @@ struct GemmRow {
 constexpr GemmRow kGemms[] = {
     {.type = DType::F32, .simd = gemm::avx2::gemm_f32, .pack = nullptr, .packed_bytes = nullptr,
      .ref = gemm::gemm_ref<ref::vec_dot_f32>},
+    {.type = DType::F16, .simd = gemm::avx2::gemm_f16, .pack = gemm::avx2::pack_f16_f32,
+     .packed_bytes = gemm::packed_bytes_f32, .ref = gemm::gemm_ref<ref::vec_dot_f16>},
     {.type = DType::Q4_0, .simd = gemm::avx2::gemm_q4_0, .pack = gemm::avx2::pack_q8_0x4,
      .packed_bytes = gemm::packed_bytes_q8_0x4, .ref = gemm::gemm_ref<ref::vec_dot_q4_0_q8_0>},
     {.type = DType::Q4_1, .simd = gemm::avx2::gemm_q4_1, .pack = gemm::avx2::pack_q8_1x4,

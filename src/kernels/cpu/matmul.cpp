@@ -2,8 +2,8 @@
 //
 // The activations are quantized once to W's vec_dot_type (as ggml does), in
 // parallel over tokens. Then:
-// - formats with a tiled gemm (kernels.h; Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K
-//   and, unpacked, F32 on AVX2) pack the
+// - formats with a tiled gemm (kernels.h; Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K,
+//   F16 (its f16 activations widened to f32) and, unpacked, F32 on AVX2) pack the
 //   quantized rows for it and hand each thread chunks of weight rows times
 //   all tokens: the gemm unpacks a weight block once per few tokens instead
 //   of once per (row, token) pair;
@@ -23,6 +23,7 @@ namespace gemm {
 size_t packed_bytes_q8_1x4(int64_t n) { return static_cast<size_t>((n / 32 + 3) / 4) * sizeof(q8_1x4); }
 size_t packed_bytes_q8_0x4(int64_t n) { return static_cast<size_t>((n / 32 + 3) / 4) * sizeof(q8_0x4); }
 size_t packed_bytes_q8_Kx(int64_t n) { return static_cast<size_t>(n / QK_K) * sizeof(q8_Kx); }
+size_t packed_bytes_f32(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
 }  // namespace gemm
 
 namespace {
@@ -66,9 +67,16 @@ void rows_product(const Tensor& w, const CpuKernels& k, const uint8_t* xq, size_
                   int64_t r0, int64_t r1) {
   const int64_t n_in = w.ne[0], n_out = w.n_rows();
   if (k.gemm) {
-    // All tokens against these rows: the rows' weights stay in cache while
-    // the tokens stream past in tiles of a few.
-    k.gemm(n_in, w.row(r0), w.row_size(), r1 - r0, xq, ldq, n_tok, y + r0, n_out);
+    // All tokens against these rows, a tile of them at a time: the rows'
+    // weights stay in L1 while the tokens stream past in groups of a few,
+    // and a tile's tokens (at most kGemmTileBytes) stay in L2 for the next
+    // rows of the gemm. Each output is one gemm output whatever the tile
+    // (its own dot product), so the tiling changes no result.
+    constexpr size_t kGemmTileBytes = size_t{256} << 10;
+    const int64_t tile = std::max<int64_t>(12, static_cast<int64_t>(kGemmTileBytes / ldq) / 12 * 12);
+    for (int64_t t0 = 0; t0 < n_tok; t0 += tile)
+      k.gemm(n_in, w.row(r0), w.row_size(), r1 - r0, xq + static_cast<size_t>(t0) * ldq, ldq,
+             std::min(tile, n_tok - t0), y + t0 * n_out + r0, n_out);
     return;
   }
   constexpr int64_t kTokTile = 64;  // tokens that stay in cache per pass over the rows

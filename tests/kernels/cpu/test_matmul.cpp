@@ -39,7 +39,7 @@ using cpu::CpuKernels;
 namespace {
 
 const DType kGemmFormats[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0,
-                              DType::Q4_K, DType::Q6_K, DType::F32};
+                              DType::Q4_K, DType::Q6_K, DType::F32, DType::F16};
 
 // The K-quant gemms do the reference's float arithmetic on the same exact
 // integer sums: their outputs equal the reference bit for bit.
@@ -145,7 +145,7 @@ TEST(Gemm, SimdMatchesReference) {
     const DType vt = dtype_info(t).vec_dot_type;
     double worst = 0;
     const int64_t be = dtype_info(t).block_elems;
-    // F32 (blocks of 1): lengths around the 8-lane steps, MiniLM's 384 and 1536.
+    // F32, F16 (blocks of 1): lengths around the 8-lane steps, MiniLM's 384 and 1536.
     const std::vector<int64_t> nbs = be == 32  ? std::vector<int64_t>{1, 2, 3, 4, 5, 7, 8, 9, 18, 48}
                                      : be == 1 ? std::vector<int64_t>{1, 7, 8, 9, 31, 64, 100, 384, 1536}
                                                : std::vector<int64_t>{1, 2, 3, 6};
@@ -188,6 +188,58 @@ TEST(Gemm, SimdMatchesReference) {
     std::printf("%-5s gemm: |simd-ref| <= %.2f eps*S\n", dtype_name(t), worst);
   }
   std::printf("%d outputs checked\n", checked);
+}
+
+// matmul hands the gemm its tokens in tiles (rows_product): each output must
+// be the same bits whichever tokens share its call. Every format, all tokens
+// at once against each token alone; lengths with and without a tail.
+TEST(Gemm, OutputsIndependentOfTokenGrouping) {
+  std::mt19937 rng(9);
+  for (DType t : kGemmFormats) {
+    const CpuKernels& k = cpu::cpu_kernels(t);
+    if (!k.gemm) continue;
+    const DType vt = dtype_info(t).vec_dot_type;
+    const int64_t be = dtype_info(t).block_elems;
+    for (int64_t n : {be == 1 ? int64_t{100} : 2 * be, be == 1 ? int64_t{384} : 6 * be}) {
+      const int64_t nr = 7, nc = 17;
+      const Mat w = make(t, n, nr, false, rng), a = make(vt, n, nc, false, rng);
+      const size_t ldy = row_bytes(vt, n), ld = k.gemm_pack ? k.gemm_packed_bytes(n) : ldy;
+      std::vector<uint8_t> y(ld * nc);
+      if (k.gemm_pack) k.gemm_pack(n, a.q.data(), ldy, nc, y.data(), ld);
+      else std::memcpy(y.data(), a.q.data(), ldy * nc);
+      std::vector<float> all(nc * nr), one(nc * nr);
+      k.gemm(n, w.q.data(), row_bytes(t, n), nr, y.data(), ld, nc, all.data(), nr);
+      for (int64_t c = 0; c < nc; ++c) k.gemm(n, w.q.data(), row_bytes(t, n), nr, y.data() + c * ld, ld, 1, one.data() + c * nr, nr);
+      for (int64_t i = 0; i < nc * nr; ++i)
+        ASSERT_EQ(std::memcmp(&all[i], &one[i], 4), 0) << dtype_name(t) << " n=" << n << " i=" << i;
+    }
+  }
+}
+
+// The f16 gemm widens each weight in registers: on f32 activations it gives
+// gemm_f32's bits on the widened weights (conv2d's f16 product relies on it
+// to keep the f32 path's results). Random f16 weights, odd lengths, row and
+// token counts around the 4 x 3 tiles.
+TEST(Gemm, F16IsF32OnWidenedWeights) {
+  const CpuKernels& k16 = cpu::cpu_kernels(DType::F16);
+  const CpuKernels& k32 = cpu::cpu_kernels(DType::F32);
+  if (!k16.gemm || !k32.gemm) GTEST_SKIP() << "no SIMD gemm here";
+  std::mt19937 rng(5);
+  for (int64_t n : {1, 7, 8, 9, 100, 2880}) {
+    for (int64_t nr : {1, 4, 5, 11}) {
+      for (int64_t nc : {1, 3, 4, 8}) {
+        std::vector<uint16_t> w16(n * nr);
+        std::vector<float> w32(n * nr);
+        const std::vector<float> wf = random_floats(n * nr, rng), y = random_floats(n * nc, rng);
+        for (int64_t i = 0; i < n * nr; ++i) w32[i] = f16_to_f32(w16[i] = f32_to_f16(wf[i]));
+        std::vector<float> a(nc * nr), b(nc * nr);
+        k16.gemm(n, w16.data(), n * 2, nr, y.data(), n * 4, nc, a.data(), nr);
+        k32.gemm(n, w32.data(), n * 4, nr, y.data(), n * 4, nc, b.data(), nr);
+        for (int64_t i = 0; i < nc * nr; ++i)
+          ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0) << "n=" << n << " nr=" << nr << " nc=" << nc << " i=" << i;
+      }
+    }
+  }
 }
 
 // The AVX512-VNNI build of the K-quant gemms (gemm_kquants_avx512.cpp, the
