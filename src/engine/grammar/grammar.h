@@ -109,6 +109,9 @@ class GrammarMatcher {
   /// from the current state alone (state ids change: only state() is valid).
   /// Returns true if it compacted.
   bool maybe_compact();
+  /// Bumped whenever the tables are rebuilt (compaction by accept() or
+  /// maybe_compact(), reset() after one): state ids from before are void.
+  uint64_t generation() const;
   /// The memoized transitions, states x 256 (kUnknown: not computed yet;
   /// step() fills it). Valid until the next step() that adds a state.
   const uint32_t* transitions() const;
@@ -179,7 +182,8 @@ class TokenGrammar {
   std::vector<uint32_t> path_;
   std::vector<uint8_t> allowed_;
   static constexpr size_t kMaskCache = 64;  ///< masks kept, n_vocab bytes each
-  std::unordered_map<uint32_t, std::vector<uint8_t>> cache_;  ///< state -> mask, until compaction
+  std::unordered_map<uint32_t, std::vector<uint8_t>> cache_;  ///< state -> mask, of the tables' generation below
+  uint64_t cache_generation_ = 0;
   double mask_s_ = 0;
   int64_t n_masks_ = 0;
 };

@@ -38,6 +38,7 @@ struct GrammarMatcher::Impl {
   std::vector<uint32_t> out;
   std::vector<uint32_t> stamp;
   uint32_t epoch = 0;
+  uint64_t generation = 0;  // clear_tables() calls (GrammarMatcher::generation)
 
   static uint64_t hash(uint32_t pos, uint32_t parent) {
     uint64_t k = (uint64_t{pos} << 32) | parent;
@@ -150,6 +151,7 @@ struct GrammarMatcher::Impl {
   }
 
   void clear_tables() {
+    ++generation;
     nodes.clear();
     table.clear();
     states.clear();
@@ -213,6 +215,7 @@ bool GrammarMatcher::state_accepting(uint32_t s) const { return p_->states[s].ac
 bool GrammarMatcher::state_empty(uint32_t s) const { return p_->states[s].stacks.empty(); }
 void GrammarMatcher::set_state(uint32_t s) { p_->cur = s; }
 const uint32_t* GrammarMatcher::transitions() const { return p_->trans.data(); }
+uint64_t GrammarMatcher::generation() const { return p_->generation; }
 bool GrammarMatcher::maybe_compact() {
   if (p_->nodes.size() * 2 < p_->lim.max_nodes && p_->states.size() * 2 < p_->lim.max_states) return false;
   p_->compact();

@@ -72,7 +72,13 @@ TokenGrammar::TokenGrammar(std::shared_ptr<const Grammar> g, std::shared_ptr<con
 
 void TokenGrammar::mask(std::vector<uint8_t>& allowed) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (m_.maybe_compact()) cache_.clear();
+  // State ids change when the tables are rebuilt, by this call or by an
+  // accept() or reset() since the last mask: the cached masks go with them.
+  m_.maybe_compact();
+  if (m_.generation() != cache_generation_) {
+    cache_.clear();
+    cache_generation_ = m_.generation();
+  }
   const uint32_t s0 = m_.state();
   // Masks of states seen before (a JSON string's content is one state).
   if (auto it = cache_.find(s0); it != cache_.end()) {

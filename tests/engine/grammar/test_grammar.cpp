@@ -495,6 +495,37 @@ TEST(TokenGrammar, MaskEqualsPerTokenCheck) {
 }
 
 // Mask cost: printed, never asserted (speed is shown by numbers).
+// Small table caps, so the matcher compacts (renumbering its states) inside
+// accept() again and again over a long reply: a mask cached under an old
+// state id must never be used again. Every token sampled from the mask is
+// accepted.
+TEST(TokenGrammar, MasksStayRightAcrossCompactions) {
+  const Vocab* v = vocab();
+  if (!v) GTEST_SKIP() << "smollm2-135m not installed";
+  JsonSchemaOptions o;
+  o.max_string_length = 512;  // the server's default: every string position is a state
+  auto g = json_schema_grammar(oj::parse(R"({"type":"object","additionalProperties":{"type":"integer"}})"), o);
+  GrammarLimits lim;
+  lim.max_states = 256;
+  lim.max_nodes = 1u << 14;
+  TokenGrammar t(g, v->trie, lim);
+  std::mt19937 rng(5);
+  std::vector<uint8_t> allowed;
+  int steps = 0;
+  for (; steps < 1500 && !t.finished(); ++steps) {
+    t.mask(allowed);
+    std::vector<int32_t> ok;
+    for (int32_t id = 0; id < v->trie->n_vocab(); ++id)
+      if (allowed[static_cast<size_t>(id)] && v->trie->in_trie(id) &&
+          v->trie->bytes(id).find('}') == std::string::npos)  // the object goes on
+        ok.push_back(id);
+    ASSERT_FALSE(ok.empty()) << "step " << steps;
+    const int32_t id = ok[rng() % ok.size()];
+    ASSERT_TRUE(t.accept(id)) << "step " << steps << ": the mask allowed '" << v->trie->bytes(id) << "'";
+  }
+  EXPECT_EQ(steps, 1500);
+}
+
 TEST(TokenGrammar, MaskCostPrinted) {
   const Vocab* v = vocab();
   if (!v) GTEST_SKIP() << "smollm2-135m not installed";
