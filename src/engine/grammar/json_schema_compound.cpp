@@ -431,7 +431,7 @@ std::string Compiler::gen_object(const oj& s, const std::string& path, int depth
     ex = pattern_member(*keys, [&](uint32_t mask) { return value(nullptr, mask, ""); });
   } else if (addl_expr != kNever && !(s.contains("propertyNames") && s["propertyNames"] == oj(false))) {
     const std::string key = !pn_key.empty() ? pn_key
-                            : names.empty() ? std::string("string")
+                            : names.empty() && !opt_.max_string_length ? std::string("string")
                                             : key_except(names, path, "additionalProperties", 0,
                                                          opt_.max_string_length ? int64_t{opt_.max_string_length} : -1);
     if (key != kNever) ex = rule("extra", key + " ws \":\" ws " + addl_expr);

@@ -373,6 +373,15 @@ TEST(JsonSchemaKeywords, DefaultMaxItems) {
   EXPECT_TRUE(accepts(x, "[1,2,3,4,5,6,7,8,9,10]"));
 }
 
+// max_string_length bounds additional keys too, declared names or not.
+TEST(JsonSchemaKeywords, DefaultMaxLengthBoundsAdditionalKeys) {
+  JsonSchemaOptions o;
+  o.max_string_length = 4;
+  auto g = compile(R"({"type": "object", "additionalProperties": {"type": "integer"}})", o);
+  EXPECT_TRUE(accepts(g, R"({"abcd":1})"));
+  EXPECT_FALSE(accepts(g, R"({"abcde":1})"));
+}
+
 TEST(JsonSchemaKeywords, MoreFormats) {
   auto f = [](const std::string& format) {
     return json_schema_grammar(oj{{"type", "string"}, {"format", format}});
