@@ -103,10 +103,7 @@ void bench(const BenchOptions& o) {
   if (o.n_prompt < 0 || o.n_gen < 0) throw Error("-p and -n must not be negative");
   const KVTypes kv = o.cache_type.types();
   o.spec.check();
-  DeviceOptions dev = o.device;
-  o.dist.apply(dev);
-  if (dev.comm) refuse_speculation(o.spec);
-  LoadedModel m = load_on_every_rank(o.model, dev);
+  LoadedModel m = o.dist.load(o.model, o.device, o.spec);
   if (serve_if_stage(m, o.threads)) return;  // ranks other than 0: rank 0 drives
   const PipelineDriver driver(m);
   dist::Comm* comm = m.model->comm();

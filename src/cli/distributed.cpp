@@ -56,6 +56,13 @@ void DistOptions::apply(DeviceOptions& dev) const {
   dev.layer_split = layer_split;
 }
 
+LoadedModel DistOptions::load(const std::string& model_arg, const DeviceOptions& device, const SpecFlags& spec) const {
+  DeviceOptions dev = device;
+  apply(dev);
+  if (dev.comm) refuse_speculation(spec);
+  return load_on_every_rank(model_arg, dev);
+}
+
 void refuse_speculation(const SpecFlags& spec) {
   if (spec.on()) fail_alike("speculative decoding is not supported with --pipeline-parallel-size above 1 yet");
 }

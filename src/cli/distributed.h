@@ -25,6 +25,10 @@ struct DistOptions {
   /// dev.comm and dev.layer_split for a split run. Throws kvad::Error on
   /// rank 0 (dist::AgreedError on the others), one line naming the numbers.
   void apply(DeviceOptions& dev) const;
+  /// What run and bench do before anything else: apply() to a copy of
+  /// `device`, refuse_speculation() when the run is split, then
+  /// load_on_every_rank(). Throws as those do.
+  LoadedModel load(const std::string& model_arg, const DeviceOptions& device, const SpecFlags& spec) const;
 };
 
 /// A split run refuses speculative decoding (not supported there yet):

@@ -40,10 +40,7 @@ void run(const RunOptions& o) {
   o.spec.check();
   const KVTypes kv = o.cache_type.types();
   const std::shared_ptr<const Grammar> gbnf = o.grammar.parse();  // a bad grammar fails before the model loads
-  DeviceOptions dev = o.device;
-  o.dist.apply(dev);
-  if (dev.comm) refuse_speculation(o.spec);
-  LoadedModel m = load_on_every_rank(o.model, dev);
+  LoadedModel m = o.dist.load(o.model, o.device, o.spec);
   if (serve_if_stage(m, o.threads)) return;  // ranks other than 0: rank 0 drives
   const PipelineDriver driver(m);
   const std::unique_ptr<TokenGrammar> grammar = GrammarOptions::bind(gbnf, *m.tokenizer);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "image_fixtures.h"
 #include "base/error.h"
 #include "io/tensor_source.h"
 #include "model/image/clip_text.h"
@@ -22,18 +23,13 @@
 namespace fs = std::filesystem;
 using namespace kvad;
 using namespace kvad::image;
+using kvad::image_test::fixtures;
+using kvad::image_test::host;
 
 namespace {
 
-fs::path fixtures() { return fs::path(KVAD_SOURCE_DIR) / "tests" / "fixtures" / "image_pipelines"; }
-
 const std::vector<std::string> kPrompts = {"a photo of a cat", "", "A Red FOX in fresh snow, 8k, (masterpiece:1.2)"};
 
-std::vector<float> host(const Tensor& t) {
-  std::vector<float> v(static_cast<size_t>(t.n_elements()));
-  ops::to_host(ops::cont(t), v.data());
-  return v;
-}
 
 // PSNR of `got` against `want` over want's peak: 10·log10(max|want|² / MSE).
 double psnr(const std::vector<float>& got, const SourceTensor& want) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "image_fixtures.h"
 #include "base/error.h"
 #include "io/tensor_source.h"
 #include "model/image/pipeline.h"
@@ -21,10 +22,9 @@
 namespace fs = std::filesystem;
 using namespace kvad;
 using namespace kvad::image;
+using kvad::image_test::fixtures;
 
 namespace {
-
-fs::path fixtures() { return fs::path(KVAD_SOURCE_DIR) / "tests" / "fixtures" / "image_pipelines"; }
 
 // A scratch copy of a fixture pipeline folder, removed at the end.
 struct Scratch {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "image_fixtures.h"
 #include "base/error.h"
 #include "io/tensor_source.h"
 #include "model/image/pipeline.h"
@@ -26,16 +27,11 @@
 namespace fs = std::filesystem;
 using namespace kvad;
 using namespace kvad::image;
+using kvad::image_test::fixtures;
+using kvad::image_test::host;
 
 namespace {
 
-fs::path fixtures() { return fs::path(KVAD_SOURCE_DIR) / "tests" / "fixtures" / "image_pipelines"; }
-
-std::vector<float> host(const Tensor& t) {
-  std::vector<float> v(static_cast<size_t>(t.n_elements()));
-  ops::to_host(ops::cont(t), v.data());
-  return v;
-}
 
 const TensorSource& refs() {
   static const std::shared_ptr<const TensorSource> src = safetensors_source((fixtures() / "vae.safetensors").string());
