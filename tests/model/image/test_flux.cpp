@@ -1,7 +1,8 @@
 // FluxTransformer2D (model/image/flux.h) against diffusers' FluxTransformer2DModel in f32 on
 // two tiny random transformers (tests/fixtures/flux, tools/make_flux_fixtures.py): 2 double and
 // 2 single blocks, head dim 16 over three RoPE axes (4, 6, 6), guidance embedding off (schnell)
-// and on (dev), batch 2: PSNR >= 100 dB; every tensor read; inputs that do not fit throw.
+// and on (dev), batch 2: PSNR >= 100 dB; every tensor read; inputs that do not fit throw. The
+// FluxPipeline folders read, and configs that contradict the weights or each other refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,11 +11,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 #include "base/error.h"
 #include "io/tensor_source.h"
 #include "model/image/flux.h"
+#include "model/image/pipeline.h"
 #include "model/registry.h"
 #include "model/weights.h"
 #include "tensor/ops.h"
@@ -124,6 +127,49 @@ TEST(FluxConfig, RefusesWhatItCannotRun) {
   EXPECT_THROW(parse(R"({"num_layers": "19"})"), Error);
   EXPECT_THROW(parse(R"({"guidance_embeds": 1})"), Error);
   EXPECT_THROW(parse(R"({"attention_head_dim": 0})"), Error);
+}
+
+TEST(FluxPipeline, ReadsTheFolderAndRefusesContradictions) {
+  // A copy whose transformer config contradicts its weights or the VAE: one clear error each.
+  const fs::path tmp = fs::temp_directory_path() / ("kvad_flux_" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::copy(dir() / "pipeline_dev", tmp, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  const fs::path cfg = tmp / "transformer" / "config.json";
+  nlohmann::json j;
+  {
+    std::ifstream in(cfg);
+    j = nlohmann::json::parse(in);
+  }
+  auto expect_error = [&](const char* key, const nlohmann::json& v, const std::string& needle) {
+    nlohmann::json k = j;
+    k[key] = v;
+    std::ofstream(cfg) << k.dump();
+    try {
+      image::open_pipeline(tmp.string());
+      ADD_FAILURE() << key << " " << v.dump() << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error("num_layers", 3, "num_layers");
+  expect_error("joint_attention_dim", 40, "joint_attention_dim");
+  expect_error("in_channels", 16, "latent_channels");
+  expect_error("guidance_embeds", false, "guidance_embeds");
+  expect_error("pooled_projection_dim", 24, "pooled_projection_dim");
+  std::ofstream(tmp / "model_index.json") << R"({"_class_name": "FluxPipeline", "transformer": ["diffusers", "X"]})";
+  EXPECT_THROW(image::open_pipeline(tmp.string()), Error);  // components missing
+  fs::remove_all(tmp);
+
+  const image::Pipeline pl = image::open_pipeline((dir() / "pipeline_dev").string());
+  ASSERT_TRUE(pl.transformer);
+  EXPECT_TRUE(pl.transformer->guidance_embeds);
+  EXPECT_EQ(pl.vae.latent_channels, 16);
+  EXPECT_FALSE(pl.vae.use_quant_conv);
+  EXPECT_DOUBLE_EQ(pl.vae.shift_factor, 0.1159);
+  EXPECT_DOUBLE_EQ(pl.vae.scaling_factor, 0.3611);
+  EXPECT_FALSE(pl.text_encoder_2);
+  EXPECT_FALSE(pl.t5_config.empty());
+  EXPECT_FALSE(image::open_pipeline((dir() / "pipeline_schnell").string()).transformer->guidance_embeds);
 }
 
 }  // namespace
