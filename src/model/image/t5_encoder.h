@@ -64,7 +64,9 @@ struct T5Config {
   double layer_norm_epsilon = 1e-6;
   /// "relu", "gated-gelu", "gated-relu", "gelu", "gated-silu"...: ACT or gated-ACT.
   std::string feed_forward_proj = "relu";
-  std::string dense_act_fn = "relu";  ///< ACT ("gelu" means gelu_new, as T5Config maps it)
+  /// ACT of feed_forward_proj, as transformers' ACT2FN names it ("gelu" the
+  /// exact GELU); "gated-gelu" gives "gelu_new" (the tanh GELU), as T5Config maps it.
+  std::string dense_act_fn = "relu";
   bool is_gated_act = false;
   int64_t pad_token_id = 0, eos_token_id = 1;
 };
@@ -110,8 +112,10 @@ class T5Encoder {
   /// last_hidden_state of one sequence: [n_tokens, d_model] f32 on the
   /// weights' device (as ClipTextEncoder::Output::hidden), every token
   /// attending to every other (no mask: FLUX pads to its max_sequence_length
-  /// and attends over the padding too). 1 <= n_tokens <= 2^16, each id in
-  /// [0, vocab_size); throws kvad::Error naming the bad id or the length.
+  /// and attends over the padding too). 1 <= n_tokens <= 4096 (the position
+  /// bias and each layer's scores take n_tokens² · num_heads · 4 bytes: 64 MiB
+  /// at FLUX's 512 tokens and T5-XXL's 64 heads), each id in [0, vocab_size);
+  /// throws kvad::Error naming the bad id or the length.
   Tensor encode(std::span<const int32_t> ids) const;
 
   const T5Config& config() const { return c_; }
