@@ -86,9 +86,10 @@ Index parse_index(const json& j, const std::string& name) {
   return ix;
 }
 
-// The weights of a component folder for `variant` (PipelineOptions), by the
-// rule `kvad pull` fetches them with (hub::pick_component_weights).
-std::shared_ptr<const TensorSource> component_weights(const fs::path& dir, const std::string& variant) {
+}  // namespace
+
+std::shared_ptr<const TensorSource> component_weights(const std::string& dir_name, const std::string& variant) {
+  const fs::path dir(dir_name);
   std::vector<std::string> names;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
@@ -103,6 +104,8 @@ std::shared_ptr<const TensorSource> component_weights(const fs::path& dir, const
   throw Error(dir.string() + ": " + (pick.empty() ? "no weights" : "several weights files") + " for variant '" +
               variant + "' among " + list);
 }
+
+namespace {
 
 std::string dims(const std::vector<int64_t>& d) {
   std::string s = "[";
@@ -331,7 +334,7 @@ void apply(Pipeline& pl, const Configs& c) {
 
 // A diffusers VAE folder as a source under "vae." names (old attention names renamed).
 std::shared_ptr<const TensorSource> vae_source(const fs::path& dir, const std::string& variant) {
-  std::shared_ptr<const TensorSource> raw = component_weights(dir, variant);
+  std::shared_ptr<const TensorSource> raw = component_weights(dir.string(), variant);
   std::vector<std::string> names;
   for (const SourceTensor& t : raw->tensors()) names.push_back(t.name);
   std::vector<TensorRename> old = deprecated_vae_names(names);
@@ -359,13 +362,13 @@ Pipeline open_folder(const fs::path& dir, const PipelineOptions& o) {
   std::vector<std::pair<std::string, std::shared_ptr<const TensorSource>>> parts;
   const bool flux = pl.pipeline_class == PipelineClass::Flux;
   if (flux)
-    parts.emplace_back("transformer.", component_weights(dir / "transformer", o.variant));
+    parts.emplace_back("transformer.", component_weights((dir / "transformer").string(), o.variant));
   else
-    parts.emplace_back("unet.", component_weights(dir / "unet", o.variant));
+    parts.emplace_back("unet.", component_weights((dir / "unet").string(), o.variant));
   parts.emplace_back("vae.", vae_source(o.vae.empty() ? dir / "vae" : fs::path(o.vae), o.variant));
-  parts.emplace_back("text_encoder.", component_weights(dir / "text_encoder", o.variant));
+  parts.emplace_back("text_encoder.", component_weights((dir / "text_encoder").string(), o.variant));
   if (pl.text_encoder_2 || flux)
-    parts.emplace_back("text_encoder_2.", component_weights(dir / "text_encoder_2", o.variant));
+    parts.emplace_back("text_encoder_2.", component_weights((dir / "text_encoder_2").string(), o.variant));
   pl.weights = prefixed_source(std::move(parts), pl.path);
   pl.tokenizer = (dir / "tokenizer").string();
   if (pl.text_encoder_2 || flux) pl.tokenizer_2 = (dir / "tokenizer_2").string();

@@ -93,6 +93,13 @@ struct Pipeline {
 /// the config (naming the tensor, both shapes and the config fields).
 Pipeline open_pipeline(const std::string& path, const PipelineOptions& options = {});
 
+/// The weights of one component folder (unet/, text_encoder_2/, ...) for
+/// `variant` (PipelineOptions), by the rule `kvad pull` fetches them with
+/// (hub::pick_component_weights): the variant's index (its shards) or single
+/// file, else the plain one. Throws kvad::Error naming the folder when it
+/// has no .safetensors, none for the variant, or several without an index.
+std::shared_ptr<const TensorSource> component_weights(const std::string& dir, const std::string& variant);
+
 /// True when `path` is a folder with model_index.json.
 bool is_diffusers_folder(const std::string& path);
 
