@@ -137,10 +137,10 @@ def schedulers():
 
 
 CASES = [
-    {"name": "dev", "pipeline": "pipeline_dev", "prompt": "a red fox in fresh snow", "width": 64, "height": 48,
+    {"name": "dev", "pipeline": "pipeline_dev", "prompt": "a red fox in fresh snow", "width": 80, "height": 64,
      "steps": 4, "guidance": 3.5, "n": 1, "seed": 42},
-    {"name": "schnell", "pipeline": "pipeline_schnell", "prompt": "an owl at dusk, oil painting", "width": 48,
-     "height": 64, "steps": 4, "guidance": 0.0, "n": 2, "seed": 7},
+    {"name": "schnell", "pipeline": "pipeline_schnell", "prompt": "an owl at dusk, oil painting", "width": 64,
+     "height": 96, "steps": 4, "guidance": 0.0, "n": 2, "seed": 7},
 ]
 
 
@@ -177,6 +177,9 @@ def pipelines(models):
         if d.exists():
             shutil.rmtree(d)
         pipe.save_pretrained(d, safe_serialization=True)
+    # the CLIP tokenizer folder as the FLUX repos ship it (transformers 5 saves only tokenizer.json)
+    shutil.rmtree(OUT / "pipeline_dev" / "tokenizer")
+    shutil.copytree(sd15 / "tokenizer", OUT / "pipeline_dev" / "tokenizer")
     # schnell shares dev's encoders, tokenizers and VAE: links, not copies
     for comp in ("text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "vae"):
         shutil.rmtree(OUT / "pipeline_schnell" / comp)
