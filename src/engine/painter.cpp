@@ -10,6 +10,7 @@
 #include "engine/diffusion/latents.h"
 #include "engine/diffusion/scheduler.h"
 #include "engine/diffusion/torch_rng.h"
+#include "engine/flux_painter.h"
 #include "model/image/clip_text.h"
 #include "model/image/unet.h"
 #include "model/image/vae.h"
@@ -146,7 +147,10 @@ const Painter::Adapted& Painter::adapted(const std::vector<image::ImageLoraUse>&
   return *adapted_;
 }
 
-double default_cfg(image::PipelineClass c) { return c == image::PipelineClass::StableDiffusionXL ? 5.0 : 7.5; }
+double default_cfg(image::PipelineClass c) {
+  if (c == image::PipelineClass::Flux) return kFluxDefaultGuidance;
+  return c == image::PipelineClass::StableDiffusionXL ? 5.0 : 7.5;
+}
 
 std::string scheduler_for_class(const diffusion::SchedulerConfig& cfg) {
   const std::string& c = cfg.class_name();
@@ -159,6 +163,16 @@ std::string scheduler_for_class(const diffusion::SchedulerConfig& cfg) {
 
 Painter::Painter(image::Pipeline pl, const PainterOptions& o) : pl_(std::move(pl)) {
   model_name_ = o.model_name.empty() ? name_of(pl_.path) : o.model_name;
+  if (pl_.pipeline_class == image::PipelineClass::Flux) {  // its own pipeline (engine/flux_painter.h)
+    downscale_ = int64_t{1} << (pl_.vae.block_out_channels.empty() ? 0 : pl_.vae.block_out_channels.size() - 1);
+    default_scheduler_ = "euler";
+    pool_ = std::make_unique<ThreadPool>(o.threads);
+    ops::PoolScope scope(*pool_);
+    wl_ = std::make_unique<WeightLoader>(pl_.weights, o.device);
+    flux_ = std::make_unique<FluxPainter>(pl_, *wl_);
+    wl_->finish();
+    return;
+  }
   sched_cfg_ = diffusion::SchedulerConfig::parse(pl_.scheduler_config, pl_.scheduler_config_name);
   default_scheduler_ = scheduler_for_class(sched_cfg_);
   if (default_scheduler_.empty()) {
@@ -190,6 +204,7 @@ size_t Painter::weight_bytes() const { return wl_->bytes(); }
 Device Painter::device() const { return wl_->device(); }
 
 PaintRequest Painter::settle(const PaintRequest& in) const {
+  if (flux_) return flux_->settle(in);
   check_paint_request(in);
   PaintRequest r = in;
   const int64_t side = pl_.unet.sample_size * downscale_;
@@ -209,6 +224,10 @@ PaintRequest Painter::settle(const PaintRequest& in) const {
 
 PaintResult Painter::paint(const PaintRequest& req, const PaintCallback& progress,
                            const std::atomic<bool>* cancel) const {
+  if (flux_) {
+    ops::PoolScope scope(*pool_);
+    return flux_->paint(req, progress, cancel, model_name_);
+  }
   const PaintRequest r = settle(req);
   ops::PoolScope scope(*pool_);
   std::vector<image::ImageLoraUse> uses;

@@ -1,4 +1,4 @@
-// The Painter: a Stable Diffusion text-to-image pipeline, the peer of
+// The Painter: a Stable Diffusion or FLUX.1 text-to-image pipeline, the peer of
 // Session for pictures (DESIGN.md seam 10). It holds a pipeline's text
 // encoders, UNet and VAE, loaded once through one WeightLoader (every tensor
 // of the checkpoint taken, or the load fails naming the rest), and paints
@@ -19,6 +19,8 @@
 // (h, w, 0, 0, h, w) (original size, crop top-left, target size).
 // The same seed, scheduler and settings give diffusers' picture (to float
 // rounding of the models; tests/engine/test_painter.cpp).
+// A FluxPipeline checkpoint is painted by FluxPainter (engine/flux_painter.h),
+// which settle() and paint() hand the request to.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -41,6 +43,7 @@ namespace kvad {
 
 class ThreadPool;
 class WeightLoader;
+class FluxPainter;
 namespace image {
 class PromptEncoder;
 class UNet2DCondition;
@@ -202,10 +205,11 @@ class Painter {
   mutable std::mutex loras_mu_;
   mutable std::map<std::string, std::shared_ptr<const image::ImageLora>> loras_;  // by path, options, size, mtime
   const Adapted& adapted(const std::vector<image::ImageLoraUse>& uses) const;
+  std::unique_ptr<FluxPainter> flux_;  ///< a FluxPipeline: the whole pipeline (engine/flux_painter.h)
 };
 
 /// The pipeline's default guidance scale (diffusers' __call__): 7.5 for
-/// StableDiffusion, 5.0 for StableDiffusionXL.
+/// StableDiffusion, 5.0 for StableDiffusionXL, 3.5 for Flux (its distilled guidance).
 double default_cfg(image::PipelineClass c);
 
 /// kvad's scheduler name for a scheduler_config.json `_class_name`

@@ -3,9 +3,11 @@
 // map, prepend, replace, lowercase, nfd/nfc/nfkd/nfkc, lrstrip.
 #include <algorithm>
 
+#include "base/error.h"
 #include "base/scratch.h"
 #include "base/utf8.h"
 #include "tokenizer/hf_parts.h"
+#include "tokenizer/precompiled.h"
 #include "tokenizer/unicode.h"
 
 namespace kvad::tok::hf {
@@ -238,6 +240,31 @@ class ByteLevel final : public Normalizer {
   }
 };
 
+// Precompiled (normalizers/precompiled.rs): SentencePiece's rules from its
+// model file, base64 in the JSON (tokenizer/precompiled.h).
+class Precompiled final : public Normalizer {
+ public:
+  Precompiled(const Ctx& c, const json& j, const std::string& path) {
+    const std::string p = path + ".precompiled_charsmap";
+    const json* v = c.find(j, path, "precompiled_charsmap");
+    const std::string text = v ? c.str(*v, p) : "";
+    if (text.empty()) return;  // no rules: the identity
+    const std::optional<std::string> blob = base64_decode(text);
+    if (!blob) c.fail(p, "not base64");
+    try {
+      map_.emplace(*blob, "");
+    } catch (const Error& e) {
+      c.fail(p, e.what());
+    }
+  }
+  void normalize(std::string& s, bool& at_start) const override {
+    if (map_ && map_->normalize(s)) at_start = false;
+  }
+
+ private:
+  std::optional<PrecompiledCharsmap> map_;
+};
+
 }  // namespace
 
 std::unique_ptr<Normalizer> make_normalizer(const Ctx& c, const json& j, const std::string& path) {
@@ -271,9 +298,10 @@ std::unique_ptr<Normalizer> make_normalizer(const Ctx& c, const json& j, const s
   }
   if (t == "Nmt") return std::make_unique<Nmt>();
   if (t == "ByteLevel") return std::make_unique<ByteLevel>();
+  if (t == "Precompiled") return std::make_unique<Precompiled>(c, j, path);
   c.fail(path + ".type", "normalizer \"" + t +
                              "\" is not supported (supported: Sequence, NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, "
-                             "Strip, Prepend, Replace, BertNormalizer, Nmt, ByteLevel)");
+                             "Strip, Prepend, Replace, BertNormalizer, Nmt, ByteLevel, Precompiled)");
 }
 
 }  // namespace kvad::tok::hf

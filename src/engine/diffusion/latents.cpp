@@ -68,4 +68,36 @@ void to_rgb8(std::span<const float> x, std::span<uint8_t> out) {
   for (size_t i = 0; i < x.size(); ++i) out[i] = to_u8(x[i]);
 }
 
+namespace {
+void check_pack(size_t a, size_t b, const ImageDims& d) {
+  if (d.h % 2 || d.w % 2 || a != static_cast<size_t>(d.count()) || b != a)
+    throw Error("latent packing: " + std::to_string(a) + " and " + std::to_string(b) + " values for " +
+                std::to_string(d.n) + "×" + std::to_string(d.c) + "×" + std::to_string(d.h) + "×" +
+                std::to_string(d.w) + " (even sides)");
+}
+// The packed index of NCHW element (n, c, y, x).
+size_t packed_index(const ImageDims& d, int64_t n, int64_t c, int64_t y, int64_t x) {
+  const int64_t pw = d.w / 2, L = (d.h / 2) * pw, F = d.c * 4;
+  return static_cast<size_t>((n * L + (y / 2) * pw + x / 2) * F + c * 4 + (y % 2) * 2 + x % 2);
+}
+}  // namespace
+
+void pack_latents(std::span<const float> src, std::span<float> dst, const ImageDims& d) {
+  check_pack(src.size(), dst.size(), d);
+  size_t i = 0;
+  for (int64_t n = 0; n < d.n; ++n)
+    for (int64_t c = 0; c < d.c; ++c)
+      for (int64_t y = 0; y < d.h; ++y)
+        for (int64_t x = 0; x < d.w; ++x) dst[packed_index(d, n, c, y, x)] = src[i++];
+}
+
+void unpack_latents(std::span<const float> src, std::span<float> dst, const ImageDims& d) {
+  check_pack(src.size(), dst.size(), d);
+  size_t i = 0;
+  for (int64_t n = 0; n < d.n; ++n)
+    for (int64_t c = 0; c < d.c; ++c)
+      for (int64_t y = 0; y < d.h; ++y)
+        for (int64_t x = 0; x < d.w; ++x) dst[i++] = src[packed_index(d, n, c, y, x)];
+}
+
 }  // namespace kvad::diffusion

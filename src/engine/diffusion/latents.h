@@ -30,6 +30,14 @@ void nchw_to_cwhn(std::span<const float> src, std::span<float> dst, const ImageD
 /// The inverse: ne {C, W, H, N} to NCHW.
 void cwhn_to_nchw(std::span<const float> src, std::span<float> dst, const ImageDims& d);
 
+/// FluxPipeline._pack_latents: NCHW latents d (h, w even) as 2×2 patches,
+/// [n, (h/2)·(w/2), c·4] row-major (patch (y, x) at row y·(w/2) + x, its
+/// features c·4 + dy·2 + dx) -- the memory of the tokens tensor ne {c·4,
+/// (h/2)·(w/2), n}. Throws kvad::Error for odd sides or sizes other than d.count().
+void pack_latents(std::span<const float> nchw, std::span<float> packed, const ImageDims& d);
+/// FluxPipeline._unpack_latents, the inverse.
+void unpack_latents(std::span<const float> packed, std::span<float> nchw, const ImageDims& d);
+
 /// Classifier-free guidance (Ho & Salimans 2022):
 /// out[i] = uncond[i] + scale · (cond[i] - uncond[i]), each operation rounded
 /// to float32 as torch does. `out` may alias `uncond` or `cond`. Throws

@@ -103,6 +103,8 @@ class SchedulerConfig {
 
   const std::string& class_name() const { return class_name_; }  ///< "_class_name" ("" when absent)
   const std::string& name() const { return name_; }
+  /// The parsed file (an object), for schedulers that read keys of their own (flow_match.h).
+  const nlohmann::json& raw() const { return json_; }
 
  private:
   nlohmann::json json_ = nlohmann::json::object();

@@ -1,6 +1,7 @@
 #include "model/image/configs.h"
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
@@ -237,7 +238,9 @@ AutoencoderKLConfig parse_vae_config(const json& cfg, const std::string& name) {
   c.sample_size = get_int(cfg, "sample_size", 32, name);
   c.scaling_factor = get_float(cfg, "scaling_factor", 0.18215, name);
   if (!(c.scaling_factor > 0)) throw Error(name + ": scaling_factor must be positive");
-  if (present(cfg, "shift_factor")) throw Error(name + ": shift_factor is not supported");
+  c.shift_factor = get_float(cfg, "shift_factor", 0.0, name);
+  if (!std::isfinite(c.shift_factor) || !std::isfinite(c.scaling_factor))
+    throw Error(name + ": scaling_factor and shift_factor must be finite");
   c.force_upcast = get_bool(cfg, "force_upcast", true, name);
   c.use_quant_conv = get_bool(cfg, "use_quant_conv", true, name);
   c.use_post_quant_conv = get_bool(cfg, "use_post_quant_conv", true, name);

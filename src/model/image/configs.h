@@ -5,7 +5,8 @@
 //
 // Source: diffusers 0.42 models/unets/unet_2d_condition.py
 // (UNet2DConditionModel.__init__), models/autoencoders/autoencoder_kl.py
-// (AutoencoderKL.__init__); transformers 5 models/clip/configuration_clip.py
+// (AutoencoderKL.__init__), models/transformers/transformer_flux.py
+// (FluxTransformer2DModel.__init__); transformers 5 models/clip/configuration_clip.py
 // (CLIPTextConfig).
 #pragma once
 #include <cstdint>
@@ -69,8 +70,29 @@ struct AutoencoderKLConfig {
   int64_t norm_num_groups = 32;
   int64_t sample_size = 32;
   double scaling_factor = 0.18215;
+  /// FLUX's VAE: the pipeline decodes latents / scaling_factor + shift_factor
+  /// (and encodes (mean - shift_factor) · scaling_factor); 0 for SD (null in its config).
+  double shift_factor = 0;
   bool force_upcast = true, use_quant_conv = true, use_post_quant_conv = true, mid_block_add_attention = true;
 };
+
+/// diffusers' FluxTransformer2DModel config (transformer/config.json).
+struct FluxTransformerConfig {
+  int64_t patch_size = 1;
+  int64_t in_channels = 64, out_channels = 64;  ///< out_channels null: in_channels
+  int64_t num_layers = 19, num_single_layers = 38;
+  int64_t attention_head_dim = 128, num_attention_heads = 24;
+  int64_t joint_attention_dim = 4096, pooled_projection_dim = 768;
+  bool guidance_embeds = false;
+  std::vector<int64_t> axes_dims_rope{16, 56, 56};
+  int64_t inner_dim() const { return attention_head_dim * num_attention_heads; }
+};
+
+/// Reads a parsed transformer/config.json; `name` prefixes errors. Throws
+/// kvad::Error "NAME: FIELD ..." for a field of the wrong type or out of
+/// range, a patch_size other than 1 (FluxPipeline packs 2×2 patches itself),
+/// or axes_dims_rope that do not sum to attention_head_dim or hold odd dims.
+FluxTransformerConfig parse_flux_config(const nlohmann::json& cfg, const std::string& name);
 
 /// Each reads a parsed config.json; `name` (its path) prefixes errors.
 /// Throws kvad::Error "NAME: FIELD ..." for a field of the wrong type, a

@@ -45,6 +45,8 @@ json read_json(const fs::path& p) { return parse_json(read_text(p, 16u << 20), p
 // The components each pipeline class needs, as model_index.json names them.
 std::vector<std::string> needed(PipelineClass c) {
   if (c == PipelineClass::StableDiffusion) return {"unet", "vae", "text_encoder", "tokenizer", "scheduler"};
+  if (c == PipelineClass::Flux)
+    return {"transformer", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "scheduler"};
   return {"unet", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "scheduler"};
 }
 
@@ -62,9 +64,11 @@ Index parse_index(const json& j, const std::string& name) {
   } else if (cls == "StableDiffusionXLPipeline") {
     ix.cls = PipelineClass::StableDiffusionXL;
     ix.force_zeros = true;  // StableDiffusionXLPipeline.__init__'s default
+  } else if (cls == "FluxPipeline") {
+    ix.cls = PipelineClass::Flux;
   } else {
     throw Error(name + ": _class_name '" + cls +
-                "' is not a pipeline kvad runs (StableDiffusionPipeline, StableDiffusionXLPipeline)");
+                "' is not a pipeline kvad runs (StableDiffusionPipeline, StableDiffusionXLPipeline, FluxPipeline)");
   }
   for (const std::string& c : needed(ix.cls)) {
     const bool ok = j.contains(c) && j[c].is_array() && j[c].size() == 2 && j[c][0].is_string() && j[c][1].is_string();
@@ -82,9 +86,10 @@ Index parse_index(const json& j, const std::string& name) {
   return ix;
 }
 
-// The weights of a component folder for `variant` (PipelineOptions), by the
-// rule `kvad pull` fetches them with (hub::pick_component_weights).
-std::shared_ptr<const TensorSource> component_weights(const fs::path& dir, const std::string& variant) {
+}  // namespace
+
+std::shared_ptr<const TensorSource> component_weights(const std::string& dir_name, const std::string& variant) {
+  const fs::path dir(dir_name);
   std::vector<std::string> names;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
@@ -99,6 +104,8 @@ std::shared_ptr<const TensorSource> component_weights(const fs::path& dir, const
   throw Error(dir.string() + ": " + (pick.empty() ? "no weights" : "several weights files") + " for variant '" +
               variant + "' among " + list);
 }
+
+namespace {
 
 std::string dims(const std::vector<int64_t>& d) {
   std::string s = "[";
@@ -142,10 +149,45 @@ void check_clip(const ShapeCheck& c, const std::string& p, const ClipTextConfig&
              cfg + " projection_dim " + std::to_string(t.projection_dim));
 }
 
+void check_flux(const ShapeCheck& c, const FluxTransformerConfig& t, const std::string& cfg);
+void check_unet(const ShapeCheck& c, const UNet2DConditionConfig& u, const std::string& unet_cfg);
+void check_vae(const ShapeCheck& c, const AutoencoderKLConfig& v, const std::string& vae_cfg);
+
 void check_shapes(const Pipeline& pl, const std::string& unet_cfg, const std::string& vae_cfg,
                   const std::string& te_cfg, const std::string& te2_cfg) {
   const ShapeCheck c(*pl.weights);
-  const UNet2DConditionConfig& u = pl.unet;
+  if (pl.transformer) check_flux(c, *pl.transformer, unet_cfg);
+  else check_unet(c, pl.unet, unet_cfg);
+  check_vae(c, pl.vae, vae_cfg);
+  check_clip(c, "text_encoder.", pl.text_encoder, te_cfg);
+  if (pl.text_encoder_2) check_clip(c, "text_encoder_2.", *pl.text_encoder_2, te2_cfg);
+}
+
+void check_flux(const ShapeCheck& c, const FluxTransformerConfig& t, const std::string& cfg) {
+  const int64_t d = t.inner_dim();
+  const std::string w = cfg + " num_attention_heads " + std::to_string(t.num_attention_heads) +
+                        " × attention_head_dim " + std::to_string(t.attention_head_dim);
+  c.expect("transformer.x_embedder.weight", {d, t.in_channels}, w + ", in_channels " + std::to_string(t.in_channels));
+  c.expect("transformer.context_embedder.weight", {d, t.joint_attention_dim},
+           cfg + " joint_attention_dim " + std::to_string(t.joint_attention_dim));
+  c.expect("transformer.time_text_embed.text_embedder.linear_1.weight", {d, t.pooled_projection_dim},
+           cfg + " pooled_projection_dim " + std::to_string(t.pooled_projection_dim));
+  c.expect("transformer.proj_out.weight", {t.out_channels, d}, cfg + " out_channels " + std::to_string(t.out_channels));
+  const std::string nl = std::to_string(t.num_layers), ns = std::to_string(t.num_single_layers);
+  c.expect("transformer.transformer_blocks." + std::to_string(t.num_layers - 1) + ".attn.to_q.weight", {d, d},
+           cfg + " num_layers " + nl);
+  c.absent("transformer.transformer_blocks." + nl + ".attn.to_q.weight", "but " + cfg + " num_layers is " + nl);
+  c.expect("transformer.single_transformer_blocks." + std::to_string(t.num_single_layers - 1) + ".attn.to_q.weight",
+           {d, d}, cfg + " num_single_layers " + ns);
+  c.absent("transformer.single_transformer_blocks." + ns + ".attn.to_q.weight",
+           "but " + cfg + " num_single_layers is " + ns);
+  if (t.guidance_embeds)
+    c.expect("transformer.time_text_embed.guidance_embedder.linear_1.weight", {d, 256}, cfg + " guidance_embeds");
+  else
+    c.absent("transformer.time_text_embed.guidance_embedder.linear_1.weight", "but " + cfg + " guidance_embeds is false");
+}
+
+void check_unet(const ShapeCheck& c, const UNet2DConditionConfig& u, const std::string& unet_cfg) {
   const int64_t c0 = u.block_out_channels[0];
   c.expect(
       "unet.conv_in.weight", {c0, u.in_channels, 3, 3},
@@ -178,7 +220,9 @@ void check_shapes(const Pipeline& pl, const std::string& unet_cfg, const std::st
         unet_cfg + " projection_class_embeddings_input_dim " + std::to_string(u.projection_class_embeddings_input_dim));
   else
     c.absent("unet.add_embedding.linear_1.weight", "but " + unet_cfg + " has no addition_embed_type");
-  const AutoencoderKLConfig& v = pl.vae;
+}
+
+void check_vae(const ShapeCheck& c, const AutoencoderKLConfig& v, const std::string& vae_cfg) {
   const int64_t v0 = v.block_out_channels[0], vl = v.block_out_channels.back(), z = v.latent_channels;
   c.expect("vae.encoder.conv_in.weight", {v0, v.in_channels, 3, 3},
            vae_cfg + " block_out_channels[0] " + std::to_string(v0) + ", in_channels " + std::to_string(v.in_channels));
@@ -188,13 +232,22 @@ void check_shapes(const Pipeline& pl, const std::string& unet_cfg, const std::st
            vae_cfg + " out_channels " + std::to_string(v.out_channels));
   if (v.use_quant_conv) c.expect("vae.quant_conv.weight", {2 * z, 2 * z, 1, 1}, vae_cfg + " use_quant_conv");
   if (v.use_post_quant_conv) c.expect("vae.post_quant_conv.weight", {z, z, 1, 1}, vae_cfg + " use_post_quant_conv");
-  check_clip(c, "text_encoder.", pl.text_encoder, te_cfg);
-  if (pl.text_encoder_2) check_clip(c, "text_encoder_2.", *pl.text_encoder_2, te2_cfg);
 }
 
 // What the configs must agree on between components.
 void check_configs(const Pipeline& pl, const std::string& unet_cfg) {
   const std::string& u = unet_cfg;
+  if (pl.pipeline_class == PipelineClass::Flux) {
+    const FluxTransformerConfig& t = *pl.transformer;
+    if (t.in_channels != 4 * pl.vae.latent_channels || t.out_channels != t.in_channels)
+      throw Error(u + ": in_channels " + std::to_string(t.in_channels) + " and out_channels " +
+                  std::to_string(t.out_channels) + " are not 4 × the VAE's latent_channels " +
+                  std::to_string(pl.vae.latent_channels) + " (FluxPipeline packs 2×2 latent patches)");
+    if (t.pooled_projection_dim != pl.text_encoder.hidden_size)
+      throw Error(u + ": pooled_projection_dim " + std::to_string(t.pooled_projection_dim) +
+                  " is not the CLIP text encoder's hidden_size " + std::to_string(pl.text_encoder.hidden_size));
+    return;
+  }
   if (pl.pipeline_class == PipelineClass::StableDiffusion) {
     if (pl.unet.cross_attention_dim != pl.text_encoder.hidden_size)
       throw Error(u + ": cross_attention_dim " + std::to_string(pl.unet.cross_attention_dim) +
@@ -239,10 +292,10 @@ Configs folder_configs(const fs::path& dir) {
     name = p.string();
     j = read_json(p);
   };
-  cfg("unet", c.unet, c.unet_name);
+  cfg(c.index.cls == PipelineClass::Flux ? "transformer" : "unet", c.unet, c.unet_name);
   cfg("vae", c.vae, c.vae_name);
   cfg("text_encoder", c.te, c.te_name);
-  if (c.index.cls == PipelineClass::StableDiffusionXL) cfg("text_encoder_2", c.te2, c.te2_name);
+  if (c.index.cls != PipelineClass::StableDiffusion) cfg("text_encoder_2", c.te2, c.te2_name);
   const fs::path sc = dir / "scheduler" / "scheduler_config.json";
   c.scheduler_name = sc.string();
   c.scheduler = read_text(sc, 1u << 20);
@@ -265,7 +318,13 @@ Configs shipped_configs(LdmLayout layout) {
 void apply(Pipeline& pl, const Configs& c) {
   pl.pipeline_class = c.index.cls;
   pl.force_zeros_for_empty_prompt = c.index.force_zeros;
-  pl.unet = parse_unet_config(c.unet, c.unet_name);
+  if (c.index.cls == PipelineClass::Flux) {
+    pl.transformer = parse_flux_config(c.unet, c.unet_name);
+    pl.t5_config = c.te2.dump();
+    pl.t5_config_name = c.te2_name;
+  } else {
+    pl.unet = parse_unet_config(c.unet, c.unet_name);
+  }
   pl.vae = parse_vae_config(c.vae, c.vae_name);
   pl.text_encoder = parse_clip_text_config(c.te, c.te_name);
   if (c.index.cls == PipelineClass::StableDiffusionXL) pl.text_encoder_2 = parse_clip_text_config(c.te2, c.te2_name);
@@ -275,7 +334,7 @@ void apply(Pipeline& pl, const Configs& c) {
 
 // A diffusers VAE folder as a source under "vae." names (old attention names renamed).
 std::shared_ptr<const TensorSource> vae_source(const fs::path& dir, const std::string& variant) {
-  std::shared_ptr<const TensorSource> raw = component_weights(dir, variant);
+  std::shared_ptr<const TensorSource> raw = component_weights(dir.string(), variant);
   std::vector<std::string> names;
   for (const SourceTensor& t : raw->tensors()) names.push_back(t.name);
   std::vector<TensorRename> old = deprecated_vae_names(names);
@@ -301,13 +360,18 @@ Pipeline open_folder(const fs::path& dir, const PipelineOptions& o) {
     pl.vae = parse_vae_config(read_json(vae_cfg), vae_cfg);
   }
   std::vector<std::pair<std::string, std::shared_ptr<const TensorSource>>> parts;
-  parts.emplace_back("unet.", component_weights(dir / "unet", o.variant));
+  const bool flux = pl.pipeline_class == PipelineClass::Flux;
+  if (flux)
+    parts.emplace_back("transformer.", component_weights((dir / "transformer").string(), o.variant));
+  else
+    parts.emplace_back("unet.", component_weights((dir / "unet").string(), o.variant));
   parts.emplace_back("vae.", vae_source(o.vae.empty() ? dir / "vae" : fs::path(o.vae), o.variant));
-  parts.emplace_back("text_encoder.", component_weights(dir / "text_encoder", o.variant));
-  if (pl.text_encoder_2) parts.emplace_back("text_encoder_2.", component_weights(dir / "text_encoder_2", o.variant));
+  parts.emplace_back("text_encoder.", component_weights((dir / "text_encoder").string(), o.variant));
+  if (pl.text_encoder_2 || flux)
+    parts.emplace_back("text_encoder_2.", component_weights((dir / "text_encoder_2").string(), o.variant));
   pl.weights = prefixed_source(std::move(parts), pl.path);
   pl.tokenizer = (dir / "tokenizer").string();
-  if (pl.text_encoder_2) pl.tokenizer_2 = (dir / "tokenizer_2").string();
+  if (pl.text_encoder_2 || flux) pl.tokenizer_2 = (dir / "tokenizer_2").string();
   check_configs(pl, c.unet_name);
   check_shapes(pl, c.unet_name, vae_cfg, c.te_name, c.te2_name);
   return pl;
@@ -366,7 +430,12 @@ Pipeline open_single(const fs::path& file, const PipelineOptions& o) {
 }  // namespace
 
 const char* pipeline_class_name(PipelineClass c) {
-  return c == PipelineClass::StableDiffusion ? "StableDiffusionPipeline" : "StableDiffusionXLPipeline";
+  switch (c) {
+    case PipelineClass::StableDiffusion: return "StableDiffusionPipeline";
+    case PipelineClass::StableDiffusionXL: return "StableDiffusionXLPipeline";
+    case PipelineClass::Flux: return "FluxPipeline";
+  }
+  return "?";
 }
 
 bool is_diffusers_folder(const std::string& path) {

@@ -4,8 +4,9 @@
 //
 // Two layouts are read:
 //  - a diffusers folder: model_index.json (its _class_name decides the
-//    pipeline: StableDiffusionPipeline or StableDiffusionXLPipeline) and one
-//    folder per component (unet/, vae/, text_encoder/, text_encoder_2/ with
+//    pipeline: StableDiffusionPipeline, StableDiffusionXLPipeline or
+//    FluxPipeline) and one folder per component (unet/ or transformer/, vae/,
+//    text_encoder/, text_encoder_2/ with
 //    config.json and their safetensors, whatever the file is called, `.fp16`
 //    and other variants included; tokenizer/, tokenizer_2/, scheduler/);
 //  - a single .safetensors file in Stability's original layout
@@ -33,9 +34,9 @@ class TensorSource;
 
 namespace kvad::image {
 
-enum class PipelineClass { StableDiffusion, StableDiffusionXL };
+enum class PipelineClass { StableDiffusion, StableDiffusionXL, Flux };
 
-/// diffusers' class name: "StableDiffusionPipeline", "StableDiffusionXLPipeline".
+/// diffusers' class name: "StableDiffusionPipeline", "StableDiffusionXLPipeline", "FluxPipeline".
 const char* pipeline_class_name(PipelineClass c);
 
 struct PipelineOptions {
@@ -56,10 +57,15 @@ struct Pipeline {
   std::string path;                 ///< what was opened
   bool single_file = false;         ///< an ldm-layout .safetensors
   std::optional<LdmLayout> layout;  ///< the single file's layout
-  UNet2DConditionConfig unet;
+  UNet2DConditionConfig unet;  ///< SD 1.5, SDXL
+  /// FluxPipeline: transformer/config.json (FluxTransformer2DModel).
+  std::optional<FluxTransformerConfig> transformer;
+  /// FluxPipeline: text_encoder_2/config.json's text (T5EncoderModel) and its
+  /// path; the T5 encoder parses it.
+  std::string t5_config, t5_config_name;
   AutoencoderKLConfig vae;
   ClipTextConfig text_encoder;
-  std::optional<ClipTextConfig> text_encoder_2;  ///< SDXL
+  std::optional<ClipTextConfig> text_encoder_2;  ///< SDXL (FLUX's text_encoder_2 is T5: t5_config)
   /// Tokenizer folders (vocab.json + merges.txt); "" when the checkpoint
   /// carries none (a single file read with kvad's base configs): then
   /// PromptEncoder uses CLIP's vocabulary built into kvad.
@@ -86,6 +92,13 @@ struct Pipeline {
 /// (ldm_names.h); a tensor that is no component's; a shape that contradicts
 /// the config (naming the tensor, both shapes and the config fields).
 Pipeline open_pipeline(const std::string& path, const PipelineOptions& options = {});
+
+/// The weights of one component folder (unet/, text_encoder_2/, ...) for
+/// `variant` (PipelineOptions), by the rule `kvad pull` fetches them with
+/// (hub::pick_component_weights): the variant's index (its shards) or single
+/// file, else the plain one. Throws kvad::Error naming the folder when it
+/// has no .safetensors, none for the variant, or several without an index.
+std::shared_ptr<const TensorSource> component_weights(const std::string& dir, const std::string& variant);
 
 /// True when `path` is a folder with model_index.json.
 bool is_diffusers_folder(const std::string& path);

@@ -165,8 +165,10 @@ TEST(ImagePipeline, BadFolders) {
   EXPECT_ERROR(open_pipeline(dir), "model_index.json: invalid JSON");
   write(index, "[1, 2]");
   EXPECT_ERROR(open_pipeline(dir), "model_index.json: not a JSON object");
+  write(index, "{\"_class_name\": \"QwenImagePipeline\"}");
+  EXPECT_ERROR(open_pipeline(dir), "'QwenImagePipeline' is not a pipeline kvad runs");
   write(index, "{\"_class_name\": \"FluxPipeline\"}");
-  EXPECT_ERROR(open_pipeline(dir), "'FluxPipeline' is not a pipeline kvad runs");
+  EXPECT_ERROR(open_pipeline(dir), "no component transformer");
   write(index, "{\"_class_name\": \"StableDiffusionXLPipeline\", \"unet\": [\"diffusers\", \"UNet2DConditionModel\"]}");
   EXPECT_ERROR(open_pipeline(dir), "no component vae");
   write(index, text);
