@@ -11,6 +11,8 @@
 #include "cli/download_progress.h"
 #include "hub/cache.h"
 #include "hub/pull.h"
+#include "hub/repo_spec.h"
+#include "model/image/pipeline.h"
 
 namespace fs = std::filesystem;
 
@@ -92,6 +94,27 @@ size_t peak_rss_bytes() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<size_t>(ru.ru_maxrss) * 1024;
+}
+
+PipelinePath resolve_pipeline(const std::string& arg) {
+  std::error_code ec;
+  if (fs::is_regular_file(arg, ec)) return {arg, ""};
+  if (image::is_diffusers_folder(arg)) return {arg, ""};
+  if (fs::is_directory(arg, ec))
+    throw Error("model '" + arg + "' is a folder without model_index.json (not a diffusers pipeline)");
+  if (hub::looks_like_repo_spec(arg)) {
+    // A pipeline repo setup placed in the store under its name, else the HF cache (pulled when missing).
+    const fs::path stored = fs::path(model_store_dir()) / arg;
+    if (arg.find_first_of("@:") == std::string::npos && image::is_diffusers_folder(stored.string()))
+      return {stored.string(), arg};
+    const ResolvedModel r = resolve_model_full(arg);
+    if (!image::is_diffusers_folder(r.path) && !fs::is_regular_file(r.path, ec))
+      throw Error("model '" + arg + "' resolves to " + r.path + ", which is not a diffusers pipeline (no "
+                  "model_index.json) nor a single .safetensors file");
+    return {r.path, hub::parse_repo_spec(arg).repo};
+  }
+  throw Error("model '" + arg + "' not found: not a file, not a diffusers folder, and not ORG/NAME of a pipeline "
+              "repo");
 }
 
 }  // namespace kvad::cli

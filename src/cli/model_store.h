@@ -40,4 +40,17 @@ std::string kvad_home();
 /// Peak resident set size of this process so far, bytes.
 size_t peak_rss_bytes();
 
+/// A --model / --image-model argument for a picture pipeline, as
+/// image::open_pipeline reads it, and the name its pictures' metadata (and
+/// kvad serve's model list) give it.
+struct PipelinePath {
+  std::string path;
+  std::string name;  ///< "": the path's own last part (PainterOptions::model_name)
+};
+
+/// A .safetensors file, a diffusers folder (model_index.json), or ORG/NAME
+/// of a pipeline repo (the store first, then the HF cache, pulled when
+/// missing). Throws kvad::Error naming the argument when it is none of them.
+PipelinePath resolve_pipeline(const std::string& arg);
+
 }  // namespace kvad::cli

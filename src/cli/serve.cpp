@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <algorithm>
 #include <thread>
 
 #include "base/error.h"
@@ -23,6 +24,8 @@
 #include "server/server.h"
 #include "engine/chat_prompt.h"
 #include "engine/embed.h"
+#include "engine/painter.h"
+#include "model/image/pipeline.h"
 #include "hub/repo_spec.h"
 #include "tokenizer/tokenizer.h"
 
@@ -54,7 +57,29 @@ struct ServeOptions {
   /// --lora NAME=PATH[@STRENGTH] and vLLM's --lora-modules NAME=PATH: LoRA
   /// adapters served under their own model names.
   std::vector<std::string> lora, lora_modules;
+  std::string image_model;  ///< --image-model: a picture pipeline served beside (or instead of) the text model
+  int image_threads = 0;    ///< 0: half the cores beside a text model, else --threads
+  int64_t image_queue = 8;
 };
+
+// The Painter of --image-model, on its own thread pool: beside a text model
+// it takes half the cores (at least one), so a text request is not starved
+// while a picture paints.
+std::shared_ptr<const Painter> load_painter(const ServeOptions& o, bool with_text, std::string* id) {
+  const PipelinePath pp = resolve_pipeline(o.image_model);
+  PainterOptions po;
+  po.device = o.device;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  po.threads = o.image_threads > 0 ? o.image_threads : with_text ? std::max(1, cores / 2) : o.threads;
+  po.model_name = pp.name;
+  auto p = std::make_shared<const Painter>(image::open_pipeline(pp.path), po);
+  *id = p->model_name();
+  std::fprintf(stderr, "kvad serve: image model %s (%s, %.1f MiB on %s, %d threads), default %s, %s\n", id->c_str(),
+               image::pipeline_class_name(p->pipeline().pipeline_class), p->weight_bytes() / 1048576.0,
+               p->device().str().c_str(), po.threads > 0 ? po.threads : cores, p->default_scheduler().c_str(),
+               with_text ? "beside the text model" : "no text model (text routes answer 400)");
+  return p;
+}
 
 // "NAME=PATH[@STRENGTH]" (a bare PATH is named by its file or folder stem)
 // loaded for `model`. Throws kvad::Error as parse_lora_arg and load_lora, and
@@ -83,25 +108,11 @@ constexpr auto kShutdownGrace = std::chrono::seconds(10);
 
 extern "C" void on_signal(int sig) { g_signal.store(sig); }
 
-void serve(const ServeOptions& o) {
-  // Limits checked before the model loads: each slot and each queued
-  // request holds an HTTP thread, and slots x ctx-size is the KV cache.
-  if (o.parallel < 1 || o.parallel > 256)
-    throw Error("--parallel must be in [1, 256], got " + std::to_string(o.parallel));
-  if (o.queue < 0 || o.queue > 1024) throw Error("--queue must be in [0, 1024], got " + std::to_string(o.queue));
-  if (o.ctx_size < 0 || o.ctx_size > (1 << 20))
-    throw Error("--ctx-size must be in [0, 1048576] (0: the model's, at most 4096), got " + std::to_string(o.ctx_size));
-  if (o.port < 0 || o.port > 65535) throw Error("--port must be in [0, 65535], got " + std::to_string(o.port));
-  if (!(o.request_timeout > 0 && o.request_timeout <= 3600))
-    throw Error("--request-timeout must be in (0, 3600] seconds, got " + std::to_string(o.request_timeout));
-  if (o.batch < 1) throw Error("--batch must be at least 1, got " + std::to_string(o.batch));
-  const KVTypes kv = o.cache_type.types();
-  o.spec.check();
-  LoadedModel m = load_for_cli(o.model, o.device, /*any_kind=*/true);
-  LoadedModel draft;
-  if (!o.spec.model_draft.empty()) draft = load_draft(o.spec.model_draft, m, o.device);
-  const HParams& hp = m.model->hparams();
+void run_server(const ServeOptions& o, const server::ServerOptions& so, std::shared_ptr<Model> model,
+                std::shared_ptr<const Tokenizer> tok);
 
+// What every server takes from the command line, whatever models it holds.
+server::ServerOptions http_options(const ServeOptions& o) {
   server::ServerOptions so;
   so.host = o.host;
   so.port = o.port;
@@ -116,6 +127,45 @@ void serve(const ServeOptions& o) {
     so.allowed_hosts.clear();
   else
     so.allowed_hosts.push_back(server::host_name_of(o.host));
+  so.log_requests = !o.quiet;
+  so.image_queue = static_cast<size_t>(o.image_queue);
+  return so;
+}
+
+// --image-model without --model: the image routes alone.
+void serve_images_only(const ServeOptions& o) {
+  server::ServerOptions so = http_options(o);
+  so.painter = load_painter(o, /*with_text=*/false, &so.image_model_id);
+  so.sched.n_slots = 0;
+  so.sched.max_queue = 0;
+  run_server(o, so, nullptr, nullptr);
+}
+
+void serve(const ServeOptions& o) {
+  // Limits checked before the model loads: each slot and each queued
+  // request holds an HTTP thread, and slots x ctx-size is the KV cache.
+  if (o.parallel < 1 || o.parallel > 256)
+    throw Error("--parallel must be in [1, 256], got " + std::to_string(o.parallel));
+  if (o.queue < 0 || o.queue > 1024) throw Error("--queue must be in [0, 1024], got " + std::to_string(o.queue));
+  if (o.ctx_size < 0 || o.ctx_size > (1 << 20))
+    throw Error("--ctx-size must be in [0, 1048576] (0: the model's, at most 4096), got " + std::to_string(o.ctx_size));
+  if (o.port < 0 || o.port > 65535) throw Error("--port must be in [0, 65535], got " + std::to_string(o.port));
+  if (!(o.request_timeout > 0 && o.request_timeout <= 3600))
+    throw Error("--request-timeout must be in (0, 3600] seconds, got " + std::to_string(o.request_timeout));
+  if (o.batch < 1) throw Error("--batch must be at least 1, got " + std::to_string(o.batch));
+  if (o.image_queue < 0 || o.image_queue > 1024)
+    throw Error("--image-queue must be in [0, 1024], got " + std::to_string(o.image_queue));
+  if (o.image_threads < 0 || o.image_threads > 1024)
+    throw Error("--image-threads must be in [0, 1024], got " + std::to_string(o.image_threads));
+  if (!o.image_model.empty() && o.model.empty()) return serve_images_only(o);
+  const KVTypes kv = o.cache_type.types();
+  o.spec.check();
+  LoadedModel m = load_for_cli(o.model, o.device, /*any_kind=*/true);
+  LoadedModel draft;
+  if (!o.spec.model_draft.empty()) draft = load_draft(o.spec.model_draft, m, o.device);
+  const HParams& hp = m.model->hparams();
+
+  server::ServerOptions so = http_options(o);
   so.model_id = std::filesystem::path(m.path).stem().string();  // the store name, or the file's stem
   // An HF repo name (from the store or the HF cache) is the model's id as given.
   if (!std::filesystem::exists(o.model) && hub::looks_like_repo_spec(o.model) &&
@@ -155,22 +205,28 @@ void serve(const ServeOptions& o) {
   so.sched.spec_draft = draft.model;
   so.sched.spec = o.spec.spec;
   so.sched.spec_max_rows = o.spec_max_rows;
-  so.log_requests = !o.quiet;
+  if (!o.image_model.empty()) so.painter = load_painter(o, /*with_text=*/true, &so.image_model_id);
 
+  std::fprintf(stderr, "kvad serve: model %s (%s), %d slots x %d tokens, chat template: %s\n", so.model_id.c_str(),
+               m.path.c_str(), so.sched.n_slots, so.sched.n_ctx,
+               so.chat ? "the model's" : ("none (" + so.chat_error + ")").c_str());
+  run_server(o, so, m.model, m.tokenizer);
+}
+
+void run_server(const ServeOptions& o, const server::ServerOptions& so, std::shared_ptr<Model> model,
+                std::shared_ptr<const Tokenizer> tok) {
   // Handlers before the "listening" line: a client that reads it may signal
   // at once (a signal before the handlers would kill the process instead of
   // shutting it down cleanly).
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::signal(SIGPIPE, SIG_IGN);
-  server::Server srv(m.model, m.tokenizer, so);
+  server::Server srv(std::move(model), std::move(tok), so);
   const int port = srv.bind();
-  std::fprintf(stderr,
-               "kvad serve: model %s (%s), %d slots x %d tokens, chat template: %s\n"
-               "kvad serve: listening on http://%s:%d (chat page at /, OpenAI API at /v1, ollama's at /api)%s\n",
-               so.model_id.c_str(), m.path.c_str(), so.sched.n_slots, so.sched.n_ctx,
-               so.chat ? "the model's" : ("none (" + so.chat_error + ")").c_str(),
-               o.host.c_str(), port, so.api_key.empty() ? "" : ", API key required");
+  const char* apis = !model ? ", A1111's at /sdapi/v1"
+                     : so.painter ? ", ollama's at /api, A1111's at /sdapi/v1" : ", ollama's at /api";
+  std::fprintf(stderr, "kvad serve: listening on http://%s:%d (chat page at /, OpenAI API at /v1%s)%s\n",
+               o.host.c_str(), port, apis, so.api_key.empty() ? "" : ", API key required");
 
   if (so.api_key.empty() && o.host != "127.0.0.1" && o.host != "localhost" && o.host != "::1")
     std::fprintf(stderr, "kvad serve: warning: listening on %s without --api-key: anyone who can reach it can use it\n",
@@ -240,6 +296,16 @@ void add_serve(CLI::App& app) {
                  "Authorization header) or 'all' (any; cached_tokens and timing then show how much of a prompt "
                  "another client sent)")
       ->check(CLI::IsMember({"key", "all"}))
+      ->capture_default_str();
+  c->add_option("--image-model", o->image_model,
+                "Also (or, without --model, only) serve pictures with this pipeline: a diffusers folder, a single-file "
+                ".safetensors, or ORG/NAME (as kvad images make --model); /v1/images/generations and A1111's /sdapi/v1");
+  c->add_option("--image-threads", o->image_threads,
+                "Threads the image model paints with (0: half the cores beside a text model, else --threads)")
+      ->check(integer_check())
+      ->capture_default_str();
+  c->add_option("--image-queue", o->image_queue, "Image jobs that may wait behind the one painting before new ones get 503")
+      ->check(integer_check())
       ->capture_default_str();
   c->add_flag("-q,--quiet", o->quiet, "Do not log each request");
   c->add_flag("--embeddings", o->embeddings,

@@ -83,7 +83,7 @@ Server::Impl::Prepared Server::Impl::prepare(const httplib::Request& req, Comple
   const char* pparam = r.chat ? "messages" : "prompt";
   {
     // Cheap bounds before the template and the tokenizer see the text.
-    const int64_t n_ctx = sched.n_ctx();
+    const int64_t n_ctx = sched->n_ctx();
     size_t bytes = r.prompt.size();
     for (const auto& m : r.messages) {
       bytes += m.role.size() + m.content.size() + m.tool_call_id.size();
@@ -109,9 +109,9 @@ Server::Impl::Prepared Server::Impl::prepare(const httplib::Request& req, Comple
   std::vector<int32_t> prompt = tokenize(r, &p.fmt);
   if (prompt.empty())
     throw ApiError(400, "The prompt is empty (0 tokens).", "invalid_request_error", pparam, "invalid_value");
-  if (static_cast<int64_t>(prompt.size()) >= sched.n_ctx())
+  if (static_cast<int64_t>(prompt.size()) >= sched->n_ctx())
     throw ApiError(400,
-                   "This model's maximum context length is " + std::to_string(sched.n_ctx()) +
+                   "This model's maximum context length is " + std::to_string(sched->n_ctx()) +
                        " tokens. However, your " + pparam + " resulted in " +
                        std::to_string(prompt.size()) + " tokens, which leaves no room for the completion. " +
                        "Shorten the prompt or raise --ctx-size.",
@@ -132,10 +132,10 @@ Server::Impl::Prepared Server::Impl::prepare(const httplib::Request& req, Comple
     r.gen.special_text = (p.fmt.tools || p.fmt.format == ToolFormat::harmony) && markers_are_control;
     p.n_prompt = static_cast<int32_t>(prompt.size());
     if (r.n > 1) {
-      p.choices = sched.submit_n(std::move(prompt), r.gen, r.n);
+      p.choices = sched->submit_n(std::move(prompt), r.gen, r.n);
       p.job = p.choices[0];
     } else {
-      p.job = sched.submit(std::move(prompt), r.gen);
+      p.job = sched->submit(std::move(prompt), r.gen);
     }
   } catch (const QueueFullError& e) {
     throw ApiError(429, std::string(e.what()) + "; retry later.", "rate_limit_error", "", "rate_limit_exceeded");

@@ -43,20 +43,20 @@ void Server::Impl::llamacpp_completion(const httplib::Request& req, httplib::Res
   LlamaCompletion c = parse_llamacpp_completion(req.body, infill, o.sampling_defaults);
   CompletionRequest& r = c.r;
   r.model = o.model_id;
-  if (c.repeat_last_n == -1) r.gen.sampling.repeat_last_n = sched.n_ctx();
+  if (c.repeat_last_n == -1) r.gen.sampling.repeat_last_n = sched->n_ctx();
   if (c.ignore_eos)
     for (int32_t id : tok->eog_ids()) r.gen.sampling.logit_bias.emplace_back(id, -INFINITY);
-  const size_t max_bytes = static_cast<size_t>(sched.n_ctx()) * max_token_bytes * 2;
+  const size_t max_bytes = static_cast<size_t>(sched->n_ctx()) * max_token_bytes * 2;
   if (infill) {
     r.prompt_ids = infill_prompt(*tok, fim, o.model_id, c.input_prefix, c.input_suffix, c.input_extra, r.prompt,
-                                 sched.n_ctx(), max_token_bytes);
+                                 sched->n_ctx(), max_token_bytes);
     r.prompt_is_ids = true;
   } else if (c.mixed) {
     // Ids as given, strings tokenized; BOS when the first piece is text and the model adds one (llama.cpp's rule).
     size_t bytes = 0;
     for (const json& e : c.pieces) bytes += e.is_string() ? e.get_ref<const std::string&>().size() : 1;
     if (bytes > max_bytes)
-      throw ApiError(400, "The prompt cannot fit the context of " + std::to_string(sched.n_ctx()) + " tokens.",
+      throw ApiError(400, "The prompt cannot fit the context of " + std::to_string(sched->n_ctx()) + " tokens.",
                      "invalid_request_error", "prompt", "context_length_exceeded");
     for (size_t i = 0; i < c.pieces.size(); ++i) {
       const json& e = c.pieces[i];
@@ -76,7 +76,7 @@ void Server::Impl::llamacpp_completion(const httplib::Request& req, httplib::Res
   std::vector<int32_t> prompt_ids = r.prompt_is_ids ? r.prompt_ids : std::vector<int32_t>{};
   const std::string prompt_text = r.prompt_is_ids ? tok->decode(prompt_ids, /*special=*/true) : r.prompt;
   json fields = {{"model", o.model_id},
-                 {"generation_settings", settings_json(r.gen, sched.n_ctx(), o.model_id, r.stream, c.n_probs)},
+                 {"generation_settings", settings_json(r.gen, sched->n_ctx(), o.model_id, r.stream, c.n_probs)},
                  {"prompt", prompt_text}};
   auto piece = piece_fn();
   if (r.stream) {
@@ -100,7 +100,7 @@ void Server::Impl::llamacpp_completion(const httplib::Request& req, httplib::Res
   out["tokens_evaluated"] = last.usage.prompt_tokens;
   out["has_new_line"] = text.find('\n') != std::string::npos;
   out["truncated"] = last.finish_reason == "length" &&
-                     last.usage.prompt_tokens + last.usage.completion_tokens >= sched.n_ctx();
+                     last.usage.prompt_tokens + last.usage.completion_tokens >= sched->n_ctx();
   out["stop_type"] = llamacpp_stop_type(last);
   out["stopping_word"] = last.stop_sequence;
   out["tokens_cached"] = last.usage.cached_tokens;
@@ -180,11 +180,11 @@ void Server::Impl::llamacpp_routes() {
   http.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
     GenParams d;
     d.sampling = o.sampling_defaults;
-    json slot = {{"id", 0}, {"id_task", -1}, {"n_ctx", sched.n_ctx()}, {"speculative", false},
-                 {"is_processing", false}, {"params", settings_json(d, sched.n_ctx(), o.model_id, false, 0)}};
+    json slot = {{"id", 0}, {"id_task", -1}, {"n_ctx", sched->n_ctx()}, {"speculative", false},
+                 {"is_processing", false}, {"params", settings_json(d, sched->n_ctx(), o.model_id, false, 0)}};
     const HParams& hp = model->hparams();
     res.set_content(dump(json{{"default_generation_settings", slot},
-                              {"total_slots", sched.n_slots()},
+                              {"total_slots", sched->n_slots()},
                               {"model_path", o.model_path},
                               {"model_alias", o.model_id},
                               {"chat_template", o.chat ? o.chat->chat_template().source() : ""},
@@ -199,7 +199,7 @@ void Server::Impl::llamacpp_routes() {
   });
 
   http.Get("/slots", [this](const httplib::Request& req, httplib::Response& res) {
-    const SchedulerMetrics m = sched.metrics();
+    const SchedulerMetrics m = sched->metrics();
     if (req.get_param_value("fail_on_no_slot") == "1" && m.active_slots >= m.n_slots) {
       res.status = 503;
       res.set_content(dump(error_body(ApiError(503, "No slot is free.", "unavailable_error", "", "no_slot"))),
@@ -211,8 +211,8 @@ void Server::Impl::llamacpp_routes() {
     json slots = json::array();
     for (int i = 0; i < m.n_slots; ++i) {
       const bool busy = i < static_cast<int>(m.slot_busy.size()) && m.slot_busy[i];
-      slots.push_back({{"id", i}, {"id_task", -1}, {"n_ctx", sched.n_ctx()}, {"speculative", false},
-                       {"is_processing", busy}, {"params", settings_json(d, sched.n_ctx(), o.model_id, false, 0)},
+      slots.push_back({{"id", i}, {"id_task", -1}, {"n_ctx", sched->n_ctx()}, {"speculative", false},
+                       {"is_processing", busy}, {"params", settings_json(d, sched->n_ctx(), o.model_id, false, 0)},
                        {"n_cached", i < static_cast<int>(m.slot_cached.size()) ? m.slot_cached[i] : 0}});
     }
     res.set_content(dump(slots), "application/json");

@@ -111,4 +111,27 @@ std::string Metrics::render(const SchedulerMetrics& s, int64_t embed_forward_cal
   return out;
 }
 
+std::string render_image_metrics(const ImageCounters& c) {
+  std::string out;
+  one(out, "kvad_images_generated_total", "counter", "Pictures painted.", static_cast<double>(c.images_total));
+  family(out, "kvad_image_jobs_total", "counter", "Image jobs ended, by outcome.");
+  sample(out, "kvad_image_jobs_total", static_cast<double>(c.jobs_done), "outcome=\"done\"");
+  sample(out, "kvad_image_jobs_total", static_cast<double>(c.jobs_cancelled), "outcome=\"cancelled\"");
+  sample(out, "kvad_image_jobs_total", static_cast<double>(c.jobs_failed), "outcome=\"error\"");
+  one(out, "kvad_image_jobs_queued", "gauge", "Image jobs waiting for the painter.", static_cast<double>(c.queued));
+  one(out, "kvad_image_jobs_running", "gauge", "Image jobs painting.", static_cast<double>(c.running));
+  family(out, "kvad_image_step_seconds", "histogram", "Seconds per denoising step (all pictures of a batch).");
+  for (size_t i = 0; i < kImageStepBucketCount; ++i)
+    sample(out, "kvad_image_step_seconds_bucket", static_cast<double>(c.step_buckets[i]),
+           [&] {
+             char le[32];
+             std::snprintf(le, sizeof le, "le=\"%g\"", kImageStepBuckets[i]);
+             return std::string(le);
+           }());
+  sample(out, "kvad_image_step_seconds_bucket", static_cast<double>(c.step_count), "le=\"+Inf\"");
+  sample(out, "kvad_image_step_seconds_sum", c.step_s_sum);
+  sample(out, "kvad_image_step_seconds_count", static_cast<double>(c.step_count));
+  return out;
+}
+
 }  // namespace kvad::server

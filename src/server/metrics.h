@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "engine/scheduler.h"
+#include "server/image_jobs.h"
 
 namespace kvad::server {
 
@@ -35,5 +36,10 @@ class Metrics {
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   std::map<std::string, uint64_t> finishes_;
 };
+
+/// The image queue's families (kvad_images_*): pictures painted, jobs by
+/// outcome, jobs waiting and running, and a histogram of denoising step
+/// seconds (kImageStepBuckets).
+std::string render_image_metrics(const ImageCounters& c);
 
 }  // namespace kvad::server

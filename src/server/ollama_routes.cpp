@@ -227,10 +227,10 @@ void Server::Impl::ollama_generate(const httplib::Request& req, httplib::Respons
   }
   q.r.model = o.model_id;
   if (q.repeat_last_n != -2)
-    q.r.gen.sampling.repeat_last_n = q.repeat_last_n == -1 ? sched.n_ctx() : q.repeat_last_n;
+    q.r.gen.sampling.repeat_last_n = q.repeat_last_n == -1 ? sched->n_ctx() : q.repeat_last_n;
   if (!q.suffix.empty()) {
     // ollama's suffix: fill in the middle with the model's FIM tokens.
-    q.r.prompt_ids = infill_prompt(*tok, fim, o.model_id, q.prompt, q.suffix, {}, "", sched.n_ctx(), max_token_bytes);
+    q.r.prompt_ids = infill_prompt(*tok, fim, o.model_id, q.prompt, q.suffix, {}, "", sched->n_ctx(), max_token_bytes);
     q.r.prompt_is_ids = true;
     q.r.chat = false;
   }
@@ -450,7 +450,7 @@ void Server::Impl::ollama_routes() {
                                std::chrono::system_clock::now().time_since_epoch()).count();
     json m = {{"name", card->name}, {"model", card->name}, {"size", card->size}, {"digest", card->digest},
               {"details", card->details()}, {"expires_at", ollama_time(now_ns + 100LL * 365 * 86400 * 1000000000LL)},
-              {"size_vram", 0}, {"context_length", sched.n_ctx()}};
+              {"size_vram", 0}, {"context_length", sched->n_ctx()}};
     res.set_content(dump(json{{"models", json::array({m})}}), "application/json");
   });
   http.Post("/api/show", guarded([this, card](const httplib::Request& req, httplib::Response& res) {

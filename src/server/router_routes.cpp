@@ -27,14 +27,14 @@ void Server::Impl::router_routes() {
                     "application/json");
   };
   auto server_info = [this](const httplib::Request&, httplib::Response& res) {
-    const SchedulerMetrics m = sched.metrics();
+    const SchedulerMetrics m = sched->metrics();
     res.set_content(dump(json{{"model_path", o.model_id},
                               {"served_model_name", o.model_id},
                               {"tp_size", 1},
                               {"dp_size", 1},
-                              {"context_length", sched.n_ctx()},
-                              {"max_running_requests", sched.n_slots()},
-                              {"max_total_num_tokens", static_cast<int64_t>(sched.n_ctx()) * sched.n_slots()},
+                              {"context_length", sched->n_ctx()},
+                              {"max_running_requests", sched->n_slots()},
+                              {"max_total_num_tokens", static_cast<int64_t>(sched->n_ctx()) * sched->n_slots()},
                               {"internal_states", json::array({{{"num_running_reqs", m.active_slots},
                                                                 {"num_queue_reqs", m.queue_depth},
                                                                 {"num_used_tokens", m.kv_used_tokens}}})},

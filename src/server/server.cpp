@@ -99,7 +99,9 @@ std::string endpoint_label(const std::string& path) {
                             "/api/generate", "/api/embed", "/api/embeddings", "/api/tags", "/api/show", "/api/ps",
                             "/api/version", "/api/pull", "/completion", "/completions", "/infill", "/tokenize",
                             "/detokenize", "/apply-template", "/props", "/slots", "/get_model_info", "/model_info",
-                            "/get_server_info", "/server_info"})
+                            "/get_server_info", "/server_info", "/v1/images/generations", "/sdapi/v1/txt2img",
+                            "/sdapi/v1/progress", "/sdapi/v1/interrupt", "/sdapi/v1/sd-models", "/sdapi/v1/samplers",
+                            "/sdapi/v1/options"})
     if (path == known) return known;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
   return "other";
@@ -218,9 +220,22 @@ httplib::Server::HandlerResponse Server::Impl::front_door(const httplib::Request
     // refused above.)
     const bool form_ok = error_shape(req.path) == ErrorShape::ollama &&
                          ct.rfind("application/x-www-form-urlencoded", 0) == 0;
-    if (ct.rfind("application/json", 0) != 0 && !form_ok)
+    // A1111's clients post /sdapi/v1/interrupt with no body and no type.
+    const bool empty_ok = req.path == "/sdapi/v1/interrupt" && req.get_header_value("Content-Length") == "0";
+    if (ct.rfind("application/json", 0) != 0 && !form_ok && !empty_ok)
       return refuse(ApiError(415, "Content-Type must be application/json, got '" + sanitize_for_log(ct, 64) + "'.",
                              "invalid_request_error", "", "unsupported_media_type"));
+  }
+  // A server of an image model alone: the text routes have no model behind them.
+  if (!sched) {
+    const std::string label = endpoint_label(req.path);
+    const bool shared = label == "/" || label == "/health" || label == "/metrics" || label == "/v1/models" ||
+                        label == "/v1/models/{id}" || label.rfind("/v1/images/", 0) == 0 ||
+                        label.rfind("/sdapi/", 0) == 0;
+    if (label != "other" && !shared)
+      return refuse(ApiError(400, "This server holds only the image model '" + o.image_model_id + "'; " +
+                                      sanitize_for_log(req.path, 64) + " needs a text model (kvad serve --model).",
+                             "invalid_request_error", "model", "model_not_supported"));
   }
   watchdog.body(req.remote_addr, req.remote_port);
   return HR::Unhandled;
@@ -329,12 +344,22 @@ void Server::Impl::routes() {
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     std::vector<std::string> adapters;
     for (const ServedLora& l : o.loras) adapters.push_back(l.name);
-    res.set_content(dump(model_list(o.model_id, created, adapters)), "application/json");
+    json list = sched ? model_list(o.model_id, created, adapters) : json{{"object", "list"}, {"data", json::array()}};
+    if (images) {
+      json m = model_object(o.image_model_id, created);
+      m["kind"] = "image";
+      list["data"].push_back(std::move(m));
+    }
+    res.set_content(dump(list), "application/json");
   });
   http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
     const auto lora = std::find_if(o.loras.begin(), o.loras.end(),
                                    [&](const ServedLora& l) { return l.name == req.matches[1]; });
-    if (req.matches[1] == o.model_id)
+    if (images && req.matches[1] == o.image_model_id) {
+      json m = model_object(o.image_model_id, created);
+      m["kind"] = "image";
+      res.set_content(dump(m), "application/json");
+    } else if (sched && req.matches[1] == o.model_id)
       res.set_content(dump(model_object(o.model_id, created)), "application/json");
     else if (lora != o.loras.end())
       res.set_content(dump(model_object(lora->name, created, o.model_id)), "application/json");
@@ -351,15 +376,20 @@ void Server::Impl::routes() {
     }
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.render(sched.metrics(), o.embedder ? static_cast<int64_t>(o.embedder->forward_calls()) : -1),
-                    "text/plain; version=0.0.4; charset=utf-8");
+    std::string page = metrics.render(sched ? sched->metrics() : SchedulerMetrics{},
+                                      o.embedder ? static_cast<int64_t>(o.embedder->forward_calls()) : -1);
+    if (images) page += render_image_metrics(images->counters());
+    res.set_content(page, "text/plain; version=0.0.4; charset=utf-8");
   });
   http.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(kChatPageHtml, "text/html; charset=utf-8");
   });
-  ollama_routes();
-  llamacpp_routes();
-  router_routes();
+  if (sched) {  // they describe the text model (front_door answers them 400 without one)
+    ollama_routes();
+    llamacpp_routes();
+    router_routes();
+  }
+  image_routes();
 }
 
 bool Server::Impl::run_embeddings(const httplib::Request& req, httplib::Response& res,
@@ -394,7 +424,8 @@ bool Server::Impl::run_embeddings(const httplib::Request& req, httplib::Response
 // ---------------------------------------------------------------- Server
 
 Server::Server(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tok, ServerOptions o)
-    : impl_(std::make_unique<Impl>(std::move(model), std::move(tok), std::move(o))) {
+    : impl_((!model || !tok) && !o.painter ? throw Error("kvad serve needs a text model or an image model")
+                                           : std::make_unique<Impl>(std::move(model), std::move(tok), std::move(o))) {
   impl_->routes();
 }
 
@@ -426,7 +457,8 @@ void Server::run() {
 
 void Server::stop() {
   impl_->stopping = true;
-  impl_->sched.shutdown();
+  if (impl_->sched) impl_->sched->shutdown();
+  if (impl_->images) impl_->images->shutdown();
   // Streams end with an error event, which they can only send before the
   // HTTP server stops (it ends chunked responses once it is not running).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);

@@ -11,6 +11,9 @@
 //   GET  /health     {"status": "ok"} (503 while shutting down)
 //   GET  /metrics    Prometheus text format (server/metrics.h)
 //   GET  /           the chat page (server/chat_page.html)
+//   with --image-model (server/images_api.h): POST /v1/images/generations,
+//   A1111's POST /sdapi/v1/txt2img, /sdapi/v1/interrupt, GET
+//   /sdapi/v1/progress, /sdapi/v1/sd-models, /sdapi/v1/samplers, /sdapi/v1/options
 //   ollama's API at /api/* (server/ollama_api.h): chat, generate, embed,
 //   embeddings, tags, show, ps, version, pull; errors {"error": "..."}
 //   llama.cpp's own endpoints (server/llamacpp_api.h): POST /completion,
@@ -69,6 +72,7 @@ namespace kvad {
 class ChatPrompt;
 class Embedder;
 class Model;
+class Painter;
 class Tokenizer;
 namespace gguf { class File; }
 }
@@ -126,11 +130,19 @@ struct ServerOptions {
   std::shared_ptr<const gguf::File> gguf;
   /// POST /api/pull downloads from the Hub (hub::HubOptions::from_env()).
   bool allow_pull = true;
+  /// An image pipeline (kvad serve --image-model): /v1/images/generations
+  /// and A1111's /sdapi/v1/* paint with it, one job at a time on its own
+  /// thread (server/image_jobs.h); image_queue jobs may wait (503 beyond).
+  std::shared_ptr<const Painter> painter;
+  std::string image_model_id;  ///< what /v1/models lists for it and image requests may name
+  size_t image_queue = 8;
 };
 
 class Server {
  public:
   /// Builds the scheduler (Session) and the routes. Throws kvad::Error.
+  /// `model` and `tok` may be null when o.painter is set: a server of an
+  /// image model alone answers text routes 400 model_not_supported.
   Server(std::shared_ptr<Model> model, std::shared_ptr<const Tokenizer> tok, ServerOptions o);
   ~Server();
   Server(const Server&) = delete;

@@ -15,6 +15,7 @@
 #include "engine/chat_prompt.h"
 #include "server/embeddings.h"
 #include "server/guard.h"
+#include "server/image_jobs.h"
 #include "server/llamacpp_api.h"
 #include "server/metrics.h"
 #include "server/openai.h"
@@ -66,10 +67,12 @@ struct Server::Impl {
       : o(std::move(opts)),
         tok(std::move(t)),
         model(std::move(m)),
-        sched(model, tok, o.sched),
+        sched(model ? std::make_unique<Scheduler>(model, tok, o.sched) : nullptr),
+        images(o.painter ? std::make_unique<ImageQueue>(o.painter, o.image_queue) : nullptr),
         watchdog(std::chrono::milliseconds(o.request_timeout_ms), std::chrono::milliseconds(100),
                  http_threads() > 8 ? http_threads() - 4 : http_threads()),
         created(static_cast<int64_t>(std::time(nullptr))) {
+    if (!tok) return;  // an image model alone: no text routes (front_door answers them 400)
     // The most bytes one token can cover: a prompt of more bytes than
     // n_ctx x this (x 2 for normalizers that shrink text, e.g. NFKC) cannot
     // fit, and is refused before it is templated and tokenized.
@@ -92,12 +95,21 @@ struct Server::Impl {
   /// Threads serving connections: each waiting request holds one.
   size_t http_threads() const {
     return o.http_threads > 0 ? static_cast<size_t>(o.http_threads)
-                              : static_cast<size_t>(o.sched.n_slots) + o.sched.max_queue + 64;
+                              : static_cast<size_t>(o.sched.n_slots) + o.sched.max_queue + 64 +
+                                    (o.painter ? o.image_queue + 1 : 0);
   }
   void completion(const httplib::Request& req, httplib::Response& res, bool chat);
   /// ollama's /api/* (ollama_routes.cpp) and llama.cpp's own endpoints
   /// (llamacpp_routes.cpp), registered by routes().
   void ollama_routes();
+  /// OpenAI's /v1/images/generations and A1111's /sdapi/v1/* (image_routes.cpp).
+  void image_routes();
+  /// Queues `batches` (settled) and waits for the job: nullptr when the
+  /// client left (res is 499; the job is cancelled). Throws ApiError 400
+  /// without an image model, 503 when the queue is full or the server stops,
+  /// 500 when painting failed.
+  std::shared_ptr<ImageJob> paint(const httplib::Request& req, httplib::Response& res,
+                                  std::vector<PaintRequest> batches);
   void llamacpp_routes();
   /// The model- and server-info routes a router in front of kvad asks
   /// (router_routes.cpp), registered by routes().
@@ -156,7 +168,8 @@ struct Server::Impl {
   ServerOptions o;
   std::shared_ptr<const Tokenizer> tok;
   std::shared_ptr<Model> model;  ///< its hparams for /api/show and /props
-  Scheduler sched;
+  std::unique_ptr<Scheduler> sched;  ///< null when the server holds only an image model
+  std::unique_ptr<ImageQueue> images;  ///< null without --image-model
   Metrics metrics;
   httplib::Server http;
   std::atomic<bool> stopping{false};

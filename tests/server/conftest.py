@@ -38,11 +38,12 @@ def model_path():
 class Server:
     """A running `kvad serve`; .url is http://127.0.0.1:PORT."""
 
-    def __init__(self, args, log_path, env=None):
+    def __init__(self, args, log_path, env=None, text_model=True):
         binary = os.environ.get("KVAD_BINARY")
         if not binary or not os.path.exists(binary):
             pytest.skip("KVAD_BINARY not set or missing (run through ctest)")
-        model = [] if "--model" in args else ["--model", model_path()]  # a test may name another model
+        # A test may name another model, or serve none (an image model alone).
+        model = [] if "--model" in args or not text_model else ["--model", model_path()]
         cmd = [binary, "serve"] + model + ["--port", "0", "-t", "2"] + list(args)
         self.log_path = log_path
         self.log = open(log_path, "w")
@@ -123,14 +124,15 @@ class Server:
 
 @pytest.fixture
 def start_server(request, tmp_path):
-    """start_server(*args, env=None) -> Server; every server started is stopped after
-    the test. `env`: variables added to the server's environment."""
+    """start_server(*args, env=None, text_model=True) -> Server; every server started is
+    stopped after the test. `env`: variables added to the server's environment;
+    text_model=False: no --model (a server of --image-model alone)."""
     if model_path() is None:
         pytest.skip("model %s not installed (run scripts/setup)" % MODEL_NAME)
     servers = []
 
-    def start(*args, env=None):
-        s = Server(args, str(tmp_path / ("server%d.log" % len(servers))), env=env)
+    def start(*args, env=None, text_model=True):
+        s = Server(args, str(tmp_path / ("server%d.log" % len(servers))), env=env, text_model=text_model)
         servers.append(s)
         return s
 
