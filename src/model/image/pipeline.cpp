@@ -84,14 +84,18 @@ Index parse_index(const json& j, const std::string& name) {
 
 // The weights of a component folder for `variant` (PipelineOptions), by the
 // rule `kvad pull` fetches them with (hub::pick_component_weights).
-std::shared_ptr<const TensorSource> component_weights(const fs::path& dir, const std::string& variant) {
+std::shared_ptr<const TensorSource> component_weights(const fs::path& dir, const std::string& variant,
+                                                      std::vector<std::string>& files) {
   std::vector<std::string> names;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
     if (e.is_regular_file(ec)) names.push_back(e.path().filename().string());  // follows the HF cache's links
   std::sort(names.begin(), names.end());
   const std::vector<std::string> pick = hub::pick_component_weights(names, variant);
-  if (pick.size() == 1) return safetensors_source((dir / pick[0]).string());
+  if (pick.size() == 1) {
+    files.push_back((dir / pick[0]).string());
+    return safetensors_source(files.back());
+  }
   std::string list;
   for (const std::string& f : names)
     if (f.find(".safetensors") != std::string::npos) list += (list.empty() ? "" : ", ") + f;
@@ -274,8 +278,9 @@ void apply(Pipeline& pl, const Configs& c) {
 }
 
 // A diffusers VAE folder as a source under "vae." names (old attention names renamed).
-std::shared_ptr<const TensorSource> vae_source(const fs::path& dir, const std::string& variant) {
-  std::shared_ptr<const TensorSource> raw = component_weights(dir, variant);
+std::shared_ptr<const TensorSource> vae_source(const fs::path& dir, const std::string& variant,
+                                               std::vector<std::string>& files) {
+  std::shared_ptr<const TensorSource> raw = component_weights(dir, variant, files);
   std::vector<std::string> names;
   for (const SourceTensor& t : raw->tensors()) names.push_back(t.name);
   std::vector<TensorRename> old = deprecated_vae_names(names);
@@ -301,10 +306,11 @@ Pipeline open_folder(const fs::path& dir, const PipelineOptions& o) {
     pl.vae = parse_vae_config(read_json(vae_cfg), vae_cfg);
   }
   std::vector<std::pair<std::string, std::shared_ptr<const TensorSource>>> parts;
-  parts.emplace_back("unet.", component_weights(dir / "unet", o.variant));
-  parts.emplace_back("vae.", vae_source(o.vae.empty() ? dir / "vae" : fs::path(o.vae), o.variant));
-  parts.emplace_back("text_encoder.", component_weights(dir / "text_encoder", o.variant));
-  if (pl.text_encoder_2) parts.emplace_back("text_encoder_2.", component_weights(dir / "text_encoder_2", o.variant));
+  std::vector<std::string>& f = pl.weight_files;
+  parts.emplace_back("unet.", component_weights(dir / "unet", o.variant, f));
+  parts.emplace_back("vae.", vae_source(o.vae.empty() ? dir / "vae" : fs::path(o.vae), o.variant, f));
+  parts.emplace_back("text_encoder.", component_weights(dir / "text_encoder", o.variant, f));
+  if (pl.text_encoder_2) parts.emplace_back("text_encoder_2.", component_weights(dir / "text_encoder_2", o.variant, f));
   pl.weights = prefixed_source(std::move(parts), pl.path);
   pl.tokenizer = (dir / "tokenizer").string();
   if (pl.text_encoder_2) pl.tokenizer_2 = (dir / "tokenizer_2").string();
@@ -317,6 +323,7 @@ Pipeline open_single(const fs::path& file, const PipelineOptions& o) {
   Pipeline pl;
   pl.path = file.string();
   pl.single_file = true;
+  pl.weight_files.push_back(pl.path);
   std::shared_ptr<const TensorSource> raw = safetensors_source(pl.path);
   const LdmLayout layout = detect_ldm_layout(*raw);
   pl.layout = layout;
@@ -355,7 +362,7 @@ Pipeline open_single(const fs::path& file, const PipelineOptions& o) {
   } else {
     std::vector<std::pair<std::string, std::shared_ptr<const TensorSource>>> parts;
     parts.emplace_back("", view);
-    parts.emplace_back("vae.", vae_source(o.vae, ""));
+    parts.emplace_back("vae.", vae_source(o.vae, "", pl.weight_files));
     pl.weights = prefixed_source(std::move(parts), pl.path);
   }
   check_configs(pl, c.unet_name);

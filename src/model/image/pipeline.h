@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/image/configs.h"
 #include "model/image/ldm_names.h"
@@ -72,6 +73,9 @@ struct Pipeline {
   bool force_zeros_for_empty_prompt = false;
   /// Every weight, under the names above.
   std::shared_ptr<const TensorSource> weights;
+  /// The files `weights` reads (each component's safetensors, or the single
+  /// file and a --vae folder's), for the quantize-once cache's stamp.
+  std::vector<std::string> weight_files;
 };
 
 /// Opens `path`: a diffusers folder (holding model_index.json) or a
