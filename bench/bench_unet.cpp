@@ -1,18 +1,23 @@
-// One UNet2DCondition call (model/image/unet.h) at SD 1.5's real size: the
-// UNet of kvad's base SD 1.5 config (859.5 M parameters) with random f16
-// weights, a 64 × 64 latent (a 512 × 512 picture), batch 2 (classifier-free
-// guidance), 77 text tokens of 768. A plain program; it prints numbers and
-// asserts nothing.
+// One UNet2DCondition call (model/image/unet.h) at SD 1.5's or SDXL's real
+// size: the UNet of kvad's base SD 1.5 config (859.5 M parameters) or SDXL
+// base config (2567.5 M) with random f16 weights, or those weights in q8_0
+// through the pipeline quantize-once cache (model/image/quantize_pipeline.h:
+// linears and convolutions; written once into
+// ~/.cache/kvad/bench-models/cache, mapped by later runs), batch 2
+// (classifier-free guidance), 77 text tokens of 768 (SD 1.5) or 2048 (SDXL,
+// with its pooled text_embeds and time_ids). A plain program; it prints
+// numbers and asserts nothing.
 //
 // The tensor list and the call's FLOPs come from bench/unet_sd15_tensors.txt
-// (tools/make_unet_fixtures.py: diffusers' UNet2DConditionModel on torch's
-// meta device, FLOPs by torch's FlopCounterMode, 2 a multiply-add). The
-// FP32 peak is measured here: each thread runs independent chains of 8-wide
-// FMAs (AVX2) for about 0.3 s, so it is what these cores reach now, under
-// whatever load the machine has.
-// Run: build/bench/bench_unet [threads=2] [steps=1] [latent=64]
+// (tools/make_unet_fixtures.py) and bench/unet_sdxl_tensors.txt
+// (tools/make_unet_bench_shapes.py): diffusers' UNet2DConditionModel on
+// torch's meta device, FLOPs by torch's FlopCounterMode, 2 a multiply-add.
+// The FP32 peak is measured here: each thread runs independent chains of
+// 8-wide FMAs (AVX2) for about 0.3 s, so it is what these cores reach now,
+// under whatever load the machine has.
+// Run: build/bench/bench_unet [threads=2] [steps=1] [latent=64] [sd15|sdxl] [f16|q8_0]
 // latent: the latent's side (64: a 512 x 512 picture, 32: 256 x 256); the
-// FLOP rate is printed for 64, the size the FLOP count is for.
+// FLOP rate is printed for the sides the list has a count for.
 #include <immintrin.h>
 #include <time.h>
 
@@ -22,7 +27,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <memory>
 #include <random>
@@ -36,6 +43,7 @@
 #include "kernels/cpu/kernels.h"
 #include "model/image/configs.h"
 #include "model/image/pipeline.h"
+#include "model/image/quantize_pipeline.h"
 #include "model/image/unet.h"
 #include "model/registry.h"
 #include "model/weights.h"
@@ -50,14 +58,22 @@ namespace {
 // (torch's default init's scale), norm weights near 1, biases near 0.
 class RandomSource final : public TensorSource {
  public:
-  explicit RandomSource(const std::string& list) : path_(list) {
+  /// values false: the names and shapes only (data null), for a cache lookup.
+  RandomSource(const std::string& list, bool values) : path_(list) {
     std::ifstream in(list);
     if (!in) throw Error("cannot read " + list);
     std::string line;
     size_t total = 0;
     std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
     while (std::getline(in, line)) {
-      if (line.rfind("# flops ", 0) == 0) flops_ = std::stod(line.substr(8));
+      if (line.rfind("# flops ", 0) == 0) flops_[64] = std::stod(line.substr(8));  // unet_sd15_tensors.txt: side 64
+      if (line.rfind("# flops_at ", 0) == 0) {
+        std::istringstream fs(line.substr(11));
+        int64_t at = 0;
+        double n = 0;
+        fs >> at >> n;
+        flops_[at] = n;
+      }
       if (line.empty() || line[0] == '#') continue;
       std::istringstream ss(line);
       std::string name;
@@ -69,7 +85,7 @@ class RandomSource final : public TensorSource {
       total += static_cast<size_t>(n);
       shapes.emplace_back(name, dims);
     }
-    buf_ = std::shared_ptr<uint16_t[]>(new uint16_t[total]);
+    if (values) buf_ = std::shared_ptr<uint16_t[]>(new uint16_t[total]);
     const auto to_f16 = cpu::cpu_kernels(DType::F16).from_float;
     size_t at = 0;
     uint32_t state = 1;  // xorshift32: a uniform draw a value, cheap for 860 M of them
@@ -86,7 +102,7 @@ class RandomSource final : public TensorSource {
       // Drawn as floats a chunk at a time, rounded to f16 by the CPU kernels' converter.
       constexpr int64_t kChunk = 4096;
       float f[kChunk];
-      for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      for (int64_t i0 = 0; values && i0 < n; i0 += kChunk) {
         const int64_t m = std::min(kChunk, n - i0);
         for (int64_t i = 0; i < m; ++i) {
           state ^= state << 13, state ^= state >> 17, state ^= state << 5;
@@ -95,7 +111,7 @@ class RandomSource final : public TensorSource {
         }
         to_f16(f, buf_.get() + at + i0, m);
       }
-      t.data = buf_.get() + at;
+      t.data = values ? buf_.get() + at : nullptr;
       t.n_bytes = static_cast<size_t>(n) * 2;
       t.origin = list;
       t.stored_dtype = "F16";
@@ -104,7 +120,8 @@ class RandomSource final : public TensorSource {
     }
     n_params_ = total;
   }
-  double flops() const { return flops_; }
+  /// FLOPs of one call at latent side `side` (0: the list has no count for it).
+  double flops(int64_t side) const { return flops_.count(side) ? flops_.at(side) : 0; }
   size_t n_params() const { return n_params_; }
 
   const std::string& path() const override { return path_; }
@@ -125,7 +142,7 @@ class RandomSource final : public TensorSource {
   std::string path_;
   std::vector<SourceTensor> tensors_;
   std::shared_ptr<uint16_t[]> buf_;
-  double flops_ = 0;
+  std::map<int64_t, double> flops_;
   size_t n_params_ = 0;
 };
 
@@ -169,41 +186,76 @@ double fma_peak(ThreadPool& pool) {
 int main(int argc, char** argv) try {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2, steps = argc > 2 ? std::atoi(argv[2]) : 1;
   const int64_t side = argc > 3 ? std::atoi(argv[3]) : 64;
-  if (threads < 1 || steps < 1 || side < 8 || side > 256 || side % 8 != 0)
-    throw Error("usage: bench_unet [threads >= 1] [steps >= 1] [latent side: a multiple of 8 in 8..256]");
+  const std::string shape = argc > 4 ? argv[4] : "sd15", quant = argc > 5 ? argv[5] : "f16";
+  if (threads < 1 || steps < 1 || side < 8 || side > 256 || side % 8 != 0 || (shape != "sd15" && shape != "sdxl") ||
+      (quant != "f16" && quant != "q8_0"))
+    throw Error("usage: bench_unet [threads >= 1] [steps >= 1] [latent side: a multiple of 8 in 8..256] [sd15|sdxl] "
+                "[f16|q8_0]");
   ThreadPool pool(threads);
   ops::PoolScope scope(pool);
-  const std::string list = std::string(KVAD_SOURCE_DIR) + "/bench/unet_sd15_tensors.txt";
+  const std::string list = std::string(KVAD_SOURCE_DIR) + "/bench/unet_" + shape + "_tensors.txt";
   const auto t0 = std::chrono::steady_clock::now();
-  auto src = std::make_shared<RandomSource>(list);
+  const image::LdmLayout layout = shape == "sdxl" ? image::LdmLayout::SDXL : image::LdmLayout::SD15;
   const image::UNet2DConditionConfig c =
-      image::parse_unet_config(nlohmann::json::parse(image::base_configs(image::LdmLayout::SD15))["unet"], "sd15 unet");
-  WeightLoader wl(src, DeviceOptions{});
+      image::parse_unet_config(nlohmann::json::parse(image::base_configs(layout))["unet"], shape + " unet");
+  std::shared_ptr<const TensorSource> weights;
+  double flops = 0;
+  size_t n_params = 0;
+  bool hit = false;
+  if (quant == "f16") {
+    auto src = std::make_shared<RandomSource>(list, true);
+    weights = src;
+    flops = src->flops(side), n_params = src->n_params();
+  } else {
+    // The random values are the same every run (a fixed xorshift seed), so the
+    // entry, stamped with the list file, is reused; a hit reads no values.
+    image::Pipeline pl;
+    pl.path = shape + "-random-unet";
+    pl.weight_files = {list};
+    const std::string cache = std::string(std::getenv("HOME") ? std::getenv("HOME") : "/tmp") +
+                              "/.cache/kvad/bench-models/cache";
+    auto names = std::make_shared<RandomSource>(list, false);
+    flops = names->flops(side), n_params = names->n_params();
+    pl.weights = names;
+    if (!std::filesystem::exists(image::quantize_pipeline_path(pl, quant, cache)))
+      pl.weights = std::make_shared<RandomSource>(list, true);
+    weights = image::quantize_pipeline_once(pl, quant, cache, &hit);
+  }
+  WeightLoader wl(weights, DeviceOptions{});
   const image::UNet2DCondition unet(wl.root().sub("unet"), c);
   wl.finish();
-  std::printf("bench_unet: SD 1.5 UNet, %.1f M f16 parameters, random; made in %.1f s; %d threads\n",
-              src->n_params() / 1e6, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-              threads);
+  std::printf("bench_unet: %s UNet, %.1f M %s parameters, random%s; made in %.1f s; %d threads\n", shape.c_str(),
+              n_params / 1e6, quant.c_str(), quant == "f16" ? "" : hit ? " (mapped from the cache)" : " (quantized now)",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), threads);
   std::fflush(stdout);
   std::mt19937 rng(2);
   std::normal_distribution<float> nd;
-  std::vector<float> x(static_cast<size_t>(4 * side * side * 2)), ctx(768 * 77 * 2);
+  const int64_t E = c.cross_attention_dim;
+  std::vector<float> x(static_cast<size_t>(4 * side * side * 2)), ctx(static_cast<size_t>(E * 77 * 2)), pooled(1280 * 2);
   for (float& v : x) v = nd(rng);
   for (float& v : ctx) v = nd(rng);
+  for (float& v : pooled) v = nd(rng);
   const Tensor xs = ops::from_host(x.data(), DType::F32, {4, side, side, 2}, Device::cpu());
-  const Tensor cs = ops::from_host(ctx.data(), DType::F32, {768, 77, 2, 1}, Device::cpu());
+  const Tensor cs = ops::from_host(ctx.data(), DType::F32, {E, 77, 2, 1}, Device::cpu());
+  image::UNetAddedCond added;  // SDXL: pooled text_embeds and (h, w, 0, 0, h, w)
+  const float px = static_cast<float>(side * 8);
+  const std::vector<float> ids{px, px, 0, 0, px, px, px, px, 0, 0, px, px};
+  if (shape == "sdxl") {
+    added.text_embeds = ops::from_host(pooled.data(), DType::F32, {1280, 2, 1, 1}, Device::cpu());
+    added.time_ids = ops::from_host(ids.data(), DType::F32, {6, 2, 1, 1}, Device::cpu());
+  }
   const double peak = fma_peak(pool);
   for (int s = 0; s < steps; ++s) {
     const auto a = std::chrono::steady_clock::now();
     const double cpu0 = process_cpu_seconds();
-    const Tensor y = unet.forward(xs, 999.0f - 50.0f * s, cs, nullptr);
+    const Tensor y = unet.forward(xs, 999.0f - 50.0f * s, cs, shape == "sdxl" ? &added : nullptr);
     std::vector<float> out(static_cast<size_t>(y.n_elements()));
     ops::to_host(y, out.data());
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
     const double cpu = process_cpu_seconds() - cpu0;
     double sum = 0;
     for (float v : out) sum += std::fabs(v);
-    if (side != 64) {
+    if (flops <= 0) {
       std::printf("step %d: %.2f s (latent %lld x %lld, batch 2), %.2f CPU s; mean |y| %.3f\n", s, sec,
                   static_cast<long long>(side), static_cast<long long>(side), cpu, sum / out.size());
       std::fflush(stdout);
@@ -211,7 +263,7 @@ int main(int argc, char** argv) try {
     }
     std::printf("step %d: %.2f s, %.1f GFLOP/s (%.2f TFLOP a call) = %.1f%% of the measured FP32 FMA peak %.1f GFLOP/s; "
                 "%.2f CPU s; mean |y| %.3f\n",
-                s, sec, src->flops() / sec / 1e9, src->flops() / 1e12, 100 * src->flops() / sec / peak, peak / 1e9,
+                s, sec, flops / sec / 1e9, flops / 1e12, 100 * flops / sec / peak, peak / 1e9,
                 cpu, sum / out.size());
     std::fflush(stdout);
   }

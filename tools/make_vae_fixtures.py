@@ -4,6 +4,7 @@ AutoencoderKL gives, in f32, for the tiny random VAEs of tests/fixtures/image_pi
 tests/model/image/test_vae.cpp compares kvad's model/image/vae.h against.
 
     /work/wt/venv-pictures/bin/python tools/make_vae_fixtures.py   # any venv with torch + diffusers
+    ... tools/make_vae_fixtures.py --tiled-encode-only   # only vae_tiled_encode.safetensors
 
 For P in sd15, sdxl (the committed pipeline folders, P/vae) and wide (vae_wide/, made here: 3
 levels of 8, 16, 16 channels, so every resnet that changes width has its 1x1 conv_shortcut;
@@ -21,6 +22,15 @@ kvad's ne {C, W, H, N}):
                  P.tiling holds [T, O] (i32)
   wide.x_odd / wide.mean_odd   an image whose sides are no multiple of 4 (Downsample2D's
                  asymmetric pad on odd sizes)
+
+and tests/fixtures/image_pipelines/vae_tiled_encode.safetensors (its own generator, so that
+vae.safetensors stays as it was), diffusers' _tiled_encode for P in sd15, sdxl, wide:
+
+  P.tiled_x      an image larger than one tile, [N, H, W, C]
+  P.tiled_mean   vae.encode(P.tiled_x).latent_dist.mean with enable_tiling() and
+                 tile_latent_min_size = T, tile_sample_min_size = f T, tile_overlap_factor = O / T
+  P.tiling       [T, O] (i32)
+  P.untiled_mean the same image encoded whole (the test reports how far the tiles are from it)
 """
 import json
 import sys
@@ -55,6 +65,11 @@ def wide_vae():
 def main():
     from diffusers import AutoencoderKL
     torch.set_num_threads(1)
+    if "--tiled-encode-only" in sys.argv[1:]:  # the committed VAEs, vae.safetensors untouched
+        tiled_encode({"sd15": AutoencoderKL.from_pretrained(OUT / "sd15" / "vae"),
+                      "sdxl": AutoencoderKL.from_pretrained(OUT / "sdxl" / "vae"),
+                      "wide": AutoencoderKL.from_pretrained(OUT / "vae_wide")})
+        return
     g = torch.Generator().manual_seed(11)
     out = {}
     vaes = {"sd15": AutoencoderKL.from_pretrained(OUT / "sd15" / "vae"),
@@ -89,8 +104,37 @@ def main():
                 print(f"{name}: tiled decode differs from the whole by up to "
                       f"{(whole - vae.tiled_decode(z).sample).abs().max():.3g}")
     save_file(out, OUT / "vae.safetensors", metadata={"source": "tools/make_vae_fixtures.py, diffusers AutoencoderKL f32"})
+    tiled_encode(vaes)
     total = (OUT / "vae.safetensors").stat().st_size + sum(f.stat().st_size for f in (OUT / "vae_wide").iterdir())
     print(f"vae.safetensors + vae_wide/: {total / 1e6:.2f} MB; {json.dumps({k: list(v.shape) for k, v in out.items()})}")
+
+
+def tiled_encode(vaes):
+    """vae_tiled_encode.safetensors: diffusers' _tiled_encode against kvad's encode(x, VaeTiling)."""
+    g = torch.Generator().manual_seed(12)
+    # (T, O, image h, w, batch): tiles cut short at the right and bottom edges; wide's sides
+    # are no multiple of its f = 4 (each tile's strided convolutions floor its size).
+    cases = {"sd15": (4, 1, 88, 72, 2), "sdxl": (8, 2, 136, 104, 1), "wide": (4, 1, 45, 44, 1)}
+    out = {}
+    with torch.no_grad():
+        for name, (t, o, h, w, n) in cases.items():
+            vae = vaes[name].float().eval()
+            f = 2 ** (len(vae.config.block_out_channels) - 1)
+            x = torch.rand(n, 3, h, w, generator=g) * 2 - 1
+            vae.disable_tiling()
+            whole = vae.encode(x).latent_dist.mean
+            vae.enable_tiling()
+            vae.tile_latent_min_size, vae.tile_sample_min_size, vae.tile_overlap_factor = t, t * f, o / t
+            assert int(t * f * (1 - o / t)) == (t - o) * f and int(t * o / t) == o
+            tiled = vae.encode(x).latent_dist.mean
+            vae.disable_tiling()
+            out[f"{name}.tiled_x"], out[f"{name}.tiled_mean"] = nhwc(x), nhwc(tiled)
+            out[f"{name}.untiled_mean"] = nhwc(whole)
+            out[f"{name}.tiling"] = torch.tensor([t, o], dtype=torch.int32)
+            d = (whole - tiled).abs().max() if whole.shape == tiled.shape else float("nan")
+            print(f"{name}: tiled encode {list(tiled.shape)}, differs from the whole by up to {d:.3g}")
+    save_file(out, OUT / "vae_tiled_encode.safetensors",
+              metadata={"source": "tools/make_vae_fixtures.py, diffusers AutoencoderKL._tiled_encode f32"})
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -22,6 +24,7 @@
 #include "model/image/latent_preview.h"
 #include "model/image/lora.h"
 #include "model/image/pipeline.h"
+#include "model/image/quantize_pipeline.h"
 #include "tensor/ops.h"
 
 namespace fs = std::filesystem;
@@ -31,7 +34,8 @@ namespace kvad::cli {
 namespace {
 
 struct MakeOptions {
-  std::string prompt, model, output, negative_prompt, scheduler, rng = "torch", preview, config, vae, lora_dir;
+  std::string prompt, model, output, negative_prompt, scheduler, rng = "torch", preview, config, vae, quant, lora_dir;
+  std::optional<bool> vae_tiling;  // --vae-tiling / --no-vae-tiling; neither: automatic
   std::vector<std::string> loras;  // FILE[:SCALE]
   bool lora_allow_partial = false;
   int64_t width = 0, height = 0, steps = 20, n = 1, seed = -1, preview_every = 1;
@@ -40,6 +44,13 @@ struct MakeOptions {
   DeviceOptions device;
   CLI::Option *negative = nullptr, *cfg_given = nullptr;  // given or not: the pipeline's default otherwise
 };
+
+// CPU seconds of all the process's threads.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 // Request bounds are usage errors (status 2), found before any weight is read.
 // The LoRAs a request names: --lora FILE[:SCALE] and the prompt's <lora:NAME:SCALE> tags.
@@ -67,10 +78,18 @@ PaintRequest request_of(const MakeOptions& o, LoraArgs* loras) {
   r.scheduler = o.scheduler;
   r.n = o.n;
   r.rng = o.rng;
+  r.vae_tiling = o.vae_tiling;
   try {
     check_paint_request(r);
   } catch (const Error& e) {
     throw CLI::ValidationError(e.what());
+  }
+  if (!o.quant.empty()) {
+    try {
+      image::check_pipeline_quant(o.quant);
+    } catch (const Error& e) {
+      throw CLI::ValidationError(e.what());
+    }
   }
   if (!o.output.empty() && fs::path(o.output).extension() != ".png")
     throw CLI::ValidationError("-o/--output", "a PNG file name ending in .png, got '" + o.output + "'");
@@ -112,7 +131,15 @@ void make(const MakeOptions& o) {
   po.device = o.device;
   po.threads = o.threads;
   po.model_name = pp.name;
+  po.quant = o.quant;
+  po.cache_dir = kvad_home() + "/cache";
   const Painter painter(std::move(pl), po);
+  if (const std::optional<QuantCacheUse>& q = painter.quant_cache()) {
+    if (q->hit)
+      std::fprintf(stderr, "kvad: %s from the quantize-once cache: %s\n", o.quant.c_str(), q->path.c_str());
+    else
+      std::fprintf(stderr, "kvad: quantized to %s once (%.1f s): %s\n", o.quant.c_str(), q->seconds, q->path.c_str());
+  }
   image::LoraLoadOptions lo;
   lo.allow_partial = o.lora_allow_partial;
   for (const auto& [path, strength] : la.files) {
@@ -130,7 +157,11 @@ void make(const MakeOptions& o) {
                static_cast<long long>(r.height), static_cast<long long>(r.steps), r.scheduler.c_str(), *r.cfg,
                static_cast<unsigned long long>(r.seed), static_cast<long long>(r.n), r.n == 1 ? "" : "s");
   StepProgress bar(stderr);
+  size_t rss_unet = 0;  // peak RSS through the text encoders and the first UNet step
+  double cpu_first = 0, cpu_last = 0;  // process CPU seconds after the first and the last step
   const PaintResult res = painter.paint(r, [&](const PaintProgress& p) {
+    if (p.step == 1) rss_unet = peak_rss_bytes(), cpu_first = process_cpu_seconds();
+    if (p.step == p.total) cpu_last = process_cpu_seconds();
     if (!o.preview.empty() && (p.step % o.preview_every == 0 || p.step == p.total))
       write_preview(o.preview, p, painter.downscale());
     bar.on_step(p.step, p.total, p.step_s, p.elapsed_s);
@@ -150,9 +181,14 @@ void make(const MakeOptions& o) {
     }
     std::printf("%s\n", path.c_str());
   }
-  std::fprintf(stderr, "kvad: text %.2f s | denoise %.2f s (%.2f s/step) | decode %.2f s | peak RSS %.1f MiB\n",
+  const double cpu_decode = process_cpu_seconds() - cpu_last;  // the VAE, and the PNG written
+  std::fprintf(stderr,
+               "kvad: text %.2f s | denoise %.2f s (%.2f s/step) | decode %.2f s%s | peak RSS %.1f MiB (%.1f MiB through "
+               "the first UNet step) | CPU s: %.2f a step after the first, %.2f decode\n",
                res.stats.encode_s, res.stats.denoise_s, res.stats.denoise_s / static_cast<double>(r.steps),
-               res.stats.decode_s, peak_rss_bytes() / 1048576.0);
+               res.stats.decode_s, res.stats.vae_tiled ? " (tiled)" : "", peak_rss_bytes() / 1048576.0,
+               rss_unet / 1048576.0, r.steps > 1 ? (cpu_last - cpu_first) / static_cast<double>(r.steps - 1) : 0.0,
+               cpu_decode);
 }
 
 }  // namespace
@@ -202,6 +238,14 @@ void add_images(CLI::App& app) {
       ->check(integer_check())
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  c->add_option("--quant", o->quant,
+                "q8_0: the UNet's and text encoders' linears and convolutions in q8_0, converted once into the "
+                "quantize-once cache ($KVAD_HOME/cache) and mapped from there later (norms, biases, embeddings and "
+                "the VAE as stored)");
+  c->add_flag_function(
+      "--vae-tiling,!--no-vae-tiling", [o](int64_t n) { o->vae_tiling = n > 0; },
+      "Decode the picture in tiles of 512x512 pixels blended over 128 (diffusers' enable_tiling()), in bounded "
+      "memory; default: tiled above 1024x1024 pixels");
   c->add_option("--lora", o->loras,
                 "A LoRA .safetensors (kohya, LyCORIS LoCon/LoHa/LoKr, PEFT or diffusers spellings) and its strength: "
                 "FILE[:SCALE] (default 1); repeatable. The prompt's <lora:NAME:SCALE> tags name files in --lora-dir");

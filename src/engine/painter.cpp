@@ -1,5 +1,6 @@
 #include "engine/painter.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "engine/diffusion/torch_rng.h"
 #include "engine/flux_painter.h"
 #include "model/image/clip_text.h"
+#include "model/image/quantize_pipeline.h"
 #include "model/image/unet.h"
 #include "model/image/vae.h"
 #include "model/weights.h"
@@ -187,8 +189,20 @@ Painter::Painter(image::Pipeline pl, const PainterOptions& o) : pl_(std::move(pl
                 std::to_string(pl_.vae.latent_channels) + " latent channels; a text-to-image pipeline needs them equal");
   // diffusers' vae_scale_factor: 2 ** (len(vae.config.block_out_channels) - 1)
   downscale_ = int64_t{1} << (pl_.vae.block_out_channels.empty() ? 0 : pl_.vae.block_out_channels.size() - 1);
+  const image::VaeTiling dt = image::diffusers_tiling(pl_.vae);
+  tiling_.tile = std::min<int64_t>(dt.tile, 64);
+  tiling_.overlap = tiling_.tile / 4;
   pool_ = std::make_unique<ThreadPool>(o.threads);
   ops::PoolScope scope(*pool_);
+  if (!o.quant.empty()) {
+    if (o.cache_dir.empty()) throw Error("Painter: --quant " + o.quant + " needs the quantize-once cache's folder");
+    const Clock::time_point t0 = Clock::now();
+    QuantCacheUse q;
+    q.path = image::quantize_pipeline_path(pl_, o.quant, o.cache_dir);
+    pl_.weights = image::quantize_pipeline_once(pl_, o.quant, o.cache_dir, &q.hit);
+    q.seconds = seconds_since(t0);
+    quant_cache_ = q;
+  }
   wl_ = std::make_unique<WeightLoader>(pl_.weights, o.device);
   text_ = std::make_unique<image::PromptEncoder>(pl_, *wl_);
   unet_ = std::make_unique<image::UNet2DCondition>(wl_->root().sub("unet"), pl_.unet);
@@ -346,7 +360,11 @@ PaintResult Painter::paint(const PaintRequest& req, const PaintCallback& progres
   for (float& v : latents) v = v / sf;
   std::vector<float> z(per);
   diffusion::nchw_to_cwhn(latents, z, ld);
-  const Tensor image = vae_->decode(ops::from_host(z.data(), DType::F32, {ld.c, ld.w, ld.h, n}, dev));
+  // As diffusers decides: tiles only when the latent is larger than one.
+  res.stats.vae_tiled = r.vae_tiling.value_or(r.width * r.height > kPaintAutoTilePixels) && tiling_.tile > 0 &&
+                        (ld.w > tiling_.tile || ld.h > tiling_.tile);
+  const Tensor image = vae_->decode(ops::from_host(z.data(), DType::F32, {ld.c, ld.w, ld.h, n}, dev),
+                                    res.stats.vae_tiled ? tiling_ : image::VaeTiling{});
   check_shape("the VAE decoder", image, {3, r.width, r.height, n});
   const std::vector<float> pixels = host_floats(image);  // {3, W, H, N}: each image's RGB rows, top to bottom
   const size_t image_values = static_cast<size_t>(3 * r.width * r.height);

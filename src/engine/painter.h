@@ -37,6 +37,7 @@
 #include "io/png.h"
 #include "model/image/lora.h"
 #include "model/image/pipeline.h"
+#include "model/image/vae.h"
 #include "model/registry.h"
 
 namespace kvad {
@@ -47,7 +48,6 @@ class FluxPainter;
 namespace image {
 class PromptEncoder;
 class UNet2DCondition;
-class AutoencoderKL;
 }  // namespace image
 
 /// Bounds of a request (check_paint_request).
@@ -74,12 +74,21 @@ struct PaintRequest {
   std::string scheduler;       ///< kvad's or A1111's name (parse_scheduler_name); "": the pipeline's own
   int64_t n = 1;               ///< num_images_per_prompt, 1..kPaintMaxImages
   std::string rng = "torch";   ///< the noise generator; "torch" (torch's CPU generator) is the only one
+  /// Tiled VAE decode (Painter::vae_tiling()'s tiles): true always, false
+  /// never, nullopt when the picture has more than kPaintAutoTilePixels pixels.
+  std::optional<bool> vae_tiling;
   /// LoRAs this request paints with, each at its strength (at most
   /// kPaintMaxLoras; loaded with Painter::load_lora). Their deltas are merged
   /// into a copy of the weights they change (model/image/lora.h), built when
   /// a request brings another set than the last one and kept for the next.
   std::vector<image::ImageLoraUse> loras;
 };
+
+/// Pictures larger than this (width × height, 1024²) are decoded in tiles
+/// unless the request says otherwise: up to it the untiled decode is
+/// diffusers' own result (SD 1.5 at 512², SDXL at 1024²) in at most about
+/// 4.3 GiB of activations; past it (up to 2048²) tiles bound the memory.
+inline constexpr int64_t kPaintAutoTilePixels = int64_t{1024} * 1024;
 
 inline constexpr size_t kPaintMaxLoras = 32;
 
@@ -115,6 +124,7 @@ using PaintCallback = std::function<void(const PaintProgress&)>;
 /// Seconds spent in each stage of one paint() call.
 struct PaintStats {
   double encode_s = 0, denoise_s = 0, decode_s = 0;
+  bool vae_tiled = false;  ///< the decode ran in tiles (asked for, and the latent larger than a tile)
 };
 
 struct PaintResult {
@@ -133,6 +143,20 @@ struct PainterOptions {
   DeviceOptions device;   ///< where the weights go and the ops run ("cpu", "sim", "cuda")
   int threads = 0;        ///< CPU threads; 0: all cores
   std::string model_name; ///< the metadata's "Model"; "": the pipeline path's last part (without .safetensors)
+  /// "": the weights as stored; "q8_0" (image::pipeline_quant_types()): the
+  /// UNet's and text encoders' linears and convolutions in that format,
+  /// through the quantize-once cache in cache_dir
+  /// (model/image/quantize_pipeline.h; written on the first load, mapped on
+  /// later ones).
+  std::string quant;
+  std::string cache_dir;  ///< the quantize-once cache ($KVAD_HOME/cache); needed with quant
+};
+
+/// How a Painter with PainterOptions::quant got its weights.
+struct QuantCacheUse {
+  std::string path;    ///< the cache entry
+  bool hit = false;    ///< it was there (mapped), else written now
+  double seconds = 0;  ///< time to find or write it
 };
 
 class Painter {
@@ -170,6 +194,14 @@ class Painter {
   const std::string& model_name() const { return model_name_; }
   /// VAE downscale factor (8 for SD 1.5 and SDXL).
   int64_t downscale() const { return downscale_; }
+  /// The tiles of a tiled decode: diffusers' enable_tiling() tiles for the
+  /// VAE's config (image::diffusers_tiling: tile = sample_size / f, overlap
+  /// tile / 4), the tile at most 64 latents (SD 1.5: {64, 16}, diffusers'
+  /// own; SDXL: {64, 16} instead of its {128, 32}, which would not tile a
+  /// 1024² picture at all), so one tile's activations bound the memory.
+  const image::VaeTiling& vae_tiling() const { return tiling_; }
+  /// Set when PainterOptions::quant was given.
+  const std::optional<QuantCacheUse>& quant_cache() const { return quant_cache_; }
   size_t weight_bytes() const;
   Device device() const;
 
@@ -190,6 +222,8 @@ class Painter {
   diffusion::SchedulerConfig sched_cfg_;
   std::string default_scheduler_, default_scheduler_note_;
   int64_t downscale_ = 8;
+  image::VaeTiling tiling_;
+  std::optional<QuantCacheUse> quant_cache_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<WeightLoader> wl_;
   std::unique_ptr<image::PromptEncoder> text_;

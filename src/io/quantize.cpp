@@ -468,7 +468,14 @@ Result quantize_tensors(uint32_t version, const std::vector<gguf::Value>& metada
     res.in_bytes += t.row_map.empty() ? t.n_bytes : static_cast<size_t>(n_rows) * in_row;
     res.out_bytes += n_bytes;
     // Rows in output order: row r of the output is input row row_map[r].
+    if (t.fill && !t.row_map.empty())
+      throw Error(origin + ": tensor '" + t.name + "' has both a row map and a row source");
     auto rows_at = [&](int64_t r0, int64_t n) -> const uint8_t* {
+      if (t.fill) {
+        gathered.resize(static_cast<size_t>(n) * in_row);
+        t.fill(r0, n, gathered.data());
+        return gathered.data();
+      }
       if (t.row_map.empty()) return t.data + static_cast<size_t>(r0) * in_row;
       gathered.resize(static_cast<size_t>(n) * in_row);
       for (int64_t r = 0; r < n; ++r)
@@ -476,7 +483,7 @@ Result quantize_tensors(uint32_t version, const std::vector<gguf::Value>& metada
       return gathered.data();
     };
     if (!c.quantize) {
-      if (t.row_map.empty()) {
+      if (t.row_map.empty() && !t.fill) {
         write(t.data, t.n_bytes);
       } else {
         for (int64_t r = 0; r < n_rows; ++r) write(rows_at(r, 1), in_row);
@@ -529,7 +536,7 @@ Result quantize_gguf(const gguf::File& in, const std::vector<TensorChoice>& choi
                      const std::string& out_path, const Options& options) {
   std::vector<InputTensor> ts;
   ts.reserve(in.tensors().size());
-  for (const gguf::TensorInfo& t : in.tensors()) ts.push_back({t.name, t.type, t.ne, t.data, t.n_bytes, {}});
+  for (const gguf::TensorInfo& t : in.tensors()) ts.push_back({t.name, t.type, t.ne, t.data, t.n_bytes, {}, {}});
   return quantize_tensors(in.version(), in.metadata(), ts, choices, file_type, out_path, options, in.path(), &in);
 }
 

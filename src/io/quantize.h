@@ -187,6 +187,13 @@ struct InputTensor {
   /// split into); ne must give that many rows. An entry past data's rows
   /// throws kvad::Error.
   std::vector<int64_t> row_map;
+  /// Set: rows are made on demand instead of read from `data` (which may
+  /// then be null; row_map must be empty): fill(r0, n, dst) writes rows
+  /// [r0, r0 + n) in `type`, row_bytes(type, ne[0]) bytes each, to dst (a
+  /// layout the source does not hold as rows, e.g. a convolution's weight
+  /// with its input channels moved innermost). n_bytes is still the
+  /// tensor's size in `type`.
+  std::function<void(int64_t r0, int64_t n, uint8_t* dst)> fill;
 };
 
 /// The writer behind quantize_gguf, for any list of tensors: the metadata

@@ -82,7 +82,7 @@ struct Layout {
 
 quant::InputTensor input_of(const SourceTensor& t) {
   std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + std::max(1, t.n_dims));
-  return {t.name, t.type, ne, static_cast<const uint8_t*>(t.data), t.n_bytes, {}};
+  return {t.name, t.type, ne, static_cast<const uint8_t*>(t.data), t.n_bytes, {}, {}};
 }
 
 // "blk.N." + rest → N and rest; false for another name.
@@ -189,7 +189,7 @@ bool deepseek2_tensor(const TensorSource& hf, const SourceTensor& t, Layout& out
       for (int64_t n = 0; n < N; ++n)
         std::memcpy(kb.data() + static_cast<size_t>((h * R + l) * N + n) * es,
                     src + static_cast<size_t>((h * (N + V) + n) * R + l) * es, es);
-  out.tensors.push_back({p + "attn_k_b.weight", t.type, {N, R, H}, kb.data(), kb.size(), {}});
+  out.tensors.push_back({p + "attn_k_b.weight", t.type, {N, R, H}, kb.data(), kb.size(), {}, {}});
   quant::InputTensor vb = input_of(t);
   vb.name = p + "attn_v_b.weight";
   vb.ne = {R, V, H};
@@ -363,10 +363,19 @@ std::vector<std::string> gguf_parts(const std::string& path) {
   return parts;
 }
 
-// "path:bytes:mtime;" of each file, paths made absolute.
-std::string file_stamp(const std::string& path) {
+std::string gguf_entry_path(const std::string& path, const std::string& stamp, const std::string& target,
+                            const std::string& cache_dir) {
+  return quantize_once_entry_path(cache_dir, fs::path(gguf_parts(path)[0]).stem().string(), stamp,
+                                  quant::find_form_type(target).name, kCacheVersion);
+}
+
+std::string file_stamp(const std::string& path) { return quantize_once_file_stamp(gguf_parts(path)); }
+
+}  // namespace
+
+std::string quantize_once_file_stamp(const std::vector<std::string>& files) {
   std::string s;
-  for (const std::string& part : gguf_parts(path)) {
+  for (const std::string& part : files) {
     std::error_code ec;
     const fs::path abs = fs::weakly_canonical(fs::absolute(part, ec), ec);
     const auto size = fs::file_size(abs, ec);
@@ -377,25 +386,20 @@ std::string file_stamp(const std::string& path) {
   return s;
 }
 
-// FNV-1a, 64 bits, as 16 hex digits: a stable name for a stamp.
-std::string fnv1a_hex(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
+std::string quantize_once_hash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   char b[17];
   std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
   return b;
 }
 
-std::string gguf_entry_path(const std::string& path, const std::string& stamp, const std::string& target,
-                            const std::string& cache_dir) {
-  std::string stem = fs::path(gguf_parts(path)[0]).stem().string();
-  return (fs::path(cache_dir) /
-          (safe(stem) + "--" + fnv1a_hex(stamp).substr(0, 12) + "--" + safe(quant::find_form_type(target).name) +
-           "--v" + std::to_string(kCacheVersion) + ".gguf"))
+std::string quantize_once_entry_path(const std::string& cache_dir, const std::string& stem, const std::string& stamp,
+                                     const std::string& type, int64_t version) {
+  return (fs::path(cache_dir) / (safe(stem) + "--" + quantize_once_hash(stamp).substr(0, 12) + "--" + safe(type) +
+                                 "--v" + std::to_string(version) + ".gguf"))
       .string();
 }
-
-}  // namespace
 
 std::string quantize_once_gguf_path(const std::string& path, const std::string& target, const std::string& cache_dir) {
   return gguf_entry_path(path, file_stamp(path), target, cache_dir);
@@ -439,7 +443,7 @@ std::shared_ptr<const TensorSource> quantize_once_gguf(const std::string& path, 
     if (v.key().rfind("split.", 0) != 0 && v.key().rfind("kvad.source.", 0) != 0 && v.key().rfind("kvad.cache.", 0) != 0)
       meta.push_back(v);
   meta.push_back(gguf::make_string(keys::kRepo, fs::absolute(path, ec).string()));
-  meta.push_back(gguf::make_string(keys::kCommit, fnv1a_hex(stamp)));
+  meta.push_back(gguf::make_string(keys::kCommit, quantize_once_hash(stamp)));
   meta.push_back(gguf::make_string(keys::kFile, stamp));
   meta.push_back(gguf::make_string(keys::kQuant, type.name));
   meta.push_back(gguf::make_uint(keys::kVersion, gguf::ValueType::UINT32, kCacheVersion));

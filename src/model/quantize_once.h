@@ -91,6 +91,20 @@ std::string quantize_once_path(const QuantizeOnceKey& key, const std::string& qu
 /// unreadable source, a tensor no CPU kernel reads, or an unwritable cache.
 std::shared_ptr<const TensorSource> quantize_once_gguf(const std::string& path, const std::string& target,
                                                        const std::string& cache_dir, bool* hit = nullptr);
+/// "path:bytes:mtime;" of each file, its path made absolute: what an entry
+/// made from these files is stamped with (kvad.source.file), so that a
+/// changed or replaced file makes it stale. Throws kvad::Error naming a file
+/// whose size cannot be read.
+std::string quantize_once_file_stamp(const std::vector<std::string>& files);
+/// The cache entry `cache_dir`/STEM--H--TYPE--vVERSION.gguf of a source named
+/// `stem` and stamped `stamp`: H the first 12 hex digits of the stamp's
+/// FNV-1a (64 bits), characters other than letters, digits, '.', '-' and
+/// '_' of stem and type as '-'.
+std::string quantize_once_entry_path(const std::string& cache_dir, const std::string& stem, const std::string& stamp,
+                                     const std::string& type, int64_t version);
+/// The first 16 hex digits of FNV-1a (64 bits) of s: a stable name for a stamp.
+std::string quantize_once_hash(const std::string& s);
+
 /// The cache file quantize_once_gguf uses for `path` (as it is now) and `target`.
 std::string quantize_once_gguf_path(const std::string& path, const std::string& target, const std::string& cache_dir);
 

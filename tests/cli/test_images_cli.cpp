@@ -101,7 +101,8 @@ TEST(ImageOutput, PlainProgressLines) {
 TEST(ImagesCli, BadInputIsAUsageError) {
   for (const char* args :
        {"--width 100", "--height 60", "--steps 0", "--steps 1000000", "-n 0", "-n 17", "--cfg -1", "--rng cuda",
-        "--scheduler heun", "--width abc", "-o out.jpg", "--seed -2", "--preview p.jpg", "--preview-every 0"}) {
+        "--scheduler heun", "--width abc", "-o out.jpg", "--seed -2", "--preview p.jpg", "--preview-every 0",
+        "--quant q4_k", "--quant Q8"}) {
     SCOPED_TRACE(args);
     const auto r = run_kvad("images make 'a cat' --model " + kSd15 + " " + std::string(args));
     EXPECT_EQ(r.status, 2) << r.err;
@@ -158,6 +159,31 @@ TEST(ImagesCli, MakesAPngAndNeverOverwrites) {
   ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(err);
   EXPECT_EQ(slurp(out), "a-red-fox-in-fresh-snow-7.png\na-red-fox-in-fresh-snow-7-1.png\n");
   EXPECT_EQ(png_info(slurp((d / "a-red-fox-in-fresh-snow-7-1.png").string())).width, 96u);
+  fs::remove_all(d);
+}
+
+// --quant q8_0 converts once into $KVAD_HOME/cache and maps the entry on the next run;
+// --vae-tiling decodes in tiles (the tiny VAE's 8 latents: a 128-pixel-wide picture has two).
+TEST(ImagesCli, QuantAndVaeTiling) {
+  const fs::path d = fresh_dir("quant");
+  const std::string env = "KVAD_HOME=" + (d / "home").string() + " ";
+  const std::string args = " images make 'a cat' --model " + kSd15 + " --steps 2 --seed 3 -t 2 --quant q8_0 -o ";
+  const std::string out = (d / "out.txt").string(), err = (d / "err.txt").string();
+  auto run = [&](const std::string& extra, const std::string& png) {
+    const std::string cmd = env + KVAD_BINARY + args + (d / png).string() + extra + " >" + out + " 2>" + err;
+    return std::system(cmd.c_str());
+  };
+  ASSERT_EQ(run("", "a.png"), 0) << slurp(err);
+  EXPECT_NE(slurp(err).find("kvad: quantized to q8_0 once"), std::string::npos) << slurp(err);
+  EXPECT_NE(slurp(err).find((d / "home" / "cache").string() + "/sd15--"), std::string::npos) << slurp(err);
+  ASSERT_EQ(run("", "b.png"), 0) << slurp(err);
+  EXPECT_NE(slurp(err).find("kvad: q8_0 from the quantize-once cache: "), std::string::npos) << slurp(err);
+  EXPECT_EQ(slurp((d / "a.png").string()), slurp((d / "b.png").string()));
+  ASSERT_EQ(run(" --width 128 --vae-tiling", "t.png"), 0) << slurp(err);
+  EXPECT_NE(slurp(err).find("(tiled)"), std::string::npos) << slurp(err);
+  ASSERT_EQ(run(" --width 128", "u.png"), 0) << slurp(err);
+  EXPECT_EQ(slurp(err).find("(tiled)"), std::string::npos) << slurp(err);
+  EXPECT_NE(slurp((d / "t.png").string()), slurp((d / "u.png").string()));
   fs::remove_all(d);
 }
 

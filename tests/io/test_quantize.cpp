@@ -285,8 +285,8 @@ TEST(QuantizeTensors, RowMapTakesASubsetOfRows) {
   for (size_t k = 0; k < a.size(); ++k) a[k] = std::sin(0.37f * static_cast<float>(k));
   const auto* bytes = reinterpret_cast<const uint8_t*>(a.data());
   const std::vector<int64_t> rows = {4, 1, 5};
-  const InputTensor copied{"copied", DType::F32, {kCols, 3}, bytes, a.size() * 4, rows};
-  const InputTensor quantized{"quantized", DType::F32, {kCols, 3}, bytes, a.size() * 4, rows};
+  const InputTensor copied{"copied", DType::F32, {kCols, 3}, bytes, a.size() * 4, rows, {}};
+  const InputTensor quantized{"quantized", DType::F32, {kCols, 3}, bytes, a.size() * 4, rows, {}};
   TensorChoice copy, q8;
   q8.quantize = true;
   q8.type = q8.wanted = DType::Q8_0;
@@ -308,7 +308,7 @@ TEST(QuantizeTensors, RowMapTakesASubsetOfRows) {
 
   for (const auto& [map, ne1, what] : {std::tuple{std::vector<int64_t>{0, 6, 1}, int64_t{3}, "past its 6 rows"},
                                        std::tuple{std::vector<int64_t>{0, 1}, int64_t{3}, "row map of 2 rows"}}) {
-    const InputTensor bad{"bad", DType::F32, {kCols, ne1}, bytes, a.size() * 4, map};
+    const InputTensor bad{"bad", DType::F32, {kCols, ne1}, bytes, a.size() * 4, map, {}};
     try {
       quantize_tensors(3, meta, {bad}, {copy}, 7, p.string(), Options{1, {}});
       ADD_FAILURE() << "no error for " << what;

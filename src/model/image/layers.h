@@ -31,7 +31,10 @@ struct Linear {
 };
 
 /// nn.Conv2d(n_in, n_out, k, stride, padding) with a bias: ops::conv2d on an
-/// image {n_in, W, H, N} → {n_out, OW, OH, N}. Weight torch [n_out, n_in, k, k].
+/// image {n_in, W, H, N} → {n_out, OW, OH, N}. Weight torch [n_out, n_in, k, k]
+/// (f32, f16, bf16), or, in a block format (q8_0), already in ops::conv2d's
+/// layout {n_in, k, k, n_out} as the quantize-once cache writes it
+/// (model/image/quantize_pipeline.h); the same for Linear's as_conv1x1.
 struct Conv2d {
   Tensor w, b;
   Conv2dParams p;

@@ -88,7 +88,8 @@ Index parse_index(const json& j, const std::string& name) {
 
 }  // namespace
 
-std::shared_ptr<const TensorSource> component_weights(const std::string& dir_name, const std::string& variant) {
+std::shared_ptr<const TensorSource> component_weights(const std::string& dir_name, const std::string& variant,
+                                                      std::vector<std::string>* files) {
   const fs::path dir(dir_name);
   std::vector<std::string> names;
   std::error_code ec;
@@ -96,7 +97,11 @@ std::shared_ptr<const TensorSource> component_weights(const std::string& dir_nam
     if (e.is_regular_file(ec)) names.push_back(e.path().filename().string());  // follows the HF cache's links
   std::sort(names.begin(), names.end());
   const std::vector<std::string> pick = hub::pick_component_weights(names, variant);
-  if (pick.size() == 1) return safetensors_source((dir / pick[0]).string());
+  if (pick.size() == 1) {
+    const std::string path = (dir / pick[0]).string();
+    if (files) files->push_back(path);
+    return safetensors_source(path);
+  }
   std::string list;
   for (const std::string& f : names)
     if (f.find(".safetensors") != std::string::npos) list += (list.empty() ? "" : ", ") + f;
@@ -333,8 +338,9 @@ void apply(Pipeline& pl, const Configs& c) {
 }
 
 // A diffusers VAE folder as a source under "vae." names (old attention names renamed).
-std::shared_ptr<const TensorSource> vae_source(const fs::path& dir, const std::string& variant) {
-  std::shared_ptr<const TensorSource> raw = component_weights(dir.string(), variant);
+std::shared_ptr<const TensorSource> vae_source(const fs::path& dir, const std::string& variant,
+                                               std::vector<std::string>& files) {
+  std::shared_ptr<const TensorSource> raw = component_weights(dir.string(), variant, &files);
   std::vector<std::string> names;
   for (const SourceTensor& t : raw->tensors()) names.push_back(t.name);
   std::vector<TensorRename> old = deprecated_vae_names(names);
@@ -360,15 +366,16 @@ Pipeline open_folder(const fs::path& dir, const PipelineOptions& o) {
     pl.vae = parse_vae_config(read_json(vae_cfg), vae_cfg);
   }
   std::vector<std::pair<std::string, std::shared_ptr<const TensorSource>>> parts;
+  std::vector<std::string>& f = pl.weight_files;
   const bool flux = pl.pipeline_class == PipelineClass::Flux;
   if (flux)
-    parts.emplace_back("transformer.", component_weights((dir / "transformer").string(), o.variant));
+    parts.emplace_back("transformer.", component_weights((dir / "transformer").string(), o.variant, &f));
   else
-    parts.emplace_back("unet.", component_weights((dir / "unet").string(), o.variant));
-  parts.emplace_back("vae.", vae_source(o.vae.empty() ? dir / "vae" : fs::path(o.vae), o.variant));
-  parts.emplace_back("text_encoder.", component_weights((dir / "text_encoder").string(), o.variant));
+    parts.emplace_back("unet.", component_weights((dir / "unet").string(), o.variant, &f));
+  parts.emplace_back("vae.", vae_source(o.vae.empty() ? dir / "vae" : fs::path(o.vae), o.variant, f));
+  parts.emplace_back("text_encoder.", component_weights((dir / "text_encoder").string(), o.variant, &f));
   if (pl.text_encoder_2 || flux)
-    parts.emplace_back("text_encoder_2.", component_weights((dir / "text_encoder_2").string(), o.variant));
+    parts.emplace_back("text_encoder_2.", component_weights((dir / "text_encoder_2").string(), o.variant, &f));
   pl.weights = prefixed_source(std::move(parts), pl.path);
   pl.tokenizer = (dir / "tokenizer").string();
   if (pl.text_encoder_2 || flux) pl.tokenizer_2 = (dir / "tokenizer_2").string();
@@ -381,6 +388,7 @@ Pipeline open_single(const fs::path& file, const PipelineOptions& o) {
   Pipeline pl;
   pl.path = file.string();
   pl.single_file = true;
+  pl.weight_files.push_back(pl.path);
   std::shared_ptr<const TensorSource> raw = safetensors_source(pl.path);
   const LdmLayout layout = detect_ldm_layout(*raw);
   pl.layout = layout;
@@ -419,7 +427,7 @@ Pipeline open_single(const fs::path& file, const PipelineOptions& o) {
   } else {
     std::vector<std::pair<std::string, std::shared_ptr<const TensorSource>>> parts;
     parts.emplace_back("", view);
-    parts.emplace_back("vae.", vae_source(o.vae, ""));
+    parts.emplace_back("vae.", vae_source(o.vae, "", pl.weight_files));
     pl.weights = prefixed_source(std::move(parts), pl.path);
   }
   check_configs(pl, c.unet_name);

@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/image/configs.h"
 #include "model/image/ldm_names.h"
@@ -78,6 +79,9 @@ struct Pipeline {
   bool force_zeros_for_empty_prompt = false;
   /// Every weight, under the names above.
   std::shared_ptr<const TensorSource> weights;
+  /// The files `weights` reads (each component's safetensors, or the single
+  /// file and a --vae folder's), for the quantize-once cache's stamp.
+  std::vector<std::string> weight_files;
 };
 
 /// Opens `path`: a diffusers folder (holding model_index.json) or a
@@ -98,7 +102,10 @@ Pipeline open_pipeline(const std::string& path, const PipelineOptions& options =
 /// (hub::pick_component_weights): the variant's index (its shards) or single
 /// file, else the plain one. Throws kvad::Error naming the folder when it
 /// has no .safetensors, none for the variant, or several without an index.
-std::shared_ptr<const TensorSource> component_weights(const std::string& dir, const std::string& variant);
+/// `files`, when given, gets the path of the file read appended (the
+/// quantize-once cache keys on it).
+std::shared_ptr<const TensorSource> component_weights(const std::string& dir, const std::string& variant,
+                                                      std::vector<std::string>* files = nullptr);
 
 /// True when `path` is a folder with model_index.json.
 bool is_diffusers_folder(const std::string& path);

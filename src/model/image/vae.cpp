@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "base/error.h"
@@ -169,6 +170,12 @@ void AutoencoderKL::check_input(const Tensor& t, int64_t channels, const char* w
                 " (ne {C, W, H, N})");
 }
 
+void AutoencoderKL::check_tiling(const VaeTiling& t, const char* what) const {
+  if (t.tile < 0 || t.overlap < 0 || (t.tile > 0 && t.overlap >= t.tile))
+    throw Error(std::string("AutoencoderKL.") + what + ": tiling {tile " + std::to_string(t.tile) + ", overlap " +
+                std::to_string(t.overlap) + "} needs tile >= 0 and 0 <= overlap < tile");
+}
+
 void AutoencoderKL::set_attention_scores(int64_t floats) {
   if (floats < 1) throw Error("AutoencoderKL: attention score bound " + std::to_string(floats) + " is below 1");
   score_floats_ = floats;
@@ -185,9 +192,7 @@ Tensor AutoencoderKL::decode_one(const Tensor& z) const {
 
 Tensor AutoencoderKL::decode(const Tensor& z, const VaeTiling& tiling) const {
   check_input(z, c_.latent_channels, "decode");
-  if (tiling.tile < 0 || tiling.overlap < 0 || (tiling.tile > 0 && tiling.overlap >= tiling.tile))
-    throw Error("AutoencoderKL.decode: tiling {tile " + std::to_string(tiling.tile) + ", overlap " +
-                std::to_string(tiling.overlap) + "} needs tile >= 0 and 0 <= overlap < tile");
+  check_tiling(tiling, "decode");
   const int64_t w = z.ne[1], h = z.ne[2], N = z.ne[3];
   const bool tiled = tiling.tile > 0 && (w > tiling.tile || h > tiling.tile);  // as diffusers' _decode decides
   const Tensor out = ops::empty(DType::F32, {c_.out_channels, w * f_, h * f_, N}, dev_);
@@ -200,55 +205,90 @@ Tensor AutoencoderKL::decode(const Tensor& z, const VaeTiling& tiling) const {
   return out;
 }
 
-// diffusers' tiled_decode for one image, a row of tiles at a time: each tile
-// decoded on the device, blended with the tile above it (kept from the last
-// row) and the one to its left, and its kept part copied into the image.
-Tensor AutoencoderKL::decode_tiled(const Tensor& z, const VaeTiling& t) const {
-  const int64_t C = c_.out_channels, zc = z.ne[0], w = z.ne[1], h = z.ne[2], T = t.tile, S = T - t.overlap;
-  const int64_t blend_px = t.overlap * f_, keep = S * f_, W = w * f_, H = h * f_;
+// diffusers' tiled_decode / _tiled_encode for one image x ({C, W, H, 1}), a
+// row of tiles at a time: tiles of `tile` × `tile` input pixels every `step`
+// pixels (the last ones cut short at the edge), each run on the device to a
+// tile of size(side) output pixels a side and C_out channels, blended with
+// the tile above it (kept from the last row) and the one to its left over
+// `extent` output pixels, and its first `keep` rows and columns copied into
+// the result.
+Tensor AutoencoderKL::tiled(const Tensor& x, int64_t tile, int64_t step, int64_t extent, int64_t keep, int64_t C_out,
+                            const std::function<int64_t(int64_t)>& size,
+                            const std::function<Tensor(const Tensor&)>& run) const {
+  const int64_t C = C_out, xc = x.ne[0], w = x.ne[1], h = x.ne[2];
+  int64_t W = 0, H = 0;  // the result's size: the kept parts of the first row and column
+  for (int64_t j0 = 0; j0 < w; j0 += step) W += std::min(keep, size(std::min(tile, w - j0)));
+  for (int64_t i0 = 0; i0 < h; i0 += step) H += std::min(keep, size(std::min(tile, h - i0)));
   std::vector<float> img(static_cast<size_t>(C * W * H));
   std::vector<Tile> above, row;
-  for (int64_t i0 = 0, a = 0; i0 < h; i0 += S, ++a) {
+  for (int64_t i0 = 0, y0 = 0; i0 < h; i0 += step) {
     row.clear();
-    for (int64_t j0 = 0, b = 0; j0 < w; j0 += S, ++b) {
-      const int64_t lw = std::min(T, w - j0), lh = std::min(T, h - i0);
-      const Tensor zt = ops::cont(ops::view(z, {zc, lw, lh, 1}, z.nb, static_cast<size_t>(i0 * w + j0) * z.nb[1]));
-      const Tensor dt = decode_one(zt);
-      Tile tile{lw * f_, lh * f_, std::vector<float>(static_cast<size_t>(dt.n_elements()))};
-      ops::to_host(dt, tile.v.data());
-      if (a > 0) blend(above[b], tile, blend_px, C, true);
-      if (b > 0) blend(row[b - 1], tile, blend_px, C, false);
-      const int64_t kw = std::min(keep, tile.w), kh = std::min(keep, tile.h);
-      for (int64_t y = 0; y < kh; ++y)
-        std::copy_n(tile.at(C, 0, y), kw * C, img.data() + ((a * keep + y) * W + b * keep) * C);
-      row.push_back(std::move(tile));
+    int64_t x0 = 0, kh = 0;
+    for (int64_t j0 = 0, b = 0; j0 < w; j0 += step, ++b) {
+      const int64_t lw = std::min(tile, w - j0), lh = std::min(tile, h - i0);
+      const Tensor xt = ops::cont(ops::view(x, {xc, lw, lh, 1}, x.nb, static_cast<size_t>(i0 * w + j0) * x.nb[1]));
+      const Tensor dt = run(xt);
+      Tile t{dt.ne[1], dt.ne[2], std::vector<float>(static_cast<size_t>(dt.n_elements()))};
+      ops::to_host(dt, t.v.data());
+      if (i0 > 0) blend(above[b], t, extent, C, true);
+      if (b > 0) blend(row[b - 1], t, extent, C, false);
+      const int64_t kw = std::min(keep, t.w);
+      kh = std::min(keep, t.h);
+      for (int64_t y = 0; y < kh; ++y) std::copy_n(t.at(C, 0, y), kw * C, img.data() + ((y0 + y) * W + x0) * C);
+      x0 += kw;
+      row.push_back(std::move(t));
     }
+    y0 += kh;
     std::swap(above, row);
   }
   return ops::from_host(img.data(), DType::F32, {C, W, H, 1}, dev_);
 }
 
-Tensor AutoencoderKL::encode(const Tensor& x) const {
+Tensor AutoencoderKL::decode_tiled(const Tensor& z, const VaeTiling& t) const {
+  return tiled(z, t.tile, t.tile - t.overlap, t.overlap * f_, (t.tile - t.overlap) * f_, c_.out_channels,
+               [&](int64_t s) { return s * f_; }, [&](const Tensor& zt) { return decode_one(zt); });
+}
+
+// Encoder + quant_conv of one image, its latent_dist.mean.
+Tensor AutoencoderKL::encode_one(const Tensor& x) const {
+  Tensor h = enc_.conv_in(x);
+  for (const Level& lv : enc_.levels) {
+    for (const Resnet& r : lv.resnets) h = r(h);
+    if (lv.resample.w)  // Downsample2D(padding=0): F.pad (0, 1, 0, 1), conv 3×3 stride 2
+      h = lv.resample(ops::pad(h, {0, 0, 0, 0}, {0, 1, 1, 0}));
+  }
+  h = mid(enc_.mid, h);
+  h = enc_.conv_out(ops::silu(enc_.norm_out(h)));
+  if (quant_.w) h = quant_(h);
+  // DiagonalGaussianDistribution: mean, logvar = moments.chunk(2, dim=1).
+  const int64_t z = c_.latent_channels;
+  return ops::cont(ops::slice(h.view({2 * z, h.ne[1] * h.ne[2], 1, 1}), 0, z)).view({z, h.ne[1], h.ne[2], 1});
+}
+
+Tensor AutoencoderKL::encode(const Tensor& x, const VaeTiling& tiling) const {
   check_input(x, c_.in_channels, "encode");
+  check_tiling(tiling, "encode");
   if (x.ne[1] < f_ || x.ne[2] < f_)
     throw Error("AutoencoderKL.encode: input " + shape_str(x) + " is smaller than " + std::to_string(f_) +
                 " pixels (the VAE's downscale) in W or H");
-  const int64_t z = c_.latent_channels;
+  const int64_t z = c_.latent_channels, T = tiling.tile * f_;
+  // As diffusers' _encode decides: tiles when the image is larger than one.
+  const bool tiled_ = tiling.tile > 0 && (x.ne[1] > T || x.ne[2] > T);
+  // Each level's stride-2 convolution after its one-pixel pad: ⌊s / 2⌋.
+  const auto size = [&](int64_t s) {
+    for (int64_t l = 1; l < f_; l *= 2) s /= 2;
+    return s;
+  };
   Tensor out;
   for (int64_t n = 0; n < x.ne[3]; ++n) {
-    Tensor h = enc_.conv_in(sample(x, n));
-    for (const Level& lv : enc_.levels) {
-      for (const Resnet& r : lv.resnets) h = r(h);
-      if (lv.resample.w)  // Downsample2D(padding=0): F.pad (0, 1, 0, 1), conv 3×3 stride 2
-        h = lv.resample(ops::pad(h, {0, 0, 0, 0}, {0, 1, 1, 0}));
-    }
-    h = mid(enc_.mid, h);
-    h = enc_.conv_out(ops::silu(enc_.norm_out(h)));
-    if (quant_.w) h = quant_(h);
-    // DiagonalGaussianDistribution: mean, logvar = moments.chunk(2, dim=1).
-    const int64_t px = h.ne[1] * h.ne[2];
-    if (!out) out = ops::empty(DType::F32, {z, h.ne[1], h.ne[2], x.ne[3]}, dev_);
-    ops::copy_into(out.rows(n * px, (n + 1) * px), ops::slice(h.view({2 * z, px, 1, 1}), 0, z));
+    const Tensor xn = sample(x, n);
+    const Tensor m = tiled_ ? tiled(xn, T, (tiling.tile - tiling.overlap) * f_, tiling.overlap,
+                                    tiling.tile - tiling.overlap, z, size,
+                                    [&](const Tensor& xt) { return encode_one(xt); })
+                            : encode_one(xn);
+    const int64_t px = m.ne[1] * m.ne[2];
+    if (!out) out = ops::empty(DType::F32, {z, m.ne[1], m.ne[2], x.ne[3]}, dev_);
+    ops::copy_into(out.rows(n * px, (n + 1) * px), m.view({z, px, 1, 1}));
   }
   return out;
 }

@@ -31,6 +31,7 @@
 // activations in f16 here, so either VAE gives its f32 result.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -97,9 +98,16 @@ class AutoencoderKL {
   /// moments, its first latent_channels channels, ne {latent_channels, W/f,
   /// H/f, N} (a side that is no multiple of f halves as diffusers' strided
   /// convolutions do: ⌊W/2⌋ per level, Downsample2D padding one column and
-  /// row). Not multiplied by scaling_factor. One image at a time, untiled.
-  /// Throws kvad::Error as decode does for x, and for a side below f.
-  Tensor encode(const Tensor& x) const;
+  /// row). Not multiplied by scaling_factor. One image at a time.
+  /// With a tiling, and an image larger than tile·f pixels in W or H,
+  /// diffusers' _tiled_encode (enable_tiling()): tiles of tile·f pixels
+  /// every (tile - overlap)·f pixels, each encoded on its own, blended
+  /// linearly over `overlap` latents with the tile above and the one to the
+  /// left (blend_v, blend_h, in diffusers' order), each keeping its first
+  /// tile - overlap latent rows and columns; the activations are then one
+  /// tile's, whatever the image size. Throws kvad::Error as decode does for
+  /// x and the tiling, and for a side below f.
+  Tensor encode(const Tensor& x, const VaeTiling& tiling = {}) const;
 
   /// Bounds the mid-block attention's scores (a block of queries × all
   /// W·H keys of the image or tile) to `floats` floats, at least one query
@@ -140,7 +148,11 @@ class AutoencoderKL {
   Tensor mid(const Mid& m, const Tensor& x) const;
   Tensor decode_one(const Tensor& z) const;  // post_quant_conv + Decoder, one or more images
   Tensor decode_tiled(const Tensor& z, const VaeTiling& t) const;  // one image
+  Tensor encode_one(const Tensor& x) const;                         // one image, untiled: the mean
+  Tensor tiled(const Tensor& x, int64_t tile, int64_t step, int64_t extent, int64_t keep, int64_t C_out,
+               const std::function<int64_t(int64_t)>& size, const std::function<Tensor(const Tensor&)>& run) const;
   void check_input(const Tensor& t, int64_t channels, const char* what) const;
+  void check_tiling(const VaeTiling& t, const char* what) const;
 
   AutoencoderKLConfig c_;
   Device dev_;

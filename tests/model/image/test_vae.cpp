@@ -2,7 +2,7 @@
 // tests/fixtures/image_pipelines (sd15/vae, sdxl/vae, vae_wide/) against
 // diffusers' AutoencoderKL in f32 (vae.safetensors, made by
 // tools/make_vae_fixtures.py): decode, encode (latent_dist.mean) and the
-// tiled decode of enable_tiling() at PSNR >= 100 dB; the single file equals
+// tiled decode and tiled encode of enable_tiling() at PSNR >= 100 dB; the single file equals
 // the folder; the sim device equals the CPU bit for bit; bad input throws.
 #include <gtest/gtest.h>
 
@@ -38,8 +38,16 @@ const TensorSource& refs() {
   return *src;
 }
 
+// diffusers' _tiled_encode (tools/make_vae_fixtures.py), names "tiled_encode/P.*".
+const TensorSource& encode_refs() {
+  static const std::shared_ptr<const TensorSource> src =
+      safetensors_source((fixtures() / "vae_tiled_encode.safetensors").string());
+  return *src;
+}
+
 const SourceTensor& reference(const std::string& name) {
-  const SourceTensor* t = refs().find(name);
+  const bool enc = name.rfind("tiled_encode/", 0) == 0;
+  const SourceTensor* t = enc ? encode_refs().find(name.substr(13)) : refs().find(name);
   if (!t) throw Error("no reference tensor " + name);
   return *t;
 }
@@ -163,6 +171,43 @@ TEST(Vae, WideAgainstDiffusers) {
   w.wl.finish();
 }
 
+// PSNR of a over b's peak.
+double psnr(const std::vector<float>& a, const std::vector<float>& b) {
+  double peak = 0, se = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    peak = std::max(peak, std::fabs(double(b[i])));
+    se += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  }
+  return se == 0 ? 999 : 10 * std::log10(peak * peak / (se / double(a.size())));
+}
+
+// diffusers' _tiled_encode (enable_tiling()): tiles cut short at the edges,
+// batch 2 (sd15), sides no multiple of f (wide).
+void check_tiled_encode(const AutoencoderKL& vae, const std::string& kind) {
+  const std::string p = "tiled_encode/" + kind;
+  const VaeTiling t = tiling_of(p);
+  const Tensor x = input(p + ".tiled_x");
+  const Tensor m = vae.encode(x, t);
+  expect_close(m, p + ".tiled_mean",
+               kind + " tiled encode {" + std::to_string(t.tile) + "," + std::to_string(t.overlap) + "}");
+  expect_close(vae.encode(x), p + ".untiled_mean", kind + " untiled encode of the same image");
+  const double d = psnr(host(m), host(vae.encode(x)));
+  std::printf("%-34s PSNR %6.1f dB against the untiled encode\n", (kind + " tiled encode").c_str(), d);
+  EXPECT_LT(d, 60) << "the tiled encode equals the untiled one";
+  // A tile as large as the image is no tiling (diffusers' _encode decides so).
+  EXPECT_EQ(host(vae.encode(x, {std::max(x.ne[1], x.ne[2]) / vae.downscale() + 1, 1})), host(vae.encode(x)));
+  EXPECT_THROW(vae.encode(x, {4, 4}), Error);
+}
+
+TEST(Vae, TiledEncodeAgainstDiffusers) {
+  for (const std::string kind : {"sd15", "sdxl"}) {
+    const Loaded l((fixtures() / kind).string(), {});
+    check_tiled_encode(*l.vae, kind);
+  }
+  const Wide w;
+  check_tiled_encode(w.vae, "wide");
+}
+
 // The tiny VAEs' sample_size 64 at f = 8: diffusers' default tiles of 8 latents, overlap 2, as sdxl.tiled used.
 TEST(Vae, DiffusersTiling) {
   const Pipeline pl = open_pipeline((fixtures() / "sdxl").string());
@@ -199,6 +244,9 @@ TEST(Vae, SimEqualsCpu) {
   EXPECT_EQ(host(sim.vae->encode(input("sd15.x", s))), host(cpu.vae->encode(input("sd15.x"))));
   const VaeTiling t = tiling_of("sd15");
   EXPECT_EQ(host(sim.vae->decode(input("sd15.tiled_z", s), t)), host(cpu.vae->decode(input("sd15.tiled_z"), t)));
+  const VaeTiling te = tiling_of("tiled_encode/sd15");
+  EXPECT_EQ(host(sim.vae->encode(input("tiled_encode/sd15.tiled_x", s), te)),
+            host(cpu.vae->encode(input("tiled_encode/sd15.tiled_x"), te)));
   const Wide wc, ws("sim");
   EXPECT_EQ(host(ws.vae.decode(input("wide.z", s))), host(wc.vae.decode(input("wide.z"))));
   EXPECT_EQ(host(ws.vae.encode(input("wide.x_odd", s))), host(wc.vae.encode(input("wide.x_odd"))));
