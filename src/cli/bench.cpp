@@ -112,7 +112,7 @@ void bench(const BenchOptions& o) {
     Session s(m.model, n_ctx, 1, o.threads, kv);
     SamplerParams sp;
     sp.temp = 0;
-    const std::unique_ptr<Speculation> spec = make_speculation(o.spec, m, o.device, n_ctx, o.threads, kv, sp);
+    const std::unique_ptr<Speculation> spec = make_speculation(o.spec, m, s, o.device, n_ctx, o.threads, kv, sp);
     bench_spec(m, s, *spec, o.spec.spec, o.spec_prompt_file, o.n_gen, o.reps);
     return;
   }

@@ -59,7 +59,7 @@ class Chat {
     session_->set_lora(o.lora_set(*m_.model));
     const SamplerParams sp = m_.sampler_params(o);
     sampler_ = std::make_unique<Sampler>(sp);
-    spec_ = make_speculation(o.spec, m_, o.device, n_ctx_, o.threads, o.cache_type.types(), sp);
+    spec_ = make_speculation(o.spec, m_, *session_, o.device, n_ctx_, o.threads, o.cache_type.types(), sp);
     trie_ = gbnf_ ? std::make_shared<TokenTrie>(*m_.tokenizer) : nullptr;
     set_system(o.system);
   }

@@ -41,6 +41,7 @@ void run(const RunOptions& o) {
   const KVTypes kv = o.cache_type.types();
   const std::shared_ptr<const Grammar> gbnf = o.grammar.parse();  // a bad grammar fails before the model loads
   LoadedModel m = o.dist.load(o.model, o.device, o.spec);
+  refuse_mtp(o.spec, m);  // before anything is printed
   if (serve_if_stage(m, o.threads)) return;  // ranks other than 0: rank 0 drives
   const PipelineDriver driver(m);
   const std::unique_ptr<TokenGrammar> grammar = GrammarOptions::bind(gbnf, *m.tokenizer);
@@ -75,7 +76,7 @@ void run(const RunOptions& o) {
 
   const SamplerParams sp = m.sampler_params(o);
   Sampler sampler(sp);
-  const std::unique_ptr<Speculation> spec = make_speculation(o.spec, m, o.device, n_ctx, o.threads, kv, sp);
+  const std::unique_ptr<Speculation> spec = make_speculation(o.spec, m, session, o.device, n_ctx, o.threads, kv, sp);
   ReplyPrinter out(chat ? &*chat : nullptr, *m.tokenizer, rendered, o.reasoning);
   GenerateOptions go;
   go.max_tokens = o.max_tokens;

@@ -52,8 +52,9 @@ struct ServeOptions {
   bool embeddings = false;  ///< serve /v1/embeddings for a text model too
   std::string pooling;      ///< "": the model's (engine/embed.h)
   bool no_pull = false;     ///< refuse POST /api/pull
-  SpecFlags spec;           ///< --spec-ngram / --model-draft, --draft-max, --draft-min, --draft-fixed
+  SpecFlags spec;           ///< --spec-ngram / --model-draft / --spec-mtp, --draft-max, --draft-min, --draft-fixed
   int32_t spec_max_rows = 16;  ///< --spec-max-rows (SchedulerOptions::spec_max_rows)
+  const CLI::Option* spec_max_rows_opt = nullptr;
   /// --lora NAME=PATH[@STRENGTH] and vLLM's --lora-modules NAME=PATH: LoRA
   /// adapters served under their own model names.
   std::vector<std::string> lora, lora_modules;
@@ -159,8 +160,9 @@ void serve(const ServeOptions& o) {
     throw Error("--image-threads must be in [0, 1024], got " + std::to_string(o.image_threads));
   if (!o.image_model.empty() && o.model.empty()) return serve_images_only(o);
   const KVTypes kv = o.cache_type.types();
-  o.spec.check();
+  o.spec.check({o.spec_max_rows_opt});
   LoadedModel m = load_for_cli(o.model, o.device, /*any_kind=*/true);
+  refuse_mtp(o.spec, m);
   LoadedModel draft;
   if (!o.spec.model_draft.empty()) draft = load_draft(o.spec.model_draft, m, o.device);
   const HParams& hp = m.model->hparams();
@@ -203,6 +205,7 @@ void serve(const ServeOptions& o) {
   so.sched.cache_reuse_all = o.cache_reuse == "all";
   so.sched.spec_ngram = o.spec.ngram;
   so.sched.spec_draft = draft.model;
+  so.sched.spec_mtp = o.spec.mtp;
   so.sched.spec = o.spec.spec;
   so.sched.spec_max_rows = o.spec_max_rows;
   if (!o.image_model.empty()) so.painter = load_painter(o, /*with_text=*/true, &so.image_model_id);
@@ -314,7 +317,7 @@ void add_serve(CLI::App& app) {
   c->add_option("--pooling", o->pooling, "Embedding pooling instead of the model's: mean, cls or last")
       ->check(CLI::IsMember({"mean", "cls", "last"}));
   o->spec.add_to(c);
-  c->add_option("--spec-max-rows", o->spec_max_rows,
+  o->spec_max_rows_opt = c->add_option("--spec-max-rows", o->spec_max_rows,
                 "Speculation: add proposals to a step only while its rows (decode and prompt tokens and proposals, "
                 "all slots) stay at or below N (0: never speculate)")
       ->check(integer_check())

@@ -23,6 +23,9 @@ void SpecFlags::add_to(CLI::App* c) {
   c->add_option("--model-draft", model_draft,
                 "Speculative decoding with a draft model (GGUF file or model-store name) that has the target's "
                 "tokenizer and fewer weight bytes");
+  c->add_flag("--spec-mtp", mtp,
+              "Speculative decoding with the model's own multi-token prediction layer (DeepSeek V3's nextn, "
+              "Qwen3-Next's MTP block; --draft-max > 1 chains it on its own output)");
   draft_max_ = c->add_option("--draft-max", spec.draft_max, "Speculation: most tokens proposed per step (1..256)")
       ->check(integer_check())
       ->check(CLI::Range(1, SpecOptions::kDraftMaxLimit))
@@ -36,14 +39,16 @@ void SpecFlags::add_to(CLI::App* c) {
               "Speculation: always propose --draft-max tokens (no adaptive k from the acceptance rate)");
 }
 
-void SpecFlags::check() const {
-  if (ngram > 0 && !model_draft.empty())
-    throw CLI::ValidationError("--spec-ngram and --model-draft", "choose one proposer");
-  if (!on())
-    for (const CLI::Option* o : {draft_max_, draft_min_, draft_fixed_})
-      if (o && o->count() > 0)
-        throw CLI::ValidationError(o->get_name(), "tunes speculative decoding, which is off: add --spec-ngram N "
-                                                  "or --model-draft M");
+void SpecFlags::check(std::initializer_list<const CLI::Option*> tuning) const {
+  if ((ngram > 0) + !model_draft.empty() + mtp > 1)
+    throw CLI::ValidationError("--spec-ngram, --model-draft and --spec-mtp", "choose one proposer");
+  auto refuse_if_given = [this](const CLI::Option* o) {
+    if (!on() && o && o->count() > 0)
+      throw CLI::ValidationError(o->get_name(), "tunes speculative decoding, which is off: add --spec-ngram N, "
+                                                "--model-draft M or --spec-mtp");
+  };
+  for (const CLI::Option* o : {draft_max_, draft_min_, draft_fixed_}) refuse_if_given(o);
+  for (const CLI::Option* o : tuning) refuse_if_given(o);
   if (spec.draft_min > spec.draft_max)
     throw CLI::ValidationError("--draft-min", "must not exceed --draft-max (" + std::to_string(spec.draft_min) + " > " +
                                                   std::to_string(spec.draft_max) + ")");
@@ -64,11 +69,24 @@ LoadedModel load_draft(const std::string& path, const LoadedModel& target, const
   return d;
 }
 
-std::unique_ptr<Speculation> make_speculation(const SpecFlags& f, const LoadedModel& target, const DeviceOptions& dev,
-                                              int32_t n_ctx, int threads, KVTypes kv, const SamplerParams& sp) {
+void refuse_mtp(const SpecFlags& f, const LoadedModel& target) {
+  if (f.mtp && target.model->n_mtp() == 0)
+    throw Error("--spec-mtp: " + target.path + " has no multi-token prediction layer (" +
+                target.model->hparams().arch + "; DeepSeek V3 and Qwen3-Next checkpoints with MTP tensors have one)");
+}
+
+std::unique_ptr<Speculation> make_speculation(const SpecFlags& f, const LoadedModel& target, Session& session,
+                                              const DeviceOptions& dev, int32_t n_ctx, int threads, KVTypes kv,
+                                              const SamplerParams& sp) {
   f.check();
   if (!f.on()) return nullptr;
   auto s = std::make_unique<Speculation>();
+  if (f.mtp) {
+    refuse_mtp(f, target);
+    s->proposer = std::make_unique<MtpProposer>(session, target.tokenizer->n_vocab());
+    s->describe = "mtp";
+    return s;
+  }
   if (f.ngram > 0) {
     s->proposer = std::make_unique<NgramProposer>(f.ngram);
     s->describe = "ngram " + std::to_string(f.ngram);

@@ -215,7 +215,7 @@ class Engine {
       std::lock_guard<std::mutex> l(st_.mu);
       dev = st_.v.forms[static_cast<size_t>(form)].device;
     }
-    std::unique_ptr<Speculation> spec = make_speculation(o_.spec, m, dev, n_ctx, o_.threads, o_.cache_type.types(), sp_);
+    std::unique_ptr<Speculation> spec = make_speculation(o_.spec, m, *session, dev, n_ctx, o_.threads, o_.cache_type.types(), sp_);
     // Past this point nothing throws: the new model replaces the old one.
     spec_.reset();
     session_.reset();

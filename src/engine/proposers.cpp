@@ -125,4 +125,65 @@ std::string draft_vocab_mismatch(const Tokenizer& t, const Tokenizer& d) {
   return "";
 }
 
+MtpProposer::MtpProposer(Session& target, int32_t n_vocab, int seq) : s_(target), n_vocab_(n_vocab), seq_(seq) {
+  cache_ = s_.model().new_mtp_cache(s_.n_ctx(), 1, Session::ubatch_tokens(s_.hparams()));
+  s_.keep_hidden(true);
+}
+
+MtpProposer::~MtpProposer() = default;
+
+void MtpProposer::propose(const std::vector<int32_t>& ctx, int32_t max_k, Proposal& out) {
+  out.clear();
+  catch_up_s_ = 0;
+  if (ctx.size() < 2 || max_k < 1) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Model& m = s_.model();
+  const int64_t E = m.hparams().n_embd, V = m.hparams().n_vocab;
+  const int32_t P = static_cast<int32_t>(ctx.size()) - 1;  // the pending token's position
+  // Keep the MTP positions whose hidden state and next token are still
+  // the context's (the chained ones of the last call never are: they were
+  // made from the layer's own state).
+  const size_t same = common_prefix(held_, ctx);
+  int32_t keep = static_cast<int32_t>(std::min<size_t>(same, held_.size()));
+  keep = std::max(0, std::min(keep - 1, P - 1));  // at least the last position runs: its logits guess
+  if (cache_->truncate(0, keep) != keep) throw Error("mtp: its cache did not rewind to " + std::to_string(keep));
+  // Positions keep .. P - 1: the target's state there and the token after it.
+  const int32_t n = P - keep;
+  tok_.resize(static_cast<size_t>(n));
+  pos_.resize(static_cast<size_t>(n));
+  seq_ids_.assign(static_cast<size_t>(n), 0);
+  hid_.assign(static_cast<size_t>(n) * E, 0.0f);
+  for (int32_t j = keep; j < P; ++j) {
+    tok_[j - keep] = ctx[static_cast<size_t>(j) + 1];
+    pos_[j - keep] = j;
+    if (const float* h = s_.hidden_at(seq_, j)) std::copy(h, h + E, hid_.begin() + static_cast<std::ptrdiff_t>((j - keep) * E));
+  }
+  out_.assign(1, n - 1);
+  logits_.resize(static_cast<size_t>(V));
+  h_next_.resize(static_cast<size_t>(E));
+  auto run = [&](int32_t rows) {
+    const BatchView v{tok_.data(), pos_.data(), seq_ids_.data(), rows, out_.data(), 1};
+    m.forward_mtp(s_.pool(), *cache_, v, hid_.data(), logits_.data(), h_next_.data());
+    const int32_t lim = static_cast<int32_t>(std::min<int64_t>(n_vocab_, V));
+    return static_cast<int32_t>(std::max_element(logits_.begin(), logits_.begin() + lim) - logits_.begin());
+  };
+  int32_t guess = run(n);
+  held_.assign(ctx.begin(), ctx.end());
+  s_.drop_hidden(seq_, P);  // what comes after is evaluated with the next verification
+  // More rows than one step can accept: the prompt, or tokens decoded while
+  // speculation was off (left out of adaptive k's per-token cost).
+  if (n > max_k + 1) catch_up_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.tokens.push_back(guess);
+  // Chained: the guess at position P + i with the layer's own state.
+  for (int32_t i = 1; i < max_k && P + i < cache_->n_ctx(); ++i) {
+    tok_.assign(1, guess);
+    pos_.assign(1, P + i - 1);
+    seq_ids_.assign(1, 0);
+    hid_.assign(h_next_.begin(), h_next_.end());
+    out_.assign(1, 0);
+    guess = run(1);
+    out.tokens.push_back(guess);
+  }
+}
+
 }  // namespace kvad

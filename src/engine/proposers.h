@@ -2,11 +2,13 @@
 // in the sequence itself, and a smaller draft model with its own Session.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/sampler.h"
 #include "engine/speculative.h"
+#include "model/model.h"
 
 namespace kvad {
 
@@ -62,6 +64,40 @@ class DraftProposer final : public Proposer {
   std::vector<int32_t> held_;  // what the draft's cache holds
   std::vector<float> row_;
   std::vector<TokenProb> q_;
+};
+
+/// The target's own multi-token prediction layer (DeepSeek-V3 Technical
+/// Report section 2.2; Qwen3-Next's MTP block; vLLM's `deepseek_mtp` /
+/// `qwen3_next_mtp` methods): position j of the MTP layer's own cache takes
+/// the target's pre-norm hidden state at j (Session::keep_hidden, which the
+/// constructor turns on) and the token at j + 1, and its logits at the last
+/// position give the first guess. Further guesses chain the layer on its own
+/// output, as vLLM does for num_speculative_tokens > 1: position j + 1 takes
+/// the previous step's state (Model::forward_mtp's hidden_out) and the
+/// guess. Guesses are the argmax over ids below n_vocab (q = 1 on them,
+/// which the speculative sampling rule also accepts at temperature > 0).
+/// The chained positions are dropped from the MTP cache at the next call;
+/// positions whose hidden state the target's session no longer keeps (a
+/// prefix it copied from another sequence) enter with a zero state, which
+/// changes the guesses, never the output. The session must outlive the
+/// proposer. Throws kvad::Error when the model has no MTP layer.
+class MtpProposer final : public Proposer {
+ public:
+  MtpProposer(Session& target, int32_t n_vocab, int seq = 0);
+  ~MtpProposer() override;
+  void propose(const std::vector<int32_t>& context, int32_t max_k, Proposal& out) override;
+  double catch_up_s() const override { return catch_up_s_; }
+  std::string name() const override { return "mtp"; }
+
+ private:
+  Session& s_;
+  int32_t n_vocab_;
+  int seq_;
+  std::unique_ptr<Cache> cache_;  // the MTP layer's, one sequence
+  std::vector<int32_t> held_;     // the context whose positions 0 .. size - 2 the MTP cache holds
+  std::vector<int32_t> tok_, pos_, seq_ids_, out_;
+  std::vector<float> hid_, logits_, h_next_;
+  double catch_up_s_ = 0;
 };
 
 /// Why a draft's tokenizer cannot propose for the target's, or "" when it

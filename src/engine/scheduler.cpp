@@ -126,13 +126,16 @@ Scheduler::Scheduler(std::shared_ptr<Model> model, std::shared_ptr<const Tokeniz
   n_sample_ = tok_->n_vocab();
   if (opts_.spec_ngram < 0 || opts_.spec_ngram > 64)
     throw Error("--spec-ngram must be in 0..64, got " + std::to_string(opts_.spec_ngram));
-  if (opts_.spec_ngram > 0 && opts_.spec_draft) throw Error("--spec-ngram and --model-draft: choose one proposer");
+  if ((opts_.spec_ngram > 0) + (opts_.spec_draft != nullptr) + opts_.spec_mtp > 1)
+    throw Error("--spec-ngram, --model-draft and --spec-mtp: choose one proposer");
   if (opts_.spec_max_rows < 0) throw Error("spec_max_rows must be >= 0, got " + std::to_string(opts_.spec_max_rows));
   opts_.spec.check();
   if (opts_.spec_draft)
     draft_session_ =
         std::make_unique<Session>(opts_.spec_draft, opts_.n_ctx, opts_.n_slots, opts_.n_threads, opts_.kv_types);
-  metrics_.spec_on = opts_.spec_ngram > 0 || opts_.spec_draft != nullptr;
+  if (opts_.spec_mtp && session_->model().n_mtp() == 0)
+    throw Error("--spec-mtp: the model has no multi-token prediction layer");
+  metrics_.spec_on = opts_.spec_ngram > 0 || opts_.spec_draft != nullptr || opts_.spec_mtp;
   for (int i = 0; i < opts_.n_slots; ++i) {
     slots_.push_back(std::make_unique<Slot>());
     slots_.back()->id = i;

@@ -191,6 +191,9 @@ struct SchedulerOptions {
   /// per slot, n_ctx positions, kv_types). Its tokenizer must be the
   /// target's (the caller checks, draft_vocab_mismatch). Not both.
   std::shared_ptr<Model> spec_draft;
+  /// ... or the model's own multi-token prediction layer (`--spec-mtp`;
+  /// MtpProposer, one per slot). Only one of the three.
+  bool spec_mtp = false;
   /// draft_max / draft_min; adaptive: k per slot from its acceptance rate
   /// (the largest k whose last position is still used with probability
   /// >= kSpecMinUse), else always draft_max.

@@ -27,6 +27,8 @@ void Scheduler::spec_admit(Slot& s) {
   const bool plain = gp.logprobs >= 0;
   if (opts_.spec_ngram > 0) {
     if (!s.proposer) s.proposer = std::make_unique<NgramProposer>(opts_.spec_ngram);
+  } else if (opts_.spec_mtp) {
+    if (!s.proposer) s.proposer = std::make_unique<MtpProposer>(*session_, n_sample_, s.id);
   } else if (draft_session_) {
     if (!s.proposer) {
       auto d = std::make_unique<DraftProposer>(*draft_session_, gp.sampling, n_sample_, s.id);

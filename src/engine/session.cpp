@@ -68,8 +68,42 @@ const std::vector<float>& Session::forward(const Batch& b) {
   const BatchView v{b.token.data(), b.pos.data(), b.seq.data(), static_cast<int64_t>(b.size()),
                     b.out.data(), static_cast<int64_t>(b.out.size()), lora_.get(),
                     b.lora.empty() ? nullptr : b.lora.data()};
-  model_->forward(*pool_, *cache_, v, logits_.data());
+  if (!keep_hidden_) {
+    model_->forward(*pool_, *cache_, v, logits_.data());
+    return logits_;
+  }
+  const size_t E = static_cast<size_t>(hparams().n_embd);
+  prenorm_.resize(b.size() * E);
+  model_->forward(*pool_, *cache_, v, logits_.data(), prenorm_.data());
+  kept_.resize(static_cast<size_t>(n_seq));
+  for (size_t i = 0; i < b.size(); ++i) {
+    KeptHidden& k = kept_[static_cast<size_t>(b.seq[i])];
+    const int32_t held = static_cast<int32_t>(k.rows.size() / E), p = b.pos[i];
+    // A position past the kept run (states skipped while keep_hidden was
+    // off) or before it (a rewind below what was dropped) starts a new run.
+    if (p < k.base || p > k.base + held) k.base = p, k.rows.clear();
+    k.rows.resize(static_cast<size_t>(p - k.base) * E);  // later positions are stale now
+    k.rows.insert(k.rows.end(), prenorm_.begin() + static_cast<std::ptrdiff_t>(i * E),
+                  prenorm_.begin() + static_cast<std::ptrdiff_t>((i + 1) * E));
+  }
   return logits_;
+}
+
+const float* Session::hidden_at(int seq, int32_t pos) const {
+  if (seq < 0 || static_cast<size_t>(seq) >= kept_.size() || pos >= cache_->cached(seq)) return nullptr;
+  const KeptHidden& k = kept_[static_cast<size_t>(seq)];
+  const size_t E = static_cast<size_t>(hparams().n_embd);
+  if (pos < k.base || static_cast<size_t>(pos - k.base) >= k.rows.size() / E) return nullptr;
+  return k.rows.data() + static_cast<size_t>(pos - k.base) * E;
+}
+
+void Session::drop_hidden(int seq, int32_t pos) {
+  if (seq < 0 || static_cast<size_t>(seq) >= kept_.size()) return;
+  KeptHidden& k = kept_[static_cast<size_t>(seq)];
+  const size_t E = static_cast<size_t>(hparams().n_embd);
+  const size_t n = std::min(k.rows.size() / E, static_cast<size_t>(std::max(0, pos - k.base)));
+  k.rows.erase(k.rows.begin(), k.rows.begin() + static_cast<std::ptrdiff_t>(n * E));
+  k.base += static_cast<int32_t>(n);
 }
 
 int64_t Session::ubatch_tokens(const HParams& hp) {

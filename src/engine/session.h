@@ -68,6 +68,20 @@ class Session {
   /// on n exactly (recurrent layers copy their states now).
   void snapshot(int seq);
 
+  /// From now on (on) or no longer, every forward call also keeps each
+  /// row's pre-norm hidden state (Model::forward's prenorm) per sequence and
+  /// position, for a multi-token prediction proposer (engine/proposers.h
+  /// MtpProposer) to read: at most n_ctx · n_embd floats per sequence.
+  /// Throws as Model::forward for a split model, at the next forward.
+  void keep_hidden(bool on) { keep_hidden_ = on; }
+  /// The kept state [n_embd] f32 of position pos of seq: the one the last
+  /// forward that evaluated that position left; nullptr when none is kept
+  /// (keep_hidden off then, dropped, or pos >= cached(seq)). Valid until
+  /// the next forward or drop_hidden.
+  const float* hidden_at(int seq, int32_t pos) const;
+  /// Forgets the kept states of seq's positions below pos.
+  void drop_hidden(int seq, int32_t pos);
+
   /// The LoRA adapters every later forward call runs through, each with its
   /// strength (model/lora.h); nullptr or an empty set: the base model. The
   /// model stays as loaded; sessions sharing it may use different sets.
@@ -85,6 +99,14 @@ class Session {
   std::unique_ptr<Cache> cache_;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<float> logits_;
+  // keep_hidden: per sequence, the states of positions base .. base + rows / n_embd - 1.
+  struct KeptHidden {
+    int32_t base = 0;
+    std::vector<float> rows;
+  };
+  bool keep_hidden_ = false;
+  std::vector<KeptHidden> kept_;
+  std::vector<float> prenorm_;
   std::shared_ptr<const LoraSet> lora_;
 };
 

@@ -57,8 +57,10 @@ struct HfNames {
   /// Called once with the config's GGUF keys and every rule made from the
   /// checkpoint's tensors, before the view is made: for transforms that
   /// depend on the config (Qwen3.5's value heads reordered into llama.cpp's
-  /// tiled order, TensorRename::head_groups). Throws kvad::Error. nullptr: none.
-  void (*finish)(const Metadata& md, std::vector<TensorRename>& rules) = nullptr;
+  /// tiled order, TensorRename::head_groups), and keys that depend on the
+  /// tensors (Qwen3-Next's MTP block counted in block_count, as llama.cpp's
+  /// converter writes it). Throws kvad::Error. nullptr: none.
+  void (*finish)(Metadata& md, std::vector<TensorRename>& rules) = nullptr;
 };
 
 /// The checkpoint in directory `dir` (config.json and model.safetensors or

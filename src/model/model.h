@@ -165,7 +165,33 @@ class Model {
   /// and the last stage's logits to rank 0 (logits may be nullptr on the
   /// other ranks); rank 0 calls it, the others are driven by it
   /// (serve_pipeline_stage).
-  void forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits) const;
+  /// prenorm: when given, [b.n, n_embd] f32, host memory: every row's
+  /// hidden state after the last decoder block, before the final norm (what
+  /// a multi-token prediction layer consumes, DeepSeek-V3 section 2.2);
+  /// nullptr costs nothing. Throws kvad::Error when given to a split model.
+  void forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits, float* prenorm = nullptr) const;
+  /// Multi-token prediction (MTP) layers this model runs (DeepSeek-V3's
+  /// nextn layer, Qwen3-Next's mtp block; 0: the checkpoint has none).
+  virtual int64_t n_mtp() const { return 0; }
+  /// A fresh cache for the first MTP layer's attention (its own key/value
+  /// or latent rows), as new_cache. Throws kvad::Error when n_mtp() is 0 or
+  /// the model is split (pipeline parallel).
+  std::unique_ptr<Cache> new_mtp_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types = {}) const;
+  /// Runs the first MTP layer (DeepSeek-V3 Technical Report section 2.2;
+  /// vLLM's deepseek_mtp.py and qwen3_next_mtp.py): row i, at position
+  /// b.pos[i], is the main model's pre-norm hidden state h (hidden, [b.n,
+  /// n_embd] f32, host memory: forward's prenorm at that position, or the
+  /// previous MTP step's hidden_out when chaining) with the token that
+  /// followed it, b.token[i];
+  ///   x = eh_proj · [RMSNorm(emb(token)) ⊙ enorm | RMSNorm(h) ⊙ hnorm]
+  ///   x = decoder block(x)  (attention over this cache, the layer's FFN)
+  ///   logits = head(RMSNorm(x) ⊙ shared_head_norm)  for token pos + 2
+  /// logits: [b.n_out, n_vocab] f32; hidden_out (may be nullptr): [b.n_out,
+  /// n_embd] f32, the state the next chained step takes as h (DeepSeek: x
+  /// before the head's norm; Qwen3-Next: after it, as vLLM chains them).
+  /// `cache` from new_mtp_cache. Throws kvad::Error as new_mtp_cache.
+  void forward_mtp(ThreadPool& pool, Cache& cache, const BatchView& b, const float* hidden, float* logits,
+                   float* hidden_out) const;
   /// As forward, but returns the last hidden state of the rows b.out asks
   /// for instead of logits, as transformers' base model returns it
   /// (`last_hidden_state`: after a decoder's final norm, an encoder's last
@@ -205,6 +231,12 @@ class Model {
   /// As forward_impl for hidden(): [piece.n_out, n_embd]. Default: throws,
   /// naming the architecture.
   virtual void hidden_impl(LayerCaches& cache, const BatchView& piece, float* hidden) const;
+  /// The MTP layer's cache (new_mtp_cache's arguments) and one piece of
+  /// forward_mtp: h [piece.n, n_embd] f32 on the model's device. Defaults:
+  /// throw, naming the architecture.
+  virtual std::unique_ptr<Cache> make_mtp_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const;
+  virtual void mtp_impl(LayerCaches& cache, const BatchView& piece, const Tensor& h, float* logits,
+                        float* hidden_out) const;
   /// A constructor's first and last steps around its weights (model/weights.h).
   /// open_weights: the loader of source_ for `o`, device_ set to its device,
   /// hp_'s widths named for shape errors (WeightLoader::name_dims). Throws

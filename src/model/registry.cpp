@@ -195,8 +195,10 @@ LayerCaches& layer_caches(Cache& cache, const std::string& arch) {
 
 // The cache cuts the batch into pieces it can hold and commits each after
 // it ran (llama.cpp's decode loop over the memory's ubatches).
-void Model::forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits) const {
+void Model::forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* logits, float* prenorm) const {
   ops::PoolScope scope(pool);
+  if (prenorm && pipelined())
+    throw Error("hidden states for multi-token prediction are not computed by a split model (pipeline parallel)");
   if (pipelined()) {
     if (auto* pc = dynamic_cast<PipelineCache*>(&cache)) {
       pc->announce_forward(b);
@@ -210,8 +212,36 @@ void Model::forward(ThreadPool& pool, Cache& cache, const BatchView& b, float* l
   for (const BatchPiece& p : cache.split(b)) {
     Tensor x;
     forward_impl(c, p.view, x, logits + p.out_offset * hp_.n_vocab);
+    if (prenorm) ops::to_host(x, prenorm + (p.view.token - b.token) * hp_.n_embd);  // [piece.n, n_embd]
     cache.commit(p.view);
   }
+}
+
+std::unique_ptr<Cache> Model::new_mtp_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const {
+  if (n_mtp() == 0) throw Error(source_->path() + " has no multi-token prediction layers (" + hp_.arch + ")");
+  if (pipelined()) throw Error("multi-token prediction does not run on a split model (pipeline parallel)");
+  return make_mtp_cache(n_ctx, n_seq, n_batch, types);
+}
+
+void Model::forward_mtp(ThreadPool& pool, Cache& cache, const BatchView& b, const float* hidden, float* logits,
+                        float* hidden_out) const {
+  if (n_mtp() == 0) throw Error(source_->path() + " has no multi-token prediction layers (" + hp_.arch + ")");
+  ops::PoolScope scope(pool);
+  LayerCaches& c = layer_caches(cache, hp_.arch);
+  const int64_t E = hp_.n_embd;
+  for (const BatchPiece& p : cache.split(b)) {
+    const Tensor h = ops::from_host(hidden + (p.view.token - b.token) * E, DType::F32, {E, p.view.n, 1, 1}, device_);
+    mtp_impl(c, p.view, h, logits + p.out_offset * hp_.n_vocab, hidden_out ? hidden_out + p.out_offset * E : nullptr);
+    cache.commit(p.view);
+  }
+}
+
+std::unique_ptr<Cache> Model::make_mtp_cache(int32_t, int, int64_t, KVTypes) const {
+  throw Error("architecture " + hp_.arch + " runs no multi-token prediction layers");
+}
+
+void Model::mtp_impl(LayerCaches&, const BatchView&, const Tensor&, float*, float*) const {
+  throw Error("architecture " + hp_.arch + " runs no multi-token prediction layers");
 }
 
 std::unique_ptr<Cache> Model::new_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const {

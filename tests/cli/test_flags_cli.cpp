@@ -97,17 +97,29 @@ TEST(CliFlags, MissingValueIsNotTheNextFlag) {
   EXPECT_EQ(r.status, 1) << r.err;
 }
 
-// --draft-max, --draft-min and --draft-fixed tune a speculation that is off
-// without --spec-ngram or --model-draft: a usage error naming the fix.
+// --draft-max, --draft-min and --draft-fixed (and serve's --spec-max-rows)
+// tune a speculation that is off without --spec-ngram, --model-draft or
+// --spec-mtp: a usage error naming the fix.
 TEST(CliFlags, DraftFlagsWithoutAProposerAreUsageErrors) {
   for (const char* flag : {"--draft-max 4", "--draft-min 1", "--draft-fixed"}) {
-    for (const char* cmd : {"run --prompt hi", "chat", "bench"}) {
+    for (const char* cmd : {"run --prompt hi", "chat", "bench", "serve"}) {
       SCOPED_TRACE(std::string(cmd) + " " + flag);
       Out r = run_kvad(std::string(cmd) + " " + flag + kNoModel);
       EXPECT_EQ(r.status, 2) << r.err;
       EXPECT_TRUE(one_error_line(r.err)) << r.err;
-      EXPECT_NE(r.err.find("--spec-ngram N or --model-draft M"), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("--spec-ngram N, --model-draft M or --spec-mtp"), std::string::npos) << r.err;
     }
+  }
+  {
+    Out r = run_kvad("serve --spec-max-rows 8" + kNoModel);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_TRUE(one_error_line(r.err)) << r.err;
+    EXPECT_NE(r.err.find("--spec-max-rows"), std::string::npos) << r.err;
+  }
+  for (const char* two : {"--spec-mtp --spec-ngram 3", "--spec-mtp --model-draft /nonexistent/d.gguf"}) {
+    Out r = run_kvad(std::string("run --prompt hi ") + two + kNoModel);
+    EXPECT_EQ(r.status, 2) << two << ": " << r.err;
+    EXPECT_NE(r.err.find("choose one proposer"), std::string::npos) << r.err;
   }
   Out r = run_kvad("run --prompt hi --spec-ngram 3 --draft-max 4" + kNoModel);
   EXPECT_EQ(r.status, 1) << r.err;  // accepted: the model is what is missing

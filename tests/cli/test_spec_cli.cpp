@@ -57,4 +57,32 @@ TEST(SpecCli, NgramRunPrintsPlainDecodingsText) {
   EXPECT_EQ(plain.err.find("speculation:"), std::string::npos) << plain.err;
 }
 
+// --spec-mtp on the tiny checkpoints with an MTP layer: plain decoding's
+// text, with the stats line's counts; a model without the layer is refused
+// in one line by run and by serve (before it listens).
+TEST(SpecCli, MtpRunPrintsPlainDecodingsText) {
+  const std::string tiny = std::string(KVAD_SOURCE_DIR) + "/tests/fixtures/hf_tiny/";
+  for (const std::string& model : {tiny + "qwen3next/llama.cpp-mtp-f32.gguf", tiny + "deepseek_v3_mtp"}) {
+    SCOPED_TRACE(model);
+    const std::string args = "run -m " + model + " --raw -n 32 --temp 0 -t 2 -p 'abc abc hello'";
+    Out plain = run_kvad(args);
+    ASSERT_EQ(plain.status, 0) << plain.err;
+    for (const char* k : {"1", "3"}) {
+      Out spec = run_kvad(args + " --spec-mtp --draft-fixed --draft-max " + k);
+      ASSERT_EQ(spec.status, 0) << spec.err;
+      EXPECT_EQ(spec.out, plain.out) << "--draft-max " << k;
+      const size_t at = spec.err.find("speculation: proposed ");
+      ASSERT_NE(at, std::string::npos) << spec.err;
+      std::printf("[spec cli] %s --draft-max %s:%s", model.c_str(), k, spec.err.substr(at - 2).c_str());
+    }
+  }
+  for (const char* cmd : {"run -p hi", "serve --port 0"}) {
+    Out r = run_kvad(std::string(cmd) + " -m " + tiny + "qwen3next/llama.cpp-f32.gguf --spec-mtp");
+    EXPECT_EQ(r.status, 1) << cmd << ": " << r.err;
+    EXPECT_TRUE(one_error_line(r.err)) << r.err;
+    EXPECT_NE(r.err.find("--spec-mtp: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("has no multi-token prediction layer"), std::string::npos) << r.err;
+  }
+}
+
 }  // namespace

@@ -171,6 +171,34 @@ TEST(SchedulerSpec, RecurrentLayersRewindExactly) {
   }
 }
 
+// The model's own MTP layer as every slot's proposer (--spec-mtp): each
+// slot's MtpProposer reads the session's kept hidden states, rows of all
+// slots in one batch; the recurrent layers rewind after rejections.
+TEST(SchedulerSpec, MtpGreedyEqualsPlain) {
+  const std::string path =
+      (std::filesystem::path(KVAD_SOURCE_DIR) / "tests/fixtures/hf_tiny/qwen3next/llama.cpp-mtp-f32.gguf").string();
+  const Loaded l = load(path, 4);
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int32_t> d(0, l.tok->n_vocab() - 1);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int32_t> p(7 + 3 * i);
+    for (auto& t : p) t = d(rng);
+    prompts.push_back(p);
+  }
+  const Outcome plain = run(l, opts(2, 5), prompts, 20);
+  SchedulerOptions o = opts(2, 5);
+  o.spec_mtp = true;
+  o.spec.draft_max = 3;
+  o.spec.adaptive = false;
+  const Outcome spec = run(l, o, prompts, 20);
+  expect_same(plain, spec);
+  EXPECT_GT(spec.m.spec_draft_tokens_total, 0u);
+  std::printf("[scheduler mtp] proposed %llu, accepted %llu (random weights)\n",
+              static_cast<unsigned long long>(spec.m.spec_draft_tokens_total),
+              static_cast<unsigned long long>(spec.m.spec_accepted_tokens_total));
+}
+
 TEST(SchedulerSpec, BadOptionsAreErrors) {
   const std::string path =
       (std::filesystem::path(KVAD_SOURCE_DIR) / "tests/fixtures/hf_tiny/qwen3next/llama.cpp-f32.gguf").string();
@@ -185,6 +213,12 @@ TEST(SchedulerSpec, BadOptionsAreErrors) {
   o.spec_draft = l.model;
   EXPECT_THROW(Scheduler(l.model, l.tok, o), Error);  // both proposers
   o.spec_draft = nullptr;
+  o.spec_mtp = true;
+  EXPECT_THROW(Scheduler(l.model, l.tok, o), Error);  // ngram and mtp
+  o.spec_ngram = 0;
+  EXPECT_THROW(Scheduler(l.model, l.tok, o), Error);  // a model without an MTP layer
+  o.spec_mtp = false;
+  o.spec_ngram = 2;
   o.spec_max_rows = -1;
   EXPECT_THROW(Scheduler(l.model, l.tok, o), Error);
 }

@@ -215,13 +215,12 @@ class Deepseek2 final : public Model {
   }
 
   /// The multi-token prediction layers the checkpoint carries (none for most files).
-  size_t n_mtp_layers() const { return mtp_.size(); }
+  int64_t n_mtp() const override { return static_cast<int64_t>(mtp_.size()); }
 
   // The multi-token prediction layers (DeepSeek-V3 section 2.2; GGUF
   // {arch}.nextn_predict_layers, llama.cpp's blk.N.nextn.* past the
-  // decoder's blocks) when the checkpoint carries them: loaded, so the
-  // unread-tensor guard sees them taken, as the multi-token prediction
-  // head, used only for speculative decoding; forward does not run them.
+  // decoder's blocks) when the checkpoint carries them: run by forward_mtp
+  // (speculative decoding's MTP proposer), never by forward.
   void load_mtp(WeightLoader& wl) {
     const std::string a = hp_.arch + ".";
     const int64_t E = hp_.n_embd, n_nextn = source_->get_int(a + "nextn_predict_layers", 0);
@@ -355,6 +354,38 @@ class Deepseek2 final : public Model {
     const Tensor a = ops::attention_latent(qf, cache.c, b.seq, b.pos, ap, R);                 // [n, H, R]
     const Tensor o = ops::matmul_batched(ops::permute(a, swap12), L.wv_b);                     // [H, n, V]
     return ops::matmul(ops::cont(ops::permute(o, swap12)).view({H * V, n, 1, 1}), L.wo);       // [n, E]
+  }
+
+  // The MTP layer's latent rows, as a decoder layer's.
+  std::unique_ptr<Cache> make_mtp_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
+    const LayerSpec s = LatentSpec{cfg_.kv_lora_rank, cfg_.qk_rope};
+    return std::make_unique<LayerCaches>(std::vector<LayerSpec>(1, s), n_ctx, n_seq, n_batch, device_, types);
+  }
+
+  // DeepSeek-V3 section 2.2 (vLLM's DeepSeekMultiTokenPredictorLayer):
+  // h' = M [RMSNorm(emb(t_{i+1})) ; RMSNorm(h_i)], the layer's MLA and
+  // MoE, then the shared head (its own norm and head, or the main model's
+  // where the file leaves them out). The chained state is the layer's
+  // output before the head's norm.
+  void mtp_impl(LayerCaches& cache, const BatchView& bv, const Tensor& h, float* logits,
+                float* hidden_out) const override {
+    const Mtp& m = mtp_[0];
+    const float eps = hp_.norm_eps;
+    const BatchIds ids = upload_batch(bv, device_);
+    Call call;
+    call.rope = rope_.at(cache.n_ctx());
+    choose_prefill(bv, call);
+    const Tensor e = ops::get_rows(m.embd ? m.embd : tok_embd_, ids.token);                        // [n, E]
+    Tensor x = ops::matmul(ops::concat(ops::rms_norm(e, m.enorm, eps), ops::rms_norm(h, m.hnorm, eps)), m.eh_proj);
+    const Layer& L = m.layer;
+    x = ops::add(x, mla(L, call, cache.latent(0), ids, x));
+    x = ops::add(x, L.sparse ? moe_ffn(L.moe, cfg_.moe, x) : gated_mlp(L.ffn, Activation::SiLU, eps, x));
+    if (ids.n_out == 0) return;
+    const Tensor rows = ids.n_out == ids.n ? x : ops::get_rows(x, ids.out);                           // [n_out, E]
+    if (hidden_out) ops::to_host(rows, hidden_out);
+    ops::to_host(ops::matmul(ops::rms_norm(rows, m.head_norm ? m.head_norm : output_norm_, eps),
+                             m.head ? m.head : output_),
+                 logits);
   }
 
   void forward_impl(LayerCaches& cache, const BatchView& bv, Tensor& x, float* logits) const override {

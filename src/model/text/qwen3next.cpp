@@ -213,9 +213,8 @@ class Qwen3Next final : public Model {
     }
   }
 
-  /// The multi-token prediction layers the file carries (none for HF
-  /// checkpoints, whose mtp.* kvad does not read).
-  size_t n_mtp_layers() const { return mtp_.size(); }
+  /// The multi-token prediction layers the checkpoint carries.
+  int64_t n_mtp() const override { return static_cast<int64_t>(mtp_.size()); }
 
   std::unique_ptr<Cache> make_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
     std::vector<LayerSpec> specs(layers_.size());
@@ -244,6 +243,34 @@ class Qwen3Next final : public Model {
       x = ops::add(x, ffn(L, ops::rms_norm(x, L.post_norm, hp_.norm_eps)));
     }
     if (holds_head()) decoder_logits(x, ids, output_norm_, hp_.norm_eps, output_, logits);
+  }
+
+  // The MTP block is a gated-attention layer: keys and values.
+  std::unique_ptr<Cache> make_mtp_cache(int32_t n_ctx, int n_seq, int64_t n_batch, KVTypes types) const override {
+    const int64_t kv_dim = hp_.n_head_kv * hp_.head_dim;
+    return std::make_unique<LayerCaches>(std::vector<LayerSpec>(1, KeyValueSpec{kv_dim, kv_dim, 0}), n_ctx, n_seq,
+                                         n_batch, device_, types);
+  }
+
+  // vLLM's Qwen3NextMultiTokenPredictor: fc [RMSNorm(emb(t_{i+1})) ;
+  // RMSNorm(h_i)] (pre_fc_norm_embedding, pre_fc_norm_hidden), the
+  // gated-attention block with its MoE, the block's norm (mtp.norm), then
+  // the main model's head. The chained state is after that norm.
+  void mtp_impl(LayerCaches& cache, const BatchView& b, const Tensor& h, float* logits,
+                float* hidden_out) const override {
+    const Mtp& m = mtp_[0];
+    const float eps = hp_.norm_eps;
+    const BatchIds ids = upload_batch(b, device_);
+    const Tensor e = ops::get_rows(tok_embd_, ids.token);  // [n, n_embd]
+    Tensor x = ops::matmul(ops::concat(ops::rms_norm(e, m.enorm, eps), ops::rms_norm(h, m.hnorm, eps)), m.eh_proj);
+    const Layer& L = m.layer;
+    x = ops::add(x, gated_attention(L.attn, cache.kv(0), rope_.at(cache.n_ctx()), ids, ops::rms_norm(x, L.attn_norm, eps)));
+    x = ops::add(x, ffn(L, ops::rms_norm(x, L.post_norm, eps)));
+    if (ids.n_out == 0) return;
+    const Tensor rows = ops::rms_norm(ids.n_out == ids.n ? x : ops::get_rows(x, ids.out),
+                                      m.head_norm ? m.head_norm : output_norm_, eps);  // [n_out, n_embd]
+    if (hidden_out) ops::to_host(rows, hidden_out);
+    ops::to_host(ops::matmul(rows, output_), logits);
   }
 
  private:
@@ -337,9 +364,8 @@ class Qwen3Next final : public Model {
   // The last n_nextn blocks, loaded with the decoder's, as the multi-token
   // prediction (MTP) head (llama.cpp's layout: a gated-attention block with
   // its MoE, plus blk.N.nextn.eh_proj [2·n_embd → n_embd], enorm, hnorm and
-  // an optional shared_head_norm), used only for speculative decoding:
-  // moved out of layers_ so that forward does not run them, and kept so
-  // that the unread-tensor guard sees them taken (as deepseek2's).
+  // an optional shared_head_norm), run by forward_mtp for speculative
+  // decoding: moved out of layers_ so that forward does not run them.
   struct Mtp {
     Layer layer;
     Tensor eh_proj, enorm, hnorm, head_norm;
@@ -350,6 +376,7 @@ class Qwen3Next final : public Model {
       const WeightScope nextn = wl.layer(il).sub("nextn");
       Mtp& m = mtp_.emplace_back();
       m.layer = std::move(layers_[il]);
+      if (m.layer.recurrent) throw Error(wl.layer(il).path() + ": a multi-token prediction block must be gated attention");
       m.eh_proj = nextn.get("eh_proj.weight", {2 * E, E});
       m.enorm = nextn.get("enorm.weight", {E});
       m.hnorm = nextn.get("hnorm.weight", {E});
@@ -449,10 +476,56 @@ void hf_config_qwen35moe(const nlohmann::json& cfg, HfConfig& out) {
   delta_net_config("qwen35moe", qwen35_text_config(cfg), out);
 }
 
+// The MTP block's layer index until hf_finish knows block_count.
+const std::string kMtpBlock = "blk.mtp.";
+
+bool hf_tensor(const std::string& hf, TensorRename& r);
+
+// The multi-token prediction block (HF mtp.*, vLLM's Qwen3NextMTP) as
+// llama.cpp's converter writes it: blk.{num_hidden_layers}.* for its
+// decoder layer (mtp.layers.0), nextn.eh_proj (mtp.fc), nextn.enorm /
+// hnorm (pre_fc_norm_embedding / pre_fc_norm_hidden) and
+// nextn.shared_head_norm (mtp.norm), the norms zero-centred as the others.
+bool hf_mtp_tensor(const std::string& hf, TensorRename& r) {
+  using T = TensorTransform;
+  static const HfLayerName kMtp[] = {
+      {"mtp.fc.weight", "nextn.eh_proj.weight", T::None},
+      {"mtp.pre_fc_norm_embedding.weight", "nextn.enorm.weight", T::ToF32PlusOne},
+      {"mtp.pre_fc_norm_hidden.weight", "nextn.hnorm.weight", T::ToF32PlusOne},
+      {"mtp.norm.weight", "nextn.shared_head_norm.weight", T::ToF32PlusOne},
+  };
+  for (const HfLayerName& n : kMtp)
+    if (hf == n.hf) return r.name = kMtpBlock + n.gguf, r.transform = n.transform, true;
+  static const std::string layer = "mtp.layers.0.";
+  if (hf.compare(0, layer.size(), layer) != 0) return false;  // one MTP layer, as the released models have
+  if (!hf_tensor("model.layers.0." + hf.substr(layer.size()), r) || r.name.rfind("blk.0.", 0) != 0) return false;
+  r.name = kMtpBlock + r.name.substr(6);
+  return true;
+}
+
+// An MTP block among the rules: numbered after the decoder's layers, which
+// block_count then counts (qwen3next.nextn_predict_layers 1), attention in
+// attention.recurrent_layers.
+void hf_finish(Metadata& md, std::vector<TensorRename>& rules) {
+  const std::string a = std::get<std::string>(md.at("general.architecture")) + ".";
+  bool mtp = false;
+  for (const TensorRename& t : rules) mtp = mtp || t.name.rfind(kMtpBlock, 0) == 0;
+  if (!mtp) return;
+  auto it = md.find(a + "block_count");
+  if (it == md.end() || !std::holds_alternative<int64_t>(it->second)) throw Error("missing " + a + "block_count");
+  const int64_t n = std::get<int64_t>(it->second);
+  for (TensorRename& t : rules)
+    if (t.name.rfind(kMtpBlock, 0) == 0) t.name = "blk." + std::to_string(n) + "." + t.name.substr(kMtpBlock.size());
+  md[a + "block_count"] = n + 1;
+  md[a + "nextn_predict_layers"] = int64_t{1};
+  if (auto rl = md.find(a + "attention.recurrent_layers"); rl != md.end()) {
+    if (auto* v = std::get_if<std::vector<bool>>(&rl->second)) v->push_back(false);
+  }
+}
+
 bool hf_tensor(const std::string& hf, TensorRename& r) {
   using T = TensorTransform;
-  // The multi-token-prediction head (mtp.*) is for speculative decoding: not read.
-  if (hf.compare(0, 4, "mtp.") == 0) return r.name.clear(), true;
+  if (hf.compare(0, 4, "mtp.") == 0) return hf_mtp_tensor(hf, r);
   static const HfLayerName kLayer[] = {
       {"post_attention_layernorm.weight", "post_attention_norm.weight", T::ToF32PlusOne},
       {"linear_attn.in_proj_qkvz.weight", "ssm_in.weight", T::None},
@@ -495,7 +568,8 @@ bool hf_tensor_qwen35(const std::string& hf, TensorRename& r) {
 // The value heads into llama.cpp's tiled order (see the top of this file):
 // the Hk·r heads of every tensor indexed by value head, grouped (head g·r +
 // j) → tiled (j·Hk + g), as convert_hf_to_gguf.py's _reorder_v_heads.
-void hf_finish_qwen35(const Metadata& md, std::vector<TensorRename>& rules) {
+void hf_finish_qwen35(Metadata& md, std::vector<TensorRename>& rules) {
+  hf_finish(md, rules);
   const std::string a = std::get<std::string>(md.at("general.architecture")) + ".";
   auto num = [&](const std::string& k) {
     auto it = md.find(a + k);
@@ -533,7 +607,7 @@ void hf_finish_qwen35(const Metadata& md, std::vector<TensorRename>& rules) {
 }  // namespace
 
 extern const HfNames kQwen3NextHfNames, kQwen35HfNames, kQwen35MoeHfNames;
-const HfNames kQwen3NextHfNames = {{"qwen3_next"}, &hf_config, &hf_tensor};
+const HfNames kQwen3NextHfNames = {{"qwen3_next"}, &hf_config, &hf_tensor, {}, nullptr, &hf_finish};
 const HfNames kQwen35HfNames = {
     {"qwen3_5_text", "qwen3_5"}, &hf_config_qwen35, &hf_tensor_qwen35, {}, nullptr, &hf_finish_qwen35};
 const HfNames kQwen35MoeHfNames = {
