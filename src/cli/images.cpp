@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "base/error.h"
 #include "cli/commands.h"
@@ -18,6 +20,7 @@
 #include "hub/repo_spec.h"
 #include "io/png.h"
 #include "model/image/latent_preview.h"
+#include "model/image/lora.h"
 #include "model/image/pipeline.h"
 #include "tensor/ops.h"
 
@@ -28,7 +31,9 @@ namespace kvad::cli {
 namespace {
 
 struct MakeOptions {
-  std::string prompt, model, output, negative_prompt, scheduler, rng = "torch", preview, config, vae;
+  std::string prompt, model, output, negative_prompt, scheduler, rng = "torch", preview, config, vae, lora_dir;
+  std::vector<std::string> loras;  // FILE[:SCALE]
+  bool lora_allow_partial = false;
   int64_t width = 0, height = 0, steps = 20, n = 1, seed = -1, preview_every = 1;
   double cfg = 0;
   int threads = 0;
@@ -64,9 +69,22 @@ PipelinePath resolve_pipeline(const std::string& arg) {
 }
 
 // Request bounds are usage errors (status 2), found before any weight is read.
-PaintRequest request_of(const MakeOptions& o) {
+// The LoRAs a request names: --lora FILE[:SCALE] and the prompt's <lora:NAME:SCALE> tags.
+struct LoraArgs {
+  std::vector<std::pair<std::string, float>> files;  // path, strength
+};
+
+PaintRequest request_of(const MakeOptions& o, LoraArgs* loras) {
   PaintRequest r;
-  r.prompt = o.prompt;
+  std::vector<image::LoraTag> tags;
+  try {
+    std::tie(r.prompt, tags) = image::extract_lora_tags(o.prompt);
+    for (const std::string& a : o.loras) loras->files.push_back(image::parse_image_lora_arg(a));
+    const std::string dir = o.lora_dir.empty() ? (fs::path(kvad_home()) / "loras").string() : o.lora_dir;
+    for (const image::LoraTag& t : tags) loras->files.emplace_back(image::resolve_lora_name(dir, t.name), t.strength);
+  } catch (const Error& e) {
+    throw CLI::ValidationError(e.what());
+  }
   if (o.negative->count() > 0) r.negative_prompt = o.negative_prompt;
   r.width = o.width;
   r.height = o.height;
@@ -110,7 +128,8 @@ void write_preview(const std::string& path, const PaintProgress& p, int64_t f) {
 }
 
 void make(const MakeOptions& o) {
-  const PaintRequest req = request_of(o);
+  LoraArgs la;
+  PaintRequest req = request_of(o, &la);
   const PipelinePath pp = resolve_pipeline(o.model);
   image::PipelineOptions popt;
   if (!o.config.empty()) popt.config = resolve_pipeline(o.config).path;
@@ -121,6 +140,14 @@ void make(const MakeOptions& o) {
   po.threads = o.threads;
   po.model_name = pp.name;
   const Painter painter(std::move(pl), po);
+  image::LoraLoadOptions lo;
+  lo.allow_partial = o.lora_allow_partial;
+  for (const auto& [path, strength] : la.files) {
+    std::shared_ptr<const image::ImageLora> l = painter.load_lora(path, lo);
+    std::fprintf(stderr, "kvad: LoRA %s (%s, %zu weights, %.1f MiB) at %g\n", path.c_str(), l->spelling.c_str(),
+                 l->modules.size(), l->bytes / 1048576.0, strength);
+    req.loras.push_back({std::move(l), strength});
+  }
   const PaintRequest r = painter.settle(req);
   if (req.scheduler.empty() && !painter.default_scheduler_note().empty())
     std::fprintf(stderr, "kvad: %s\n", painter.default_scheduler_note().c_str());
@@ -140,7 +167,9 @@ void make(const MakeOptions& o) {
   for (const PaintedImage& im : res.images) {
     const std::string path = reserve_image_path(wanted);
     try {
-      png::write_rgb8(path, im.rgb, im.width, im.height, {{"parameters", png::a1111_parameters(im.parameters)}});
+      png::Parameters pm = im.parameters;
+      pm.prompt = o.prompt;  // with its <lora:...> tags, as A1111 writes it
+      png::write_rgb8(path, im.rgb, im.width, im.height, {{"parameters", png::a1111_parameters(pm)}});
     } catch (...) {
       std::error_code ec;
       fs::remove(path, ec);  // the empty name reserved for it
@@ -200,6 +229,13 @@ void add_images(CLI::App& app) {
       ->check(integer_check())
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  c->add_option("--lora", o->loras,
+                "A LoRA .safetensors (kohya, LyCORIS LoCon/LoHa/LoKr, PEFT or diffusers spellings) and its strength: "
+                "FILE[:SCALE] (default 1); repeatable. The prompt's <lora:NAME:SCALE> tags name files in --lora-dir");
+  c->add_option("--lora-dir", o->lora_dir, "Where <lora:NAME> tags are looked up: NAME.safetensors (default "
+                                            "$KVAD_HOME/loras)");
+  c->add_flag("--lora-allow-partial", o->lora_allow_partial,
+              "Apply a LoRA even when some of its tensors fit no weight of the pipeline (a warning counts them)");
   add_threads_option(c, o->threads);
   c->add_option("--device", o->device.device, "Where the models run: cpu, cuda, or sim (host memory behind a "
                                               "device boundary; for checks)")

@@ -51,6 +51,22 @@ std::string missing_value(CLI::App& app, const std::vector<std::string>& args) {
 
 // CLI11's "Could not convert: --queue = abc" as the number checks say it
 // ("--queue: expects an integer, got 'abc'"); `msg` itself otherwise.
+// The help to point a usage error at: "kvad images make --help" for a
+// nested subcommand the user named, "kvad run --help", else "kvad --help".
+std::string help_hint(const CLI::App& app, const std::vector<std::string>& args) {
+  std::string hint = "kvad";
+  const CLI::App* at = &app;
+  for (size_t i = 1; i < args.size() && !args[i].empty() && args[i][0] != '-'; ++i) {
+    const CLI::App* next = nullptr;
+    for (const CLI::App* sub : at->get_subcommands({}))
+      if (sub->get_name() == args[i]) next = sub;
+    if (!next) break;
+    hint += " " + args[i];
+    at = next;
+  }
+  return hint + " --help";
+}
+
 std::string conversion_message(CLI::App& app, const std::vector<std::string>& args, const std::string& msg) {
   const std::string head = "Could not convert: ";
   const size_t eq = msg.find(" = ");
@@ -111,7 +127,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (const std::string why = missing_value(app, args); !why.empty()) {
-      std::fprintf(stderr, "kvad: error: %s (see kvad --help)\n", why.c_str());
+      std::fprintf(stderr, "kvad: error: %s (see %s)\n", why.c_str(), help_hint(app, args).c_str());
       return 2;
     }
     app.parse(argc, arg_ptrs.data());
@@ -133,7 +149,7 @@ int main(int argc, char** argv) {
       }
       if (!known) msg = std::string("unknown subcommand '") + argv[1] + "' (have: " + names + ")";
     }
-    if (rank == 0) std::fprintf(stderr, "kvad: error: %s (see kvad --help)\n", msg.c_str());
+    if (rank == 0) std::fprintf(stderr, "kvad: error: %s (see %s)\n", msg.c_str(), help_hint(app, args).c_str());
     return 2;
   } catch (const kvad::dist::AgreedError& e) {
     // Every rank has it; rank 0 says it.

@@ -83,6 +83,67 @@ void check_paint_request(const PaintRequest& r) {
   }
   if (r.rng != "torch") throw Error("unknown rng \"" + r.rng + "\" (have: torch)");
   if (!r.scheduler.empty()) diffusion::parse_scheduler_name(r.scheduler);
+  if (r.loras.size() > kPaintMaxLoras)
+    throw Error(std::to_string(r.loras.size()) + " LoRAs are more than the " + std::to_string(kPaintMaxLoras) +
+                " a request may use");
+  for (const image::ImageLoraUse& u : r.loras) {
+    if (!u.lora) throw Error("a LoRA of the request is not loaded");
+    if (!std::isfinite(u.strength) || std::fabs(u.strength) > 1e6) {
+      char v[32];
+      std::snprintf(v, sizeof v, "%g", u.strength);
+      throw Error(u.lora->path + ": strength " + v + " is not a finite number up to 1e6 in size");
+    }
+  }
+}
+
+struct Painter::Adapted {
+  std::vector<image::ImageLoraUse> uses;  // the set (pointers and strengths) these models are for
+  std::unique_ptr<WeightLoader> wl;
+  std::unique_ptr<image::PromptEncoder> text;   // null: the base's (no LoRA touches the text encoders)
+  std::unique_ptr<image::UNet2DCondition> unet; // null: the base's
+};
+
+std::shared_ptr<const image::ImageLora> Painter::load_lora(const std::string& path,
+                                                           const image::LoraLoadOptions& o) const {
+  return image::load_image_lora(path, *targets_, o);
+}
+
+std::shared_ptr<const image::ImageLora> Painter::cached_lora(const std::string& path,
+                                                             const image::LoraLoadOptions& o) const {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  const auto mtime = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
+  const std::string key = path + "|" + (o.allow_partial ? "1" : "0") + "|" + std::to_string(ec ? 0 : size) + "|" +
+                          std::to_string(ec ? 0 : mtime);
+  {
+    std::lock_guard<std::mutex> g(loras_mu_);
+    if (auto it = loras_.find(key); it != loras_.end()) return it->second;
+  }
+  std::shared_ptr<const image::ImageLora> l = load_lora(path, o);
+  std::lock_guard<std::mutex> g(loras_mu_);
+  if (loras_.size() >= 64) loras_.clear();  // a bound: the adapters in use stay alive through their requests
+  return loras_.emplace(key, std::move(l)).first->second;
+}
+
+const Painter::Adapted& Painter::adapted(const std::vector<image::ImageLoraUse>& uses) const {
+  auto same = [&](const std::vector<image::ImageLoraUse>& a) {
+    if (a.size() != uses.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i].lora != uses[i].lora || a[i].strength != uses[i].strength) return false;
+    return true;
+  };
+  if (adapted_ && same(adapted_->uses)) return *adapted_;
+  adapted_.reset();  // the old copy goes before the new one is made
+  auto a = std::make_unique<Adapted>();
+  a->uses = uses;
+  bool text = false, unet = false;
+  for (const image::ImageLoraUse& u : uses) text |= u.lora->touches_text, unet |= u.lora->touches_unet;
+  a->wl = std::make_unique<WeightLoader>(image::merged_source(pl_.weights, uses), device_opts_);
+  // Only the changed components are made again; the base load accounted for every tensor.
+  if (text) a->text = std::make_unique<image::PromptEncoder>(pl_, *a->wl);
+  if (unet) a->unet = std::make_unique<image::UNet2DCondition>(a->wl->root().sub("unet"), pl_.unet);
+  adapted_ = std::move(a);
+  return *adapted_;
 }
 
 double default_cfg(image::PipelineClass c) { return c == image::PipelineClass::StableDiffusionXL ? 5.0 : 7.5; }
@@ -119,6 +180,8 @@ Painter::Painter(image::Pipeline pl, const PainterOptions& o) : pl_(std::move(pl
   unet_ = std::make_unique<image::UNet2DCondition>(wl_->root().sub("unet"), pl_.unet);
   vae_ = std::make_unique<image::AutoencoderKL>(wl_->root().sub("vae"), pl_.vae);
   wl_->finish();
+  device_opts_ = o.device;
+  targets_ = std::make_unique<image::LoraTargets>(pl_);
 }
 
 Painter::~Painter() = default;
@@ -148,6 +211,18 @@ PaintResult Painter::paint(const PaintRequest& req, const PaintCallback& progres
                            const std::atomic<bool>* cancel) const {
   const PaintRequest r = settle(req);
   ops::PoolScope scope(*pool_);
+  std::vector<image::ImageLoraUse> uses;
+  for (const image::ImageLoraUse& u : r.loras)
+    if (u.strength != 0) uses.push_back(u);
+  std::unique_lock<std::mutex> lock(adapted_mu_, std::defer_lock);
+  const image::PromptEncoder* text_enc = text_.get();
+  const image::UNet2DCondition* unet = unet_.get();
+  if (!uses.empty()) {
+    lock.lock();
+    const Adapted& a = adapted(uses);
+    if (a.text) text_enc = a.text.get();
+    if (a.unet) unet = a.unet.get();
+  }
   PaintResult res;
   const Device dev = wl_->device();
   const bool xl = pl_.pipeline_class == image::PipelineClass::StableDiffusionXL;
@@ -162,9 +237,9 @@ PaintResult Painter::paint(const PaintRequest& req, const PaintCallback& progres
 
   // The prompt's conditioning, batched as diffusers does: [negative] * n + [prompt] * n.
   Clock::time_point t0 = Clock::now();
-  const image::PromptEmbeds pos = text_->encode(r.prompt);
+  const image::PromptEmbeds pos = text_enc->encode(r.prompt);
   std::optional<image::PromptEmbeds> neg;
-  if (guided) neg = text_->negative(r.negative_prompt);
+  if (guided) neg = text_enc->negative(r.negative_prompt);
   const int64_t E = pos.hidden.ne[0], T = pos.hidden.ne[1];
   if (E != pl_.unet.cross_attention_dim)
     throw Error(pl_.path + ": the text encoders give " + std::to_string(E) +
@@ -209,7 +284,7 @@ PaintResult Painter::paint(const PaintRequest& req, const PaintCallback& progres
       std::copy(in_cwhn.begin(), in_cwhn.begin() + static_cast<ptrdiff_t>(per),
                 in_cwhn.begin() + static_cast<ptrdiff_t>(per));
     const Tensor sample = ops::from_host(in_cwhn.data(), DType::F32, {ld.c, ld.w, ld.h, batch}, dev);
-    const Tensor eps = unet_->forward(sample, t, context, xl ? &added : nullptr);
+    const Tensor eps = unet->forward(sample, t, context, xl ? &added : nullptr);
     check_shape("the UNet", eps, {ld.c, ld.w, ld.h, batch});
     ops::to_host(eps, out_cwhn.data());
     diffusion::cwhn_to_nchw(out_cwhn, out_nchw, bd);

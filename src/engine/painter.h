@@ -23,7 +23,9 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -31,6 +33,7 @@
 
 #include "engine/diffusion/scheduler_config.h"
 #include "io/png.h"
+#include "model/image/lora.h"
 #include "model/image/pipeline.h"
 #include "model/registry.h"
 
@@ -68,14 +71,23 @@ struct PaintRequest {
   std::string scheduler;       ///< kvad's or A1111's name (parse_scheduler_name); "": the pipeline's own
   int64_t n = 1;               ///< num_images_per_prompt, 1..kPaintMaxImages
   std::string rng = "torch";   ///< the noise generator; "torch" (torch's CPU generator) is the only one
+  /// LoRAs this request paints with, each at its strength (at most
+  /// kPaintMaxLoras; loaded with Painter::load_lora). Their deltas are merged
+  /// into a copy of the weights they change (model/image/lora.h), built when
+  /// a request brings another set than the last one and kept for the next.
+  std::vector<image::ImageLoraUse> loras;
 };
+
+inline constexpr size_t kPaintMaxLoras = 32;
 
 /// Throws kvad::Error, one line naming the field, the value and the bound,
 /// for: width or height not a multiple of 8 or outside [kPaintMinSide,
 /// kPaintMaxSide] (0 is allowed: the default), steps outside 1..kPaintMaxSteps,
 /// n outside 1..kPaintMaxImages, a prompt or negative prompt over
 /// kPaintMaxPromptBytes, a cfg that is not finite or outside [0, kPaintMaxCfg],
-/// an rng other than "torch", and a scheduler name parse_scheduler_name refuses.
+/// an rng other than "torch", a scheduler name parse_scheduler_name refuses,
+/// more than kPaintMaxLoras LoRAs, a null one, or a strength that is not
+/// finite or over 1e6 in size.
 void check_paint_request(const PaintRequest& r);
 
 /// One finished picture.
@@ -158,6 +170,17 @@ class Painter {
   size_t weight_bytes() const;
   Device device() const;
 
+  /// The LoRA file `path` placed on this pipeline (image::load_image_lora);
+  /// throws as that does.
+  std::shared_ptr<const image::ImageLora> load_lora(const std::string& path,
+                                                    const image::LoraLoadOptions& o = {}) const;
+  /// As load_lora, but a file loaded before (same path, options, size and
+  /// modification time) is not read again: for servers, which name the
+  /// same LoRAs request after request. Thread-safe.
+  std::shared_ptr<const image::ImageLora> cached_lora(const std::string& path,
+                                                      const image::LoraLoadOptions& o = {}) const;
+  const image::LoraTargets& lora_targets() const { return *targets_; }
+
  private:
   image::Pipeline pl_;
   std::string model_name_;
@@ -169,6 +192,16 @@ class Painter {
   std::unique_ptr<image::PromptEncoder> text_;
   std::unique_ptr<image::UNet2DCondition> unet_;
   std::unique_ptr<image::AutoencoderKL> vae_;
+  DeviceOptions device_opts_;
+  std::unique_ptr<image::LoraTargets> targets_;
+  /// The models of the last LoRA set painted with (paint() is const: one
+  /// at a time per Painter; the mutex keeps two callers from racing anyway).
+  struct Adapted;
+  mutable std::unique_ptr<Adapted> adapted_;
+  mutable std::mutex adapted_mu_;
+  mutable std::mutex loras_mu_;
+  mutable std::map<std::string, std::shared_ptr<const image::ImageLora>> loras_;  // by path, options, size, mtime
+  const Adapted& adapted(const std::vector<image::ImageLoraUse>& uses) const;
 };
 
 /// The pipeline's default guidance scale (diffusers' __call__): 7.5 for

@@ -53,6 +53,18 @@ TEST(CliFlags, NonNumberFloatFlagSaysANumberWasExpected) {
   }
 }
 
+// A usage error points at the help of the subcommand the user typed.
+TEST(CliFlags, UsageErrorsPointAtTheSubcommandsHelp) {
+  Out r = run_kvad("run --temp abc" + kNoModel);
+  EXPECT_NE(r.err.find("(see kvad run --help)"), std::string::npos) << r.err;
+  Out i = run_kvad("images make fox --steps x" + kNoModel);
+  EXPECT_EQ(i.status, 2) << i.err;
+  EXPECT_NE(i.err.find("(see kvad images make --help)"), std::string::npos) << i.err;
+  Out u = run_kvad("frobnicate --x 1");
+  EXPECT_EQ(u.status, 2);
+  EXPECT_NE(u.err.find("(see kvad --help)"), std::string::npos) << u.err;
+}
+
 // A flag given twice: the last one wins, as in llama.cpp (so a flag added
 // after an alias or a script's defaults overrides them); each value is
 // still checked, as llama.cpp parses each.

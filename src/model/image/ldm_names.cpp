@@ -336,4 +336,23 @@ std::vector<TensorRename> deprecated_vae_names(const std::vector<std::string>& n
   return out;
 }
 
+std::string unet_ldm_name(const std::string& diffusers, const UNet2DConditionConfig& c) {
+  // The prefixes of unet_prefixes with each ResBlock's inner names spelled out,
+  // read from the diffusers side; the longest match wins.
+  const std::vector<Prefix> prefixes = unet_prefixes(c);
+  string best_d, best_l;
+  auto consider = [&](const string& d, const string& l) {
+    if (starts(diffusers, d) && d.size() > best_d.size()) best_d = d, best_l = l;
+  };
+  for (const Prefix& p : prefixes) {
+    if (p.slot == Slot::UnetResnet) {
+      for (const auto& [ldm, dif] : kUnetResnet) consider(p.diffusers + dif, p.ldm + ldm);
+    } else {  // the transformers' insides and the upsamplers' conv. keep their names
+      consider(p.diffusers, p.ldm);
+    }
+  }
+  if (best_d.empty()) return "";
+  return best_l + diffusers.substr(best_d.size());
+}
+
 }  // namespace kvad::image

@@ -62,4 +62,11 @@ LdmNames ldm_names(LdmLayout layout, const TensorSource& file, const UNet2DCondi
 /// prefix); names that need none are not listed.
 std::vector<TensorRename> deprecated_vae_names(const std::vector<std::string>& names);
 
+/// The ldm name (under model.diffusion_model.) of the UNet weight or module
+/// `diffusers` (a diffusers name without "unet.": "down_blocks.0.resnets.0.conv1.weight"
+/// -> "input_blocks.1.0.in_layers.2.weight"), for a UNet of config `c`: the
+/// inverse of the table above, as kohya's SDXL LoRAs name their modules.
+/// "" when no ldm block holds it.
+std::string unet_ldm_name(const std::string& diffusers, const UNet2DConditionConfig& c);
+
 }  // namespace kvad::image
