@@ -17,3 +17,6 @@ target_link_libraries(fuzz_spiece_model PRIVATE kvad_io kvad_hub kvad_base PkgCo
                       nlohmann_json::nlohmann_json)
 target_compile_options(fuzz_spiece_model PRIVATE -fsanitize=fuzzer)
 target_link_options(fuzz_spiece_model PRIVATE -fsanitize=fuzzer)
+# clip_vocab.cpp's .incbin path is a source property of src/tokenizer, not seen from here.
+target_compile_definitions(fuzz_spiece_model PRIVATE
+  KVAD_CLIP_VOCAB_GZ="${PROJECT_SOURCE_DIR}/src/tokenizer/data/bpe_simple_vocab_16e6.txt.gz")

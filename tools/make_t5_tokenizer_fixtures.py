@@ -162,7 +162,7 @@ def write_broken(model):
         "eos_id_below_minus_one": ok + field(2, 2, field(42, 0, varint((1 << 64) - 5))),
         "model_type_bpe": ok + field(2, 2, field(3, 0, varint(2))),
         "model_type_99": ok + field(2, 2, field(3, 0, varint(99))),
-        "no_eos_piece": piece,
+        "no_eos_piece": piece + field(2, 2, field(42, 0, varint((1 << 64) - 1)) + field(41, 0, varint((1 << 64) - 1))),
         "charsmap_short": ok + field(3, 2, field(2, 2, b"\x01\x00")),
         "charsmap_trie_past_end": ok + field(3, 2, field(2, 2, b"\xff\xff\x00\x00" + b"\x00" * 8)),
         "charsmap_trie_not_units": ok + field(3, 2, field(2, 2, b"\x06\x00\x00\x00" + b"\x00" * 8)),

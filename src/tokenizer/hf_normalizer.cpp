@@ -248,7 +248,7 @@ class Precompiled final : public Normalizer {
     const std::string p = path + ".precompiled_charsmap";
     const json* v = c.find(j, path, "precompiled_charsmap");
     const std::string text = v ? c.str(*v, p) : "";
-    if (text.empty()) return;  // no rules: the identity
+    if (text.empty()) c.fail(p, "empty (no rules to read; tokenizers refuses it too)");
     const std::optional<std::string> blob = base64_decode(text);
     if (!blob) c.fail(p, "not base64");
     try {
@@ -258,11 +258,11 @@ class Precompiled final : public Normalizer {
     }
   }
   void normalize(std::string& s, bool& at_start) const override {
-    if (map_ && map_->normalize(s)) at_start = false;
+    if (map_->normalize(s)) at_start = false;
   }
 
  private:
-  std::optional<PrecompiledCharsmap> map_;
+  std::optional<PrecompiledCharsmap> map_;  // always set after construction
 };
 
 }  // namespace
