@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "psnr.h"
 #include "base/error.h"
 #include "engine/painter.h"
 #include "io/tensor_source.h"
@@ -24,6 +25,7 @@
 
 namespace fs = std::filesystem;
 using namespace kvad;
+using kvad::test::psnr8;
 
 namespace {
 
@@ -38,12 +40,6 @@ const Painter& painter(const std::string& folder) {
   o.model_name = folder;
   return *cache.emplace(folder, std::make_unique<Painter>(image::open_pipeline((dir() / folder).string()), o))
               .first->second;
-}
-
-double psnr8(const uint8_t* got, const uint8_t* want, size_t n) {
-  double se = 0;
-  for (size_t i = 0; i < n; ++i) se += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-  return se == 0 ? 999 : 10 * std::log10(255.0 * 255.0 / (se / static_cast<double>(n)));
 }
 
 nlohmann::json cases() {

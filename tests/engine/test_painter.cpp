@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "psnr.h"
 #include "base/error.h"
 #include "engine/painter.h"
 #include "io/tensor_source.h"
@@ -30,6 +31,7 @@
 
 namespace fs = std::filesystem;
 using namespace kvad;
+using kvad::test::psnr8;
 
 namespace {
 
@@ -71,13 +73,6 @@ PaintRequest request_of(const nlohmann::json& c) {
   r.scheduler = c["scheduler"].get<std::string>();
   r.n = c["n"].get<int64_t>();
   return r;
-}
-
-// 10·log10(255² / MSE) over the bytes; 999 when equal.
-double psnr8(const uint8_t* got, const uint8_t* want, size_t n) {
-  double se = 0;
-  for (size_t i = 0; i < n; ++i) se += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-  return se == 0 ? 999 : 10 * std::log10(255.0 * 255.0 / (se / static_cast<double>(n)));
 }
 
 class PainterVsDiffusers : public ::testing::Test {

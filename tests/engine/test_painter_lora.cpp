@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "psnr.h"
 #include "base/error.h"
 #include "engine/painter.h"
 #include "io/tensor_source.h"
@@ -30,6 +31,7 @@
 
 namespace fs = std::filesystem;
 using namespace kvad;
+using kvad::test::psnr8;
 
 namespace {
 
@@ -68,12 +70,6 @@ PaintRequest request_of(const nlohmann::json& c) {
   return r;
 }
 
-double psnr8(const std::vector<uint8_t>& got, const uint8_t* want) {
-  double se = 0;
-  for (size_t i = 0; i < got.size(); ++i) se += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-  return se == 0 ? 999 : 10 * std::log10(255.0 * 255.0 / (se / static_cast<double>(got.size())));
-}
-
 nlohmann::json cases() {
   std::ifstream in(loras() / "cases.json");
   return nlohmann::json::parse(in);
@@ -91,7 +87,7 @@ TEST(PainterLora, EveryCaseMatchesDiffusers) {
     ASSERT_NE(want, nullptr);
     ASSERT_EQ(res.images.size(), 1u);
     ASSERT_EQ(want->n_bytes, res.images[0].rgb.size());
-    const double p = psnr8(res.images[0].rgb, static_cast<const uint8_t*>(want->data));
+    const double p = psnr8(res.images[0].rgb.data(), static_cast<const uint8_t*>(want->data), res.images[0].rgb.size());
     std::printf("%s: PSNR %.1f dB vs diffusers (the LoRA moves diffusers' picture to %.1f dB)\n", key.c_str(), p,
                 c["base_db"].get<double>());
     EXPECT_GE(p, 60.0);

@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "psnr.h"
 #include "base/error.h"
 #include "engine/painter.h"
 #include "io/gguf.h"
@@ -27,6 +28,7 @@
 
 namespace fs = std::filesystem;
 using namespace kvad;
+using kvad::test::psnr8;
 
 namespace {
 
@@ -65,12 +67,6 @@ PaintRequest request() {
   return r;
 }
 
-double psnr8(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
-  double se = 0;
-  for (size_t i = 0; i < a.size(); ++i) se += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-  return se == 0 ? 999 : 10 * std::log10(255.0 * 255.0 / (se / static_cast<double>(a.size())));
-}
-
 ino_t inode(const std::string& path) {
   struct stat st{};
   return ::stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
@@ -105,7 +101,7 @@ TEST(PainterQuant, Q8_0AgainstF32AndCacheReuse) {
     EXPECT_EQ(fs::path(first.path).parent_path(), cache);
     EXPECT_LT(q->weight_bytes(), load(dir)->weight_bytes());
     const PaintResult a = q->paint(r);
-    const double p = psnr8(a.images[0].rgb, f32.images[0].rgb);
+    const double p = psnr8(a.images[0].rgb.data(), f32.images[0].rgb.data(), a.images[0].rgb.size());
     std::printf("%s q8_0 picture vs f32 picture: PSNR %.1f dB (%zu bytes)\n", name, p, a.images[0].rgb.size());
     EXPECT_GE(p, 30) << "q8_0 is too far from f32";
     EXPECT_LT(p, 999) << "q8_0 painted the f32 picture: nothing was quantized";
@@ -210,7 +206,7 @@ TEST(PainterTiling, TiledDecode) {
   r.vae_tiling = true;
   const PaintResult tiled = p->paint(r);
   EXPECT_TRUE(tiled.stats.vae_tiled);
-  const double d = psnr8(tiled.images[0].rgb, whole.images[0].rgb);
+  const double d = psnr8(tiled.images[0].rgb.data(), whole.images[0].rgb.data(), whole.images[0].rgb.size());
   std::printf("sd15 128x64 tiled decode vs untiled: PSNR %.1f dB\n", d);
   EXPECT_LT(d, 999) << "the tiles were not decoded apart";
   EXPECT_GT(d, 10);

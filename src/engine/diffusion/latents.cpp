@@ -82,22 +82,27 @@ size_t packed_index(const ImageDims& d, int64_t n, int64_t c, int64_t y, int64_t
 }
 }  // namespace
 
-void pack_latents(std::span<const float> src, std::span<float> dst, const ImageDims& d) {
-  check_pack(src.size(), dst.size(), d);
+namespace {
+// Calls f(i, j) for every NCHW element in order: i its index in NCHW, j its
+// packed index.
+template <class F>
+void each_packed(const ImageDims& d, F&& f) {
   size_t i = 0;
   for (int64_t n = 0; n < d.n; ++n)
     for (int64_t c = 0; c < d.c; ++c)
       for (int64_t y = 0; y < d.h; ++y)
-        for (int64_t x = 0; x < d.w; ++x) dst[packed_index(d, n, c, y, x)] = src[i++];
+        for (int64_t x = 0; x < d.w; ++x) f(i++, packed_index(d, n, c, y, x));
+}
+}  // namespace
+
+void pack_latents(std::span<const float> src, std::span<float> dst, const ImageDims& d) {
+  check_pack(src.size(), dst.size(), d);
+  each_packed(d, [&](size_t i, size_t j) { dst[j] = src[i]; });
 }
 
 void unpack_latents(std::span<const float> src, std::span<float> dst, const ImageDims& d) {
   check_pack(src.size(), dst.size(), d);
-  size_t i = 0;
-  for (int64_t n = 0; n < d.n; ++n)
-    for (int64_t c = 0; c < d.c; ++c)
-      for (int64_t y = 0; y < d.h; ++y)
-        for (int64_t x = 0; x < d.w; ++x) dst[i++] = src[packed_index(d, n, c, y, x)];
+  each_packed(d, [&](size_t i, size_t j) { dst[i] = src[j]; });
 }
 
 }  // namespace kvad::diffusion

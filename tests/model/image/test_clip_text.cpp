@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "image_fixtures.h"
+#include "psnr.h"
 #include "base/error.h"
 #include "io/tensor_source.h"
 #include "model/image/clip_text.h"
@@ -24,34 +25,15 @@ namespace fs = std::filesystem;
 using namespace kvad;
 using namespace kvad::image;
 using kvad::image_test::fixtures;
+using kvad::image_test::floats;
 using kvad::image_test::host;
+using kvad::image_test::ints;
+using kvad::test::psnr;
 
 namespace {
 
 const std::vector<std::string> kPrompts = {"a photo of a cat", "", "A Red FOX in fresh snow, 8k, (masterpiece:1.2)"};
 
-
-// PSNR of `got` against `want` over want's peak: 10·log10(max|want|² / MSE).
-double psnr(const std::vector<float>& got, const SourceTensor& want) {
-  EXPECT_EQ(want.type, DType::F32);
-  const float* w = static_cast<const float*>(want.data);
-  const size_t n = want.n_bytes / 4;
-  EXPECT_EQ(got.size(), n) << want.name;
-  if (got.size() != n) return 0;
-  double peak = 0, se = 0;
-  for (size_t i = 0; i < n; ++i) {
-    peak = std::max(peak, std::fabs(static_cast<double>(w[i])));
-    se += (got[i] - static_cast<double>(w[i])) * (got[i] - static_cast<double>(w[i]));
-  }
-  if (se == 0) return 999;
-  return 10 * std::log10(peak * peak / (se / n));
-}
-
-std::vector<int32_t> ids_of(const SourceTensor& t) {
-  std::vector<int32_t> v(t.n_bytes / 4);
-  std::memcpy(v.data(), t.data, t.n_bytes);
-  return v;
-}
 
 class ClipText : public ::testing::Test {
  protected:
@@ -72,14 +54,16 @@ class ClipText : public ::testing::Test {
       for (size_t i = 0; i < kPrompts.size(); ++i) {
         SCOPED_TRACE(kPrompts[i]);
         const std::string s = std::to_string(i);
-        EXPECT_EQ(enc.tokenizer(0).encode_padded(kPrompts[i]), ids_of(ref(kind + ".ids." + s)));
-        if (kind == "sdxl") EXPECT_EQ(enc.tokenizer(1).encode_padded(kPrompts[i]), ids_of(ref(kind + ".ids_2." + s)));
+        EXPECT_EQ(enc.tokenizer(0).encode_padded(kPrompts[i]), ints(ref(kind + ".ids." + s)));
+        if (kind == "sdxl") {
+          EXPECT_EQ(enc.tokenizer(1).encode_padded(kPrompts[i]), ints(ref(kind + ".ids_2." + s)));
+        }
         const PromptEmbeds e = enc.encode(kPrompts[i]);
-        const double p = psnr(host(e.hidden), ref(kind + ".hidden." + s));
+        const double p = psnr(host(e.hidden), floats(ref(kind + ".hidden." + s)));
         EXPECT_GE(p, 100) << "hidden";
         std::printf("%s %s prompt %zu: hidden PSNR %.1f dB", kind.c_str(), from_single ? "file" : "folder", i, p);
         if (kind == "sdxl") {
-          const double q = psnr(host(e.pooled), ref(kind + ".pooled." + s));
+          const double q = psnr(host(e.pooled), floats(ref(kind + ".pooled." + s)));
           EXPECT_GE(q, 100) << "pooled";
           std::printf(", pooled %.1f dB", q);
         }
@@ -87,11 +71,11 @@ class ClipText : public ::testing::Test {
       }
       if (kind == "sdxl") {
         const PromptEmbeds zero = enc.negative(std::nullopt);  // force_zeros_for_empty_prompt
-        EXPECT_EQ(psnr(host(zero.hidden), ref("sdxl.neg_hidden")), 999);
-        EXPECT_EQ(psnr(host(zero.pooled), ref("sdxl.neg_pooled")), 999);
+        EXPECT_EQ(psnr(host(zero.hidden), floats(ref("sdxl.neg_hidden"))), 999);
+        EXPECT_EQ(psnr(host(zero.pooled), floats(ref("sdxl.neg_pooled"))), 999);
         const PromptEmbeds empty = enc.negative(std::string());
-        EXPECT_GE(psnr(host(empty.hidden), ref("sdxl.neg_empty_hidden")), 100);
-        EXPECT_GE(psnr(host(empty.pooled), ref("sdxl.neg_empty_pooled")), 100);
+        EXPECT_GE(psnr(host(empty.hidden), floats(ref("sdxl.neg_empty_hidden"))), 100);
+        EXPECT_GE(psnr(host(empty.pooled), floats(ref("sdxl.neg_empty_pooled"))), 100);
       }
       // The text encoders' tensors are all read; the UNet's and VAE's are left.
       std::string left;

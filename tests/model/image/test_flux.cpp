@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "psnr.h"
 #include "base/error.h"
 #include "io/tensor_source.h"
 #include "model/image/flux.h"
@@ -24,23 +25,12 @@
 
 namespace fs = std::filesystem;
 using namespace kvad;
+using kvad::test::psnr;
 using namespace kvad::image;
 
 namespace {
 
 fs::path dir() { return fs::path(KVAD_SOURCE_DIR) / "tests" / "fixtures" / "flux"; }
-
-double psnr(const std::vector<float>& got, const std::vector<float>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double peak = 0, se = 0;
-  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
-    const double d = double(got[i]) - want[i];
-    peak = std::max(peak, std::fabs(double(want[i])));
-    se += d * d;
-  }
-  if (std::isnan(se)) return -1;
-  return se == 0 ? 999 : 10 * std::log10(peak * peak / (se / want.size()));
-}
 
 class Flux : public ::testing::TestWithParam<std::string> {
  protected:

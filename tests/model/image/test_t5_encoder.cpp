@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "image_fixtures.h"
+#include "psnr.h"
 #include "base/error.h"
 #include "io/tensor_source.h"
 #include "model/image/t5_encoder.h"
@@ -22,37 +24,14 @@
 namespace fs = std::filesystem;
 using namespace kvad;
 using namespace kvad::image;
+using kvad::image_test::floats;
+using kvad::image_test::host;
+using kvad::image_test::ints;
+using kvad::test::psnr;
 
 namespace {
 
 fs::path fixtures() { return fs::path(KVAD_SOURCE_DIR) / "tests" / "fixtures" / "t5"; }
-
-std::vector<float> host(const Tensor& t) {
-  std::vector<float> v(static_cast<size_t>(t.n_elements()));
-  ops::to_host(ops::cont(t), v.data());
-  return v;
-}
-
-// PSNR of `got` against `want` over want's peak: 10·log10(max|want|² / MSE).
-double psnr(const std::vector<float>& got, const SourceTensor& want) {
-  const float* w = static_cast<const float*>(want.data);
-  const size_t n = want.n_bytes / 4;
-  EXPECT_EQ(got.size(), n) << want.name;
-  if (got.size() != n) return 0;
-  double peak = 0, se = 0;
-  for (size_t i = 0; i < n; ++i) {
-    peak = std::max(peak, std::fabs(static_cast<double>(w[i])));
-    se += (got[i] - static_cast<double>(w[i])) * (got[i] - static_cast<double>(w[i]));
-  }
-  if (se == 0) return 999;
-  return 10 * std::log10(peak * peak / (se / n));
-}
-
-std::vector<int32_t> ints(const SourceTensor& t) {
-  std::vector<int32_t> v(t.n_bytes / 4);
-  std::memcpy(v.data(), t.data, t.n_bytes);
-  return v;
-}
 
 class T5 : public ::testing::Test {
  protected:
@@ -71,7 +50,7 @@ class T5 : public ::testing::Test {
       EXPECT_EQ(h.type, DType::F32);
       EXPECT_EQ(h.ne[0], d_model);
       EXPECT_EQ(h.ne[1], static_cast<int64_t>(ids.size()));
-      const double db = psnr(host(h), ref(name + ".hidden." + std::to_string(i)));
+      const double db = psnr(host(h), floats(ref(name + ".hidden." + std::to_string(i))));
       std::printf("%s: %zu tokens: PSNR %.1f dB\n", name.c_str(), ids.size(), db);
       EXPECT_GE(db, 100.0) << name << " sequence " << i;
     }

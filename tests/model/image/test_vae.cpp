@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "image_fixtures.h"
+#include "psnr.h"
 #include "base/error.h"
 #include "io/tensor_source.h"
 #include "model/image/pipeline.h"
@@ -26,6 +27,7 @@
 
 namespace fs = std::filesystem;
 using namespace kvad;
+using kvad::test::psnr;
 using namespace kvad::image;
 using kvad::image_test::fixtures;
 using kvad::image_test::host;
@@ -169,16 +171,6 @@ TEST(Vae, WideAgainstDiffusers) {
   expect_close(w.vae.encode(input("wide.x")), "wide.mean", "wide encode");
   expect_close(w.vae.encode(input("wide.x_odd")), "wide.mean_odd", "wide encode 21x18");
   w.wl.finish();
-}
-
-// PSNR of a over b's peak.
-double psnr(const std::vector<float>& a, const std::vector<float>& b) {
-  double peak = 0, se = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    peak = std::max(peak, std::fabs(double(b[i])));
-    se += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-  }
-  return se == 0 ? 999 : 10 * std::log10(peak * peak / (se / double(a.size())));
 }
 
 // diffusers' _tiled_encode (enable_tiling()): tiles cut short at the edges,
