@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "model/image/config_json.h"
 
 namespace kvad::image {
 
@@ -12,40 +13,7 @@ using json = nlohmann::json;
 
 namespace {
 
-// Widths and counts of any real pipeline are far below this; a larger value
-// is a broken config, refused before anything is sized by it.
-constexpr int64_t kMaxDim = 1 << 20;
-
-bool present(const json& cfg, const char* key) { return cfg.contains(key) && !cfg[key].is_null(); }
-
-int64_t get_int(const json& cfg, const char* key, int64_t def, const std::string& name, int64_t lo = 1) {
-  if (!present(cfg, key)) return def;
-  const json& v = cfg[key];
-  if (!v.is_number_integer()) throw Error(name + ": " + key + " is not an integer");
-  const int64_t x = v.get<int64_t>();
-  if (x < lo || x > kMaxDim)
-    throw Error(name + ": " + key + " " + std::to_string(x) + " is not in [" + std::to_string(lo) + ", " +
-                std::to_string(kMaxDim) + "]");
-  return x;
-}
-
-double get_float(const json& cfg, const char* key, double def, const std::string& name) {
-  if (!present(cfg, key)) return def;
-  if (!cfg[key].is_number()) throw Error(name + ": " + key + " is not a number");
-  return cfg[key].get<double>();
-}
-
-bool get_bool(const json& cfg, const char* key, bool def, const std::string& name) {
-  if (!present(cfg, key)) return def;
-  if (!cfg[key].is_boolean()) throw Error(name + ": " + key + " is not true or false");
-  return cfg[key].get<bool>();
-}
-
-std::string get_string(const json& cfg, const char* key, const std::string& def, const std::string& name) {
-  if (!present(cfg, key)) return def;
-  if (!cfg[key].is_string()) throw Error(name + ": " + key + " is not a string");
-  return cfg[key].get<std::string>();
-}
+using namespace config;
 
 std::vector<std::string> get_strings(const json& cfg, const char* key, std::vector<std::string> def,
                                      const std::string& name) {

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "model/image/config_json.h"
 
 namespace kvad::image {
 
@@ -11,18 +12,11 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr int64_t kMaxDim = 1 << 20;
+using config::kMaxDim;
 constexpr float kEps = 1e-6f;  // every norm of FluxTransformer2DModel
 
-bool present(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
-
-int64_t get_int(const json& j, const char* key, int64_t def, const std::string& name) {
-  if (!present(j, key)) return def;
-  if (!j[key].is_number_integer()) throw Error(name + ": " + key + " is not an integer");
-  const int64_t x = j[key].get<int64_t>();
-  if (x < 1 || x > kMaxDim) throw Error(name + ": " + key + " " + std::to_string(x) + " is out of range");
-  return x;
-}
+using config::get_int;
+using config::present;
 
 std::string shape(const Tensor& t) { return shape_str(t); }
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "model/image/config_json.h"
 #include "io/tensor_source.h"
 #include "model/image/layers.h"
 #include "model/image/pipeline.h"
@@ -18,19 +19,10 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr int64_t kMaxDim = 1 << 20;
 constexpr int64_t kMaxTokens = 4096;  // the bias and the scores are n² · num_heads floats each
 
-bool present(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
-
-int64_t get_int(const json& j, const char* key, int64_t def, const std::string& name) {
-  if (!present(j, key)) return def;
-  if (!j[key].is_number_integer()) throw Error(name + ": " + key + " is not an integer");
-  const int64_t x = j[key].get<int64_t>();
-  if (x < 1 || x > kMaxDim)
-    throw Error(name + ": " + key + " " + std::to_string(x) + " is not in [1, " + std::to_string(kMaxDim) + "]");
-  return x;
-}
+using config::get_int;
+using config::present;
 
 // What ACT2FN gives for a T5 dense_act_fn, as kvad's op names it.
 bool known_act(const std::string& a) {
@@ -162,7 +154,7 @@ std::unique_ptr<T5Encoder> T5Encoder::load(const std::string& dir, const DeviceO
 }
 
 Tensor T5Encoder::encode(std::span<const int32_t> ids) const {
-  const int64_t n = static_cast<int64_t>(ids.size()), E = c_.d_model, H = c_.num_heads, D = c_.d_kv;
+  const int64_t n = static_cast<int64_t>(ids.size()), H = c_.num_heads, D = c_.d_kv;
   if (n < 1 || n > kMaxTokens)
     throw Error("T5 encoder: " + std::to_string(n) + " tokens, outside 1.." + std::to_string(kMaxTokens));
   for (int64_t i = 0; i < n; ++i)
